@@ -1,0 +1,417 @@
+// api.go — the HTTP surface: the server struct, the one routes() table, middleware (version header,
+// CORS, bearer auth, body cap, idempotency), the error type with its code → status table, and the one
+// decode/encode pair every handler uses.
+//
+// Rules: every response carries X-Agent-Version; every failure is the contract's envelope
+// {error:{code,message,hint}}; an unknown path or a wrong method is 404 E_ROUTE_NOT_FOUND (never 405);
+// bodies are capped at 32 MB; JSON bodies are strict (unknown keys are 422); X-Forwarded-For is ignored.
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+const (
+	maxBodyBytes  = 32 << 20 // contract: request bodies are capped at 32 MB
+	versionHeader = "X-Agent-Version"
+)
+
+// server owns every long-lived part of agentd. Built by newServer, torn down by Close in a fixed order.
+type server struct {
+	cfg       config
+	log       *slog.Logger
+	store     *store
+	hub       *hub
+	idem      *idempotencyCache
+	computers *computerService
+	models    *modelService
+	runs      *runService
+	triggers  *triggerService
+	startedAt time.Time
+	firstRun  bool
+	handler   http.Handler
+
+	// streamCtx is cancelled first at shutdown so SSE streams and sockets end before Shutdown waits.
+	streamCtx    context.Context
+	cancelStream context.CancelFunc
+}
+
+// routes is the API's table of contents: every route the server answers is listed here.
+func (s *server) routes() *http.ServeMux {
+	mux := http.NewServeMux()
+
+	mux.HandleFunc("GET /health", s.handleHealth)
+	mux.HandleFunc("GET /v1/doctor", s.handleDoctor)
+	mux.HandleFunc("GET /v1/events", s.handleEvents)
+
+	// Agents.
+	mux.HandleFunc("GET /v1/agents", s.handleListAgents)
+	mux.HandleFunc("POST /v1/agents", s.handleCreateAgent)
+	mux.HandleFunc("POST /v1/agents/validate", s.handleValidateAgent)
+	mux.HandleFunc("GET /v1/agents/{name}", s.handleGetAgent)
+	mux.HandleFunc("PUT /v1/agents/{name}", s.handlePutAgent)
+	mux.HandleFunc("DELETE /v1/agents/{name}", s.handleDeleteAgent)
+
+	// Running an agent, runs and approvals.
+	mux.HandleFunc("POST /v1/agents/{name}/run", s.handleRun)
+	mux.HandleFunc("POST /v1/agents/{name}/run/stream", s.handleRunStream)
+	mux.HandleFunc("GET /v1/runs", s.handleListRuns)
+	mux.HandleFunc("GET /v1/runs/{id}", s.handleGetRun)
+	mux.HandleFunc("DELETE /v1/runs/{id}", s.handleDeleteRun)
+	mux.HandleFunc("POST /v1/runs/{id}/cancel", s.handleCancelRun)
+	mux.HandleFunc("GET /v1/approvals", s.handleListApprovals)
+	mux.HandleFunc("POST /v1/approvals/{id}", s.handleAnswerApproval)
+
+	// Computers, exec, files, ports, terminal.
+	mux.HandleFunc("GET /v1/computers", s.handleListComputers)
+	mux.HandleFunc("POST /v1/computers", s.handleCreateComputer)
+	mux.HandleFunc("GET /v1/computers/{id}", s.handleGetComputer)
+	mux.HandleFunc("DELETE /v1/computers/{id}", s.handleDeleteComputer)
+	mux.HandleFunc("POST /v1/computers/{id}/stop", s.handleStopComputer)
+	mux.HandleFunc("POST /v1/computers/{id}/start", s.handleStartComputer)
+	mux.HandleFunc("POST /v1/computers/{id}/exec", s.handleExec)
+	mux.HandleFunc("POST /v1/computers/{id}/exec/stream", s.handleExecStream)
+	mux.HandleFunc("GET /v1/computers/{id}/fs", s.handleListDir)
+	mux.HandleFunc("GET /v1/computers/{id}/fs/read", s.handleReadFile)
+	mux.HandleFunc("PUT /v1/computers/{id}/fs/write", s.handleWriteFile)
+	mux.HandleFunc("DELETE /v1/computers/{id}/fs", s.handleDeleteFile)
+	mux.HandleFunc("POST /v1/computers/{id}/fs/upload", s.handleUpload)
+	mux.HandleFunc("GET /v1/computers/{id}/fs/download", s.handleDownload)
+	mux.HandleFunc("POST /v1/computers/{id}/ports", s.handleExposePort)
+	mux.HandleFunc("GET /v1/computers/{id}/terminal", s.handleTerminal)
+
+	// Models.
+	mux.HandleFunc("GET /v1/models", s.handleListModels)
+	mux.HandleFunc("POST /v1/models/chat", s.handleChat)
+	mux.HandleFunc("POST /v1/models/chat/stream", s.handleChatStream)
+
+	// Sessions (transcripts → specs).
+	mux.HandleFunc("GET /v1/sessions/discover", s.handleDiscoverSessions)
+	mux.HandleFunc("POST /v1/sessions/import", s.handleImportSession)
+	mux.HandleFunc("POST /v1/sessions/distill", s.handleDistill)
+	mux.HandleFunc("POST /v1/sessions/distill/stream", s.handleDistillStream)
+
+	// Triggers: two wildcard mounts registered once; dispatch tables rebuilt on every agent change.
+	mux.HandleFunc("/v1/t/{agent}", s.handleHTTPTrigger)
+	mux.HandleFunc("/v1/t/{agent}/{path...}", s.handleHTTPTrigger)
+	mux.HandleFunc("POST /v1/w/{agent}/{path...}", s.handleWebhookTrigger)
+	mux.HandleFunc("GET /v1/triggers", s.handleListTriggers)
+
+	// The catch-all: GETs outside /v1 serve the dashboard (single-page-app fallback); every other
+	// unknown path, and every wrong method on a known path, is 404 E_ROUTE_NOT_FOUND (never 405).
+	mux.HandleFunc("/", s.handleFallback)
+	return mux
+}
+
+// ServeHTTP runs the middleware chain in a fixed order around the mux.
+func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set(versionHeader, version)
+	defer func() {
+		if v := recover(); v != nil {
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			s.log.Error("panic in handler", "method", r.Method, "path", r.URL.Path, "panic", fmt.Sprint(v))
+			writeError(w, errorf(codeInternal, "internal error").withHint("this is a bug in agentd; the server is still serving"))
+		}
+	}()
+	if s.cors(w, r) {
+		return
+	}
+	if r.URL.Path != "/health" && !s.authorized(r) {
+		writeError(w, errorf(codeNoCredentials, "missing or wrong bearer token").
+			withHint("send Authorization: Bearer <AGENT_TOKEN>"))
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, maxBodyBytes)
+	s.idem.serve(w, r, s.handler)
+}
+
+// cors answers preflight requests and sets CORS headers for configured origins. It reports whether the
+// request was fully answered. CORS stays off unless corsOrigins names the origin (or "*").
+func (s *server) cors(w http.ResponseWriter, r *http.Request) bool {
+	origin := r.Header.Get("Origin")
+	if origin == "" || !s.originAllowed(origin, r) || len(s.cfg.CORSOrigins) == 0 {
+		return false
+	}
+	h := w.Header()
+	h.Set("Access-Control-Allow-Origin", origin)
+	h.Add("Vary", "Origin")
+	h.Set("Access-Control-Expose-Headers", "X-Agent-Version, Idempotency-Replayed")
+	if r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
+		h.Set("Access-Control-Allow-Methods", "GET, POST, PUT, PATCH, DELETE, OPTIONS")
+		h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type, Idempotency-Key, Accept")
+		h.Set("Access-Control-Max-Age", "600")
+		w.WriteHeader(http.StatusNoContent)
+		return true
+	}
+	return false
+}
+
+// originAllowed: the server's own origin always; otherwise only origins listed in corsOrigins.
+func (s *server) originAllowed(origin string, r *http.Request) bool {
+	if origin == "http://"+r.Host || origin == "https://"+r.Host {
+		return true
+	}
+	for _, o := range s.cfg.CORSOrigins {
+		if o == "*" || strings.EqualFold(o, origin) {
+			return true
+		}
+	}
+	return false
+}
+
+// authorized checks the bearer token in constant time. Browsers cannot set headers on EventSource or
+// WebSocket, so for those two transports only the token may come as ?token= or ?access_token=.
+func (s *server) authorized(r *http.Request) bool {
+	if s.cfg.Token == "" {
+		return true
+	}
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok && isStreamOrSocket(r) {
+		got = r.URL.Query().Get("token")
+		if got == "" {
+			got = r.URL.Query().Get("access_token")
+		}
+	}
+	return tokenEqual(got, s.cfg.Token)
+}
+
+// tokenEqual compares hashes so neither the content nor the length of the token leaks through timing.
+func tokenEqual(got, want string) bool {
+	a, b := sha256.Sum256([]byte(got)), sha256.Sum256([]byte(want))
+	return subtle.ConstantTimeCompare(a[:], b[:]) == 1 && got != ""
+}
+
+func isStreamOrSocket(r *http.Request) bool {
+	return strings.Contains(r.Header.Get("Accept"), "text/event-stream") ||
+		strings.EqualFold(r.Header.Get("Upgrade"), "websocket")
+}
+
+func (s *server) handleFallback(w http.ResponseWriter, r *http.Request) {
+	if (r.Method == http.MethodGet || r.Method == http.MethodHead) && r.URL.Path != "/v1" && !strings.HasPrefix(r.URL.Path, "/v1/") {
+		s.handleDashboard(w, r)
+		return
+	}
+	writeRouteNotFound(w, r)
+}
+
+func writeRouteNotFound(w http.ResponseWriter, r *http.Request) {
+	writeError(w, errorf(codeRouteNotFound, "no route for %s %s", r.Method, r.URL.Path).
+		withHint("see GET / for the list of endpoints"))
+}
+
+func (s *server) handleHealth(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{
+		"ok": true, "version": version, "uptimeSec": int64(time.Since(s.startedAt).Seconds()),
+	})
+}
+
+// ---- errors ----
+
+// The contract's error codes. All 25 are declared; removing one is a breaking change.
+const (
+	codeProviderUnavailable = "E_PROVIDER_UNAVAILABLE"
+	codeComputerNotFound    = "E_COMPUTER_NOT_FOUND"
+	codeComputerFailed      = "E_COMPUTER_FAILED"
+	codeExecFailed          = "E_EXEC_FAILED"
+	codeExecTimeout         = "E_EXEC_TIMEOUT" // reserved, never thrown: read ExecResult.timedOut
+	codeExecDenied          = "E_EXEC_DENIED"
+	codeFSDenied            = "E_FS_DENIED"
+	codeQuota               = "E_QUOTA"
+	codeModelUnavailable    = "E_MODEL_UNAVAILABLE"
+	codeModelError          = "E_MODEL_ERROR"
+	codeNoCredentials       = "E_NO_CREDENTIALS"
+	codeSpecInvalid         = "E_SPEC_INVALID"
+	codeImportFailed        = "E_IMPORT_FAILED"
+	codeToolError           = "E_TOOL_ERROR"
+	codeBudgetExceeded      = "E_BUDGET_EXCEEDED"
+	codeStepLimit           = "E_STEP_LIMIT" // reserved, never thrown: a run ends with stopReason step_limit
+	codeAborted             = "E_ABORTED"
+	codeNotImplemented      = "E_NOT_IMPLEMENTED"
+	codeConfig              = "E_CONFIG"
+	codeInternal            = "E_INTERNAL"
+	codeAgentNotFound       = "E_AGENT_NOT_FOUND"
+	codeRunNotFound         = "E_RUN_NOT_FOUND"
+	codeApprovalNotFound    = "E_APPROVAL_NOT_FOUND"
+	codeTranscriptNotFound  = "E_TRANSCRIPT_NOT_FOUND"
+	codeRouteNotFound       = "E_ROUTE_NOT_FOUND"
+)
+
+// allCodes lists every declared code, so tests can check the status of each.
+var allCodes = [...]string{
+	codeProviderUnavailable, codeComputerNotFound, codeComputerFailed, codeExecFailed, codeExecTimeout,
+	codeExecDenied, codeFSDenied, codeQuota, codeModelUnavailable, codeModelError, codeNoCredentials,
+	codeSpecInvalid, codeImportFailed, codeToolError, codeBudgetExceeded, codeStepLimit, codeAborted,
+	codeNotImplemented, codeConfig, codeInternal, codeAgentNotFound, codeRunNotFound,
+	codeApprovalNotFound, codeTranscriptNotFound, codeRouteNotFound,
+}
+
+// statusTable is the explicit part of the contract's status rule; suffix rules follow in statusOf.
+var statusTable = map[string]int{
+	codeNoCredentials:       http.StatusUnauthorized,
+	codeSpecInvalid:         http.StatusUnprocessableEntity,
+	codeQuota:               http.StatusTooManyRequests,
+	codeBudgetExceeded:      http.StatusTooManyRequests,
+	codeNotImplemented:      http.StatusNotImplemented,
+	codeProviderUnavailable: http.StatusServiceUnavailable,
+	codeModelUnavailable:    http.StatusServiceUnavailable,
+	codeExecTimeout:         http.StatusGatewayTimeout,
+}
+
+// statusOf maps a code to its HTTP status: the explicit table, then the two suffix rules, then 500.
+func statusOf(code string) int {
+	if st, ok := statusTable[code]; ok {
+		return st
+	}
+	switch {
+	case strings.HasSuffix(code, "_NOT_FOUND"):
+		return http.StatusNotFound
+	case strings.HasSuffix(code, "_DENIED"):
+		return http.StatusForbidden
+	}
+	return http.StatusInternalServerError
+}
+
+// apiError is the one error type that crosses the API. Code is one of the contract's codes.
+type apiError struct {
+	Code    string         `json:"code"`
+	Message string         `json:"message"`
+	Hint    string         `json:"hint"`
+	Details map[string]any `json:"details,omitempty"`
+}
+
+func (e *apiError) Error() string { return e.Code + ": " + e.Message }
+
+func errorf(code, format string, args ...any) *apiError {
+	return &apiError{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+func (e *apiError) withHint(hint string) *apiError { e.Hint = hint; return e }
+
+func (e *apiError) withDetail(key string, v any) *apiError {
+	if e.Details == nil {
+		e.Details = map[string]any{}
+	}
+	e.Details[key] = v
+	return e
+}
+
+// asAPIError turns any error into an apiError; unknown errors become E_INTERNAL with their text.
+func asAPIError(err error) *apiError {
+	var ae *apiError
+	if errors.As(err, &ae) {
+		return ae
+	}
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return errorf(codeSpecInvalid, "request body exceeds the %d MB cap", maxBodyBytes>>20).
+			withHint("send a smaller body")
+	}
+	if errors.Is(err, context.Canceled) {
+		return errorf(codeAborted, "request cancelled")
+	}
+	return errorf(codeInternal, "%s", err.Error())
+}
+
+// writeError writes the contract's envelope with the status derived from the code.
+func writeError(w http.ResponseWriter, err error) {
+	ae := asAPIError(err)
+	writeJSON(w, statusOf(ae.Code), map[string]any{"error": ae})
+}
+
+// ---- decode / encode ----
+
+// writeJSON encodes v with the given status. It is the only JSON writer of the API.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		status = http.StatusInternalServerError
+		body = []byte(`{"error":{"code":"E_INTERNAL","message":"response encoding failed","hint":""}}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(append(body, '\n'))
+}
+
+// readBody reads the (already capped) request body whole.
+func readBody(r *http.Request) ([]byte, error) {
+	b, err := io.ReadAll(r.Body)
+	if err != nil {
+		return nil, asAPIError(err)
+	}
+	return b, nil
+}
+
+// decode reads a strict JSON body into v: capped, valid UTF-8, one value, no unknown keys. Every
+// failure is a 422 E_SPEC_INVALID whose message says what is wrong and where.
+func decode(r *http.Request, v any) error {
+	b, err := readBody(r)
+	if err != nil {
+		return err
+	}
+	return decodeBytes(b, v)
+}
+
+func decodeBytes(b []byte, v any) error {
+	if len(bytes.TrimSpace(b)) == 0 {
+		return errorf(codeSpecInvalid, "request body is empty; a JSON object is required").
+			withHint("send a JSON object with Content-Type: application/json")
+	}
+	if !utf8.Valid(b) {
+		return errorf(codeSpecInvalid, "request body is not valid UTF-8").withHint("encode the body as UTF-8 JSON")
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return jsonError(err)
+	}
+	if dec.More() {
+		return errorf(codeSpecInvalid, "request body has data after the JSON value").
+			withHint("send exactly one JSON object")
+	}
+	return nil
+}
+
+// jsonError turns an encoding/json failure into a clear 422.
+func jsonError(err error) *apiError {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syn):
+		return errorf(codeSpecInvalid, "malformed JSON at byte %d: %s", syn.Offset, syn.Error()).
+			withHint("check the body is valid JSON")
+	case errors.As(err, &typ):
+		field := typ.Field
+		if field == "" {
+			field = "(root)"
+		}
+		return errorf(codeSpecInvalid, "%s: expected %s, received %s", field, typ.Type.String(), typ.Value).
+			withHint("fix the type of the field")
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return errorf(codeSpecInvalid, "malformed JSON: unexpected end of body").withHint("check the body is complete JSON")
+	}
+	msg := err.Error()
+	if k, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
+		return errorf(codeSpecInvalid, "Unrecognized key(s) in object: %s", strings.ReplaceAll(k, `"`, "'")).
+			withHint("remove the unknown key; see API.md for the accepted keys")
+	}
+	var ae *apiError
+	if errors.As(err, &ae) {
+		return ae
+	}
+	return errorf(codeSpecInvalid, "invalid JSON body: %s", strings.TrimPrefix(msg, "json: ")).
+		withHint("check the body against API.md")
+}

@@ -1,0 +1,189 @@
+// idempotency.go — the Idempotency-Key cache for POST, PUT, PATCH and DELETE.
+//
+// Rules (API.md, DESIGN §3): keyed on method + full URL + key; in memory; entries live 15 minutes; soft cap
+// 1000 entries (expired first, then oldest); only responses with status < 400 are recorded; streaming
+// responses (SSE, hijacked sockets) are never recorded; a replay short-circuits the handler and carries
+// Idempotency-Replayed: true. A second request arriving while the first is still running waits for it.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+)
+
+const (
+	idemTTL     = 15 * time.Minute
+	idemSoftCap = 1000
+	idemMaxBody = 4 << 20 // bodies larger than this are not kept (they are still answered)
+)
+
+type idempotencyCache struct {
+	now func() time.Time
+
+	mu      sync.Mutex
+	entries map[string]*idemEntry
+}
+
+type idemEntry struct {
+	done    chan struct{} // closed when the first request finished
+	ok      bool          // recorded: replayable
+	status  int
+	header  http.Header
+	body    []byte
+	created time.Time
+}
+
+func newIdempotencyCache(now func() time.Time) *idempotencyCache {
+	return &idempotencyCache{now: now, entries: map[string]*idemEntry{}}
+}
+
+// serve runs next, recording or replaying according to the Idempotency-Key header.
+func (c *idempotencyCache) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	key := r.Header.Get("Idempotency-Key")
+	switch r.Method {
+	case http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
+	default:
+		key = ""
+	}
+	if key == "" || isStreamOrSocket(r) {
+		next.ServeHTTP(w, r)
+		return
+	}
+	ck := r.Method + " " + r.URL.String() + " " + key
+
+	for {
+		c.mu.Lock()
+		e, found := c.entries[ck]
+		if found && c.now().Sub(e.created) > idemTTL {
+			delete(c.entries, ck)
+			found = false
+		}
+		if !found {
+			e = &idemEntry{done: make(chan struct{}), created: c.now()}
+			c.entries[ck] = e
+			c.evictLocked()
+			c.mu.Unlock()
+			c.record(w, r, next, ck, e)
+			return
+		}
+		c.mu.Unlock()
+		select {
+		case <-e.done:
+		case <-r.Context().Done():
+			return
+		}
+		if e.ok {
+			h := w.Header()
+			for k, v := range e.header {
+				h[k] = v
+			}
+			h.Set("Idempotency-Replayed", "true")
+			w.WriteHeader(e.status)
+			w.Write(e.body)
+			return
+		}
+		// The first attempt failed or was not recordable; it was removed, so this one runs afresh.
+	}
+}
+
+func (c *idempotencyCache) record(w http.ResponseWriter, r *http.Request, next http.Handler, ck string, e *idemEntry) {
+	rec := &idemRecorder{ResponseWriter: w, status: http.StatusOK}
+	defer func() {
+		c.mu.Lock()
+		if rec.status < 400 && !rec.streaming && !rec.overflow {
+			e.ok, e.status, e.body = true, rec.status, rec.buf.Bytes()
+			e.header = w.Header().Clone()
+			e.header.Del(versionHeader) // set afresh on every response
+		} else {
+			delete(c.entries, ck)
+		}
+		c.mu.Unlock()
+		close(e.done)
+	}()
+	next.ServeHTTP(rec, r)
+}
+
+// evictLocked keeps the cache near its soft cap: expired entries go first, then the oldest finished ones.
+func (c *idempotencyCache) evictLocked() {
+	if len(c.entries) <= idemSoftCap {
+		return
+	}
+	now := c.now()
+	for k, e := range c.entries {
+		if now.Sub(e.created) > idemTTL {
+			delete(c.entries, k)
+		}
+	}
+	for len(c.entries) > idemSoftCap {
+		var oldestKey string
+		var oldest time.Time
+		for k, e := range c.entries {
+			select {
+			case <-e.done:
+			default:
+				continue // never evict a request still in flight
+			}
+			if oldestKey == "" || e.created.Before(oldest) {
+				oldestKey, oldest = k, e.created
+			}
+		}
+		if oldestKey == "" {
+			return
+		}
+		delete(c.entries, oldestKey)
+	}
+}
+
+// idemRecorder tees the response so it can be replayed; flushing or hijacking marks it streaming.
+type idemRecorder struct {
+	http.ResponseWriter
+	status    int
+	wrote     bool
+	streaming bool
+	overflow  bool
+	buf       bytes.Buffer
+}
+
+func (r *idemRecorder) WriteHeader(code int) {
+	if !r.wrote {
+		r.status, r.wrote = code, true
+		if strings.HasPrefix(r.Header().Get("Content-Type"), "text/event-stream") {
+			r.streaming = true
+		}
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *idemRecorder) Write(p []byte) (int, error) {
+	if !r.wrote {
+		r.WriteHeader(http.StatusOK)
+	}
+	if !r.overflow && !r.streaming {
+		if r.buf.Len()+len(p) > idemMaxBody {
+			r.overflow = true
+			r.buf.Reset()
+		} else {
+			r.buf.Write(p)
+		}
+	}
+	return r.ResponseWriter.Write(p)
+}
+
+func (r *idemRecorder) Flush() {
+	r.streaming = true
+	if f, ok := r.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (r *idemRecorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	r.streaming = true
+	return http.NewResponseController(r.ResponseWriter).Hijack()
+}
+
+func (r *idemRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }

@@ -1,0 +1,305 @@
+// Command agentd is a self-hosted control plane for AI agents: sandboxed computers (Docker, Podman or a
+// guarded local directory) with exec, files, ports and a terminal; agent specs in YAML; runs of agents
+// against real model providers under cost, token, step and time ceilings with human approval of dangerous
+// tool calls; triggers; live events; a dashboard. One binary, one SQLite file.
+//
+// Usage:
+//
+//	agentd serve [--host H] [--port P] [--home DIR] [--token-file F]
+//	agentd version
+//
+// Configuration precedence: flag > environment (AGENT_HOME, AGENT_HOST, AGENT_PORT, AGENT_TOKEN) >
+// $AGENT_HOME/config.yaml > defaults. The API contract is API.md; README.md is the quick start.
+//
+// This file holds main, run (the testable entry point), configuration loading and the serve lifecycle.
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+const version = "0.1.0"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "agentd:", err)
+		var ae *apiError
+		if errors.As(err, &ae) && ae.Hint != "" {
+			fmt.Fprintln(os.Stderr, "hint:", ae.Hint)
+		}
+		var ue usageError
+		if errors.As(err, &ue) {
+			os.Exit(2)
+		}
+		os.Exit(1)
+	}
+}
+
+// usageError marks a command-line mistake (exit code 2).
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+// run is the whole program behind main: it parses args and runs one command until ctx ends.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return usageError{"usage: agentd serve|version (see README.md)"}
+	}
+	switch args[0] {
+	case "serve":
+		return runServe(ctx, args[1:], getenv, stdout, stderr)
+	case "version", "--version", "-v":
+		fmt.Fprintf(stdout, "agentd %s %s %s/%s\n", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+		return nil
+	case "help", "-h", "--help":
+		fmt.Fprintln(stdout, "usage: agentd serve [--host H] [--port P] [--home DIR] [--token-file F] | agentd version")
+		return nil
+	}
+	return usageError{fmt.Sprintf("unknown command %q (try: agentd serve)", args[0])}
+}
+
+// config is every setting of the server after precedence is applied.
+type config struct {
+	Home              string            `yaml:"-"`
+	Host              string            `yaml:"host"`
+	Port              int               `yaml:"port"`
+	Token             string            `yaml:"-"` // only from the environment or --token-file
+	CORSOrigins       []string          `yaml:"corsOrigins"`
+	MaxComputers      int               `yaml:"maxComputers"`
+	ComputerProvider  string            `yaml:"computerProvider"`
+	Images            map[string]string `yaml:"images"`
+	ModelAliases      map[string]string `yaml:"modelAliases"`
+	MaxCostUSD        float64           `yaml:"maxCostUsd"`
+	ReaperIntervalSec int               `yaml:"reaperIntervalSec"`
+
+	firstRun bool
+	getenv   func(string) string // the process environment, for provider keys; never logged
+}
+
+func defaultConfig() config {
+	return config{
+		Host: "127.0.0.1", Port: 7377, MaxComputers: 8, ComputerProvider: "auto",
+		MaxCostUSD: 5, ReaperIntervalSec: 30,
+	}
+}
+
+// loadConfig applies defaults < config.yaml < environment < flags, and creates the data directory.
+func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	host := fs.String("host", "", "address to bind (default 127.0.0.1)")
+	port := fs.Int("port", -1, "port to bind (default 7377; 0 picks a free one)")
+	home := fs.String("home", "", "data directory (default $AGENT_HOME or ~/.agentd)")
+	tokenFile := fs.String("token-file", "", "file holding the bearer token")
+	if err := fs.Parse(args); err != nil {
+		return config{}, usageError{err.Error()}
+	}
+	if fs.NArg() > 0 {
+		return config{}, usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
+	}
+
+	cfg := defaultConfig()
+	cfg.getenv = getenv
+	cfg.Home = firstNonEmpty(*home, getenv("AGENT_HOME"))
+	if cfg.Home == "" {
+		dir := getenv("HOME")
+		if dir == "" {
+			d, err := os.UserHomeDir()
+			if err != nil {
+				return config{}, errorf(codeConfig, "cannot find a home directory: %v", err).withHint("set AGENT_HOME")
+			}
+			dir = d
+		}
+		cfg.Home = filepath.Join(dir, ".agentd")
+	}
+	if _, err := os.Stat(cfg.Home); errors.Is(err, os.ErrNotExist) {
+		cfg.firstRun = true
+	}
+	if err := os.MkdirAll(cfg.Home, 0o700); err != nil {
+		return config{}, errorf(codeConfig, "cannot create data directory %s: %v", cfg.Home, err).withHint("set AGENT_HOME to a writable directory")
+	}
+
+	if b, err := os.ReadFile(filepath.Join(cfg.Home, "config.yaml")); err == nil {
+		if err := parseConfigFile(b, &cfg); err != nil {
+			return config{}, err
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return config{}, errorf(codeConfig, "read config.yaml: %v", err)
+	}
+
+	if v := getenv("AGENT_HOST"); v != "" {
+		cfg.Host = v
+	}
+	if v := getenv("AGENT_PORT"); v != "" {
+		p, err := strconv.Atoi(v)
+		if err != nil {
+			return config{}, errorf(codeConfig, "AGENT_PORT=%q is not a number", v).withHint("set AGENT_PORT to a port such as 7377")
+		}
+		cfg.Port = p
+	}
+	cfg.Token = getenv("AGENT_TOKEN")
+	if *host != "" {
+		cfg.Host = *host
+	}
+	if *port >= 0 {
+		cfg.Port = *port
+	}
+	if *tokenFile != "" {
+		b, err := os.ReadFile(*tokenFile)
+		if err != nil {
+			return config{}, errorf(codeConfig, "read token file: %v", err)
+		}
+		cfg.Token = strings.TrimSpace(string(b))
+	}
+	if cfg.Port < 0 || cfg.Port > 65535 {
+		return config{}, errorf(codeConfig, "port %d is out of range 0-65535", cfg.Port)
+	}
+	if cfg.Token == "" && !isLoopbackHost(cfg.Host) {
+		return config{}, errorf(codeConfig, "refusing to bind %s without a token: the API can execute shell commands on this host", cfg.Host).
+			withHint("set AGENT_TOKEN (or --token-file) or bind 127.0.0.1")
+	}
+	return cfg, nil
+}
+
+// parseConfigFile reads config.yaml strictly: an unknown key is an E_CONFIG error naming it.
+func parseConfigFile(b []byte, cfg *config) error {
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(cfg); err != nil && !errors.Is(err, io.EOF) {
+		return errorf(codeConfig, "config.yaml: %s", strings.TrimPrefix(err.Error(), "yaml: ")).
+			withHint("known keys: host, port, corsOrigins, maxComputers, computerProvider, images, modelAliases, maxCostUsd, reaperIntervalSec")
+	}
+	return nil
+}
+
+func isLoopbackHost(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(strings.Trim(host, "[]"))
+	return ip != nil && ip.IsLoopback()
+}
+
+func firstNonEmpty(vs ...string) string {
+	for _, v := range vs {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+// runServe starts the server and blocks until ctx ends, then shuts down in a fixed order.
+func runServe(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	cfg, err := loadConfig(args, getenv, stderr)
+	if err != nil {
+		return err
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+
+	addr := net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.Port))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return errorf(codeConfig, "cannot listen on %s: %v", addr, err).
+			withHint(fmt.Sprintf("port %d may be in use; pick another with --port or AGENT_PORT", cfg.Port))
+	}
+	s, err := newServer(cfg, logger, time.Now)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	hs := &http.Server{
+		Handler:           s,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return s.streamCtx },
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+	fmt.Fprintf(stderr, "agentd %s listening on http://%s\n", version, ln.Addr())
+
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- hs.Serve(ln) }()
+
+	select {
+	case <-ctx.Done():
+	case err := <-serveErr:
+		s.Close(context.Background())
+		return err
+	}
+
+	// Shutdown order: streams and sockets first (they never finish on their own), then the listener and
+	// in-flight requests, then the services, then the store. A fresh timeout: ctx is already done.
+	sctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	s.cancelStream()
+	s.hub.Close()
+	if err := hs.Shutdown(sctx); err != nil {
+		hs.Close()
+	}
+	<-serveErr
+	s.Close(sctx)
+	logger.Info("agentd stopped")
+	return nil
+}
+
+// newServer builds every part of the server; Close tears them down in reverse.
+func newServer(cfg config, logger *slog.Logger, now func() time.Time) (*server, error) {
+	st, err := openStore(filepath.Join(cfg.Home, "agentd.db"), now)
+	if err != nil {
+		return nil, errorf(codeConfig, "%v", err).withHint("check that AGENT_HOME is writable and not used by a newer agentd")
+	}
+	s := &server{
+		cfg: cfg, log: logger, store: st, hub: newHub(now), idem: newIdempotencyCache(now),
+		startedAt: now(), firstRun: cfg.firstRun,
+	}
+	s.streamCtx, s.cancelStream = context.WithCancel(context.Background())
+	if s.models, err = newModelService(s); err != nil {
+		st.Close()
+		return nil, err
+	}
+	if s.computers, err = newComputerService(s); err != nil {
+		s.models.Close()
+		st.Close()
+		return nil, err
+	}
+	s.runs = newRunService(s)
+	s.triggers = newTriggerService(s)
+	s.handler = s.routes()
+	s.syncTriggers()
+	return s, nil
+}
+
+// Close stops the services in a fixed order: triggers (no new runs), runs (abort and wait), computers
+// (reaper; machines are left running and adopted at the next start), models, events, store.
+func (s *server) Close(ctx context.Context) {
+	s.cancelStream()
+	s.triggers.Close()
+	s.runs.Close()
+	s.computers.Close()
+	s.models.Close()
+	s.hub.Close()
+	if err := s.store.Close(); err != nil {
+		s.log.Warn("closing the store", "err", err)
+	}
+}

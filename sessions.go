@@ -1,0 +1,9 @@
+// sessions.go — transcripts: discovery, import and distillation into agent specs.
+package main
+
+import "net/http"
+
+func (s *server) handleDiscoverSessions(w http.ResponseWriter, r *http.Request) { notImplemented(w) }
+func (s *server) handleImportSession(w http.ResponseWriter, r *http.Request)    { notImplemented(w) }
+func (s *server) handleDistill(w http.ResponseWriter, r *http.Request)          { notImplemented(w) }
+func (s *server) handleDistillStream(w http.ResponseWriter, r *http.Request)    { notImplemented(w) }

@@ -1,0 +1,134 @@
+// sse.go — the hand-rolled Server-Sent Events writer shared by every streaming endpoint.
+//
+// Entry point: newSSE(w, r) then send(v) per event, fail(err) for an error frame, and close() which
+// writes `event: done`. Rules (API.md, DESIGN §3): Content-Type text/event-stream, Cache-Control
+// no-cache, X-Accel-Buffering no; each event is `id: <seq>` plus one `data: <json>` line, flushed at
+// once; a `: ping` comment every 15 s; the write deadline is cleared, and instead every write must drain
+// within 60 s or the stream is declared stalled: Done() fires and the producer (run, exec) aborts.
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+)
+
+const (
+	ssePingEvery  = 15 * time.Second
+	sseStallAfter = 60 * time.Second
+)
+
+var errStreamStalled = errors.New("stream consumer stalled for 60 s")
+
+// sseWriter serialises writes to one SSE response. Safe for concurrent use.
+type sseWriter struct {
+	rc        *http.ResponseController
+	w         http.ResponseWriter
+	mu        sync.Mutex
+	seq       int
+	err       error // first write error; the stream is dead after it
+	done      chan struct{}
+	closeOnce sync.Once
+	stop      chan struct{}
+	wg        sync.WaitGroup
+	stall     time.Duration
+}
+
+// newSSE writes the stream headers and starts the keep-alive pinger. The caller must call close().
+func newSSE(w http.ResponseWriter, pingEvery time.Duration) *sseWriter {
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("Connection", "keep-alive")
+	h.Set("X-Accel-Buffering", "no")
+	s := &sseWriter{
+		rc: http.NewResponseController(w), w: w,
+		done: make(chan struct{}), stop: make(chan struct{}), stall: sseStallAfter,
+	}
+	s.rc.SetWriteDeadline(time.Time{})
+	w.WriteHeader(http.StatusOK)
+	s.rc.Flush()
+	s.wg.Add(1)
+	go s.pinger(pingEvery)
+	return s
+}
+
+func (s *sseWriter) pinger(every time.Duration) {
+	defer s.wg.Done()
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			s.write([]byte(": ping\n\n"))
+		}
+	}
+}
+
+// Done is closed when the consumer is gone (write failed or stalled past 60 s).
+func (s *sseWriter) Done() <-chan struct{} { return s.done }
+
+// Err reports why the stream died, or nil.
+func (s *sseWriter) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+// send writes one event as `id` + `data` lines.
+func (s *sseWriter) send(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.seq++
+	seq := s.seq
+	s.mu.Unlock()
+	return s.write(fmt.Appendf(nil, "id: %d\ndata: %s\n\n", seq, b))
+}
+
+// fail writes an `event: error` frame carrying the contract's envelope.
+func (s *sseWriter) fail(err error) error {
+	b, _ := json.Marshal(map[string]any{"error": asAPIError(err)})
+	return s.write(fmt.Appendf(nil, "event: error\ndata: %s\n\n", b))
+}
+
+// close writes the final `event: done` frame and stops the pinger. Idempotent.
+func (s *sseWriter) close() {
+	s.closeOnce.Do(func() {
+		close(s.stop)
+		s.wg.Wait()
+		s.write([]byte("event: done\ndata: {}\n\n"))
+	})
+}
+
+// write sends raw bytes with a per-write stall deadline, so a consumer that stops draining for 60 s
+// is detected even though the stream itself has no overall deadline.
+func (s *sseWriter) write(p []byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return s.err
+	}
+	s.rc.SetWriteDeadline(time.Now().Add(s.stall))
+	_, err := s.w.Write(p)
+	if err == nil {
+		err = s.rc.Flush()
+	}
+	s.rc.SetWriteDeadline(time.Time{})
+	if err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			err = errStreamStalled
+		}
+		s.err = err
+		close(s.done)
+	}
+	return err
+}

@@ -1,0 +1,242 @@
+// store.go — all persistent state, in one SQLite database through modernc.org/sqlite (pure Go).
+//
+// Entry points: openStore(path) and the domain-named methods of *store, grouped below by domain.
+// Rules: pragmas live in the DSN (WAL, busy timeout, foreign keys, immediate write transactions);
+// migrations are embedded, applied in order, and recorded in schema_migrations; a migration, once
+// released, is never edited — add a new one. Acknowledged writes survive kill -9 (WAL, synchronous
+// NORMAL: the write is in the OS before the call returns).
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"time"
+
+	_ "modernc.org/sqlite"
+)
+
+// migrations are applied in order; their index+1 is the schema version recorded.
+var migrations = []string{
+	// 1: the initial schema.
+	`
+CREATE TABLE agents (
+	name       TEXT PRIMARY KEY,
+	yaml       TEXT NOT NULL,
+	spec       TEXT NOT NULL,       -- JSON of the spec with defaults applied
+	created_at TEXT NOT NULL,
+	updated_at TEXT NOT NULL
+);
+
+CREATE TABLE computers (
+	id           TEXT PRIMARY KEY,
+	name         TEXT NOT NULL,
+	provider     TEXT NOT NULL,
+	state        TEXT NOT NULL,
+	image        TEXT NOT NULL DEFAULT '',
+	workdir      TEXT NOT NULL DEFAULT '/work',
+	spec         TEXT NOT NULL,     -- JSON ComputerSpec with defaults applied
+	ports        TEXT NOT NULL DEFAULT '{}',
+	error        TEXT NOT NULL DEFAULT '',
+	created_at   TEXT NOT NULL,
+	last_used_at TEXT NOT NULL,
+	expires_at   TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX computers_name ON computers(name);
+
+CREATE TABLE runs (
+	id          TEXT PRIMARY KEY,   -- run ids sort by time
+	agent       TEXT NOT NULL,
+	status      TEXT NOT NULL,
+	summary     TEXT NOT NULL,      -- JSON RunSummary
+	result      TEXT NOT NULL DEFAULT '', -- JSON RunResult once finished
+	started_at  TEXT NOT NULL
+);
+CREATE INDEX runs_agent ON runs(agent, id);
+
+CREATE TABLE run_events (
+	run_id TEXT NOT NULL,
+	seq    INTEGER NOT NULL,
+	event  TEXT NOT NULL,           -- JSON run event
+	PRIMARY KEY (run_id, seq)
+);
+
+CREATE TABLE memory (
+	agent   TEXT NOT NULL,
+	seq     INTEGER PRIMARY KEY AUTOINCREMENT,
+	message TEXT NOT NULL           -- JSON ModelMessage
+);
+CREATE INDEX memory_agent ON memory(agent, seq);
+
+CREATE TABLE transcripts (
+	id         TEXT PRIMARY KEY,
+	source     TEXT NOT NULL,
+	title      TEXT NOT NULL DEFAULT '',
+	created_at TEXT NOT NULL,
+	body       TEXT NOT NULL        -- JSON Transcript
+);
+`,
+}
+
+type store struct {
+	db  *sql.DB
+	now func() time.Time
+}
+
+// errNotFound is returned by store lookups that find nothing; callers map it to their domain's code.
+var errNotFound = errors.New("not found")
+
+func openStore(path string, now func() time.Time) (*store, error) {
+	q := url.Values{}
+	for _, p := range []string{"journal_mode(WAL)", "busy_timeout(10000)", "foreign_keys(1)", "synchronous(NORMAL)"} {
+		q.Add("_pragma", p)
+	}
+	q.Set("_txlock", "immediate")
+	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
+	if err != nil {
+		return nil, fmt.Errorf("open database %s: %w", path, err)
+	}
+	db.SetMaxOpenConns(8)
+	st := &store{db: db, now: now}
+	if err := st.migrate(context.Background()); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return st, nil
+}
+
+func (st *store) Close() error { return st.db.Close() }
+
+func (st *store) migrate(ctx context.Context) error {
+	if _, err := st.db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+		version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)`); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	var have int
+	if err := st.db.QueryRowContext(ctx, `SELECT COALESCE(MAX(version),0) FROM schema_migrations`).Scan(&have); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	if have > len(migrations) {
+		return fmt.Errorf("database schema version %d is newer than this agentd (%d); upgrade agentd", have, len(migrations))
+	}
+	for v := have + 1; v <= len(migrations); v++ {
+		tx, err := st.db.BeginTx(ctx, nil)
+		if err != nil {
+			return fmt.Errorf("migrate to %d: %w", v, err)
+		}
+		if _, err := tx.ExecContext(ctx, migrations[v-1]); err != nil {
+			tx.Rollback()
+			return fmt.Errorf("migrate to %d: %w", v, err)
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations(version, applied_at) VALUES (?, ?)`,
+			v, timestamp(st.now())); err != nil {
+			tx.Rollback()
+			return fmt.Errorf("migrate to %d: %w", v, err)
+		}
+		if err := tx.Commit(); err != nil {
+			return fmt.Errorf("migrate to %d: %w", v, err)
+		}
+	}
+	return nil
+}
+
+// ---- agents ----
+
+type agentRow struct {
+	Name      string
+	YAML      string
+	SpecJSON  string
+	CreatedAt string
+	UpdatedAt string
+}
+
+// CreateAgent inserts a new agent; it reports false when the name is taken.
+func (st *store) CreateAgent(ctx context.Context, a agentRow) (bool, error) {
+	res, err := st.db.ExecContext(ctx, `INSERT INTO agents(name, yaml, spec, created_at, updated_at)
+		VALUES (?, ?, ?, ?, ?) ON CONFLICT(name) DO NOTHING`, a.Name, a.YAML, a.SpecJSON, a.CreatedAt, a.UpdatedAt)
+	if err != nil {
+		return false, err
+	}
+	n, _ := res.RowsAffected()
+	return n == 1, nil
+}
+
+// UpdateAgent replaces an existing agent's spec; errNotFound when there is none.
+func (st *store) UpdateAgent(ctx context.Context, a agentRow) error {
+	res, err := st.db.ExecContext(ctx, `UPDATE agents SET yaml = ?, spec = ?, updated_at = ? WHERE name = ?`,
+		a.YAML, a.SpecJSON, a.UpdatedAt, a.Name)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return errNotFound
+	}
+	return nil
+}
+
+func (st *store) GetAgent(ctx context.Context, name string) (agentRow, error) {
+	var a agentRow
+	err := st.db.QueryRowContext(ctx, `SELECT name, yaml, spec, created_at, updated_at FROM agents WHERE name = ?`, name).
+		Scan(&a.Name, &a.YAML, &a.SpecJSON, &a.CreatedAt, &a.UpdatedAt)
+	if errors.Is(err, sql.ErrNoRows) {
+		return a, errNotFound
+	}
+	return a, err
+}
+
+func (st *store) ListAgents(ctx context.Context) ([]agentRow, error) {
+	rows, err := st.db.QueryContext(ctx, `SELECT name, yaml, spec, created_at, updated_at FROM agents ORDER BY name`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []agentRow
+	for rows.Next() {
+		var a agentRow
+		if err := rows.Scan(&a.Name, &a.YAML, &a.SpecJSON, &a.CreatedAt, &a.UpdatedAt); err != nil {
+			return nil, err
+		}
+		out = append(out, a)
+	}
+	return out, rows.Err()
+}
+
+func (st *store) DeleteAgent(ctx context.Context, name string) error {
+	res, err := st.db.ExecContext(ctx, `DELETE FROM agents WHERE name = ?`, name)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return errNotFound
+	}
+	return nil
+}
+
+// RunCounts returns the number of recorded runs per agent.
+func (st *store) RunCounts(ctx context.Context) (map[string]int, error) {
+	rows, err := st.db.QueryContext(ctx, `SELECT agent, COUNT(*) FROM runs GROUP BY agent`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var name string
+		var n int
+		if err := rows.Scan(&name, &n); err != nil {
+			return nil, err
+		}
+		out[name] = n
+	}
+	return out, rows.Err()
+}
+
+// ---- computers ----
+
+// ---- runs ----
+
+// ---- memory ----
+
+// ---- transcripts ----
