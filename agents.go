@@ -6,7 +6,28 @@
 // on the `triggers` topic.
 package main
 
-import "net/http"
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+)
+
+// loadAgent reads a stored agent's spec (defaults applied); 404 E_AGENT_NOT_FOUND names a missing one.
+func (s *server) loadAgent(ctx context.Context, name string) (*AgentSpec, error) {
+	row, err := s.store.GetAgent(ctx, name)
+	if errors.Is(err, errNotFound) {
+		return nil, errorf(codeAgentNotFound, "agent %q not found", name).withHint("list agents with GET /v1/agents")
+	}
+	if err != nil {
+		return nil, err
+	}
+	var spec AgentSpec
+	if err := json.Unmarshal([]byte(row.SpecJSON), &spec); err != nil {
+		return nil, errorf(codeInternal, "stored spec of agent %q is unreadable: %v", name, err)
+	}
+	return &spec, nil
+}
 
 func (s *server) handleListAgents(w http.ResponseWriter, r *http.Request)    { notImplemented(w) }
 func (s *server) handleCreateAgent(w http.ResponseWriter, r *http.Request)   { notImplemented(w) }
