@@ -139,3 +139,9 @@ func (s *server) handleUpload(w http.ResponseWriter, r *http.Request)         { 
 func (s *server) handleDownload(w http.ResponseWriter, r *http.Request)       { notImplemented(w) }
 func (s *server) handleExposePort(w http.ResponseWriter, r *http.Request)     { notImplemented(w) }
 func (s *server) handleTerminal(w http.ResponseWriter, r *http.Request)       { notImplemented(w) }
+
+// doctor reports the computer providers, the one `auto` would select (with its reason and isolation),
+// and warnings (only a non-isolated provider available, orphaned containers).
+func (c *computerService) doctor(ctx context.Context) (providers []doctorProvider, sel doctorSelection, warnings []string) {
+	return []doctorProvider{}, doctorSelection{}, nil
+}

