@@ -10,6 +10,7 @@ package main
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
@@ -237,6 +238,207 @@ func (st *store) RunCounts(ctx context.Context) (map[string]int, error) {
 
 // ---- runs ----
 
+// runWrite is one write of the run recorder: an event (Event set), or a run row (Summary set; Result set
+// once the run finished). The recorder applies many in one transaction.
+type runWrite struct {
+	RunID   string
+	Seq     int
+	Event   []byte // JSON run event
+	Agent   string
+	Status  string
+	Summary []byte // JSON RunSummary
+	Result  []byte // JSON RunResult, when finished
+	Started string
+}
+
+// WriteRunBatch applies writes in order in one transaction.
+func (st *store) WriteRunBatch(ctx context.Context, ws []runWrite) error {
+	tx, err := st.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	var evStmt, runStmt *sql.Stmt
+	for _, w := range ws {
+		if w.Event != nil {
+			if evStmt == nil {
+				if evStmt, err = tx.PrepareContext(ctx, `INSERT OR REPLACE INTO run_events(run_id, seq, event) VALUES (?, ?, ?)`); err != nil {
+					return err
+				}
+				defer evStmt.Close()
+			}
+			if _, err := evStmt.ExecContext(ctx, w.RunID, w.Seq, w.Event); err != nil {
+				return err
+			}
+			continue
+		}
+		if runStmt == nil {
+			if runStmt, err = tx.PrepareContext(ctx, `INSERT INTO runs(id, agent, status, summary, result, started_at)
+				VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET status = excluded.status,
+				summary = excluded.summary, result = excluded.result`); err != nil {
+				return err
+			}
+			defer runStmt.Close()
+		}
+		if _, err := runStmt.ExecContext(ctx, w.RunID, w.Agent, w.Status, w.Summary, string(w.Result), w.Started); err != nil {
+			return err
+		}
+	}
+	return tx.Commit()
+}
+
+// ListRuns pages runs newest first. before is the rowid bound of the previous page (0: from the newest);
+// next is the bound of the following page, 0 when there is none.
+func (st *store) ListRuns(ctx context.Context, agent string, limit int, before int64) (sums []json.RawMessage, next int64, err error) {
+	q := `SELECT rowid, summary FROM runs WHERE 1=1`
+	var args []any
+	if agent != "" {
+		q += ` AND agent = ?`
+		args = append(args, agent)
+	}
+	if before > 0 {
+		q += ` AND rowid < ?`
+		args = append(args, before)
+	}
+	q += ` ORDER BY rowid DESC LIMIT ?`
+	args = append(args, limit+1)
+	rows, err := st.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer rows.Close()
+	var last int64
+	for rows.Next() {
+		var rowid int64
+		var sum string
+		if err := rows.Scan(&rowid, &sum); err != nil {
+			return nil, 0, err
+		}
+		if len(sums) == limit {
+			next = last
+			break
+		}
+		sums = append(sums, json.RawMessage(sum))
+		last = rowid
+	}
+	return sums, next, rows.Err()
+}
+
+// GetRun returns a run's status, summary and result (empty while in flight).
+func (st *store) GetRun(ctx context.Context, id string) (status string, summary, result []byte, err error) {
+	var res string
+	err = st.db.QueryRowContext(ctx, `SELECT status, summary, result FROM runs WHERE id = ?`, id).Scan(&status, &summary, &res)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", nil, nil, errNotFound
+	}
+	return status, summary, []byte(res), err
+}
+
+// RunEvents returns a run's stored events in order.
+func (st *store) RunEvents(ctx context.Context, id string) ([]json.RawMessage, error) {
+	rows, err := st.db.QueryContext(ctx, `SELECT event FROM run_events WHERE run_id = ? ORDER BY seq`, id)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []json.RawMessage{}
+	for rows.Next() {
+		var ev string
+		if err := rows.Scan(&ev); err != nil {
+			return nil, err
+		}
+		out = append(out, json.RawMessage(ev))
+	}
+	return out, rows.Err()
+}
+
+// DeleteRun removes a run and its events; errNotFound when there is none.
+func (st *store) DeleteRun(ctx context.Context, id string) error {
+	tx, err := st.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	res, err := tx.ExecContext(ctx, `DELETE FROM runs WHERE id = ?`, id)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return errNotFound
+	}
+	if _, err := tx.ExecContext(ctx, `DELETE FROM run_events WHERE run_id = ?`, id); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// RunningRuns returns the summaries of runs recorded as in flight (used at start to mark them aborted).
+func (st *store) RunningRuns(ctx context.Context) (map[string][]byte, error) {
+	rows, err := st.db.QueryContext(ctx, `SELECT id, summary FROM runs WHERE status = 'running'`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string][]byte{}
+	for rows.Next() {
+		var id, sum string
+		if err := rows.Scan(&id, &sum); err != nil {
+			return nil, err
+		}
+		out[id] = []byte(sum)
+	}
+	return out, rows.Err()
+}
+
+// NextRunEventSeq returns one past the highest stored event seq of a run.
+func (st *store) NextRunEventSeq(ctx context.Context, id string) (int, error) {
+	var n int
+	err := st.db.QueryRowContext(ctx, `SELECT COALESCE(MAX(seq), 0) + 1 FROM run_events WHERE run_id = ?`, id).Scan(&n)
+	return n, err
+}
+
 // ---- memory ----
+
+// LoadMemory returns the last max messages remembered for an agent, oldest first.
+func (st *store) LoadMemory(ctx context.Context, agent string, max int) ([]ModelMessage, error) {
+	rows, err := st.db.QueryContext(ctx, `SELECT message FROM (SELECT seq, message FROM memory WHERE agent = ?
+		ORDER BY seq DESC LIMIT ?) ORDER BY seq`, agent, max)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []ModelMessage
+	for rows.Next() {
+		var raw string
+		if err := rows.Scan(&raw); err != nil {
+			return nil, err
+		}
+		msg, err := parseMessage([]byte(raw))
+		if err != nil {
+			continue
+		}
+		out = append(out, msg)
+	}
+	return out, rows.Err()
+}
+
+// AppendMemory stores messages for an agent in one transaction.
+func (st *store) AppendMemory(ctx context.Context, agent string, msgs []ModelMessage) error {
+	tx, err := st.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	for _, m := range msgs {
+		b, err := json.Marshal(m)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO memory(agent, message) VALUES (?, ?)`, agent, string(b)); err != nil {
+			return err
+		}
+	}
+	return tx.Commit()
+}
 
 // ---- transcripts ----

@@ -1,0 +1,218 @@
+// guard.go — the run guardrails: secret redaction, the dangerous-tool list, and the approval-mode rules.
+//
+// Entry points: newRedactor(getenv) → redactor.redact(text) for whole strings and newStreamRedactor for
+// chunked output (tool_delta), isDangerous(tool), effectiveApprovalMode(spec, body).
+// Rules (DESIGN §6): when redactSecrets is on, provider API keys, GitHub/Slack/npm/AWS key ids, bearer and
+// basic authorization values and PEM private keys are replaced in tool results, tool deltas, tool
+// arguments shown in events, warnings and errors; the model's own text is never altered. Streams are
+// redacted a line at a time so a secret split across two chunks is still caught.
+package main
+
+import (
+	"regexp"
+	"slices"
+	"strings"
+)
+
+const redactedMark = "[REDACTED]"
+
+// secretPatterns match credentials by shape. Group 1, when present, is a prefix that is kept.
+var secretPatterns = []*regexp.Regexp{
+	regexp.MustCompile(`sk-ant-[A-Za-z0-9_\-]{16,}`),                              // Anthropic
+	regexp.MustCompile(`sk-(?:proj-|svcacct-|admin-|or-v1-)?[A-Za-z0-9_\-]{20,}`), // OpenAI, OpenRouter, DeepSeek
+	regexp.MustCompile(`AIza[0-9A-Za-z_\-]{35}`),                                  // Google
+	regexp.MustCompile(`gsk_[A-Za-z0-9]{20,}`),                                    // Groq
+	regexp.MustCompile(`xai-[A-Za-z0-9]{20,}`),                                    // xAI
+	regexp.MustCompile(`csk-[A-Za-z0-9]{20,}`),                                    // Cerebras
+	regexp.MustCompile(`gh[pousr]_[A-Za-z0-9]{30,}`),                              // GitHub tokens
+	regexp.MustCompile(`github_pat_[A-Za-z0-9_]{22,}`),                            // GitHub fine-grained
+	regexp.MustCompile(`xox[abposr]-[A-Za-z0-9\-]{10,}`),                          // Slack
+	regexp.MustCompile(`npm_[A-Za-z0-9]{36}`),                                     // npm
+	regexp.MustCompile(`\b(?:AKIA|ASIA)[0-9A-Z]{16}\b`),                           // AWS access key ids
+	regexp.MustCompile(`(?i)(\bbearer\s+)[A-Za-z0-9._~+/\-]{8,}=*`),               // bearer values
+	regexp.MustCompile(`(?i)(\bbasic\s+)[A-Za-z0-9+/]{8,}=*`),                     // basic auth values
+}
+
+// urlPassword matches the password of a user:password@host URL; the user and the @ are kept.
+var urlPassword = regexp.MustCompile(`(://[^/\s:@]+:)[^/\s@]{3,}@`)
+
+var (
+	pemBlock = regexp.MustCompile(`-----BEGIN[A-Z ]*PRIVATE KEY-----[\s\S]*?(?:-----END[A-Z ]*PRIVATE KEY-----|\z)`)
+	pemBegin = regexp.MustCompile(`-----BEGIN[A-Z ]*PRIVATE KEY-----`)
+	pemEnd   = regexp.MustCompile(`-----END[A-Z ]*PRIVATE KEY-----`)
+)
+
+// secretEnvKeys are the environment variables whose exact values are redacted even when their shape is
+// unusual (a self-hosted gateway key, say).
+var secretEnvKeys = []string{
+	"ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY", "GROQ_API_KEY",
+	"DEEPSEEK_API_KEY", "CEREBRAS_API_KEY", "MISTRAL_API_KEY", "TOGETHER_API_KEY", "OPENROUTER_API_KEY",
+	"BRAVE_API_KEY", "AGENT_TOKEN", "GITHUB_TOKEN", "AWS_SECRET_ACCESS_KEY",
+}
+
+// redactor replaces secrets in text. A nil *redactor (redaction off) returns text unchanged.
+type redactor struct {
+	literals []string // exact secret values known from the environment, longest first
+}
+
+func newRedactor(getenv func(string) string) *redactor {
+	r := &redactor{}
+	if getenv != nil {
+		for _, k := range secretEnvKeys {
+			if v := strings.TrimSpace(getenv(k)); len(v) >= 8 {
+				r.literals = append(r.literals, v)
+			}
+		}
+	}
+	slices.SortFunc(r.literals, func(a, b string) int { return len(b) - len(a) })
+	return r
+}
+
+// redact returns s with every recognised secret replaced by [REDACTED].
+func (r *redactor) redact(s string) string {
+	if r == nil || s == "" {
+		return s
+	}
+	for _, lit := range r.literals {
+		if strings.Contains(s, lit) {
+			s = strings.ReplaceAll(s, lit, redactedMark)
+		}
+	}
+	if strings.Contains(s, "PRIVATE KEY-----") {
+		s = pemBlock.ReplaceAllString(s, redactedMark)
+	}
+	for _, re := range secretPatterns {
+		if re.NumSubexp() > 0 {
+			s = re.ReplaceAllString(s, "${1}"+redactedMark)
+			continue
+		}
+		s = re.ReplaceAllString(s, redactedMark)
+	}
+	if strings.Contains(s, "://") {
+		s = urlPassword.ReplaceAllString(s, "${1}"+redactedMark+"@")
+	}
+	return s
+}
+
+// redactArgs returns a copy of tool arguments with every string value redacted (for events).
+func (r *redactor) redactArgs(args map[string]any) map[string]any {
+	if r == nil || args == nil {
+		return args
+	}
+	out := make(map[string]any, len(args))
+	for k, v := range args {
+		out[k] = r.redactValue(v)
+	}
+	return out
+}
+
+func (r *redactor) redactValue(v any) any {
+	switch x := v.(type) {
+	case string:
+		return r.redact(x)
+	case map[string]any:
+		return r.redactArgs(x)
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = r.redactValue(e)
+		}
+		return out
+	}
+	return v
+}
+
+// streamRedactor redacts chunked output a line at a time, so secrets split across chunks are caught,
+// and hides every line inside a PEM private key block. Not safe for concurrent use.
+type streamRedactor struct {
+	r      *redactor
+	buf    strings.Builder
+	inPEM  bool
+	maxBuf int
+}
+
+func newStreamRedactor(r *redactor) *streamRedactor { return &streamRedactor{r: r, maxBuf: 8 << 10} }
+
+// write takes a chunk and returns the redacted complete lines it can release now.
+func (s *streamRedactor) write(chunk string) string {
+	if s.r == nil {
+		return chunk
+	}
+	s.buf.WriteString(chunk)
+	text := s.buf.String()
+	cut := strings.LastIndexByte(text, '\n')
+	if cut < 0 {
+		if len(text) < s.maxBuf {
+			return ""
+		}
+		cut = len(text) - 1 // a very long line: release it rather than hold output forever
+	}
+	ready, rest := text[:cut+1], text[cut+1:]
+	s.buf.Reset()
+	s.buf.WriteString(rest)
+	return s.lines(ready)
+}
+
+// flush releases whatever is buffered.
+func (s *streamRedactor) flush() string {
+	if s.r == nil {
+		return ""
+	}
+	text := s.buf.String()
+	s.buf.Reset()
+	return s.lines(text)
+}
+
+func (s *streamRedactor) lines(text string) string {
+	if text == "" {
+		return ""
+	}
+	var out strings.Builder
+	for _, line := range strings.SplitAfter(text, "\n") {
+		if line == "" {
+			continue
+		}
+		switch {
+		case s.inPEM:
+			if pemEnd.MatchString(line) {
+				s.inPEM = false
+			}
+			continue
+		case pemBegin.MatchString(line) && !pemEnd.MatchString(line):
+			s.inPEM = true
+			out.WriteString(redactedMark + "\n")
+			continue
+		}
+		out.WriteString(s.r.redact(line))
+	}
+	return out.String()
+}
+
+// dangerousTools need approval in `ask` mode and are refused in `readonly` (DESIGN §6).
+var dangerousTools = []string{"shell", "expose_port", "write_file", "edit_file", "move", "delete", "http_request"}
+
+// safeTools are known not to change anything. Anything that is in neither list is treated as dangerous:
+// approvals fail closed.
+var safeTools = []string{"read_file", "list_dir", "search_files", "computer_info", "fetch_url", "web_search"}
+
+func isDangerous(tool string) bool {
+	return slices.Contains(dangerousTools, tool) || !slices.Contains(safeTools, tool)
+}
+
+// approvalStrictness orders the modes; a run body may tighten the spec's mode, never loosen it.
+var approvalStrictness = map[string]int{"auto": 0, "ask": 1, "readonly": 2}
+
+// effectiveApprovalMode is the stricter of the spec's mode and the body's request, and reports whether
+// the body asked for a looser mode (which is ignored).
+func effectiveApprovalMode(spec, body string) (mode string, loosened bool) {
+	if _, ok := approvalStrictness[spec]; !ok {
+		spec = "ask" // unknown stored value: fail closed
+	}
+	if body == "" {
+		return spec, false
+	}
+	if approvalStrictness[body] > approvalStrictness[spec] {
+		return body, false
+	}
+	return spec, approvalStrictness[body] < approvalStrictness[spec]
+}

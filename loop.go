@@ -1,0 +1,706 @@
+// loop.go — the agent loop: one run from its first model call to its stop reason.
+//
+// Entry point: activeRun.run (started by runService.start in its own goroutine).
+// Rules (API.md run state table, DESIGN §6): the system prompt is the persona with {{var}} filled from
+// vars (unknown placeholders left as they are), then knowledge under `## Reference` as `### <title>`
+// blocks, then the `refuse` items as an out-of-scope section; examples become few-shot turns, then memory,
+// then `history`, then `input`. One model call per step (fallbackModels honoured by the router). Before
+// every model call the ceilings are checked in the order steps, time, cost, tokens. Tool calls of one turn
+// run at most 4 at once and their results keep the model's order. A call repeated with identical
+// arguments 3 times gets a nudge, 5 times ends the run with `loop`. The wall-clock timeout aborts a step
+// in flight; partial results are kept. Every event is persisted and streamed as it happens.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+)
+
+const (
+	maxParallelTools = 4
+	nudgeAfter       = 3
+	loopAfter        = 5
+	stepOutputTokens = 8192 // output allowance asked per step (bounded by the tokens left)
+	previewChars     = 200
+)
+
+// activeRun is one run in flight.
+type activeRun struct {
+	rs        *runService
+	id        string
+	agent     string
+	spec      *AgentSpec
+	p         *runParams
+	lim       Limits
+	red       *redactor // nil when redactSecrets is off
+	tools     []string  // the tools this run offers, in a stable order
+	defs      []ToolDef
+	startedAt time.Time
+
+	ctx       context.Context
+	cancel    context.CancelCauseFunc
+	stopTimer context.CancelFunc
+	done      chan struct{}
+	result    *RunResult // set before done is closed
+
+	emitMu sync.Mutex
+	seq    int
+	sink   func(runEvent, []byte)
+
+	mu       sync.Mutex // the summary's moving parts
+	model    string
+	steps    int
+	usage    Usage
+	lastText string
+
+	compMu     sync.Mutex
+	computerID string
+}
+
+func newActiveRun(rs *runService, spec *AgentSpec, p *runParams, sink func(runEvent, []byte)) *activeRun {
+	now := rs.now()
+	ar := &activeRun{
+		rs: rs, id: newRunID(now), agent: spec.Name, spec: spec, p: p, lim: effectiveLimits(spec.Limits),
+		startedAt: now, done: make(chan struct{}), sink: sink,
+	}
+	ar.model = firstNonEmpty(p.Model, spec.Model, "auto")
+	if spec.Guardrails.RedactSecrets {
+		ar.red = newRedactor(rs.getenv)
+	}
+	ar.tools = resolveTools(spec, rs.getenv)
+	for _, name := range ar.tools {
+		ar.defs = append(ar.defs, rs.tools[name].def)
+	}
+	ctx, cancel := context.WithCancelCause(rs.ctx)
+	ar.ctx, ar.stopTimer = context.WithTimeoutCause(ctx, time.Duration(ar.lim.TimeoutSec)*time.Second, errRunTimeout)
+	ar.cancel = cancel
+	return ar
+}
+
+// wait blocks until the run ended and returns its result.
+func (ar *activeRun) wait() *RunResult {
+	<-ar.done
+	return ar.result
+}
+
+// emit persists an event and hands it to the stream, in one order for both.
+func (ar *activeRun) emit(ev runEvent) {
+	ar.emitMu.Lock()
+	defer ar.emitMu.Unlock()
+	ar.seq++
+	b, err := json.Marshal(ev)
+	if err != nil {
+		b, _ = json.Marshal(runEvent{Type: "warning", Message: "an event could not be encoded: " + err.Error()})
+	}
+	ar.rs.rec.write(runWrite{RunID: ar.id, Seq: ar.seq, Event: b})
+	if ar.sink != nil {
+		ar.sink(ev, b)
+	}
+}
+
+func (ar *activeRun) warn(code, msg string) {
+	ar.emit(runEvent{Type: "warning", Message: ar.red.redact(msg), Code: code})
+}
+
+func (ar *activeRun) summary() RunSummary {
+	ar.mu.Lock()
+	defer ar.mu.Unlock()
+	return RunSummary{RunID: ar.id, Agent: ar.agent, Model: ar.model, Status: "running",
+		StartedAt: timestamp(ar.startedAt), Steps: ar.steps, CostUSD: ar.usage.CostUSD,
+		InputTokens: ar.usage.InputTokens, OutputTokens: ar.usage.OutputTokens, Trigger: ar.p.Trigger}
+}
+
+func (ar *activeRun) recordSummary() {
+	sum := ar.summary()
+	b, _ := json.Marshal(sum)
+	ar.rs.rec.write(runWrite{RunID: ar.id, Agent: ar.agent, Status: sum.Status, Summary: b, Started: sum.StartedAt})
+}
+
+// run drives the loop and records the end. It always closes done.
+func (ar *activeRun) run() {
+	defer close(ar.done)
+	ar.emit(runEvent{Type: "run_start", RunID: ar.id, Agent: ar.agent, Model: ar.model})
+	for _, w := range ar.p.Warnings {
+		ar.warn("clamped", w)
+	}
+
+	st := &loopState{}
+	stop, apiErr := ar.loop(st)
+	ar.cancel(nil) // run end: pending approvals are denied, in-flight work released
+	ar.stopTimer()
+
+	ar.mu.Lock()
+	res := &RunResult{RunID: ar.id, Agent: ar.agent, Model: ar.model, Text: ar.lastText, Messages: st.own(),
+		Steps: ar.steps, Usage: ar.usage, DurationMS: ar.rs.now().Sub(ar.startedAt).Milliseconds(),
+		StopReason: stop, Error: apiErr}
+	ar.mu.Unlock()
+	if res.Text == "" && st.partial != "" {
+		res.Text = st.partial
+	}
+	if res.Error != nil {
+		res.Error = &apiError{Code: res.Error.Code, Message: ar.red.redact(res.Error.Message),
+			Hint: res.Error.Hint, Details: res.Error.Details}
+	}
+	if err := ar.rs.memory.append(context.Background(), ar.agent, ar.spec.Memory, st.remember()); err != nil {
+		ar.warn("memory", "memory could not be saved: "+err.Error())
+	}
+	ar.result = res
+	ar.emit(runEvent{Type: "run_end", Result: res})
+
+	sum := ar.summary()
+	sum.Status, sum.Error = stop, res.Error
+	sum.FinishedAt = timestamp(ar.rs.now())
+	d := res.DurationMS
+	sum.DurationMS = &d
+	sum.Preview = preview(res.Text)
+	sb, _ := json.Marshal(sum)
+	rb, _ := json.Marshal(res)
+	ar.rs.rec.sync(runWrite{RunID: ar.id, Agent: ar.agent, Status: stop, Summary: sb, Result: rb, Started: sum.StartedAt})
+	ar.rs.releaseComputer(ar)
+	ar.rs.finished(ar)
+	if ar.rs.hub != nil {
+		ar.rs.hub.publish("runs", "run_finished", sum)
+	}
+}
+
+func preview(s string) string {
+	s = strings.TrimSpace(s)
+	if r := []rune(s); len(r) > previewChars {
+		return string(r[:previewChars]) + "…"
+	}
+	return s
+}
+
+// loopState is the conversation of one run.
+type loopState struct {
+	prefix   []ModelMessage // examples (few-shot), never windowed or remembered
+	convo    []ModelMessage // memory + history + input + this run's messages
+	ownFrom  int            // convo index where this run's input starts
+	memFrom  int            // convo index where the body's history starts (memory is before it)
+	partial  string         // text streamed by a call that was cut short
+	repeats  map[string]int
+	summary  string // memory window summary, for summaryAt
+	sumAt    int
+	sumTried bool
+}
+
+// own is the run's messages: its input and what it produced.
+func (st *loopState) own() []ModelMessage {
+	out := append([]ModelMessage{}, st.convo[st.ownFrom:]...)
+	return out
+}
+
+// remember is what memory keeps of this run: the body's history is the caller's, not the agent's
+// memory, so only the input and what the run produced are stored.
+func (st *loopState) remember() []ModelMessage { return st.convo[st.ownFrom:] }
+
+var placeholder = regexp.MustCompile(`\{\{\s*([A-Za-z0-9_.\-]+)\s*\}\}`)
+
+// fillVars replaces {{name}} from vars; unknown placeholders are left as they are.
+func fillVars(s string, vars map[string]string) string {
+	if len(vars) == 0 || !strings.Contains(s, "{{") {
+		return s
+	}
+	return placeholder.ReplaceAllStringFunc(s, func(m string) string {
+		name := placeholder.FindStringSubmatch(m)[1]
+		if v, ok := vars[name]; ok {
+			return v
+		}
+		return m
+	})
+}
+
+// systemPrompt builds persona, reference knowledge and the out-of-scope list.
+func systemPrompt(spec *AgentSpec, vars map[string]string) string {
+	var b strings.Builder
+	b.WriteString(fillVars(spec.Persona, vars))
+	if len(spec.Knowledge) > 0 {
+		if b.Len() > 0 {
+			b.WriteString("\n\n")
+		}
+		b.WriteString("## Reference")
+		for _, k := range spec.Knowledge {
+			fmt.Fprintf(&b, "\n\n### %s\n%s", k.Title, k.Content)
+		}
+	}
+	if len(spec.Guardrails.Refuse) > 0 {
+		if b.Len() > 0 {
+			b.WriteString("\n\n")
+		}
+		b.WriteString("## Out of scope\nPolitely refuse requests about the following, and say they are out of scope:")
+		for _, r := range spec.Guardrails.Refuse {
+			fmt.Fprintf(&b, "\n- %s", r)
+		}
+	}
+	return b.String()
+}
+
+func (ar *activeRun) setup(st *loopState) error {
+	for _, ex := range ar.spec.Examples {
+		st.prefix = append(st.prefix, textMessage("user", ex.User), textMessage("assistant", ex.Assistant))
+	}
+	mem, err := ar.rs.memory.load(ar.ctx, ar.agent, ar.spec.Memory)
+	if err != nil {
+		ar.warn("memory", "memory could not be loaded: "+err.Error())
+	}
+	st.convo = append(st.convo, mem...)
+	st.memFrom = len(st.convo)
+	st.convo = append(st.convo, ar.p.History...)
+	st.ownFrom = len(st.convo)
+	st.convo = append(st.convo, ar.p.Input...)
+	st.repeats = map[string]int{}
+	return nil
+}
+
+// stopCause maps the run context's cause to a stop reason and its error.
+func (ar *activeRun) stopCause() (string, *apiError) {
+	cause := context.Cause(ar.ctx)
+	if errors.Is(cause, errRunTimeout) || errors.Is(cause, context.DeadlineExceeded) {
+		return "timeout", errorf(codeAborted, "the run reached its timeoutSec of %d s", ar.lim.TimeoutSec).
+			withHint("raise limits.timeoutSec in the agent spec")
+	}
+	msg := "the run was aborted"
+	if cause != nil {
+		msg = cause.Error()
+	}
+	return "aborted", errorf(codeAborted, "%s", msg).withHint("partial results are kept in the run record")
+}
+
+func (ar *activeRun) loop(st *loopState) (string, *apiError) {
+	if err := ar.setup(st); err != nil {
+		return "error", asAPIError(err)
+	}
+	system := systemPrompt(ar.spec, ar.p.Vars)
+	for step := 0; ; step++ {
+		if ar.ctx.Err() != nil {
+			return ar.stopCause()
+		}
+		// Ceilings, in the contract's order: steps, time, cost, tokens.
+		if step >= ar.p.MaxSteps {
+			return "step_limit", nil
+		}
+		if ar.rs.now().Sub(ar.startedAt) >= time.Duration(ar.lim.TimeoutSec)*time.Second {
+			ar.cancel(errRunTimeout)
+			return ar.stopCause()
+		}
+		ar.mu.Lock()
+		used, spent := ar.usage.InputTokens+ar.usage.OutputTokens, ar.usage.CostUSD
+		ar.mu.Unlock()
+		req := ChatRequest{Model: ar.model, System: system, Tools: ar.defs, Temperature: ar.spec.Temperature,
+			MaxTokens: min(stepOutputTokens, max(ar.lim.MaxTokens-used, 1))}
+		req.Messages = append(append([]ModelMessage{}, st.prefix...), ar.window(st)...)
+		if ar.ctx.Err() != nil {
+			return ar.stopCause()
+		}
+		_, est, err := ar.rs.models.EstimateCost(req)
+		if err != nil {
+			if ae := asAPIError(err); ae.Code == codeBudgetExceeded {
+				return "budget", ae
+			}
+			return "error", ar.redactErr(err)
+		}
+		if spent+est > ar.p.MaxCostUSD+1e-12 {
+			return "budget", errorf(codeBudgetExceeded, "the next model call (estimated $%.6f) would take the run's cost from $%.6f past its ceiling of $%.6f", est, spent, ar.p.MaxCostUSD).
+				withHint("raise limits.maxCostUsd in the agent spec, or use a cheaper model").
+				withDetail("estimateUsd", est).withDetail("spentUsd", spent).withDetail("ceilingUsd", ar.p.MaxCostUSD)
+		}
+		if used >= ar.lim.MaxTokens {
+			return "budget", errorf(codeBudgetExceeded, "the run used %d tokens, its ceiling is %d", used, ar.lim.MaxTokens).
+				withHint("raise limits.maxTokens in the agent spec").
+				withDetail("tokens", used).withDetail("maxTokens", ar.lim.MaxTokens)
+		}
+
+		ar.emit(runEvent{Type: "step_start", Step: step + 1})
+		resp, err := ar.call(st, req, ar.p.MaxCostUSD-spent)
+		if err != nil {
+			if ar.ctx.Err() != nil {
+				return ar.stopCause()
+			}
+			ae := asAPIError(err)
+			if ae.Code == codeBudgetExceeded {
+				return "budget", ae
+			}
+			return "error", ar.redactErr(ae)
+		}
+		st.partial = ""
+		ar.mu.Lock()
+		ar.steps = step + 1
+		if resp.Model != "" {
+			ar.model = resp.Model
+		}
+		addUsage(&ar.usage, resp.Usage)
+		cum := ar.usage
+		if resp.Text != "" || len(resp.ToolCalls) == 0 {
+			ar.lastText = resp.Text
+		}
+		ar.mu.Unlock()
+		u := resp.Usage
+		ar.emit(runEvent{Type: "usage", Usage: &u, Cumulative: &cum})
+
+		calls := resp.ToolCalls
+		for i := range calls {
+			calls[i].Type = "tool_call"
+			if calls[i].ID == "" {
+				calls[i].ID = fmt.Sprintf("call_%d_%d", step+1, i+1)
+			}
+			if calls[i].Args == nil {
+				calls[i].Args = map[string]any{}
+			}
+		}
+		msg := ModelMessage{Role: "assistant"}
+		if resp.Thinking != "" {
+			msg.Content = append(msg.Content, ContentPart{Type: "thinking", Text: resp.Thinking})
+		}
+		if resp.Text != "" {
+			msg.Content = append(msg.Content, ContentPart{Type: "text", Text: resp.Text})
+		}
+		for _, c := range calls {
+			msg.Content = append(msg.Content, ContentPart{Type: "tool_call", ID: c.ID, Name: c.Name, Args: c.Args})
+		}
+		if len(msg.Content) == 0 {
+			msg.Content = []ContentPart{{Type: "text", Text: ""}}
+		}
+		st.convo = append(st.convo, msg)
+		ar.emit(runEvent{Type: "message", Message: ar.shownMessage(msg)})
+		if len(calls) == 0 {
+			return "complete", nil
+		}
+
+		// Repetition guard: counted before running, so the fifth identical call never runs.
+		nudges := make([]bool, len(calls))
+		looped := false
+		for i, c := range calls {
+			k := callKey(c)
+			st.repeats[k]++
+			switch n := st.repeats[k]; {
+			case n >= loopAfter:
+				looped = true
+			case n >= nudgeAfter:
+				nudges[i] = true
+			}
+		}
+		if looped {
+			for _, c := range calls {
+				st.convo = append(st.convo, toolResultMessage(c.ID, "not run: the same call was repeated too many times", true))
+			}
+			ar.warn("loop", "a tool call was repeated with identical arguments 5 times; the run stops")
+			return "loop", nil
+		}
+
+		results := ar.runTools(calls)
+		for i, r := range results {
+			if nudges[i] {
+				r.output += fmt.Sprintf("\n\n[note: you have called %s with these exact arguments %d times; the result will not change — try a different approach or finish]", calls[i].Name, st.repeats[callKey(calls[i])])
+			}
+			m := toolResultMessage(calls[i].ID, r.output, r.isError)
+			st.convo = append(st.convo, m)
+		}
+		if ar.ctx.Err() != nil {
+			return ar.stopCause()
+		}
+	}
+}
+
+func (ar *activeRun) redactErr(err error) *apiError {
+	ae := asAPIError(err)
+	return &apiError{Code: ae.Code, Message: ar.red.redact(ae.Message), Hint: ae.Hint, Details: ae.Details}
+}
+
+// call makes one model call, streaming text and thinking as run events.
+func (ar *activeRun) call(st *loopState, req ChatRequest, remaining float64) (*ChatResponse, error) {
+	var partial strings.Builder
+	emit := func(ev StreamEvent) {
+		switch ev.Type {
+		case "text_delta":
+			partial.WriteString(ev.Text)
+			ar.emit(runEvent{Type: "text_delta", Text: ev.Text})
+		case "thinking_delta":
+			ar.emit(runEvent{Type: "thinking_delta", Text: ev.Text})
+		case "warning":
+			ar.emit(runEvent{Type: "warning", Message: ar.red.redact(ev.Message), Code: ev.Code})
+		}
+	}
+	resp, err := ar.rs.models.Stream(ar.ctx, req, chatOptions{Fallbacks: ar.spec.FallbackModels, MaxCostUSD: max(remaining, 0)}, emit)
+	if err != nil {
+		st.partial = partial.String()
+		return nil, err
+	}
+	if resp == nil {
+		return nil, errorf(codeModelError, "the model router returned no answer")
+	}
+	return resp, nil
+}
+
+// window trims the conversation when memory is on (DESIGN §6), summarising the middle when asked to.
+func (ar *activeRun) window(st *loopState) []ModelMessage {
+	mem := ar.spec.Memory
+	if !mem.Enabled {
+		return st.convo
+	}
+	turns := mem.WindowTurns
+	if turns <= 0 {
+		turns = 20
+	}
+	firstEnd, keepFrom, ok := windowCut(st.convo, turns)
+	if !ok {
+		return st.convo
+	}
+	if mem.Summarise && (st.sumAt != keepFrom || !st.sumTried) {
+		st.sumTried, st.sumAt, st.summary = true, keepFrom, ar.summarise(st.convo[firstEnd:keepFrom])
+	}
+	summary := ""
+	if mem.Summarise && st.sumAt == keepFrom {
+		summary = st.summary
+	}
+	return windowMessages(st.convo, turns, summary)
+}
+
+// summarise asks the model for a short summary of the dropped middle; "" (a marker) on any failure.
+func (ar *activeRun) summarise(middle []ModelMessage) string {
+	req := ChatRequest{Model: ar.model, MaxTokens: 1024,
+		System:   "Summarise the conversation below in a few short paragraphs. Keep facts, decisions, names, file paths and open tasks. Write only the summary.",
+		Messages: []ModelMessage{textMessage("user", transcriptText(middle, 200<<10))}}
+	ar.mu.Lock()
+	spent := ar.usage.CostUSD
+	ar.mu.Unlock()
+	if _, est, err := ar.rs.models.EstimateCost(req); err != nil || spent+est > ar.p.MaxCostUSD {
+		return ""
+	}
+	resp, err := ar.rs.models.Stream(ar.ctx, req, chatOptions{Fallbacks: ar.spec.FallbackModels, MaxCostUSD: max(ar.p.MaxCostUSD-spent, 0)}, nil)
+	if err != nil || resp == nil {
+		return ""
+	}
+	ar.mu.Lock()
+	addUsage(&ar.usage, resp.Usage)
+	ar.mu.Unlock()
+	return strings.TrimSpace(resp.Text)
+}
+
+func addUsage(to *Usage, u Usage) {
+	to.InputTokens += u.InputTokens
+	to.OutputTokens += u.OutputTokens
+	to.CacheReadTokens += u.CacheReadTokens
+	to.CacheWriteTokens += u.CacheWriteTokens
+	to.CostUSD += u.CostUSD
+}
+
+// callKey identifies a call by name and canonical arguments (encoding/json sorts map keys).
+func callKey(c ToolCall) string {
+	b, _ := json.Marshal(c.Args)
+	return c.Name + "\x00" + string(b)
+}
+
+func toolResultMessage(callID, content string, isError bool) ModelMessage {
+	return ModelMessage{Role: "tool", Content: []ContentPart{{Type: "tool_result", ToolCallID: callID, Content: content, IsError: isError}}}
+}
+
+// shownMessage is a message as events show it: tool arguments redacted, the model's text untouched.
+func (ar *activeRun) shownMessage(m ModelMessage) ModelMessage {
+	if ar.red == nil {
+		return m
+	}
+	out := ModelMessage{Role: m.Role, Content: make([]ContentPart, len(m.Content))}
+	for i, p := range m.Content {
+		if p.Type == "tool_call" {
+			p.Args = ar.red.redactArgs(p.Args)
+		}
+		out.Content[i] = p
+	}
+	return out
+}
+
+type toolOutcome struct {
+	output  string
+	isError bool
+}
+
+// runTools runs one turn's calls, at most maxParallelTools at once; results keep the model's order.
+func (ar *activeRun) runTools(calls []ToolCall) []toolOutcome {
+	out := make([]toolOutcome, len(calls))
+	if len(calls) == 1 {
+		out[0] = ar.runTool(calls[0])
+		return out
+	}
+	sem := make(chan struct{}, maxParallelTools)
+	var wg sync.WaitGroup
+	for i, c := range calls {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			out[i] = ar.runTool(c)
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+// runTool runs one call through the guardrails: unknown tool, readonly, approval, then the tool itself.
+// The output is bounded by maxOutputBytes and then redacted, both for the model and for the events.
+func (ar *activeRun) runTool(c ToolCall) (res toolOutcome) {
+	shown := ToolCall{Type: "tool_call", ID: c.ID, Name: c.Name, Args: ar.red.redactArgs(c.Args)}
+	ar.emit(runEvent{Type: "tool_start", Call: &shown})
+	t0 := time.Now()
+	defer func() {
+		if v := recover(); v != nil {
+			res = toolOutcome{output: fmt.Sprintf("E_INTERNAL: tool %s failed unexpectedly: %v", c.Name, v), isError: true}
+		}
+		res.output = ar.red.redact(boundOutput(res.output, ar.lim.MaxOutputBytes))
+		d := time.Since(t0).Milliseconds()
+		ar.emit(runEvent{Type: "tool_end", Call: &shown, Output: &res.output, IsError: &res.isError, DurationMS: &d})
+	}()
+
+	impl, ok := ar.rs.tools[c.Name]
+	if !ok || !containsString(ar.tools, c.Name) {
+		return toolOutcome{output: fmt.Sprintf("E_TOOL_ERROR: there is no tool named %q; available tools: %s", c.Name, strings.Join(ar.tools, ", ")), isError: true}
+	}
+	if isDangerous(c.Name) {
+		switch ar.p.ApprovalMode {
+		case "readonly":
+			reason := "readonly mode refuses " + c.Name
+			ar.emit(runEvent{Type: "tool_denied", Call: &shown, Reason: reason})
+			return toolOutcome{output: "E_EXEC_DENIED: refused: " + reason + "; this run may only read", isError: true}
+		case "ask":
+			ok, reason := ar.rs.approvals.request(ar.ctx, ar.id, ar.agent, c, shown.Args, func(p PendingApproval) {
+				req := p.Request
+				ar.emit(runEvent{Type: "approval_required", ApprovalID: p.ApprovalID, Request: &req})
+			})
+			if !ok {
+				ar.emit(runEvent{Type: "tool_denied", Call: &shown, Reason: reason})
+				return toolOutcome{output: "E_EXEC_DENIED: refused: " + reason, isError: true}
+			}
+		}
+	}
+	var deltas *streamRedactor
+	if impl.streams {
+		deltas = newStreamRedactor(ar.red)
+	}
+	delta := func(stream, text string) {
+		if deltas != nil {
+			text = deltas.write(text)
+		}
+		if text != "" {
+			ar.emit(runEvent{Type: "tool_delta", CallID: c.ID, Stream: stream, Text: text})
+		}
+	}
+	out, err := impl.run(ar.ctx, &toolEnv{ar: ar, call: c, delta: delta}, c.Args)
+	if deltas != nil {
+		if rest := deltas.flush(); rest != "" {
+			ar.emit(runEvent{Type: "tool_delta", CallID: c.ID, Stream: "stdout", Text: rest})
+		}
+	}
+	if err != nil {
+		ae := asAPIError(err)
+		if ae.Code == codeInternal {
+			ae = errorf(codeToolError, "%s", ae.Message)
+		}
+		msg := ae.Code + ": " + ae.Message
+		if ae.Hint != "" {
+			msg += " (hint: " + ae.Hint + ")"
+		}
+		if out != "" {
+			msg = out + "\n" + msg
+		}
+		return toolOutcome{output: msg, isError: true}
+	}
+	return toolOutcome{output: out}
+}
+
+func containsString(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// boundOutput keeps the head and tail of an over-long result and marks the elided middle.
+func boundOutput(s string, max int) string {
+	if max <= 0 || len(s) <= max {
+		return s
+	}
+	head, tail := max*2/3, max/3
+	h := s[:head]
+	for len(h) > 0 && !utf8RuneStart(s[len(h)]) {
+		h = h[:len(h)-1]
+	}
+	t := s[len(s)-tail:]
+	for len(t) > 0 && !utf8RuneStart(t[0]) {
+		t = t[1:]
+	}
+	return fmt.Sprintf("%s\n[… %d bytes elided …]\n%s", h, len(s)-len(h)-len(t), t)
+}
+
+func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }
+
+// ---- the agent's computer ----
+
+// computer returns the run's computer id, getting it on first use: the body's computerId, or the
+// computer named after the agent (created if needed, shared by the agent's concurrent runs).
+func (ar *activeRun) computer(ctx context.Context) (string, error) {
+	ar.compMu.Lock()
+	defer ar.compMu.Unlock()
+	if ar.computerID != "" {
+		return ar.computerID, nil
+	}
+	if !ar.spec.Computer.IsEnabled() {
+		return "", errorf(codeToolError, "this agent has no computer (computer.enabled is false)")
+	}
+	rs := ar.rs
+	var info *ComputerInfo
+	var err error
+	if ar.p.ComputerID != "" {
+		info, err = rs.computers.Get(ctx, ar.p.ComputerID)
+	} else {
+		lock := rs.agentMutex(ar.agent)
+		lock.Lock()
+		info, err = rs.computers.EnsureForAgent(ctx, ar.agent, ar.spec.Computer)
+		lock.Unlock()
+	}
+	if err != nil {
+		return "", err
+	}
+	if info == nil {
+		return "", errorf(codeComputerFailed, "the computer service returned no computer")
+	}
+	ar.computerID = info.ID
+	rs.compMu.Lock()
+	rs.compRefs[info.ID]++
+	rs.compMu.Unlock()
+	ar.emit(runEvent{Type: "computer_ready", ComputerID: info.ID, Provider: info.Provider})
+	return info.ID, nil
+}
+
+func (rs *runService) agentMutex(agent string) *sync.Mutex {
+	rs.compMu.Lock()
+	defer rs.compMu.Unlock()
+	m, ok := rs.agentLock[agent]
+	if !ok {
+		m = &sync.Mutex{}
+		rs.agentLock[agent] = m
+	}
+	return m
+}
+
+// releaseComputer drops the run's reference; the computer itself is left running for the reaper.
+func (rs *runService) releaseComputer(ar *activeRun) {
+	ar.compMu.Lock()
+	id := ar.computerID
+	ar.compMu.Unlock()
+	if id == "" {
+		return
+	}
+	rs.compMu.Lock()
+	if rs.compRefs[id]--; rs.compRefs[id] <= 0 {
+		delete(rs.compRefs, id)
+	}
+	rs.compMu.Unlock()
+}

@@ -1,0 +1,1097 @@
+// tools.go — the tools a run offers the model: their JSON schemas and implementations.
+//
+// Entry points: toolCatalog (every tool, by name), resolveTools (a spec's `tools` list → the names this run
+// offers). Bundles (API.md tools table): computer = shell, expose_port, computer_info; files = read_file,
+// write_file, edit_file, list_dir, search_files, move, delete; web = fetch_url (+ web_search when
+// BRAVE_API_KEY is set); http = http_request (opt-in).
+// Rules: tools needing a machine are dropped when computer.enabled is false; unknown names are dropped;
+// every exec goes through the agent's command policy; every file path goes through the computer's jail;
+// fetch_url and http_request obey the network policy (private, loopback and link-local addresses refused
+// unless named in computer.network.allow; the check is made on the resolved address at dial time, so every
+// redirect and every DNS answer is re-checked). A tool failure is an error result for the model, never the
+// end of the run.
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"path"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"golang.org/x/net/html"
+)
+
+// toolImpl is one tool: what the model sees and what runs.
+type toolImpl struct {
+	def           ToolDef
+	needsComputer bool
+	streams       bool // emits tool_delta
+	run           func(ctx context.Context, env *toolEnv, args map[string]any) (string, error)
+}
+
+// toolEnv is what a tool may use: its run (computer, limits, policy) and its delta stream.
+type toolEnv struct {
+	ar    *activeRun
+	call  ToolCall
+	delta func(stream, text string)
+}
+
+func (e *toolEnv) computer(ctx context.Context) (string, error) { return e.ar.computer(ctx) }
+
+func (e *toolEnv) policy() commandPolicy {
+	g := e.ar.spec.Guardrails
+	return commandPolicy{Allow: g.AllowCommands, Deny: g.DenyCommands}
+}
+
+var toolBundles = map[string][]string{
+	"computer": {"shell", "expose_port", "computer_info"},
+	"files":    {"read_file", "write_file", "edit_file", "list_dir", "search_files", "move", "delete"},
+	"web":      {"fetch_url", "web_search"},
+	"http":     {"http_request"},
+}
+
+const searchKeyEnv = "BRAVE_API_KEY"
+
+// resolveTools expands bundles and drops what cannot work for this spec, keeping the spec's order.
+func resolveTools(spec *AgentSpec, getenv func(string) string) []string {
+	names := spec.Tools
+	if names == nil {
+		names = []string{"computer"}
+	}
+	catalog := toolCatalog()
+	var out []string
+	add := func(n string) {
+		t, ok := catalog[n]
+		if !ok || containsString(out, n) {
+			return
+		}
+		if t.needsComputer && !spec.Computer.IsEnabled() {
+			return
+		}
+		if n == "web_search" && getenv(searchKeyEnv) == "" {
+			return
+		}
+		out = append(out, n)
+	}
+	for _, n := range names {
+		if b, ok := toolBundles[n]; ok {
+			for _, m := range b {
+				add(m)
+			}
+			continue
+		}
+		add(n)
+	}
+	return out
+}
+
+func obj(required []string, props map[string]any) map[string]any {
+	if required == nil {
+		required = []string{}
+	}
+	return map[string]any{"type": "object", "properties": props, "required": required, "additionalProperties": false}
+}
+
+func prop(typ, desc string) map[string]any { return map[string]any{"type": typ, "description": desc} }
+
+// toolCatalog returns every tool agentd knows.
+func toolCatalog() map[string]toolImpl {
+	return map[string]toolImpl{
+		"shell": {needsComputer: true, streams: true, run: toolShell, def: ToolDef{Name: "shell",
+			Description: "Run a shell command (sh -c) on the agent's computer and return its exit code and output. The working directory is /work unless cwd is given. No state persists between calls except files.",
+			Parameters: obj([]string{"command"}, map[string]any{
+				"command":    prop("string", "the command line, run under /bin/sh -c"),
+				"cwd":        prop("string", "working directory (under /work or /tmp)"),
+				"timeoutSec": map[string]any{"type": "integer", "minimum": 1, "maximum": 3600, "description": "time limit; at most the agent's execTimeoutSec"},
+			})}},
+		"expose_port": {needsComputer: true, run: toolExposePort, def: ToolDef{Name: "expose_port",
+			Description: "Make a TCP port of the computer reachable from the host and return its URL.",
+			Parameters:  obj([]string{"port"}, map[string]any{"port": map[string]any{"type": "integer", "minimum": 1, "maximum": 65535}})}},
+		"computer_info": {needsComputer: true, run: toolComputerInfo, def: ToolDef{Name: "computer_info",
+			Description: "Describe the agent's computer: id, provider, image, working directory, exposed ports.",
+			Parameters:  obj(nil, map[string]any{})}},
+		"read_file": {needsComputer: true, run: toolReadFile, def: ToolDef{Name: "read_file",
+			Description: "Read a text file from the computer, optionally a range of lines (1-based, inclusive). Lines are prefixed with their numbers.",
+			Parameters: obj([]string{"path"}, map[string]any{
+				"path":       prop("string", "file path under /work or /tmp (relative paths are under /work)"),
+				"start_line": map[string]any{"type": "integer", "minimum": 1},
+				"end_line":   map[string]any{"type": "integer", "minimum": 1},
+			})}},
+		"write_file": {needsComputer: true, run: toolWriteFile, def: ToolDef{Name: "write_file",
+			Description: "Create or overwrite a file on the computer with the given content.",
+			Parameters:  obj([]string{"path", "content"}, map[string]any{"path": prop("string", "file path"), "content": prop("string", "the whole new content")})}},
+		"edit_file": {needsComputer: true, run: toolEditFile, def: ToolDef{Name: "edit_file",
+			Description: "Replace an exact piece of text in a file. old_string must match exactly once unless replace_all is true; include surrounding lines to make it unique.",
+			Parameters: obj([]string{"path", "old_string", "new_string"}, map[string]any{
+				"path": prop("string", "file path"), "old_string": prop("string", "exact text to find"),
+				"new_string": prop("string", "replacement text"), "replace_all": prop("boolean", "replace every occurrence"),
+			})}},
+		"list_dir": {needsComputer: true, run: toolListDir, def: ToolDef{Name: "list_dir",
+			Description: "List a directory on the computer (directories first), optionally recursively (bounded).",
+			Parameters: obj(nil, map[string]any{
+				"path": prop("string", "directory (default /work)"), "recursive": prop("boolean", "descend into sub-directories"),
+				"max_entries": map[string]any{"type": "integer", "minimum": 1, "maximum": 2000},
+			})}},
+		"search_files": {needsComputer: true, run: toolSearchFiles, def: ToolDef{Name: "search_files",
+			Description: "Search file contents under a directory with a regular expression; returns path:line:text matches.",
+			Parameters: obj([]string{"pattern"}, map[string]any{
+				"pattern": prop("string", "regular expression"), "path": prop("string", "directory (default /work)"),
+				"max_results": map[string]any{"type": "integer", "minimum": 1, "maximum": 1000},
+			})}},
+		"move": {needsComputer: true, run: toolMove, def: ToolDef{Name: "move",
+			Description: "Move or rename a file or directory on the computer.",
+			Parameters:  obj([]string{"from", "to"}, map[string]any{"from": prop("string", "source path"), "to": prop("string", "destination path")})}},
+		"delete": {needsComputer: true, run: toolDelete, def: ToolDef{Name: "delete",
+			Description: "Delete a file, or a directory with recursive true.",
+			Parameters:  obj([]string{"path"}, map[string]any{"path": prop("string", "path to delete"), "recursive": prop("boolean", "delete a directory and its content")})}},
+		"fetch_url": {run: toolFetchURL, def: ToolDef{Name: "fetch_url",
+			Description: "Fetch a web page or document over http(s) and return it as text (HTML is converted to text).",
+			Parameters:  obj([]string{"url"}, map[string]any{"url": prop("string", "http or https URL")})}},
+		"web_search": {run: toolWebSearch, def: ToolDef{Name: "web_search",
+			Description: "Search the web and return titles, URLs and snippets.",
+			Parameters: obj([]string{"query"}, map[string]any{"query": prop("string", "search terms"),
+				"count": map[string]any{"type": "integer", "minimum": 1, "maximum": 20}})}},
+		"http_request": {run: toolHTTPRequest, def: ToolDef{Name: "http_request",
+			Description: "Make an HTTP request and return the status, headers and body.",
+			Parameters: obj([]string{"url"}, map[string]any{
+				"method": map[string]any{"type": "string", "enum": []string{"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"}},
+				"url":    prop("string", "http or https URL"), "body": prop("string", "request body"),
+				"headers": map[string]any{"type": "object", "additionalProperties": map[string]any{"type": "string"}},
+			})}},
+	}
+}
+
+// ---- argument helpers ----
+
+func argError(format string, a ...any) error { return errorf(codeToolError, format, a...) }
+
+func argString(args map[string]any, name string, required bool) (string, error) {
+	v, ok := args[name]
+	if !ok || v == nil {
+		if required {
+			return "", argError("missing required argument %q", name)
+		}
+		return "", nil
+	}
+	s, ok := v.(string)
+	if !ok {
+		return "", argError("argument %q must be a string", name)
+	}
+	return s, nil
+}
+
+func argInt(args map[string]any, name string, def int) (int, error) {
+	v, ok := args[name]
+	if !ok || v == nil {
+		return def, nil
+	}
+	switch n := v.(type) {
+	case float64:
+		if n != float64(int(n)) {
+			return 0, argError("argument %q must be an integer", name)
+		}
+		return int(n), nil
+	case json.Number:
+		i, err := n.Int64()
+		if err != nil {
+			return 0, argError("argument %q must be an integer", name)
+		}
+		return int(i), nil
+	case int:
+		return n, nil
+	case string: // some models quote numbers
+		var i int
+		if _, err := fmt.Sscanf(n, "%d", &i); err == nil {
+			return i, nil
+		}
+	}
+	return 0, argError("argument %q must be an integer", name)
+}
+
+func argBool(args map[string]any, name string) (bool, error) {
+	v, ok := args[name]
+	if !ok || v == nil {
+		return false, nil
+	}
+	switch b := v.(type) {
+	case bool:
+		return b, nil
+	case string:
+		return b == "true", nil
+	}
+	return false, argError("argument %q must be a boolean", name)
+}
+
+// machinePath applies the lexical part of the jail: relative paths are under /work; only /work and /tmp.
+func machinePath(p string) (string, error) {
+	if p == "" {
+		p = "/work"
+	}
+	if !strings.HasPrefix(p, "/") {
+		p = "/work/" + p
+	}
+	p = path.Clean(p)
+	if p == "/work" || p == "/tmp" || strings.HasPrefix(p, "/work/") || strings.HasPrefix(p, "/tmp/") {
+		return p, nil
+	}
+	return "", errorf(codeFSDenied, "path is outside the machine's writable area: %s", p).withHint("use a path under /work or /tmp")
+}
+
+// splitRoot turns /work/a/b into ("/work", "a/b") so commands can run with a mapped cwd on every provider.
+func splitRoot(p string) (root, rel string) {
+	for _, r := range []string{"/work", "/tmp"} {
+		if p == r {
+			return r, "."
+		}
+		if strings.HasPrefix(p, r+"/") {
+			return r, strings.TrimPrefix(p, r+"/")
+		}
+	}
+	return "/work", p
+}
+
+// ---- computer bundle ----
+
+func toolShell(ctx context.Context, env *toolEnv, args map[string]any) (string, error) {
+	cmd, err := argString(args, "command", true)
+	if err != nil {
+		return "", err
+	}
+	if strings.TrimSpace(cmd) == "" {
+		return "", argError("command is empty")
+	}
+	cwd, err := argString(args, "cwd", false)
+	if err != nil {
+		return "", err
+	}
+	if cwd != "" {
+		if cwd, err = machinePath(cwd); err != nil {
+			return "", err
+		}
+	}
+	lim := env.ar.lim
+	timeout, err := argInt(args, "timeoutSec", lim.ExecTimeoutSec)
+	if err != nil {
+		return "", err
+	}
+	timeout = min(max(timeout, 1), lim.ExecTimeoutSec, 3600)
+	pol := env.policy()
+	if ae := pol.check(cmd); ae != nil {
+		return "", ae
+	}
+	id, err := env.computer(ctx)
+	if err != nil {
+		return "", err
+	}
+	res, err := env.ar.rs.computers.Exec(ctx, id, ExecRequest{
+		Cmd: execCommand{Shell: cmd}, Cwd: cwd, TimeoutSec: timeout,
+		MaxOutputBytes: min(lim.MaxOutputBytes, 16<<20), Policy: pol,
+	}, env.delta)
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	if res.Stdout != "" {
+		b.WriteString(res.Stdout)
+		if !strings.HasSuffix(res.Stdout, "\n") {
+			b.WriteByte('\n')
+		}
+	}
+	if res.Stderr != "" {
+		b.WriteString("[stderr]\n" + res.Stderr)
+		if !strings.HasSuffix(res.Stderr, "\n") {
+			b.WriteByte('\n')
+		}
+	}
+	fmt.Fprintf(&b, "[exit code %d", res.ExitCode)
+	if res.TimedOut {
+		fmt.Fprintf(&b, "; timed out after %d s", timeout)
+	}
+	if res.Truncated {
+		b.WriteString("; output truncated")
+	}
+	b.WriteString("]")
+	return b.String(), nil
+}
+
+func toolExposePort(ctx context.Context, env *toolEnv, args map[string]any) (string, error) {
+	port, err := argInt(args, "port", 0)
+	if err != nil {
+		return "", err
+	}
+	if port < 1 || port > 65535 {
+		return "", argError("port must be between 1 and 65535")
+	}
+	id, err := env.computer(ctx)
+	if err != nil {
+		return "", err
+	}
+	pb, err := env.ar.rs.computers.ExposePort(ctx, id, port)
+	if err != nil {
+		return "", err
+	}
+	b, _ := json.Marshal(pb)
+	return string(b), nil
+}
+
+func toolComputerInfo(ctx context.Context, env *toolEnv, args map[string]any) (string, error) {
+	id, err := env.computer(ctx)
+	if err != nil {
+		return "", err
+	}
+	info, err := env.ar.rs.computers.Get(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	b, _ := json.Marshal(map[string]any{"id": info.ID, "name": info.Name, "provider": info.Provider, "state": info.State,
+		"isolated": info.Isolated, "image": info.Image, "workdir": info.Workdir, "ports": info.Ports})
+	return string(b), nil
+}
+
+// ---- files bundle ----
+
+func toolReadFile(ctx context.Context, env *toolEnv, args map[string]any) (string, error) {
+	p, err := argString(args, "path", true)
+	if err != nil {
+		return "", err
+	}
+	if p, err = machinePath(p); err != nil {
+		return "", err
+	}
+	start, err := argInt(args, "start_line", 1)
+	if err != nil {
+		return "", err
+	}
+	end, err := argInt(args, "end_line", 0)
+	if err != nil {
+		return "", err
+	}
+	id, err := env.computer(ctx)
+	if err != nil {
+		return "", err
+	}
+	data, err := env.ar.rs.computers.ReadFile(ctx, id, p)
+	if err != nil {
+		return "", err
+	}
+	if bytes.IndexByte(data[:min(len(data), 8192)], 0) >= 0 {
+		return fmt.Sprintf("%s is a binary file of %d bytes; not shown", p, len(data)), nil
+	}
+	lines := strings.SplitAfter(string(data), "\n")
+	if n := len(lines); n > 0 && lines[n-1] == "" {
+		lines = lines[:n-1]
+	}
+	total := len(lines)
+	if start < 1 {
+		start = 1
+	}
+	if end <= 0 || end > total {
+		end = total
+	}
+	if total == 0 {
+		return fmt.Sprintf("%s is empty", p), nil
+	}
+	if start > total {
+		return "", argError("start_line %d is past the end of %s (%d lines)", start, p, total)
+	}
+	if end < start {
+		return "", argError("end_line %d is before start_line %d", end, start)
+	}
+	var b strings.Builder
+	if start != 1 || end != total {
+		fmt.Fprintf(&b, "[lines %d-%d of %d]\n", start, end, total)
+	}
+	for i := start; i <= end; i++ {
+		fmt.Fprintf(&b, "%6d\t%s", i, lines[i-1])
+		if !strings.HasSuffix(lines[i-1], "\n") {
+			b.WriteByte('\n')
+		}
+	}
+	return b.String(), nil
+}
+
+func toolWriteFile(ctx context.Context, env *toolEnv, args map[string]any) (string, error) {
+	p, err := argString(args, "path", true)
+	if err != nil {
+		return "", err
+	}
+	content, err := argString(args, "content", true)
+	if err != nil {
+		return "", err
+	}
+	if p, err = machinePath(p); err != nil {
+		return "", err
+	}
+	id, err := env.computer(ctx)
+	if err != nil {
+		return "", err
+	}
+	if err := env.ar.rs.computers.WriteFile(ctx, id, p, []byte(content)); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("wrote %d bytes to %s", len(content), p), nil
+}
+
+func toolEditFile(ctx context.Context, env *toolEnv, args map[string]any) (string, error) {
+	p, err := argString(args, "path", true)
+	if err != nil {
+		return "", err
+	}
+	oldS, err := argString(args, "old_string", true)
+	if err != nil {
+		return "", err
+	}
+	newS, err := argString(args, "new_string", true)
+	if err != nil {
+		return "", err
+	}
+	all, err := argBool(args, "replace_all")
+	if err != nil {
+		return "", err
+	}
+	if oldS == "" {
+		return "", argError("old_string is empty; to create or overwrite a file use write_file")
+	}
+	if p, err = machinePath(p); err != nil {
+		return "", err
+	}
+	id, err := env.computer(ctx)
+	if err != nil {
+		return "", err
+	}
+	data, err := env.ar.rs.computers.ReadFile(ctx, id, p)
+	if err != nil {
+		return "", err
+	}
+	text := string(data)
+	n := strings.Count(text, oldS)
+	switch {
+	case n == 0:
+		return "", argError("old_string was not found in %s; read the file and copy the text exactly, including whitespace", p)
+	case n > 1 && !all:
+		return "", argError("old_string matches %d places in %s; include more surrounding lines to make it unique, or set replace_all", n, p)
+	}
+	if all {
+		text = strings.ReplaceAll(text, oldS, newS)
+	} else {
+		text = strings.Replace(text, oldS, newS, 1)
+	}
+	if err := env.ar.rs.computers.WriteFile(ctx, id, p, []byte(text)); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("replaced %d occurrence(s) in %s", n, p), nil
+}
+
+func toolListDir(ctx context.Context, env *toolEnv, args map[string]any) (string, error) {
+	p, err := argString(args, "path", false)
+	if err != nil {
+		return "", err
+	}
+	if p, err = machinePath(p); err != nil {
+		return "", err
+	}
+	rec, err := argBool(args, "recursive")
+	if err != nil {
+		return "", err
+	}
+	maxN, err := argInt(args, "max_entries", 500)
+	if err != nil {
+		return "", err
+	}
+	maxN = min(max(maxN, 1), 2000)
+	id, err := env.computer(ctx)
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	count, truncated := 0, false
+	queue := []string{p}
+	for len(queue) > 0 && !truncated {
+		dir := queue[0]
+		queue = queue[1:]
+		entries, err := env.ar.rs.computers.ListDir(ctx, id, dir)
+		if err != nil {
+			if dir == p {
+				return "", err
+			}
+			fmt.Fprintf(&b, "%s/ (unreadable: %v)\n", dir, err)
+			continue
+		}
+		for _, e := range entries {
+			if count >= maxN {
+				truncated = true
+				break
+			}
+			count++
+			full := e.Path
+			if full == "" {
+				full = path.Join(dir, e.Name)
+			}
+			switch e.Type {
+			case "dir":
+				fmt.Fprintf(&b, "%s/\n", full)
+				if rec && e.Name != ".git" && e.Name != "node_modules" {
+					queue = append(queue, full)
+				}
+			case "symlink":
+				fmt.Fprintf(&b, "%s@\n", full)
+			default:
+				fmt.Fprintf(&b, "%s (%d bytes)\n", full, e.Size)
+			}
+		}
+	}
+	if count == 0 {
+		return p + " is empty", nil
+	}
+	if truncated {
+		fmt.Fprintf(&b, "[listing stopped at %d entries; list a sub-directory for more]\n", maxN)
+	}
+	return b.String(), nil
+}
+
+const searchScript = `if command -v rg >/dev/null 2>&1; then rg --line-number --no-heading --color never --max-columns 300 -e "$1" -- "$2" 2>/dev/null | head -n "$3"; else echo __AGENTD_NO_RG__; fi`
+
+func toolSearchFiles(ctx context.Context, env *toolEnv, args map[string]any) (string, error) {
+	pattern, err := argString(args, "pattern", true)
+	if err != nil {
+		return "", err
+	}
+	re, err := regexp.Compile(pattern)
+	if err != nil {
+		return "", argError("pattern is not a valid regular expression: %v", err)
+	}
+	p, err := argString(args, "path", false)
+	if err != nil {
+		return "", err
+	}
+	if p, err = machinePath(p); err != nil {
+		return "", err
+	}
+	maxN, err := argInt(args, "max_results", 200)
+	if err != nil {
+		return "", err
+	}
+	maxN = min(max(maxN, 1), 1000)
+	id, err := env.computer(ctx)
+	if err != nil {
+		return "", err
+	}
+	root, rel := splitRoot(p)
+	res, err := env.ar.rs.computers.Exec(ctx, id, ExecRequest{
+		Cmd: execCommand{Argv: []string{"/bin/sh", "-c", searchScript, "sh", pattern, rel, fmt.Sprint(maxN)}},
+		Cwd: root, TimeoutSec: min(env.ar.lim.ExecTimeoutSec, 60), MaxOutputBytes: 1 << 20, Policy: env.policy(),
+	}, nil)
+	if err == nil && !strings.Contains(res.Stdout, "__AGENTD_NO_RG__") && res.ExitCode == 0 {
+		out := strings.TrimRight(res.Stdout, "\n")
+		if out == "" {
+			return "no matches", nil
+		}
+		// rg prints paths relative to the cwd; show them as machine paths.
+		var b strings.Builder
+		for _, line := range strings.Split(out, "\n") {
+			if !strings.HasPrefix(line, "/") {
+				line = root + "/" + strings.TrimPrefix(line, "./")
+			}
+			b.WriteString(line + "\n")
+		}
+		return b.String(), nil
+	}
+	return walkSearch(ctx, env, id, p, re, maxN)
+}
+
+// walkSearch is the fallback when ripgrep is absent: a bounded walk through the jailed file API.
+func walkSearch(ctx context.Context, env *toolEnv, id, root string, re *regexp.Regexp, maxN int) (string, error) {
+	const maxFiles, maxFileBytes = 2000, 1 << 20
+	c := env.ar.rs.computers
+	var b strings.Builder
+	matches, files := 0, 0
+	queue := []string{root}
+	for len(queue) > 0 && matches < maxN && files < maxFiles {
+		if ctx.Err() != nil {
+			return "", ctx.Err()
+		}
+		dir := queue[0]
+		queue = queue[1:]
+		entries, err := c.ListDir(ctx, id, dir)
+		if err != nil {
+			if dir == root {
+				return "", err
+			}
+			continue
+		}
+		sort.SliceStable(entries, func(i, j int) bool { return entries[i].Name < entries[j].Name })
+		for _, e := range entries {
+			full := e.Path
+			if full == "" {
+				full = path.Join(dir, e.Name)
+			}
+			if e.Type == "dir" {
+				if e.Name != ".git" && e.Name != "node_modules" {
+					queue = append(queue, full)
+				}
+				continue
+			}
+			if e.Type != "file" || e.Size > maxFileBytes || files >= maxFiles {
+				continue
+			}
+			files++
+			data, err := c.ReadFile(ctx, id, full)
+			if err != nil || bytes.IndexByte(data[:min(len(data), 8192)], 0) >= 0 {
+				continue
+			}
+			for i, line := range strings.Split(string(data), "\n") {
+				if re.MatchString(line) {
+					if len(line) > 300 {
+						line = line[:300]
+					}
+					fmt.Fprintf(&b, "%s:%d:%s\n", full, i+1, line)
+					if matches++; matches >= maxN {
+						break
+					}
+				}
+			}
+			if matches >= maxN {
+				break
+			}
+		}
+	}
+	if matches == 0 {
+		return "no matches", nil
+	}
+	return b.String(), nil
+}
+
+func toolMove(ctx context.Context, env *toolEnv, args map[string]any) (string, error) {
+	from, err := argString(args, "from", true)
+	if err != nil {
+		return "", err
+	}
+	to, err := argString(args, "to", true)
+	if err != nil {
+		return "", err
+	}
+	if from, err = machinePath(from); err != nil {
+		return "", err
+	}
+	if to, err = machinePath(to); err != nil {
+		return "", err
+	}
+	if from == "/work" || from == "/tmp" {
+		return "", errorf(codeFSDenied, "refusing to move the workspace root")
+	}
+	id, err := env.computer(ctx)
+	if err != nil {
+		return "", err
+	}
+	c := env.ar.rs.computers
+	// A file moves through the jailed file API; a directory through mv inside the machine.
+	if data, rerr := c.ReadFile(ctx, id, from); rerr == nil {
+		if err := c.WriteFile(ctx, id, to, data); err != nil {
+			return "", err
+		}
+		if err := c.DeletePath(ctx, id, from, false); err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("moved %s to %s", from, to), nil
+	}
+	if _, lerr := c.ListDir(ctx, id, from); lerr != nil {
+		return "", lerr
+	}
+	fr, frel := splitRoot(from)
+	tr, trel := splitRoot(to)
+	if fr != tr {
+		return "", argError("a directory cannot be moved between /work and /tmp")
+	}
+	res, err := c.Exec(ctx, id, ExecRequest{Cmd: execCommand{Argv: []string{"mv", "--", frel, trel}}, Cwd: fr,
+		TimeoutSec: min(env.ar.lim.ExecTimeoutSec, 120), Policy: env.policy()}, nil)
+	if err != nil {
+		return "", err
+	}
+	if res.ExitCode != 0 {
+		return "", argError("mv failed: %s", strings.TrimSpace(res.Stderr))
+	}
+	return fmt.Sprintf("moved %s to %s", from, to), nil
+}
+
+func toolDelete(ctx context.Context, env *toolEnv, args map[string]any) (string, error) {
+	p, err := argString(args, "path", true)
+	if err != nil {
+		return "", err
+	}
+	rec, err := argBool(args, "recursive")
+	if err != nil {
+		return "", err
+	}
+	if p, err = machinePath(p); err != nil {
+		return "", err
+	}
+	id, err := env.computer(ctx)
+	if err != nil {
+		return "", err
+	}
+	if err := env.ar.rs.computers.DeletePath(ctx, id, p, rec); err != nil {
+		return "", err
+	}
+	return "deleted " + p, nil
+}
+
+// ---- web and http ----
+
+// netPolicy is the agent's computer.network block applied to fetch_url and http_request.
+type netPolicy struct {
+	mode  string
+	allow []string
+	deny  []string
+}
+
+func (e *toolEnv) netPolicy() netPolicy {
+	n := e.ar.spec.Computer.Network
+	return netPolicy{mode: n.Mode, allow: n.Allow, deny: n.Deny}
+}
+
+// hostMatches: exact (case-insensitive) or one leading `*.` wildcard matching any sub-domain.
+func hostMatches(pattern, host string) bool {
+	pattern, host = strings.ToLower(strings.TrimSpace(pattern)), strings.ToLower(strings.Trim(host, "[]"))
+	if suffix, ok := strings.CutPrefix(pattern, "*."); ok {
+		return strings.HasSuffix(host, "."+suffix)
+	}
+	return pattern == host
+}
+
+func matchesAny(patterns []string, host string) bool {
+	for _, p := range patterns {
+		if hostMatches(p, host) {
+			return true
+		}
+	}
+	return false
+}
+
+func denied(format string, a ...any) *apiError {
+	return errorf(codeExecDenied, "refused: "+format, a...).withHint("the agent's computer.network policy decides which hosts tools may reach")
+}
+
+// checkURL applies the policy to a URL before any connection: scheme, mode, deny list, allow list.
+func (np netPolicy) checkURL(u *url.URL) error {
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return denied("URL scheme %q is not http or https", u.Scheme)
+	}
+	host := u.Hostname()
+	if host == "" {
+		return denied("URL has no host")
+	}
+	if np.mode == "none" {
+		return denied("the agent's network mode is none")
+	}
+	if matchesAny(np.deny, host) {
+		return denied("host %s is in computer.network.deny", host)
+	}
+	if np.mode != "full" && len(np.allow) > 0 && !matchesAny(np.allow, host) {
+		return denied("host %s is not in computer.network.allow", host)
+	}
+	return nil
+}
+
+func privateIP(ip net.IP) bool {
+	return ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() ||
+		ip.IsUnspecified() || ip.IsMulticast() || ip.IsInterfaceLocalMulticast() ||
+		(ip.To4() != nil && ip.To4()[0] == 100 && ip.To4()[1]&0xC0 == 64) // carrier-grade NAT 100.64/10
+}
+
+// httpClient returns a client whose every connection (first request and redirects) is checked against
+// the policy on the resolved address.
+func (np netPolicy) httpClient(timeout time.Duration) *http.Client {
+	dialer := &net.Dialer{Timeout: 10 * time.Second}
+	tr := &http.Transport{
+		Proxy: nil, // a proxy would hide the destination from the check
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			host, port, err := net.SplitHostPort(addr)
+			if err != nil {
+				return nil, err
+			}
+			if matchesAny(np.deny, host) {
+				return nil, denied("host %s is in computer.network.deny", host)
+			}
+			ips, err := net.DefaultResolver.LookupIPAddr(ctx, host)
+			if err != nil {
+				return nil, errorf(codeToolError, "cannot resolve %s: %v", host, err)
+			}
+			var lastErr error = errorf(codeToolError, "no address for %s", host)
+			for _, ip := range ips {
+				if privateIP(ip.IP) && !matchesAny(np.allow, host) && !matchesAny(np.allow, ip.IP.String()) {
+					lastErr = denied("%s resolves to the private, loopback or link-local address %s; name it in computer.network.allow to reach it", host, ip.IP)
+					continue
+				}
+				c, err := dialer.DialContext(ctx, network, net.JoinHostPort(ip.IP.String(), port))
+				if err == nil {
+					return c, nil
+				}
+				lastErr = err
+			}
+			return nil, lastErr
+		},
+		TLSHandshakeTimeout:   10 * time.Second,
+		ResponseHeaderTimeout: timeout,
+		MaxIdleConns:          4,
+		IdleConnTimeout:       30 * time.Second,
+	}
+	return &http.Client{
+		Transport: tr,
+		Timeout:   timeout,
+		CheckRedirect: func(req *http.Request, via []*http.Request) error {
+			if len(via) >= 10 {
+				return errorf(codeToolError, "stopped after 10 redirects")
+			}
+			return np.checkURL(req.URL)
+		},
+	}
+}
+
+// netError unwraps url.Error so a policy refusal surfaces as E_EXEC_DENIED.
+func netError(err error) error {
+	var ae *apiError
+	if errors.As(err, &ae) {
+		return ae
+	}
+	return errorf(codeToolError, "request failed: %v", err)
+}
+
+const fetchMaxBytes = 5 << 20
+
+func toolFetchURL(ctx context.Context, env *toolEnv, args map[string]any) (string, error) {
+	raw, err := argString(args, "url", true)
+	if err != nil {
+		return "", err
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", argError("not a URL: %v", err)
+	}
+	np := env.netPolicy()
+	if err := np.checkURL(u); err != nil {
+		return "", err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return "", argError("bad request: %v", err)
+	}
+	req.Header.Set("User-Agent", "agentd/"+version)
+	req.Header.Set("Accept", "text/html,text/plain,application/json;q=0.9,*/*;q=0.5")
+	resp, err := np.httpClient(30 * time.Second).Do(req)
+	if err != nil {
+		return "", netError(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, fetchMaxBytes))
+	if err != nil {
+		return "", netError(err)
+	}
+	ct := resp.Header.Get("Content-Type")
+	text := string(body)
+	switch {
+	case strings.Contains(ct, "html") || (ct == "" && looksHTML(body)):
+		text = htmlToText(body)
+	case strings.HasPrefix(ct, "text/") || strings.Contains(ct, "json") || strings.Contains(ct, "xml") || strings.Contains(ct, "javascript"):
+	default:
+		if bytes.IndexByte(body[:min(len(body), 8192)], 0) >= 0 {
+			text = fmt.Sprintf("[binary content of type %q, %d bytes, not shown]", ct, len(body))
+		}
+	}
+	out := fmt.Sprintf("URL: %s\nStatus: %d\nContent-Type: %s\n\n%s", resp.Request.URL, resp.StatusCode, ct, text)
+	if resp.StatusCode >= 400 {
+		return out, errorf(codeToolError, "the server answered %d", resp.StatusCode)
+	}
+	return out, nil
+}
+
+func looksHTML(b []byte) bool {
+	head := strings.ToLower(string(b[:min(len(b), 512)]))
+	return strings.Contains(head, "<html") || strings.Contains(head, "<!doctype html")
+}
+
+// htmlToText keeps the readable text of a page: no scripts, styles or markup; block elements on lines.
+func htmlToText(b []byte) string {
+	z := html.NewTokenizer(bytes.NewReader(b))
+	var out strings.Builder
+	skip := 0
+	newline := func() {
+		s := out.String()
+		if len(s) > 0 && !strings.HasSuffix(s, "\n") {
+			out.WriteByte('\n')
+		}
+	}
+	for {
+		switch z.Next() {
+		case html.ErrorToken:
+			return collapseBlankLines(out.String())
+		case html.StartTagToken, html.SelfClosingTagToken:
+			name, _ := z.TagName()
+			switch string(name) {
+			case "script", "style", "noscript", "template", "svg", "head":
+				skip++
+			case "br", "p", "div", "li", "tr", "h1", "h2", "h3", "h4", "h5", "h6", "section", "article", "pre", "blockquote", "table", "ul", "ol", "header", "footer":
+				newline()
+				if string(name) == "li" {
+					out.WriteString("- ")
+				}
+			}
+		case html.EndTagToken:
+			name, _ := z.TagName()
+			switch string(name) {
+			case "script", "style", "noscript", "template", "svg", "head":
+				if skip > 0 {
+					skip--
+				}
+			case "p", "div", "li", "tr", "h1", "h2", "h3", "h4", "h5", "h6", "section", "article", "pre", "blockquote", "table":
+				newline()
+			}
+		case html.TextToken:
+			if skip > 0 {
+				continue
+			}
+			t := strings.Join(strings.Fields(string(z.Text())), " ")
+			if t != "" {
+				s := out.String()
+				if len(s) > 0 && !strings.HasSuffix(s, "\n") && !strings.HasSuffix(s, " ") {
+					out.WriteByte(' ')
+				}
+				out.WriteString(t)
+			}
+		}
+	}
+}
+
+func collapseBlankLines(s string) string {
+	lines := strings.Split(s, "\n")
+	out := lines[:0]
+	for _, l := range lines {
+		l = strings.TrimSpace(l)
+		if l == "" {
+			continue
+		}
+		out = append(out, l)
+	}
+	return strings.Join(out, "\n")
+}
+
+func toolHTTPRequest(ctx context.Context, env *toolEnv, args map[string]any) (string, error) {
+	raw, err := argString(args, "url", true)
+	if err != nil {
+		return "", err
+	}
+	method, err := argString(args, "method", false)
+	if err != nil {
+		return "", err
+	}
+	method = strings.ToUpper(firstNonEmpty(method, "GET"))
+	body, err := argString(args, "body", false)
+	if err != nil {
+		return "", err
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", argError("not a URL: %v", err)
+	}
+	np := env.netPolicy()
+	if err := np.checkURL(u); err != nil {
+		return "", err
+	}
+	var rb io.Reader
+	if body != "" {
+		rb = strings.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), rb)
+	if err != nil {
+		return "", argError("bad request: %v", err)
+	}
+	if h, ok := args["headers"].(map[string]any); ok {
+		for k, v := range h {
+			if s, ok := v.(string); ok {
+				req.Header.Set(k, s)
+			}
+		}
+	}
+	resp, err := np.httpClient(60 * time.Second).Do(req)
+	if err != nil {
+		return "", netError(err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, fetchMaxBytes))
+	if err != nil {
+		return "", netError(err)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "HTTP %s\n", resp.Status)
+	keys := make([]string, 0, len(resp.Header))
+	for k := range resp.Header {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Fprintf(&b, "%s: %s\n", k, strings.Join(resp.Header[k], ", "))
+	}
+	b.WriteString("\n")
+	b.Write(data)
+	return b.String(), nil
+}
+
+func toolWebSearch(ctx context.Context, env *toolEnv, args map[string]any) (string, error) {
+	q, err := argString(args, "query", true)
+	if err != nil {
+		return "", err
+	}
+	count, err := argInt(args, "count", 8)
+	if err != nil {
+		return "", err
+	}
+	key := env.ar.rs.getenv(searchKeyEnv)
+	if key == "" {
+		return "", errorf(codeToolError, "web search is not configured").withHint("set " + searchKeyEnv)
+	}
+	base := firstNonEmpty(env.ar.rs.getenv("BRAVE_BASE_URL"), "https://api.search.brave.com/res/v1")
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/web/search?"+url.Values{
+		"q": {q}, "count": {fmt.Sprint(min(max(count, 1), 20))}}.Encode(), nil)
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("X-Subscription-Token", key)
+	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+	if err != nil {
+		return "", errorf(codeToolError, "web search failed: %v", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return "", errorf(codeToolError, "web search answered %s", resp.Status)
+	}
+	var out struct {
+		Web struct {
+			Results []struct {
+				Title       string `json:"title"`
+				URL         string `json:"url"`
+				Description string `json:"description"`
+			} `json:"results"`
+		} `json:"web"`
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 4<<20)).Decode(&out); err != nil {
+		return "", errorf(codeToolError, "web search answer unreadable: %v", err)
+	}
+	if len(out.Web.Results) == 0 {
+		return "no results", nil
+	}
+	var b strings.Builder
+	for i, r := range out.Web.Results {
+		fmt.Fprintf(&b, "%d. %s\n   %s\n   %s\n", i+1, r.Title, r.URL, htmlToText([]byte(r.Description)))
+	}
+	return b.String(), nil
+}
