@@ -140,6 +140,9 @@ func (ar *activeRun) run() {
 		Steps: ar.steps, Usage: ar.usage, DurationMS: ar.rs.now().Sub(ar.startedAt).Milliseconds(),
 		StopReason: stop, Error: apiErr}
 	ar.mu.Unlock()
+	for i, m := range res.Messages {
+		res.Messages[i] = ar.shownMessage(m) // tool arguments as events show them
+	}
 	if res.Text == "" && st.partial != "" {
 		res.Text = st.partial
 	}

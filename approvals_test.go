@@ -1,0 +1,282 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// manualTimer replaces the 120 s approval timer: the test fires it.
+type manualTimer struct {
+	mu    sync.Mutex
+	chans []chan time.Time
+	durs  []time.Duration
+}
+
+func (m *manualTimer) start(d time.Duration) (<-chan time.Time, func()) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c := make(chan time.Time, 1)
+	m.chans = append(m.chans, c)
+	m.durs = append(m.durs, d)
+	return c, func() {}
+}
+
+func (m *manualTimer) fireAll() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, c := range m.chans {
+		select {
+		case c <- time.Now():
+		default:
+		}
+	}
+}
+
+func askSpec(name string) *AgentSpec {
+	return testSpec(name, func(sp *AgentSpec) { sp.Guardrails.ApprovalMode = "ask" })
+}
+
+func shellThenDone(cmd string) func(context.Context, int, ChatRequest) (*ChatResponse, error) {
+	return scriptOf(toolResp(call("s1", "shell", map[string]any{"command": cmd})))
+}
+
+func lastToolResult(m *fakeModel) ContentPart {
+	reqs := m.requests()
+	msgs := reqs[len(reqs)-1].Messages
+	return msgs[len(msgs)-1].Content[0]
+}
+
+func TestApprovalApprove(t *testing.T) {
+	m := &fakeModel{script: shellThenDone("echo approved-ran")}
+	te := newTestEnv(t, m, nil)
+	te.putAgent(askSpec("asker"))
+	sub, _ := te.s.hub.subscribe()
+	defer te.s.hub.unsubscribe(sub)
+
+	s := te.stream("asker", map[string]any{"input": "x"})
+	ev := s.until(t, "approval_required")
+	id := ev["approvalId"].(string)
+	req := ev["request"].(map[string]any)
+	if !strings.HasPrefix(id, "apr_") || req["tool"] != "shell" || req["callId"] != "s1" || req["dangerous"] != true ||
+		req["args"].(map[string]any)["command"] != "echo approved-ran" || req["runId"] == "" {
+		t.Fatalf("approval_required %v", ev)
+	}
+	// The events socket got it too, as a PendingApproval.
+	waitFor(t, "approval_required on the runs topic", func() bool {
+		for {
+			select {
+			case e := <-sub.ch:
+				if e.Type == "approval_required" && e.Payload.(PendingApproval).ApprovalID == id {
+					return true
+				}
+			default:
+				return false
+			}
+		}
+	})
+	code, list := te.do("GET", "/v1/approvals", nil)
+	aps := list["approvals"].([]any)
+	if code != 200 || len(aps) != 1 || aps[0].(map[string]any)["approvalId"] != id || aps[0].(map[string]any)["expiresAt"] == "" {
+		t.Fatalf("list %v", list)
+	}
+	code, ans := te.do("POST", "/v1/approvals/"+id, map[string]any{"approve": true})
+	if code != 200 || ans["approved"] != true || ans["remembered"] != false || ans["approvalId"] != id {
+		t.Fatalf("answer %d %v", code, ans)
+	}
+	end := s.until(t, "run_end")["result"].(map[string]any)
+	if end["stopReason"] != "complete" {
+		t.Fatalf("end %v", end)
+	}
+	if tr := lastToolResult(m); tr.IsError || !strings.Contains(tr.Content, "approved-ran") {
+		t.Fatalf("tool result %+v", tr)
+	}
+	// Answered twice: the approval is gone.
+	code, again := te.do("POST", "/v1/approvals/"+id, map[string]any{"approve": true})
+	if code != 404 || again["error"].(map[string]any)["code"] != "E_APPROVAL_NOT_FOUND" {
+		t.Fatalf("second answer %d %v", code, again)
+	}
+	if _, list := te.do("GET", "/v1/approvals", nil); len(list["approvals"].([]any)) != 0 {
+		t.Fatalf("still listed %v", list)
+	}
+}
+
+func TestApprovalDeny(t *testing.T) {
+	m := &fakeModel{script: shellThenDone("touch /work/should-not-exist")}
+	te := newTestEnv(t, m, nil)
+	te.putAgent(askSpec("asker"))
+	s := te.stream("asker", map[string]any{"input": "x"})
+	id := s.until(t, "approval_required")["approvalId"].(string)
+	code, ans := te.do("POST", "/v1/approvals/"+id, map[string]any{"approve": false, "remember": true})
+	if code != 200 || ans["approved"] != false || ans["remembered"] != false {
+		t.Fatalf("deny %d %v", code, ans)
+	}
+	denied := s.until(t, "tool_denied")
+	if denied["call"].(map[string]any)["name"] != "shell" {
+		t.Fatalf("tool_denied %v", denied)
+	}
+	if end := s.until(t, "run_end")["result"].(map[string]any); end["stopReason"] != "complete" {
+		t.Fatalf("end %v", end)
+	}
+	if tr := lastToolResult(m); !tr.IsError || !strings.Contains(tr.Content, "denied") {
+		t.Fatalf("tool result %+v", tr)
+	}
+	if te.comp.execs.Load() != 0 {
+		t.Fatal("a denied command ran")
+	}
+}
+
+func TestApprovalTimeoutWithInjectedTimer(t *testing.T) {
+	m := &fakeModel{script: shellThenDone("echo never")}
+	te := newTestEnv(t, m, nil)
+	timer := &manualTimer{}
+	te.s.runs.approvals.timer = timer.start
+	te.putAgent(askSpec("asker"))
+	s := te.stream("asker", map[string]any{"input": "x"})
+	id := s.until(t, "approval_required")["approvalId"].(string)
+	if timer.durs[0] != 120*time.Second {
+		t.Fatalf("approval wait %v", timer.durs[0])
+	}
+	timer.fireAll()
+	if d := s.until(t, "tool_denied"); !strings.Contains(d["reason"].(string), "120 s") {
+		t.Fatalf("reason %v", d)
+	}
+	s.until(t, "run_end")
+	if code, out := te.do("POST", "/v1/approvals/"+id, map[string]any{"approve": true}); code != 404 || out["error"].(map[string]any)["code"] != "E_APPROVAL_NOT_FOUND" {
+		t.Fatalf("expired approval answered: %d %v", code, out)
+	}
+	if te.comp.execs.Load() != 0 {
+		t.Fatal("an expired approval ran the command")
+	}
+}
+
+func TestApprovalRemember(t *testing.T) {
+	m := &fakeModel{}
+	m.script = func(ctx context.Context, n int, req ChatRequest) (*ChatResponse, error) {
+		if req.Messages[len(req.Messages)-1].Role == "tool" {
+			return textResp("done"), nil
+		}
+		return toolResp(call("s1", "shell", map[string]any{"command": "echo hi"})), nil
+	}
+	te := newTestEnv(t, m, nil)
+	te.putAgent(askSpec("asker"))
+	te.putAgent(askSpec("other"))
+	s := te.stream("asker", map[string]any{"input": "x"})
+	id := s.until(t, "approval_required")["approvalId"].(string)
+	if _, ans := te.do("POST", "/v1/approvals/"+id, map[string]any{"approve": true, "remember": true}); ans["remembered"] != true {
+		t.Fatalf("answer %v", ans)
+	}
+	s.until(t, "run_end")
+	// Second run of the same agent: no approval needed for shell.
+	for _, ev := range te.stream("asker", map[string]any{"input": "again"}).all() {
+		if ev["type"] == "approval_required" {
+			t.Fatal("remembered tool asked again")
+		}
+	}
+	if te.comp.execs.Load() != 2 {
+		t.Fatalf("execs %d", te.comp.execs.Load())
+	}
+	// Another agent still asks.
+	s3 := te.stream("other", map[string]any{"input": "x"})
+	id3 := s3.until(t, "approval_required")["approvalId"].(string)
+	te.do("POST", "/v1/approvals/"+id3, map[string]any{"approve": false})
+	s3.until(t, "run_end")
+}
+
+func TestCancelDeniesPendingApproval(t *testing.T) {
+	m := &fakeModel{script: shellThenDone("echo x")}
+	te := newTestEnv(t, m, nil)
+	te.putAgent(askSpec("asker"))
+	s := te.stream("asker", map[string]any{"input": "x"})
+	start := s.until(t, "run_start")
+	id := s.until(t, "approval_required")["approvalId"].(string)
+	if code, c := te.do("POST", "/v1/runs/"+start["runId"].(string)+"/cancel", nil); code != 202 || c["cancelled"] != true {
+		t.Fatalf("cancel %d %v", code, c)
+	}
+	if end := s.until(t, "run_end")["result"].(map[string]any); end["stopReason"] != "aborted" {
+		t.Fatalf("end %v", end)
+	}
+	if code, _ := te.do("POST", "/v1/approvals/"+id, map[string]any{"approve": true}); code != 404 {
+		t.Fatalf("approval of a cancelled run still answerable: %d", code)
+	}
+	if te.comp.execs.Load() != 0 {
+		t.Fatal("command ran after cancel")
+	}
+}
+
+func TestApprovalBadBodies(t *testing.T) {
+	te := newTestEnv(t, &fakeModel{script: scriptOf()}, nil)
+	for _, c := range []struct {
+		body any
+		code int
+	}{
+		{map[string]any{}, 422},
+		{map[string]any{"approve": "yes"}, 422},
+		{map[string]any{"approve": true, "extra": 1}, 422},
+		{map[string]any{"approve": true}, 404},
+	} {
+		if code, out := te.do("POST", "/v1/approvals/apr_nope", c.body); code != c.code {
+			t.Fatalf("%v: %d %v", c.body, code, out)
+		}
+	}
+}
+
+func TestReadonlyRefusesDangerousTools(t *testing.T) {
+	m := &fakeModel{script: scriptOf(toolResp(
+		call("w", "write_file", map[string]any{"path": "x.txt", "content": "no"}),
+		call("l", "list_dir", map[string]any{}),
+	))}
+	te := newTestEnv(t, m, nil)
+	te.putAgent(testSpec("reader", func(sp *AgentSpec) { sp.Guardrails.ApprovalMode = "readonly" }))
+	evs := te.stream("reader", map[string]any{"input": "x"}).all()
+	var denied bool
+	for _, e := range evs {
+		if e["type"] == "tool_denied" && e["call"].(map[string]any)["name"] == "write_file" {
+			denied = true
+		}
+		if e["type"] == "approval_required" {
+			t.Fatal("readonly asked for approval")
+		}
+	}
+	end := evs[len(evs)-1]["result"].(map[string]any)
+	if !denied || end["stopReason"] != "complete" {
+		t.Fatalf("denied=%v end=%v", denied, end)
+	}
+	msgs := m.requests()[1].Messages
+	if w := msgs[len(msgs)-2].Content[0]; !w.IsError || !strings.Contains(w.Content, "readonly") {
+		t.Fatalf("write result %+v", w)
+	}
+	if l := msgs[len(msgs)-1].Content[0]; l.IsError {
+		t.Fatalf("list_dir refused in readonly: %+v", l)
+	}
+	// A body may tighten auto to readonly, but not loosen readonly to auto.
+	te.putAgent(testSpec("loose", nil))
+	m.mu.Lock()
+	m.calls = 0
+	m.mu.Unlock()
+	evs = te.stream("loose", map[string]any{"input": "x", "approvalMode": "readonly"}).all()
+	if !strings.Contains(fmtEvents(evs), "tool_denied") {
+		t.Fatal("body readonly not applied")
+	}
+	m.mu.Lock()
+	m.calls = 0
+	m.mu.Unlock()
+	evs = te.stream("reader", map[string]any{"input": "x", "approvalMode": "auto"}).all()
+	if !strings.Contains(fmtEvents(evs), "tool_denied") || !strings.Contains(fmtEvents(evs), "ignored") {
+		t.Fatal("body loosened readonly")
+	}
+}
+
+func fmtEvents(evs []map[string]any) string {
+	var b strings.Builder
+	for _, e := range evs {
+		b.WriteString(e["type"].(string))
+		if msg, ok := e["message"].(string); ok {
+			b.WriteString(":" + msg)
+		}
+		b.WriteString(" ")
+	}
+	return b.String()
+}

@@ -1,0 +1,305 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func TestSystemPromptAndMessageOrder(t *testing.T) {
+	m := &fakeModel{script: scriptOf(textResp("hi"))}
+	te := newTestEnv(t, m, nil)
+	te.putAgent(testSpec("shaped", func(sp *AgentSpec) {
+		sp.Persona = "You help {{ user }} with {{topic}}. Keep {{unknown}} as is."
+		sp.Knowledge = []Knowledge{{Title: "Prices", Content: "Tea costs 2."}, {Title: "Hours", Content: "Open 9-5."}}
+		sp.Guardrails.Refuse = []string{"medical advice", "legal advice"}
+		sp.Examples = []Example{{User: "ex question", Assistant: "ex answer"}}
+	}))
+	te.run("shaped", map[string]any{
+		"input":   []any{map[string]any{"role": "user", "content": []any{map[string]any{"type": "text", "text": "the input"}}}},
+		"history": []any{map[string]any{"role": "user", "content": "old q"}, map[string]any{"role": "assistant", "content": "old a"}},
+		"vars":    map[string]any{"user": "Ana", "topic": "tea", "n": 3},
+	})
+	req := m.requests()[0]
+	want := "You help Ana with tea. Keep {{unknown}} as is.\n\n## Reference\n\n### Prices\nTea costs 2.\n\n### Hours\nOpen 9-5.\n\n## Out of scope\n"
+	if !strings.HasPrefix(req.System, want) || !strings.Contains(req.System, "\n- medical advice\n- legal advice") {
+		t.Fatalf("system prompt:\n%s", req.System)
+	}
+	var got []string
+	for _, msg := range req.Messages {
+		got = append(got, msg.Role+":"+msg.Content[0].Text)
+	}
+	if strings.Join(got, "|") != "user:ex question|assistant:ex answer|user:old q|assistant:old a|user:the input" {
+		t.Fatalf("messages: %v", got)
+	}
+	if len(req.Tools) == 0 || req.Model != "fake/model" {
+		t.Fatalf("request: tools %d model %q", len(req.Tools), req.Model)
+	}
+}
+
+func TestResolveTools(t *testing.T) {
+	noKey := func(string) string { return "" }
+	withKey := func(k string) string {
+		if k == searchKeyEnv {
+			return "k"
+		}
+		return ""
+	}
+	sp := testSpec("t", func(sp *AgentSpec) { sp.Tools = []string{"computer", "web", "nonsense", "read_file", "shell"} })
+	if got := strings.Join(resolveTools(sp, noKey), ","); got != "shell,expose_port,computer_info,fetch_url,read_file" {
+		t.Fatalf("got %s", got)
+	}
+	if got := strings.Join(resolveTools(sp, withKey), ","); !strings.Contains(got, "web_search") {
+		t.Fatalf("web_search missing with a key: %s", got)
+	}
+	off := false
+	sp.Computer.Enabled = &off
+	sp.Tools = []string{"computer", "files", "web", "http"}
+	if got := strings.Join(resolveTools(sp, noKey), ","); got != "fetch_url,http_request" {
+		t.Fatalf("computer disabled: %s", got)
+	}
+	sp.Tools = nil
+	sp.Computer.Enabled = nil
+	if got := strings.Join(resolveTools(sp, noKey), ","); got != "shell,expose_port,computer_info" {
+		t.Fatalf("default: %s", got)
+	}
+	for name, tool := range toolCatalog() {
+		if tool.def.Name != name || tool.def.Parameters["type"] != "object" || tool.def.Description == "" {
+			t.Fatalf("tool %s has a bad definition", name)
+		}
+	}
+}
+
+func TestStopReasonLoopAndNudge(t *testing.T) {
+	m := &fakeModel{script: func(ctx context.Context, n int, req ChatRequest) (*ChatResponse, error) {
+		return toolResp(call(fmt.Sprint("c", n), "computer_info", map[string]any{"same": true})), nil
+	}}
+	te := newTestEnv(t, m, nil)
+	te.putAgent(testSpec("looper", nil))
+	res := te.run("looper", map[string]any{"input": "x"})
+	if res["stopReason"] != "loop" || res["steps"].(float64) != 5 {
+		t.Fatalf("result %v", res)
+	}
+	if te.comp.ensures == 0 {
+		t.Fatal("tools never ran")
+	}
+	reqs := m.requests()
+	if len(reqs) != 5 {
+		t.Fatalf("%d model calls", len(reqs))
+	}
+	// The third identical call's result carries a nudge; the second's does not.
+	third := reqs[3].Messages[len(reqs[3].Messages)-1].Content[0].Content
+	second := reqs[2].Messages[len(reqs[2].Messages)-1].Content[0].Content
+	if !strings.Contains(third, "3 times") || strings.Contains(second, "times") {
+		t.Fatalf("nudge: second %q third %q", second, third)
+	}
+}
+
+func TestStopReasonStepLimitAndTokens(t *testing.T) {
+	m := &fakeModel{script: func(ctx context.Context, n int, req ChatRequest) (*ChatResponse, error) {
+		return toolResp(call(fmt.Sprint("c", n), "computer_info", map[string]any{"n": n})), nil
+	}}
+	te := newTestEnv(t, m, nil)
+	te.putAgent(testSpec("steps", func(sp *AgentSpec) { sp.Limits.MaxSteps = 2 }))
+	res := te.run("steps", map[string]any{"input": "x"})
+	if res["stopReason"] != "step_limit" || res["steps"].(float64) != 2 || res["error"] != nil {
+		t.Fatalf("step_limit: %v", res)
+	}
+	// Each fake call uses 110 tokens; a 250 token ceiling stops before the fourth call.
+	te.putAgent(testSpec("tokens", func(sp *AgentSpec) { sp.Limits.MaxTokens = 250 }))
+	res = te.run("tokens", map[string]any{"input": "x"})
+	if res["stopReason"] != "budget" || res["steps"].(float64) != 3 || !strings.Contains(res["error"].(map[string]any)["message"].(string), "tokens") {
+		t.Fatalf("tokens: %v", res)
+	}
+	// The ceiling order: steps first, even when cost would also stop the run.
+	m.cost = 1
+	te.putAgent(testSpec("order", func(sp *AgentSpec) { sp.Limits.MaxSteps = 1; sp.Limits.MaxCostUSD = 1.5 }))
+	res = te.run("order", map[string]any{"input": "x"})
+	if res["stopReason"] != "step_limit" {
+		t.Fatalf("order: %v", res)
+	}
+}
+
+func TestStopReasonBudgetBeforeCall(t *testing.T) {
+	m := &fakeModel{cost: 0.6, script: scriptOf()}
+	te := newTestEnv(t, m, nil)
+	te.putAgent(testSpec("pricey", nil)) // ceiling 0.5
+	res := te.run("pricey", map[string]any{"input": "x"})
+	if res["stopReason"] != "budget" || res["steps"].(float64) != 0 || res["error"].(map[string]any)["code"] != "E_BUDGET_EXCEEDED" {
+		t.Fatalf("result %v", res)
+	}
+	if len(m.requests()) != 0 {
+		t.Fatal("a model call was made past the ceiling")
+	}
+}
+
+func TestStopReasonTimeoutCeilingWithClock(t *testing.T) {
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixNano())
+	now := func() time.Time { return time.Unix(0, clock.Load()) }
+	m := &fakeModel{script: func(ctx context.Context, n int, req ChatRequest) (*ChatResponse, error) {
+		clock.Add(int64(40 * time.Second)) // each step takes 40 s of the injected clock
+		return toolResp(call(fmt.Sprint("c", n), "computer_info", map[string]any{"n": n})), nil
+	}}
+	te := newTestEnv(t, m, nil)
+	te.s.runs.now = now
+	sp := testSpec("clocked", func(sp *AgentSpec) { sp.Limits.TimeoutSec = 100 })
+	ar, err := te.s.runs.start(sp, &runParams{Input: []ModelMessage{textMessage("user", "x")}, MaxSteps: 10, MaxCostUSD: 1, ApprovalMode: "auto"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := ar.wait()
+	if r.StopReason != "timeout" || r.Steps != 3 || r.Error.Code != codeAborted {
+		t.Fatalf("result %+v", r)
+	}
+}
+
+func TestStopReasonTimeoutAbortsStepInFlight(t *testing.T) {
+	m := &fakeModel{script: func(ctx context.Context, n int, req ChatRequest) (*ChatResponse, error) {
+		if n == 0 {
+			return toolResp(call("c0", "shell", map[string]any{"command": "echo kept"})), nil
+		}
+		<-ctx.Done() // hangs until the run's wall clock runs out
+		return nil, ctx.Err()
+	}}
+	te := newTestEnv(t, m, nil)
+	te.putAgent(testSpec("hang", func(sp *AgentSpec) { sp.Limits.TimeoutSec = 1 }))
+	res := te.run("hang", map[string]any{"input": "x"})
+	if res["stopReason"] != "timeout" || res["error"].(map[string]any)["code"] != "E_ABORTED" {
+		t.Fatalf("result %v", res)
+	}
+	// Partial results are kept: the first step's tool result is in the messages.
+	msgs := fmt.Sprint(res["messages"])
+	if !strings.Contains(msgs, "kept") {
+		t.Fatalf("partial results lost: %s", msgs)
+	}
+}
+
+func TestModelErrorEndsRunWithError(t *testing.T) {
+	m := &fakeModel{script: func(ctx context.Context, n int, req ChatRequest) (*ChatResponse, error) {
+		return nil, errorf(codeModelError, "upstream said 500 with key sk-ant-abcdefghijklmnopqrstuvwxyz012345")
+	}}
+	te := newTestEnv(t, m, nil)
+	te.putAgent(testSpec("broken", nil))
+	res := te.run("broken", map[string]any{"input": "x"})
+	e := res["error"].(map[string]any)
+	if res["stopReason"] != "error" || e["code"] != "E_MODEL_ERROR" || strings.Contains(e["message"].(string), "sk-ant-") {
+		t.Fatalf("result %v", res)
+	}
+}
+
+func TestParallelToolsBoundedAndOrdered(t *testing.T) {
+	var running, peak atomic.Int64
+	var mu sync.Mutex
+	gate := make(chan struct{})
+	m := &fakeModel{}
+	var calls []ToolCall
+	for i := 0; i < 7; i++ {
+		calls = append(calls, call(fmt.Sprint("p", i), "shell", map[string]any{"command": fmt.Sprintf("echo out-%d", i)}))
+	}
+	m.script = scriptOf(toolResp(calls...), textResp("ok"))
+	te := newTestEnv(t, m, nil)
+	te.comp.onExec = func(ctx context.Context, cmd string) {
+		n := running.Add(1)
+		mu.Lock()
+		if n > peak.Load() {
+			peak.Store(n)
+		}
+		mu.Unlock()
+		if n == maxParallelTools {
+			select {
+			case <-gate:
+			default:
+				close(gate)
+			}
+		}
+		select { // hold until four run together (or they never will: then the check below fails)
+		case <-gate:
+		case <-time.After(2 * time.Second):
+		}
+		running.Add(-1)
+	}
+	te.putAgent(testSpec("par", nil))
+	te.run("par", map[string]any{"input": "x"})
+	if peak.Load() != maxParallelTools {
+		t.Fatalf("peak concurrency %d, want %d", peak.Load(), maxParallelTools)
+	}
+	msgs := m.requests()[1].Messages
+	results := msgs[len(msgs)-7:]
+	for i, r := range results {
+		p := r.Content[0]
+		if p.ToolCallID != fmt.Sprint("p", i) || !strings.Contains(p.Content, fmt.Sprintf("out-%d", i)) {
+			t.Fatalf("result %d out of order: %+v", i, p)
+		}
+	}
+}
+
+func TestUnknownToolAndBadArgsAreToolErrors(t *testing.T) {
+	m := &fakeModel{script: scriptOf(toolResp(
+		call("u1", "launch_rockets", nil),
+		call("u2", "read_file", map[string]any{"path": 5}),
+		call("u3", "read_file", map[string]any{"path": "/etc/passwd"}),
+		call("u4", "edit_file", map[string]any{"path": "f.txt", "old_string": "zzz", "new_string": "y"}),
+	))}
+	te := newTestEnv(t, m, nil)
+	te.comp.WriteFile(context.Background(), "", "/work/f.txt", []byte("a a"))
+	te.putAgent(testSpec("errs", nil))
+	res := te.run("errs", map[string]any{"input": "x"})
+	if res["stopReason"] != "complete" {
+		t.Fatalf("tool errors ended the run: %v", res)
+	}
+	msgs := m.requests()[1].Messages
+	want := []string{"no tool named", "must be a string", "outside the machine's writable area", "not found in /work/f.txt"}
+	for i, w := range want {
+		p := msgs[len(msgs)-4+i].Content[0]
+		if !p.IsError || !strings.Contains(p.Content, w) {
+			t.Fatalf("result %d: %+v (want %q)", i, p, w)
+		}
+	}
+}
+
+func TestThreeConcurrentRunsShareTheComputer(t *testing.T) {
+	var started sync.WaitGroup
+	started.Add(3)
+	m := &fakeModel{script: func(ctx context.Context, n int, req ChatRequest) (*ChatResponse, error) {
+		last := req.Messages[len(req.Messages)-1]
+		if last.Role == "tool" {
+			return textResp("done"), nil
+		}
+		return toolResp(call("c", "shell", map[string]any{"command": "echo shared >> log.txt"})), nil
+	}}
+	te := newTestEnv(t, m, nil)
+	te.putAgent(testSpec("trio", nil))
+	var wg sync.WaitGroup
+	ids := make([]string, 3)
+	comps := make([]string, 3)
+	for i := 0; i < 3; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := te.stream("trio", map[string]any{"input": "go"})
+			for _, ev := range s.all() {
+				switch ev["type"] {
+				case "run_start":
+					ids[i] = ev["runId"].(string)
+				case "computer_ready":
+					comps[i] = ev["computerId"].(string)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if comps[0] == "" || comps[0] != comps[1] || comps[1] != comps[2] {
+		t.Fatalf("computers %v", comps)
+	}
+	if ids[0] == ids[1] || ids[1] == ids[2] {
+		t.Fatalf("ids %v", ids)
+	}
+	if te.s.runs.computerInUse(comps[0]) {
+		t.Fatal("reference still held after the runs ended")
+	}
+}
