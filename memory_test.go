@@ -1,0 +1,118 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestMemoryAcrossTwoRuns(t *testing.T) {
+	for _, backend := range []string{"sqlite", "file", "memory"} {
+		t.Run(backend, func(t *testing.T) {
+			m := &fakeModel{}
+			m.script = func(ctx context.Context, n int, req ChatRequest) (*ChatResponse, error) {
+				return textResp(fmt.Sprintf("answer %d", n)), nil
+			}
+			te := newTestEnv(t, m, nil)
+			te.putAgent(testSpec("rememberer", func(sp *AgentSpec) {
+				sp.Memory = MemorySpec{Enabled: true, Backend: backend, WindowTurns: 20, Summarise: false}
+			}))
+			te.run("rememberer", map[string]any{"input": "my name is Ada"})
+			te.run("rememberer", map[string]any{"input": "what is my name?", "history": []any{
+				map[string]any{"role": "user", "content": "caller history"}, map[string]any{"role": "assistant", "content": "ok"}}})
+			var got []string
+			for _, msg := range m.requests()[1].Messages {
+				got = append(got, msg.Content[0].Text)
+			}
+			want := "my name is Ada|answer 0|caller history|ok|what is my name?"
+			if strings.Join(got, "|") != want {
+				t.Fatalf("second run saw %v", got)
+			}
+			if backend == "file" {
+				if _, err := os.Stat(filepath.Join(te.home, "memory", "rememberer.jsonl")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// A third run: the body's history of run two was not remembered.
+			te.run("rememberer", map[string]any{"input": "third"})
+			all := fmt.Sprint(m.requests()[2].Messages)
+			if strings.Contains(all, "caller history") || !strings.Contains(all, "what is my name?") {
+				t.Fatalf("third run saw %s", all)
+			}
+		})
+	}
+}
+
+func TestMemoryOffStoresNothing(t *testing.T) {
+	m := &fakeModel{script: scriptOf(textResp("a"), textResp("b"))}
+	te := newTestEnv(t, m, nil)
+	te.putAgent(testSpec("forgetful", nil))
+	te.run("forgetful", map[string]any{"input": "one"})
+	te.run("forgetful", map[string]any{"input": "two"})
+	if n := len(m.requests()[1].Messages); n != 1 {
+		t.Fatalf("second run got %d messages", n)
+	}
+}
+
+func turnsOf(n int) []ModelMessage {
+	var msgs []ModelMessage
+	for i := 0; i < n; i++ {
+		msgs = append(msgs, textMessage("user", fmt.Sprint("q", i)),
+			ModelMessage{Role: "assistant", Content: []ContentPart{{Type: "tool_call", ID: fmt.Sprint("c", i), Name: "shell"}}},
+			toolResultMessage(fmt.Sprint("c", i), fmt.Sprint("r", i), false),
+			textMessage("assistant", fmt.Sprint("a", i)))
+	}
+	return msgs
+}
+
+func TestWindowKeepsFirstUserAndLastTurns(t *testing.T) {
+	msgs := turnsOf(6)
+	out := windowMessages(msgs, 2, "")
+	// first user message, marker, then turns 4 and 5 whole (tool call and result together).
+	if out[0].Content[0].Text != "q0" || !strings.Contains(out[1].Content[0].Text, "elided") || out[1].Role != "assistant" {
+		t.Fatalf("head %v", out[:2])
+	}
+	rest := out[2:]
+	if len(rest) != 8 || rest[0].Content[0].Text != "q4" || rest[2].Content[0].ToolCallID != "c4" {
+		t.Fatalf("tail %v", rest)
+	}
+	if len(windowMessages(turnsOf(3), 2, "")) != 12 {
+		t.Fatal("window cut when everything fits")
+	}
+	if s := windowMessages(msgs, 2, "they talked"); !strings.Contains(s[1].Content[0].Text, "they talked") {
+		t.Fatalf("summary not used: %v", s[1])
+	}
+}
+
+func TestWindowSummarisedByModel(t *testing.T) {
+	m := &fakeModel{}
+	m.script = func(ctx context.Context, n int, req ChatRequest) (*ChatResponse, error) {
+		if strings.HasPrefix(req.System, "Summarise") {
+			return textResp("SUMMARY-OF-MIDDLE"), nil
+		}
+		return textResp("ok"), nil
+	}
+	te := newTestEnv(t, m, nil)
+	te.putAgent(testSpec("windowed", func(sp *AgentSpec) {
+		sp.Memory = MemorySpec{Enabled: true, Backend: "memory", WindowTurns: 2, Summarise: true}
+	}))
+	for i := 0; i < 5; i++ {
+		te.run("windowed", map[string]any{"input": fmt.Sprint("turn ", i)})
+	}
+	reqs := m.requests()
+	last := reqs[len(reqs)-1]
+	if strings.HasPrefix(last.System, "Summarise") {
+		t.Fatal("last call is the summariser")
+	}
+	var texts []string
+	for _, msg := range last.Messages {
+		texts = append(texts, msg.Content[0].Text)
+	}
+	got := strings.Join(texts, "|")
+	if !strings.HasPrefix(got, "turn 0|") || !strings.Contains(got, "SUMMARY-OF-MIDDLE") || strings.Contains(got, "turn 1|") || !strings.HasSuffix(got, "turn 4") {
+		t.Fatalf("windowed request: %s", got)
+	}
+}

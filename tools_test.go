@@ -1,0 +1,207 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// toolHarness runs tools directly against the temp-dir computer.
+func toolHarness(t *testing.T, mut func(*AgentSpec)) (*toolEnv, *fakeComputer) {
+	t.Helper()
+	te := newTestEnv(t, &fakeModel{script: scriptOf()}, nil)
+	sp := testSpec("tooly", mut)
+	ar := newActiveRun(te.s.runs, sp, &runParams{Input: []ModelMessage{textMessage("user", "x")}, MaxSteps: 1}, nil)
+	t.Cleanup(func() { ar.cancel(nil); ar.stopTimer() })
+	return &toolEnv{ar: ar, delta: func(string, string) {}}, te.comp
+}
+
+func runTool(t *testing.T, env *toolEnv, name string, args map[string]any) (string, error) {
+	t.Helper()
+	return toolCatalog()[name].run(context.Background(), env, args)
+}
+
+func TestFileTools(t *testing.T) {
+	env, comp := toolHarness(t, nil)
+	must := func(out string, err error) string {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	must(runTool(t, env, "write_file", map[string]any{"path": "src/a.txt", "content": "one\ntwo\nthree\nfour\n"}))
+	if out := must(runTool(t, env, "read_file", map[string]any{"path": "/work/src/a.txt", "start_line": 2, "end_line": 3})); !strings.Contains(out, "[lines 2-3 of 4]") || !strings.Contains(out, "2\ttwo") || strings.Contains(out, "one") || strings.Contains(out, "four") {
+		t.Fatalf("range read: %q", out)
+	}
+	if _, err := runTool(t, env, "read_file", map[string]any{"path": "src/a.txt", "start_line": 9}); err == nil {
+		t.Fatal("read past the end")
+	}
+	// edit_file: no match, ambiguous, unique, replace_all.
+	must(runTool(t, env, "write_file", map[string]any{"path": "e.txt", "content": "x = 1\ny = 1\n"}))
+	if _, err := runTool(t, env, "edit_file", map[string]any{"path": "e.txt", "old_string": "z = 1", "new_string": "z"}); err == nil || !strings.Contains(err.Error(), "not found") {
+		t.Fatalf("no match: %v", err)
+	}
+	if _, err := runTool(t, env, "edit_file", map[string]any{"path": "e.txt", "old_string": " = 1", "new_string": " = 2"}); err == nil || !strings.Contains(err.Error(), "matches 2 places") {
+		t.Fatalf("ambiguous: %v", err)
+	}
+	must(runTool(t, env, "edit_file", map[string]any{"path": "e.txt", "old_string": "x = 1", "new_string": "x = 9"}))
+	must(runTool(t, env, "edit_file", map[string]any{"path": "e.txt", "old_string": "1", "new_string": "7", "replace_all": true}))
+	if b, _ := os.ReadFile(filepath.Join(comp.dir, "work", "e.txt")); string(b) != "x = 9\ny = 7\n" {
+		t.Fatalf("edited %q", b)
+	}
+	// list_dir recursive and bounded.
+	for i := 0; i < 5; i++ {
+		must(runTool(t, env, "write_file", map[string]any{"path": "src/deep/f" + string(rune('0'+i)), "content": "needle here"}))
+	}
+	out := must(runTool(t, env, "list_dir", map[string]any{"path": "/work", "recursive": true}))
+	if !strings.Contains(out, "/work/src/deep/f4") || !strings.Contains(out, "/work/src/") {
+		t.Fatalf("recursive list: %s", out)
+	}
+	if out := must(runTool(t, env, "list_dir", map[string]any{"recursive": true, "max_entries": 3})); !strings.Contains(out, "stopped at 3") {
+		t.Fatalf("bounded list: %s", out)
+	}
+	// search_files finds matches (rg when present, else the walk).
+	if out := must(runTool(t, env, "search_files", map[string]any{"pattern": "need+le", "path": "src"})); strings.Count(out, "needle here") != 5 || !strings.Contains(out, "/work/src/deep/f0") {
+		t.Fatalf("search: %s", out)
+	}
+	re := mustRegexp(t, "nee")
+	if out := must(walkSearch(context.Background(), env, "cmp", "/work", re, 2)); strings.Count(out, "\n") != 2 {
+		t.Fatalf("bounded walk: %q", out)
+	}
+	// move a file and a directory; delete.
+	must(runTool(t, env, "move", map[string]any{"from": "e.txt", "to": "moved/e.txt"}))
+	if _, err := os.Stat(filepath.Join(comp.dir, "work", "moved", "e.txt")); err != nil {
+		t.Fatal(err)
+	}
+	must(runTool(t, env, "move", map[string]any{"from": "src/deep", "to": "deep2"}))
+	if _, err := os.Stat(filepath.Join(comp.dir, "work", "deep2", "f3")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := runTool(t, env, "move", map[string]any{"from": "/work", "to": "/tmp/w"}); err == nil {
+		t.Fatal("moved the workspace root")
+	}
+	must(runTool(t, env, "delete", map[string]any{"path": "deep2", "recursive": true}))
+	if _, err := os.Stat(filepath.Join(comp.dir, "work", "deep2")); !os.IsNotExist(err) {
+		t.Fatal("not deleted")
+	}
+	if _, err := runTool(t, env, "write_file", map[string]any{"path": "/etc/x", "content": "no"}); err == nil || asAPIError(err).Code != codeFSDenied {
+		t.Fatalf("jail: %v", err)
+	}
+	if _, err := runTool(t, env, "write_file", map[string]any{"path": "../../etc/x", "content": "no"}); err == nil {
+		t.Fatal("relative escape allowed")
+	}
+}
+
+func TestShellToolOutputAndExpose(t *testing.T) {
+	env, _ := toolHarness(t, nil)
+	var deltas strings.Builder
+	env.delta = func(stream, text string) { deltas.WriteString(stream + ":" + text) }
+	out, err := runTool(t, env, "shell", map[string]any{"command": "echo out; echo err >&2; exit 3"})
+	if err != nil || !strings.Contains(out, "out\n") || !strings.Contains(out, "[stderr]\nerr") || !strings.Contains(out, "[exit code 3]") {
+		t.Fatalf("shell: %q %v", out, err)
+	}
+	if !strings.Contains(deltas.String(), "stdout:out") {
+		t.Fatalf("deltas %q", deltas.String())
+	}
+	if out, err := runTool(t, env, "expose_port", map[string]any{"port": 8080}); err != nil || !strings.Contains(out, "8080") {
+		t.Fatalf("expose: %q %v", out, err)
+	}
+	if _, err := runTool(t, env, "expose_port", map[string]any{"port": 0}); err == nil {
+		t.Fatal("port 0 accepted")
+	}
+	if out, err := runTool(t, env, "computer_info", nil); err != nil || !strings.Contains(out, "cmp_tooly") {
+		t.Fatalf("info: %q %v", out, err)
+	}
+}
+
+func TestFetchURLNetworkPolicy(t *testing.T) {
+	page := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/redirect":
+			http.Redirect(w, r, r.URL.Query().Get("to"), http.StatusFound)
+		default:
+			w.Header().Set("Content-Type", "text/html")
+			w.Write([]byte(`<html><head><title>t</title><style>p{}</style></head><body><h1>Hello</h1><script>evil()</script><p>World <b>bold</b></p><ul><li>one</li></ul></body></html>`))
+		}
+	}))
+	defer page.Close()
+	u, _ := url.Parse(page.URL)
+
+	// Loopback is refused by default.
+	env, _ := toolHarness(t, nil)
+	if _, err := runTool(t, env, "fetch_url", map[string]any{"url": page.URL}); err == nil || asAPIError(err).Code != codeExecDenied {
+		t.Fatalf("loopback fetched: %v", err)
+	}
+	if _, err := runTool(t, env, "fetch_url", map[string]any{"url": "file:///etc/passwd"}); err == nil || asAPIError(err).Code != codeExecDenied {
+		t.Fatalf("file scheme: %v", err)
+	}
+	if _, err := runTool(t, env, "fetch_url", map[string]any{"url": "http://169.254.169.254/latest/meta-data"}); err == nil || asAPIError(err).Code != codeExecDenied {
+		t.Fatalf("link-local: %v", err)
+	}
+	// Named in computer.network.allow: allowed, HTML turned into text.
+	env, _ = toolHarness(t, func(sp *AgentSpec) { sp.Computer.Network.Allow = []string{u.Hostname()} })
+	out, err := runTool(t, env, "fetch_url", map[string]any{"url": page.URL})
+	if err != nil || !strings.Contains(out, "Hello\nWorld bold\n- one") || strings.Contains(out, "evil") || strings.Contains(out, "p{}") {
+		t.Fatalf("fetch: %q %v", out, err)
+	}
+	// A redirect is re-checked: allowed host → loopback name not in the allow list.
+	env, _ = toolHarness(t, func(sp *AgentSpec) { sp.Computer.Network.Allow = []string{u.Hostname()} })
+	target := "http://localhost:" + u.Port() + "/"
+	if _, err := runTool(t, env, "fetch_url", map[string]any{"url": page.URL + "/redirect?to=" + url.QueryEscape(target)}); err == nil || asAPIError(err).Code != codeExecDenied {
+		t.Fatalf("redirect to a refused host: %v", err)
+	}
+	// deny beats everything; mode none refuses.
+	env, _ = toolHarness(t, func(sp *AgentSpec) {
+		sp.Computer.Network = NetworkSpec{Mode: "full", Allow: []string{u.Hostname()}, Deny: []string{u.Hostname()}}
+	})
+	if _, err := runTool(t, env, "fetch_url", map[string]any{"url": page.URL}); err == nil || !strings.Contains(err.Error(), "deny") {
+		t.Fatalf("deny: %v", err)
+	}
+	env, _ = toolHarness(t, func(sp *AgentSpec) { sp.Computer.Network = NetworkSpec{Mode: "none", Allow: []string{u.Hostname()}} })
+	if _, err := runTool(t, env, "fetch_url", map[string]any{"url": page.URL}); err == nil || !strings.Contains(err.Error(), "none") {
+		t.Fatalf("mode none: %v", err)
+	}
+	// http_request under the same policy.
+	env, _ = toolHarness(t, func(sp *AgentSpec) { sp.Computer.Network.Allow = []string{"*.example.test", u.Hostname()} })
+	out, err = runTool(t, env, "http_request", map[string]any{"method": "POST", "url": page.URL, "body": "x", "headers": map[string]any{"X-A": "b"}})
+	if err != nil || !strings.HasPrefix(out, "HTTP 200 OK") {
+		t.Fatalf("http_request: %q %v", out, err)
+	}
+	if !hostMatches("*.example.test", "a.b.example.test") || hostMatches("*.example.test", "example.test") || hostMatches("*.example.test", "badexample.test") {
+		t.Fatal("wildcard matching")
+	}
+}
+
+func TestHTMLToText(t *testing.T) {
+	got := htmlToText([]byte("<div>a<br>b</div><pre>c</pre><noscript>x</noscript>d &amp; e"))
+	if got != "a\nb\nc\nd & e" {
+		t.Fatalf("%q", got)
+	}
+}
+
+func TestBoundOutput(t *testing.T) {
+	s := strings.Repeat("é", 1000)
+	out := boundOutput(s, 300)
+	if len(out) > 400 || !strings.Contains(out, "elided") || !strings.HasPrefix(out, "é") || !strings.HasSuffix(out, "é") {
+		t.Fatalf("%q", out)
+	}
+	if boundOutput("short", 300) != "short" {
+		t.Fatal("short output changed")
+	}
+}
+
+func mustRegexp(t *testing.T, p string) *regexp.Regexp {
+	t.Helper()
+	re, err := regexp.Compile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return re
+}
