@@ -96,15 +96,14 @@ func (b *approvalBook) request(ctx context.Context, runID, agent string, call To
 	b.pending[e.p.ApprovalID] = e
 	b.mu.Unlock()
 
+	expired, stop := b.timer(approvalWait) // started before anyone can see the approval
+	defer stop()
 	if raised != nil {
 		raised(e.p)
 	}
 	if b.hub != nil {
 		b.hub.publish("runs", "approval_required", e.p)
 	}
-
-	expired, stop := b.timer(approvalWait)
-	defer stop()
 	select {
 	case a := <-e.answer:
 		if a.approved {

@@ -136,8 +136,11 @@ func TestApprovalTimeoutWithInjectedTimer(t *testing.T) {
 	te.putAgent(askSpec("asker"))
 	s := te.stream("asker", map[string]any{"input": "x"})
 	id := s.until(t, "approval_required")["approvalId"].(string)
-	if timer.durs[0] != 120*time.Second {
-		t.Fatalf("approval wait %v", timer.durs[0])
+	timer.mu.Lock()
+	wait := timer.durs[0]
+	timer.mu.Unlock()
+	if wait != 120*time.Second {
+		t.Fatalf("approval wait %v", wait)
 	}
 	timer.fireAll()
 	if d := s.until(t, "tool_denied"); !strings.Contains(d["reason"].(string), "120 s") {

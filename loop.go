@@ -581,24 +581,32 @@ func (ar *activeRun) runTool(c ToolCall) (res toolOutcome) {
 			}
 		}
 	}
-	var deltas *streamRedactor
-	if impl.streams {
-		deltas = newStreamRedactor(ar.red)
-	}
+	// Output may arrive on stdout and stderr concurrently: one line-buffered redactor per stream.
+	var deltaMu sync.Mutex
+	deltas := map[string]*streamRedactor{}
 	delta := func(stream, text string) {
-		if deltas != nil {
-			text = deltas.write(text)
+		deltaMu.Lock()
+		defer deltaMu.Unlock()
+		sr, ok := deltas[stream]
+		if !ok {
+			sr = newStreamRedactor(ar.red)
+			deltas[stream] = sr
 		}
-		if text != "" {
+		if text = sr.write(text); text != "" {
 			ar.emit(runEvent{Type: "tool_delta", CallID: c.ID, Stream: stream, Text: text})
 		}
 	}
 	out, err := impl.run(ar.ctx, &toolEnv{ar: ar, call: c, delta: delta}, c.Args)
-	if deltas != nil {
-		if rest := deltas.flush(); rest != "" {
-			ar.emit(runEvent{Type: "tool_delta", CallID: c.ID, Stream: "stdout", Text: rest})
+	deltaMu.Lock()
+	for _, stream := range []string{"stdout", "stderr"} {
+		if sr, ok := deltas[stream]; ok {
+			if rest := sr.flush(); rest != "" {
+				ar.emit(runEvent{Type: "tool_delta", CallID: c.ID, Stream: stream, Text: rest})
+			}
 		}
 	}
+	deltas = map[string]*streamRedactor{} // late output after the tool returned starts fresh
+	deltaMu.Unlock()
 	if err != nil {
 		ae := asAPIError(err)
 		if ae.Code == codeInternal {

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -102,7 +103,8 @@ func TestFileTools(t *testing.T) {
 func TestShellToolOutputAndExpose(t *testing.T) {
 	env, _ := toolHarness(t, nil)
 	var deltas strings.Builder
-	env.delta = func(stream, text string) { deltas.WriteString(stream + ":" + text) }
+	var mu sync.Mutex
+	env.delta = func(stream, text string) { mu.Lock(); deltas.WriteString(stream + ":" + text); mu.Unlock() }
 	out, err := runTool(t, env, "shell", map[string]any{"command": "echo out; echo err >&2; exit 3"})
 	if err != nil || !strings.Contains(out, "out\n") || !strings.Contains(out, "[stderr]\nerr") || !strings.Contains(out, "[exit code 3]") {
 		t.Fatalf("shell: %q %v", out, err)
