@@ -51,7 +51,7 @@ func lastToolResult(m *fakeModel) ContentPart {
 
 func TestApprovalApprove(t *testing.T) {
 	m := &fakeModel{script: shellThenDone("echo approved-ran")}
-	te := newTestEnv(t, m, nil)
+	te := newRunEnv(t, m, nil)
 	te.putAgent(askSpec("asker"))
 	sub, _ := te.s.hub.subscribe()
 	defer te.s.hub.unsubscribe(sub)
@@ -65,7 +65,7 @@ func TestApprovalApprove(t *testing.T) {
 		t.Fatalf("approval_required %v", ev)
 	}
 	// The events socket got it too, as a PendingApproval.
-	waitFor(t, "approval_required on the runs topic", func() bool {
+	pollUntil(t, "approval_required on the runs topic", func() bool {
 		for {
 			select {
 			case e := <-sub.ch:
@@ -105,7 +105,7 @@ func TestApprovalApprove(t *testing.T) {
 
 func TestApprovalDeny(t *testing.T) {
 	m := &fakeModel{script: shellThenDone("touch /work/should-not-exist")}
-	te := newTestEnv(t, m, nil)
+	te := newRunEnv(t, m, nil)
 	te.putAgent(askSpec("asker"))
 	s := te.stream("asker", map[string]any{"input": "x"})
 	id := s.until(t, "approval_required")["approvalId"].(string)
@@ -130,7 +130,7 @@ func TestApprovalDeny(t *testing.T) {
 
 func TestApprovalTimeoutWithInjectedTimer(t *testing.T) {
 	m := &fakeModel{script: shellThenDone("echo never")}
-	te := newTestEnv(t, m, nil)
+	te := newRunEnv(t, m, nil)
 	timer := &manualTimer{}
 	te.s.runs.approvals.timer = timer.start
 	te.putAgent(askSpec("asker"))
@@ -163,7 +163,7 @@ func TestApprovalRemember(t *testing.T) {
 		}
 		return toolResp(call("s1", "shell", map[string]any{"command": "echo hi"})), nil
 	}
-	te := newTestEnv(t, m, nil)
+	te := newRunEnv(t, m, nil)
 	te.putAgent(askSpec("asker"))
 	te.putAgent(askSpec("other"))
 	s := te.stream("asker", map[string]any{"input": "x"})
@@ -190,7 +190,7 @@ func TestApprovalRemember(t *testing.T) {
 
 func TestCancelDeniesPendingApproval(t *testing.T) {
 	m := &fakeModel{script: shellThenDone("echo x")}
-	te := newTestEnv(t, m, nil)
+	te := newRunEnv(t, m, nil)
 	te.putAgent(askSpec("asker"))
 	s := te.stream("asker", map[string]any{"input": "x"})
 	start := s.until(t, "run_start")
@@ -210,7 +210,7 @@ func TestCancelDeniesPendingApproval(t *testing.T) {
 }
 
 func TestApprovalBadBodies(t *testing.T) {
-	te := newTestEnv(t, &fakeModel{script: scriptOf()}, nil)
+	te := newRunEnv(t, &fakeModel{script: scriptOf()}, nil)
 	for _, c := range []struct {
 		body any
 		code int
@@ -231,7 +231,7 @@ func TestReadonlyRefusesDangerousTools(t *testing.T) {
 		call("w", "write_file", map[string]any{"path": "x.txt", "content": "no"}),
 		call("l", "list_dir", map[string]any{}),
 	))}
-	te := newTestEnv(t, m, nil)
+	te := newRunEnv(t, m, nil)
 	te.putAgent(testSpec("reader", func(sp *AgentSpec) { sp.Guardrails.ApprovalMode = "readonly" }))
 	evs := te.stream("reader", map[string]any{"input": "x"}).all()
 	var denied bool

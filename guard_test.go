@@ -80,7 +80,7 @@ func TestEffectiveApprovalMode(t *testing.T) {
 func TestPlantedKeyRedactedInToolOutputAndStoredEvents(t *testing.T) {
 	key := planted["anthropic"]
 	m := &fakeModel{script: scriptOf(toolResp(call("k", "shell", map[string]any{"command": "echo leaked " + key})))}
-	te := newTestEnv(t, m, nil)
+	te := newRunEnv(t, m, nil)
 	te.putAgent(testSpec("leaky", nil))
 	evs := te.stream("leaky", map[string]any{"input": "x"}).all()
 	id := evs[0]["runId"].(string)

@@ -12,7 +12,7 @@ import (
 
 func TestSystemPromptAndMessageOrder(t *testing.T) {
 	m := &fakeModel{script: scriptOf(textResp("hi"))}
-	te := newTestEnv(t, m, nil)
+	te := newRunEnv(t, m, nil)
 	te.putAgent(testSpec("shaped", func(sp *AgentSpec) {
 		sp.Persona = "You help {{ user }} with {{topic}}. Keep {{unknown}} as is."
 		sp.Knowledge = []Knowledge{{Title: "Prices", Content: "Tea costs 2."}, {Title: "Hours", Content: "Open 9-5."}}
@@ -78,7 +78,7 @@ func TestStopReasonLoopAndNudge(t *testing.T) {
 	m := &fakeModel{script: func(ctx context.Context, n int, req ChatRequest) (*ChatResponse, error) {
 		return toolResp(call(fmt.Sprint("c", n), "computer_info", map[string]any{"same": true})), nil
 	}}
-	te := newTestEnv(t, m, nil)
+	te := newRunEnv(t, m, nil)
 	te.putAgent(testSpec("looper", nil))
 	res := te.run("looper", map[string]any{"input": "x"})
 	if res["stopReason"] != "loop" || res["steps"].(float64) != 5 {
@@ -103,7 +103,7 @@ func TestStopReasonStepLimitAndTokens(t *testing.T) {
 	m := &fakeModel{script: func(ctx context.Context, n int, req ChatRequest) (*ChatResponse, error) {
 		return toolResp(call(fmt.Sprint("c", n), "computer_info", map[string]any{"n": n})), nil
 	}}
-	te := newTestEnv(t, m, nil)
+	te := newRunEnv(t, m, nil)
 	te.putAgent(testSpec("steps", func(sp *AgentSpec) { sp.Limits.MaxSteps = 2 }))
 	res := te.run("steps", map[string]any{"input": "x"})
 	if res["stopReason"] != "step_limit" || res["steps"].(float64) != 2 || res["error"] != nil {
@@ -126,7 +126,7 @@ func TestStopReasonStepLimitAndTokens(t *testing.T) {
 
 func TestStopReasonBudgetBeforeCall(t *testing.T) {
 	m := &fakeModel{cost: 0.6, script: scriptOf()}
-	te := newTestEnv(t, m, nil)
+	te := newRunEnv(t, m, nil)
 	te.putAgent(testSpec("pricey", nil)) // ceiling 0.5
 	res := te.run("pricey", map[string]any{"input": "x"})
 	if res["stopReason"] != "budget" || res["steps"].(float64) != 0 || res["error"].(map[string]any)["code"] != "E_BUDGET_EXCEEDED" {
@@ -145,7 +145,7 @@ func TestStopReasonTimeoutCeilingWithClock(t *testing.T) {
 		clock.Add(int64(40 * time.Second)) // each step takes 40 s of the injected clock
 		return toolResp(call(fmt.Sprint("c", n), "computer_info", map[string]any{"n": n})), nil
 	}}
-	te := newTestEnv(t, m, nil)
+	te := newRunEnv(t, m, nil)
 	te.s.runs.now = now
 	sp := testSpec("clocked", func(sp *AgentSpec) { sp.Limits.TimeoutSec = 100 })
 	ar, err := te.s.runs.start(sp, &runParams{Input: []ModelMessage{textMessage("user", "x")}, MaxSteps: 10, MaxCostUSD: 1, ApprovalMode: "auto"}, nil)
@@ -166,7 +166,7 @@ func TestStopReasonTimeoutAbortsStepInFlight(t *testing.T) {
 		<-ctx.Done() // hangs until the run's wall clock runs out
 		return nil, ctx.Err()
 	}}
-	te := newTestEnv(t, m, nil)
+	te := newRunEnv(t, m, nil)
 	te.putAgent(testSpec("hang", func(sp *AgentSpec) { sp.Limits.TimeoutSec = 1 }))
 	res := te.run("hang", map[string]any{"input": "x"})
 	if res["stopReason"] != "timeout" || res["error"].(map[string]any)["code"] != "E_ABORTED" {
@@ -183,7 +183,7 @@ func TestModelErrorEndsRunWithError(t *testing.T) {
 	m := &fakeModel{script: func(ctx context.Context, n int, req ChatRequest) (*ChatResponse, error) {
 		return nil, errorf(codeModelError, "upstream said 500 with key sk-ant-abcdefghijklmnopqrstuvwxyz012345")
 	}}
-	te := newTestEnv(t, m, nil)
+	te := newRunEnv(t, m, nil)
 	te.putAgent(testSpec("broken", nil))
 	res := te.run("broken", map[string]any{"input": "x"})
 	e := res["error"].(map[string]any)
@@ -202,7 +202,7 @@ func TestParallelToolsBoundedAndOrdered(t *testing.T) {
 		calls = append(calls, call(fmt.Sprint("p", i), "shell", map[string]any{"command": fmt.Sprintf("echo out-%d", i)}))
 	}
 	m.script = scriptOf(toolResp(calls...), textResp("ok"))
-	te := newTestEnv(t, m, nil)
+	te := newRunEnv(t, m, nil)
 	te.comp.onExec = func(ctx context.Context, cmd string) {
 		n := running.Add(1)
 		mu.Lock()
@@ -245,7 +245,7 @@ func TestUnknownToolAndBadArgsAreToolErrors(t *testing.T) {
 		call("u3", "read_file", map[string]any{"path": "/etc/passwd"}),
 		call("u4", "edit_file", map[string]any{"path": "f.txt", "old_string": "zzz", "new_string": "y"}),
 	))}
-	te := newTestEnv(t, m, nil)
+	te := newRunEnv(t, m, nil)
 	te.comp.WriteFile(context.Background(), "", "/work/f.txt", []byte("a a"))
 	te.putAgent(testSpec("errs", nil))
 	res := te.run("errs", map[string]any{"input": "x"})
@@ -272,7 +272,7 @@ func TestThreeConcurrentRunsShareTheComputer(t *testing.T) {
 		}
 		return toolResp(call("c", "shell", map[string]any{"command": "echo shared >> log.txt"})), nil
 	}}
-	te := newTestEnv(t, m, nil)
+	te := newRunEnv(t, m, nil)
 	te.putAgent(testSpec("trio", nil))
 	var wg sync.WaitGroup
 	ids := make([]string, 3)

@@ -16,7 +16,7 @@ func TestMemoryAcrossTwoRuns(t *testing.T) {
 			m.script = func(ctx context.Context, n int, req ChatRequest) (*ChatResponse, error) {
 				return textResp(fmt.Sprintf("answer %d", n)), nil
 			}
-			te := newTestEnv(t, m, nil)
+			te := newRunEnv(t, m, nil)
 			te.putAgent(testSpec("rememberer", func(sp *AgentSpec) {
 				sp.Memory = MemorySpec{Enabled: true, Backend: backend, WindowTurns: 20, Summarise: false}
 			}))
@@ -48,7 +48,7 @@ func TestMemoryAcrossTwoRuns(t *testing.T) {
 
 func TestMemoryOffStoresNothing(t *testing.T) {
 	m := &fakeModel{script: scriptOf(textResp("a"), textResp("b"))}
-	te := newTestEnv(t, m, nil)
+	te := newRunEnv(t, m, nil)
 	te.putAgent(testSpec("forgetful", nil))
 	te.run("forgetful", map[string]any{"input": "one"})
 	te.run("forgetful", map[string]any{"input": "two"})
@@ -95,7 +95,7 @@ func TestWindowSummarisedByModel(t *testing.T) {
 		}
 		return textResp("ok"), nil
 	}
-	te := newTestEnv(t, m, nil)
+	te := newRunEnv(t, m, nil)
 	te.putAgent(testSpec("windowed", func(sp *AgentSpec) {
 		sp.Memory = MemorySpec{Enabled: true, Backend: "memory", WindowTurns: 2, Summarise: true}
 	}))

@@ -22,7 +22,7 @@ func BenchmarkLoopStep(b *testing.B) {
 	m := &fakeModel{script: func(ctx context.Context, n int, req ChatRequest) (*ChatResponse, error) {
 		return toolResp(call(fmt.Sprint("c", n), "computer_info", map[string]any{"n": n})), nil
 	}}
-	te := newTestEnv(b, m, nil)
+	te := newRunEnv(b, m, nil)
 	sp := testSpec("bench", func(sp *AgentSpec) { sp.Limits.MaxSteps = steps })
 	b.ResetTimer()
 	start := time.Now()
@@ -66,7 +66,7 @@ func BenchmarkConcurrentStreamingRuns(b *testing.B) {
 			r.Text = "thinking about step " + fmt.Sprint(turns)
 			return r, nil
 		}}
-		te := newTestEnv(b, m, nil)
+		te := newRunEnv(b, m, nil)
 		te.putAgent(testSpec("many", func(sp *AgentSpec) { sp.Limits.MaxSteps = steps }))
 		runtime.GC()
 		var before, during runtime.MemStats
@@ -126,7 +126,7 @@ func BenchmarkConcurrentStreamingRuns(b *testing.B) {
 // BenchmarkTimeToRunStart measures POST /run/stream until the run_start frame is read.
 func BenchmarkTimeToRunStart(b *testing.B) {
 	m := &fakeModel{script: scriptOf()}
-	te := newTestEnv(b, m, nil)
+	te := newRunEnv(b, m, nil)
 	te.putAgent(testSpec("quick", nil))
 	client := &http.Client{}
 	var total time.Duration

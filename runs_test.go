@@ -233,7 +233,7 @@ func (f *fakeComputer) ExposePort(ctx context.Context, id string, port int) (*Po
 
 // ---- the test server ----
 
-type testEnv struct {
+type runEnv struct {
 	t     testing.TB
 	s     *server
 	ts    *httptest.Server
@@ -242,7 +242,7 @@ type testEnv struct {
 	home  string
 }
 
-func newTestEnv(t testing.TB, model *fakeModel, env map[string]string) *testEnv {
+func newRunEnv(t testing.TB, model *fakeModel, env map[string]string) *runEnv {
 	t.Helper()
 	home := t.TempDir()
 	st, err := openStore(filepath.Join(home, "agentd.db"), time.Now)
@@ -258,7 +258,7 @@ func newTestEnv(t testing.TB, model *fakeModel, env map[string]string) *testEnv 
 		log: s.log, getenv: getenv, home: home})
 	s.handler = s.routes()
 	ts := httptest.NewServer(s)
-	te := &testEnv{t: t, s: s, ts: ts, model: model, comp: comp, home: home}
+	te := &runEnv{t: t, s: s, ts: ts, model: model, comp: comp, home: home}
 	t.Cleanup(func() {
 		s.cancelStream()
 		ts.Close()
@@ -284,7 +284,7 @@ func testSpec(name string, mut func(*AgentSpec)) *AgentSpec {
 	return sp
 }
 
-func (te *testEnv) putAgent(sp *AgentSpec) {
+func (te *runEnv) putAgent(sp *AgentSpec) {
 	te.t.Helper()
 	b, _ := json.Marshal(sp)
 	now := timestamp(time.Now())
@@ -293,7 +293,7 @@ func (te *testEnv) putAgent(sp *AgentSpec) {
 	}
 }
 
-func (te *testEnv) do(method, path string, body any) (int, map[string]any) {
+func (te *runEnv) do(method, path string, body any) (int, map[string]any) {
 	te.t.Helper()
 	var rd io.Reader
 	switch b := body.(type) {
@@ -321,7 +321,7 @@ func (te *testEnv) do(method, path string, body any) (int, map[string]any) {
 	return resp.StatusCode, out
 }
 
-func (te *testEnv) run(agent string, body any) map[string]any {
+func (te *runEnv) run(agent string, body any) map[string]any {
 	te.t.Helper()
 	code, out := te.do("POST", "/v1/agents/"+agent+"/run", body)
 	if code != 200 {
@@ -337,7 +337,7 @@ type sseStream struct {
 	cancel context.CancelFunc
 }
 
-func (te *testEnv) stream(agent string, body any) *sseStream {
+func (te *runEnv) stream(agent string, body any) *sseStream {
 	te.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	j, _ := json.Marshal(body)
@@ -405,7 +405,7 @@ func (s *sseStream) all() []map[string]any {
 }
 
 // waitFor polls cond until it holds or the deadline passes.
-func waitFor(t testing.TB, what string, cond func() bool) {
+func pollUntil(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for !cond() {
@@ -433,7 +433,7 @@ func TestRunMultiStepWithToolsAndRecord(t *testing.T) {
 		toolResp(call("c2", "shell", map[string]any{"command": "cat notes.txt; echo made >&2"})),
 		textResp("all done"),
 	)
-	te := newTestEnv(t, m, nil)
+	te := newRunEnv(t, m, nil)
 	te.putAgent(testSpec("writer", nil))
 
 	res := te.run("writer", map[string]any{"input": "write notes"})
@@ -503,7 +503,7 @@ func TestRunMultiStepWithToolsAndRecord(t *testing.T) {
 
 func TestRunStreamEventsAndSameID(t *testing.T) {
 	m := &fakeModel{script: scriptOf(toolResp(call("c1", "shell", map[string]any{"command": "echo streamed"})), textResp("ok"))}
-	te := newTestEnv(t, m, nil)
+	te := newRunEnv(t, m, nil)
 	te.putAgent(testSpec("streamer", nil))
 	s := te.stream("streamer", map[string]any{"input": "go"})
 	if ct := s.resp.Header.Get("Content-Type"); ct != "text/event-stream" {
@@ -543,7 +543,7 @@ func TestRunStreamEventsAndSameID(t *testing.T) {
 
 func TestRunBadInput(t *testing.T) {
 	m := &fakeModel{script: scriptOf()}
-	te := newTestEnv(t, m, nil)
+	te := newRunEnv(t, m, nil)
 	te.putAgent(testSpec("bad", func(sp *AgentSpec) { sp.Limits.MaxSteps = 5; sp.Limits.MaxCostUSD = 0.2 }))
 	cases := []struct {
 		name, path string
@@ -608,7 +608,7 @@ func TestRunBodyClampsCeilings(t *testing.T) {
 	m := &fakeModel{cost: 0.01, script: func(ctx context.Context, n int, req ChatRequest) (*ChatResponse, error) {
 		return toolResp(call(fmt.Sprint("c", n), "computer_info", map[string]any{"n": n})), nil
 	}}
-	te := newTestEnv(t, m, nil)
+	te := newRunEnv(t, m, nil)
 	te.putAgent(testSpec("clamp", func(sp *AgentSpec) { sp.Limits.MaxSteps = 3; sp.Limits.MaxCostUSD = 1 }))
 
 	// maxSteps 10,000 is clamped to the spec's 3.
@@ -646,7 +646,7 @@ func TestRunBodyClampsCeilings(t *testing.T) {
 
 func TestRunListPagination(t *testing.T) {
 	m := &fakeModel{script: scriptOf()}
-	te := newTestEnv(t, m, nil)
+	te := newRunEnv(t, m, nil)
 	te.putAgent(testSpec("a1", nil))
 	te.putAgent(testSpec("a2", nil))
 	var ids []string
@@ -693,7 +693,7 @@ func TestCancelInFlightAndIdempotent(t *testing.T) {
 		<-ctx.Done()
 		return nil, ctx.Err()
 	}}
-	te := newTestEnv(t, m, nil)
+	te := newRunEnv(t, m, nil)
 	te.putAgent(testSpec("slow", nil))
 	s := te.stream("slow", map[string]any{"input": "x"})
 	id := s.until(t, "run_start")["runId"].(string)
@@ -731,7 +731,7 @@ func TestDeleteInFlightCancelsFirst(t *testing.T) {
 		<-ctx.Done()
 		return nil, ctx.Err()
 	}}
-	te := newTestEnv(t, m, nil)
+	te := newRunEnv(t, m, nil)
 	te.putAgent(testSpec("slow", nil))
 	s := te.stream("slow", map[string]any{"input": "x"})
 	id := s.until(t, "run_start")["runId"].(string)
@@ -754,14 +754,14 @@ func TestStreamDisconnectAborts(t *testing.T) {
 		<-ctx.Done()
 		return nil, ctx.Err()
 	}}
-	te := newTestEnv(t, m, nil)
+	te := newRunEnv(t, m, nil)
 	te.putAgent(testSpec("gone", nil))
 	s := te.stream("gone", map[string]any{"input": "x"})
 	id := s.until(t, "run_start")["runId"].(string)
 	<-entered
 	s.cancel()
 	s.resp.Body.Close()
-	waitFor(t, "the run to be recorded aborted", func() bool {
+	pollUntil(t, "the run to be recorded aborted", func() bool {
 		st, _, _, _ := te.s.store.GetRun(context.Background(), id)
 		return st == "aborted"
 	})
@@ -790,7 +790,7 @@ func TestRestartMarksInFlightAborted(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-entered
-	waitFor(t, "the run row", func() bool { s, _, _, _ := st.GetRun(context.Background(), ar.id); return s == "running" })
+	pollUntil(t, "the run row", func() bool { s, _, _, _ := st.GetRun(context.Background(), ar.id); return s == "running" })
 	// A crash: the process is gone without Close. A new service on the same database marks it aborted.
 	rs2 := newRunServiceWith(runDeps{store: st, models: m, computers: newFakeComputer(t), home: home})
 	status, _, res, err := st.GetRun(context.Background(), ar.id)
@@ -817,7 +817,7 @@ func TestCloseAbortsRunsInFlight(t *testing.T) {
 		<-ctx.Done()
 		return nil, ctx.Err()
 	}}
-	te := newTestEnv(t, m, nil)
+	te := newRunEnv(t, m, nil)
 	sp := testSpec("x", nil)
 	ar, err := te.s.runs.start(sp, &runParams{Input: []ModelMessage{textMessage("user", "x")}, MaxSteps: 3, MaxCostUSD: 1, ApprovalMode: "auto"}, nil)
 	if err != nil {
@@ -838,7 +838,7 @@ func TestCloseAbortsRunsInFlight(t *testing.T) {
 
 func TestEventsSocketRunsTopic(t *testing.T) {
 	m := &fakeModel{script: scriptOf()}
-	te := newTestEnv(t, m, nil)
+	te := newRunEnv(t, m, nil)
 	te.putAgent(testSpec("pub", nil))
 	sub, _ := te.s.hub.subscribe()
 	defer te.s.hub.unsubscribe(sub)

@@ -857,8 +857,8 @@ func (np netPolicy) httpClient(timeout time.Duration) *http.Client {
 	}
 }
 
-// netError unwraps url.Error so a policy refusal surfaces as E_EXEC_DENIED.
-func netError(err error) error {
+// fetchError unwraps url.Error so a policy refusal surfaces as E_EXEC_DENIED.
+func fetchError(err error) error {
 	var ae *apiError
 	if errors.As(err, &ae) {
 		return ae
@@ -889,12 +889,12 @@ func toolFetchURL(ctx context.Context, env *toolEnv, args map[string]any) (strin
 	req.Header.Set("Accept", "text/html,text/plain,application/json;q=0.9,*/*;q=0.5")
 	resp, err := np.httpClient(30 * time.Second).Do(req)
 	if err != nil {
-		return "", netError(err)
+		return "", fetchError(err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, fetchMaxBytes))
 	if err != nil {
-		return "", netError(err)
+		return "", fetchError(err)
 	}
 	ct := resp.Header.Get("Content-Type")
 	text := string(body)
@@ -1023,12 +1023,12 @@ func toolHTTPRequest(ctx context.Context, env *toolEnv, args map[string]any) (st
 	}
 	resp, err := np.httpClient(60 * time.Second).Do(req)
 	if err != nil {
-		return "", netError(err)
+		return "", fetchError(err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, fetchMaxBytes))
 	if err != nil {
-		return "", netError(err)
+		return "", fetchError(err)
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "HTTP %s\n", resp.Status)

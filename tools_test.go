@@ -16,7 +16,7 @@ import (
 // toolHarness runs tools directly against the temp-dir computer.
 func toolHarness(t *testing.T, mut func(*AgentSpec)) (*toolEnv, *fakeComputer) {
 	t.Helper()
-	te := newTestEnv(t, &fakeModel{script: scriptOf()}, nil)
+	te := newRunEnv(t, &fakeModel{script: scriptOf()}, nil)
 	sp := testSpec("tooly", mut)
 	ar := newActiveRun(te.s.runs, sp, &runParams{Input: []ModelMessage{textMessage("user", "x")}, MaxSteps: 1}, nil)
 	t.Cleanup(func() { ar.cancel(nil); ar.stopTimer() })
