@@ -44,6 +44,9 @@ type server struct {
 	firstRun  bool
 	handler   http.Handler
 
+	// diskFree reads the free space of the data directory (doctor); nil means the real one.
+	diskFree func(dir string) (avail, total uint64, err error)
+
 	// streamCtx is cancelled first at shutdown so SSE streams and sockets end before Shutdown waits.
 	streamCtx    context.Context
 	cancelStream context.CancelFunc
