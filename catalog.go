@@ -42,19 +42,19 @@ var providerTable = []providerDef{
 		Quirks: openaiQuirks{maxTokensField: "max_tokens", streamUsage: true, reasoningContent: true, cacheHitTokens: true}},
 	{ID: "cerebras", DisplayName: "Cerebras", Priority: 56, EnvKeys: []string{"CEREBRAS_API_KEY"},
 		BaseEnv: "CEREBRAS_BASE_URL", DefaultBase: "https://api.cerebras.ai/v1", Wire: "openai",
-		Quirks: openaiQuirks{maxTokensField: "max_completion_tokens", streamUsage: true, jsonSchema: true}},
+		Quirks: openaiQuirks{maxTokensField: "max_completion_tokens", streamUsage: true, jsonSchema: true, toolChoiceAutoOnly: true}},
 	{ID: "openrouter", DisplayName: "OpenRouter", Priority: 55, EnvKeys: []string{"OPENROUTER_API_KEY"},
 		BaseEnv: "OPENROUTER_BASE_URL", DefaultBase: "https://openrouter.ai/api/v1", Wire: "openai",
-		Quirks: openaiQuirks{maxTokensField: "max_tokens", streamUsage: true, reasoningContent: true, jsonSchema: true, appHeaders: true}},
+		Quirks: openaiQuirks{maxTokensField: "max_tokens", usageAlways: true, reasoningContent: true, jsonSchema: true, appHeaders: true}},
 	{ID: "mistral", DisplayName: "Mistral", Priority: 52, EnvKeys: []string{"MISTRAL_API_KEY"},
 		BaseEnv: "MISTRAL_BASE_URL", DefaultBase: "https://api.mistral.ai/v1", Wire: "openai",
-		Quirks: openaiQuirks{maxTokensField: "max_tokens", usageAlways: true, toolChoiceAny: true, jsonSchema: true}},
+		Quirks: openaiQuirks{maxTokensField: "max_tokens", usageAlways: true, toolChoiceAny: true, jsonSchema: true, shortToolIDs: true}},
 	{ID: "together", DisplayName: "Together AI", Priority: 50, EnvKeys: []string{"TOGETHER_API_KEY"},
 		BaseEnv: "TOGETHER_BASE_URL", DefaultBase: "https://api.together.xyz/v1", Wire: "openai",
-		Quirks: openaiQuirks{maxTokensField: "max_tokens", streamUsage: true, usageAlways: true, jsonSchema: true}},
+		Quirks: openaiQuirks{maxTokensField: "max_tokens", usageAlways: true, jsonSchema: true}},
 	{ID: "lmstudio", DisplayName: "LM Studio", Priority: 42, HostEnv: "LMSTUDIO_HOST", BaseEnv: "LMSTUDIO_BASE_URL",
 		DefaultBase: "http://127.0.0.1:1234/v1", Wire: "openai", Local: true,
-		Quirks: openaiQuirks{maxTokensField: "max_tokens", streamUsage: true, jsonSchema: true}},
+		Quirks: openaiQuirks{maxTokensField: "max_tokens", jsonSchema: true}},
 	{ID: "ollama", DisplayName: "Ollama", Priority: 40, HostEnv: "OLLAMA_HOST", BaseEnv: "OLLAMA_BASE_URL",
 		DefaultBase: "http://127.0.0.1:11434", Wire: "ollama", Local: true},
 }
@@ -248,7 +248,8 @@ func catalogNames(provider string) []string {
 
 // modelsOf lists a provider's models for GET /v1/models: the live list when the probe returned one
 // (catalog entries first, in catalog order), else the catalog.
-func modelsOf(p providerDef, live []string) []ModelInfo {
+func modelsOf(p providerDef, ps providerStatus) []ModelInfo {
+	live := ps.Models
 	var out []ModelInfo
 	if len(live) == 0 {
 		for _, mi := range catalog {
@@ -260,22 +261,45 @@ func modelsOf(p providerDef, live []string) []ModelInfo {
 	}
 	seen := map[string]bool{}
 	for _, mi := range catalog {
-		if mi.Provider == p.ID && contains(live, mi.Name) {
+		if mi.Provider == p.ID && liveHas(live, mi.Name) {
 			out = append(out, mi)
 			seen[mi.Name] = true
 		}
 	}
 	rest := []string{}
 	for _, n := range live {
-		if !seen[n] {
+		if !seen[n] && !seen[undated(n)] && chatModel(n) {
 			rest = append(rest, n)
 		}
 	}
 	sort.Strings(rest)
 	for _, n := range rest {
+		if mi, ok := ps.Infos[n]; ok {
+			out = append(out, mi)
+			continue
+		}
 		out = append(out, infoFor(&p, n))
 	}
 	return out
+}
+
+// liveHas reports whether a provider's live list serves a catalog name, also under a dated id
+// (Anthropic lists claude-sonnet-4-5-20250929 for the alias claude-sonnet-4-5).
+func liveHas(live []string, name string) bool {
+	for _, n := range live {
+		if n == name || undated(n) == name {
+			return true
+		}
+	}
+	return false
+}
+
+// undated strips a trailing -YYYYMMDD from a model id.
+func undated(id string) string {
+	if i := strings.LastIndexByte(id, '-'); i > 0 && len(id)-i == 9 && strings.Trim(id[i+1:], "0123456789") == "" {
+		return id[:i]
+	}
+	return id
 }
 
 func contains(list []string, s string) bool {

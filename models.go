@@ -39,15 +39,18 @@ type ContentPart struct {
 	ToolCallID string         `json:"toolCallId,omitempty"` // tool_result
 	Content    string         `json:"content,omitempty"`    // tool_result
 	IsError    bool           `json:"isError,omitempty"`    // tool_result
-	Signature  string         `json:"signature,omitempty"`  // thinking
+	Signature  string         `json:"signature,omitempty"`  // thinking; tool_call (Gemini thoughtSignature)
 }
 
-// ToolCall is a model's request to run a tool. Type is always "tool_call".
+// ToolCall is a model's request to run a tool. Type is always "tool_call". Signature is an opaque
+// provider token (Gemini's thoughtSignature) that must travel back with the call in the history: copy it
+// into the tool_call ContentPart's signature.
 type ToolCall struct {
-	Type string         `json:"type"`
-	ID   string         `json:"id"`
-	Name string         `json:"name"`
-	Args map[string]any `json:"args"`
+	Type      string         `json:"type"`
+	ID        string         `json:"id"`
+	Name      string         `json:"name"`
+	Args      map[string]any `json:"args"`
+	Signature string         `json:"signature,omitempty"`
 }
 
 // ToolDef is a tool offered to the model, with a JSON schema for its arguments.
@@ -386,7 +389,7 @@ func (s *server) handleListModels(w http.ResponseWriter, r *http.Request) {
 		providers = append(providers, providerView{ID: p.ID, DisplayName: p.DisplayName, Priority: p.Priority,
 			Available: ps.Available, Reason: ps.Reason, Hint: ps.Hint})
 		if ps.Available {
-			models = append(models, modelsOf(p, ps.Models)...)
+			models = append(models, modelsOf(p, ps)...)
 		}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"models": models, "providers": providers})

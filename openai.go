@@ -10,6 +10,7 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"io"
@@ -19,17 +20,19 @@ import (
 
 // openaiQuirks are the documented differences between OpenAI-compatible providers.
 type openaiQuirks struct {
-	maxTokensField   string // max_completion_tokens (OpenAI, groq, cerebras) or max_tokens
-	streamUsage      bool   // accepts stream_options.include_usage
-	usageAlways      bool   // sends usage in the last chunk unasked (mistral, together)
-	usageInXGroq     bool   // groq: usage may come as x_groq.usage
-	reasoningEffort  bool   // accepts reasoning_effort for reasoning models
-	reasoningContent bool   // streams reasoning as reasoning_content / reasoning (deepseek, openrouter)
-	reasoningFormat  bool   // groq: reasoning_format "parsed" puts reasoning in message.reasoning
-	cacheHitTokens   bool   // deepseek: prompt_cache_hit_tokens
-	toolChoiceAny    bool   // mistral: "any" instead of "required"
-	jsonSchema       bool   // accepts response_format json_schema
-	appHeaders       bool   // openrouter: X-Title / HTTP-Referer attribution
+	maxTokensField     string // max_completion_tokens (OpenAI, groq, cerebras) or max_tokens
+	streamUsage        bool   // accepts stream_options.include_usage
+	usageAlways        bool   // sends usage in the last chunk unasked (mistral, together)
+	usageInXGroq       bool   // groq: usage may come as x_groq.usage
+	reasoningEffort    bool   // accepts reasoning_effort for reasoning models
+	reasoningContent   bool   // streams reasoning as reasoning_content / reasoning (deepseek, openrouter)
+	reasoningFormat    bool   // groq: reasoning_format "parsed" puts reasoning in message.reasoning
+	cacheHitTokens     bool   // deepseek: prompt_cache_hit_tokens
+	toolChoiceAny      bool   // mistral: "any" instead of "required"
+	jsonSchema         bool   // accepts response_format json_schema
+	appHeaders         bool   // openrouter: X-Title / HTTP-Referer attribution
+	shortToolIDs       bool   // mistral: tool call ids must be exactly 9 characters [a-zA-Z0-9]
+	toolChoiceAutoOnly bool   // cerebras: tool_choice only "auto" or "none"
 }
 
 type oaMessage struct {
@@ -96,7 +99,16 @@ type oaChunk struct {
 // openaiBody builds the request body for one candidate.
 func openaiBody(c candidate, req ChatRequest, stream bool) map[string]any {
 	q := c.prov.Quirks
-	body := map[string]any{"model": c.info.Name, "messages": openaiMessages(req)}
+	msgs := openaiMessages(req)
+	if q.shortToolIDs {
+		for i := range msgs {
+			msgs[i].ToolCallID = shortToolID(msgs[i].ToolCallID)
+			for j := range msgs[i].ToolCalls {
+				msgs[i].ToolCalls[j].ID = shortToolID(msgs[i].ToolCalls[j].ID)
+			}
+		}
+	}
+	body := map[string]any{"model": c.info.Name, "messages": msgs}
 	if stream {
 		body["stream"] = true
 		if q.streamUsage {
@@ -115,7 +127,11 @@ func openaiBody(c candidate, req ChatRequest, stream bool) map[string]any {
 		}
 		body["tools"] = tools
 	}
-	switch mode, name := toolChoiceOf(req.ToolChoice); mode {
+	mode, name := toolChoiceOf(req.ToolChoice)
+	if q.toolChoiceAutoOnly && (mode == "required" || mode == "tool") {
+		mode = "auto" // cerebras rejects anything else; the model still sees the tools
+	}
+	switch mode {
 	case "auto", "none":
 		body["tool_choice"] = mode
 	case "required":
@@ -402,9 +418,27 @@ func (m *modelService) streamError(name string, raw json.RawMessage) error {
 	return &upstreamError{status: st, msg: m.scrub(name + ": " + msg)}
 }
 
+// shortToolID maps a tool call id onto Mistral's 9-character alphabet, deterministically so a call and
+// its result still match; ids already in that shape (Mistral's own) pass unchanged.
+func shortToolID(id string) string {
+	if id == "" {
+		return ""
+	}
+	const alnum = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+	if len(id) == 9 && strings.Trim(id, alnum) == "" {
+		return id
+	}
+	sum := sha256.Sum256([]byte(id))
+	out := make([]byte, 9)
+	for i := range out {
+		out[i] = alnum[int(sum[i])%len(alnum)]
+	}
+	return string(out)
+}
+
 func openaiFinish(r string, calls bool) string {
 	switch r {
-	case "length":
+	case "length", "model_length":
 		return "length"
 	case "content_filter":
 		return "content_filter"

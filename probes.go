@@ -175,14 +175,14 @@ func orderNames(provider string, names []string) []string {
 	out := make([]string, 0, len(names))
 	seen := map[string]bool{}
 	for _, n := range catalogNames(provider) {
-		if contains(names, n) {
+		if liveHas(names, n) {
 			out = append(out, n)
 			seen[n] = true
 		}
 	}
 	var rest []string
 	for _, n := range names {
-		if !seen[n] && chatModel(n) {
+		if !seen[n] && !seen[undated(n)] && chatModel(n) {
 			rest = append(rest, n)
 			seen[n] = true
 		}

@@ -304,7 +304,7 @@ func (m *modelService) autoCandidates(st map[string]providerStatus, strategy str
 			continue
 		}
 		for _, mi := range catalog {
-			if mi.Provider == p.ID && (len(ps.Models) == 0 || contains(ps.Models, mi.Name)) {
+			if mi.Provider == p.ID && (len(ps.Models) == 0 || liveHas(ps.Models, mi.Name)) {
 				pool = append(pool, mi)
 			}
 		}
