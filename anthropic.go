@@ -129,7 +129,7 @@ func anthropicBody(c candidate, req ChatRequest, stream bool) map[string]any {
 	on, budget, _ := thinkingOf(req.Thinking)
 	if on {
 		budget = max(budget, 1024) // the API's minimum
-		if maxTokens <= budget {
+		if req.MaxTokens <= 0 || maxTokens <= budget { // the budget counts inside max_tokens
 			maxTokens = budget + defaultOutputTokens
 		}
 		body["thinking"] = map[string]any{"type": "enabled", "budget_tokens": budget}

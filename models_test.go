@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -189,9 +190,26 @@ func assertJSONEqual(t testing.TB, got, want []byte) {
 		t.Fatalf("want is not JSON: %v\n%s", err, want)
 	}
 	if !reflect.DeepEqual(g, w) {
-		gi, _ := json.MarshalIndent(g, "", "  ")
-		wi, _ := json.MarshalIndent(w, "", "  ")
-		t.Fatalf("request body differs\n got: %s\nwant: %s", gi, wi)
+		gm, ok1 := g.(map[string]any)
+		wm, ok2 := w.(map[string]any)
+		if ok1 && ok2 {
+			var diffs []string
+			for k := range gm {
+				if !reflect.DeepEqual(gm[k], wm[k]) {
+					gk, _ := json.Marshal(gm[k])
+					wk, _ := json.Marshal(wm[k])
+					diffs = append(diffs, fmt.Sprintf("%s:\n  got:  %s\n  want: %s", k, gk, wk))
+				}
+			}
+			for k := range wm {
+				if _, ok := gm[k]; !ok {
+					wk, _ := json.Marshal(wm[k])
+					diffs = append(diffs, fmt.Sprintf("%s: missing, want %s", k, wk))
+				}
+			}
+			t.Fatalf("request body differs:\n%s", strings.Join(diffs, "\n"))
+		}
+		t.Fatalf("request body differs\n got: %s\nwant: %s", got, want)
 	}
 }
 

@@ -11,6 +11,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -137,10 +138,20 @@ func (m *modelService) ollamaChat(ctx context.Context, c candidate, req ChatRequ
 	defer resp.Body.Close()
 	out := &ChatResponse{ToolCalls: []ToolCall{}}
 	var text, thinking strings.Builder
-	if !stream {
+	var body io.Reader = resp.Body
+	if !stream { // one (possibly pretty-printed) object: fold it onto one line for the scanner
 		emit = func(StreamEvent) {}
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			return nil, readErr(ctx, name, err)
+		}
+		var buf bytes.Buffer
+		if err := json.Compact(&buf, b); err != nil {
+			return nil, streamBroken(name, "unparseable answer: "+err.Error())
+		}
+		body = &buf
 	}
-	sc := bufio.NewScanner(resp.Body)
+	sc := bufio.NewScanner(body)
 	sc.Buffer(make([]byte, 64<<10), maxStreamLine)
 	done := false
 	for !done && sc.Scan() {

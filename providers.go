@@ -50,7 +50,11 @@ func (m *modelService) send(ctx context.Context, c candidate, method, url string
 	if resp.StatusCode >= 400 {
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-		return nil, &upstreamError{status: resp.StatusCode, retryAfter: parseRetryAfter(resp.Header, time.Now()),
+		st := resp.StatusCode
+		if st == http.StatusBadRequest && bytes.Contains(b, []byte("API_KEY_INVALID")) {
+			st = http.StatusUnauthorized // Google answers a bad key with 400 INVALID_ARGUMENT
+		}
+		return nil, &upstreamError{status: st, retryAfter: parseRetryAfter(resp.Header, time.Now()),
 			msg: m.scrub(upstreamMessage(b, resp.Status))}
 	}
 	return resp, nil
