@@ -128,7 +128,7 @@ func anthropicBody(c candidate, req ChatRequest, stream bool) map[string]any {
 	body := map[string]any{"model": c.info.Name, "messages": msgs}
 	on, budget, _ := thinkingOf(req.Thinking)
 	if on {
-		budget = max(budget, 1024) // the API's minimum
+		budget = max(budget, 1024)                     // the API's minimum
 		if req.MaxTokens <= 0 || maxTokens <= budget { // the budget counts inside max_tokens
 			maxTokens = budget + defaultOutputTokens
 		}

@@ -9,7 +9,9 @@ import (
 )
 
 func TestOllamaStreamToolsExactRequest(t *testing.T) {
-	f := newFake(t, func(w http.ResponseWriter, n int, r recorded) { replay(t, w, 200, "ollama", "chat_stream_tools.ndjson") })
+	f := newFake(t, func(w http.ResponseWriter, n int, r recorded) {
+		replay(t, w, 200, "ollama", "chat_stream_tools.ndjson")
+	})
 	m, _ := newTestModels(t, map[string]string{"OLLAMA_BASE_URL": f.URL}, nil)
 	temp := 0.1
 	req := ChatRequest{

@@ -280,11 +280,15 @@ func (m *modelService) pickAlias(ctx context.Context, alias string, targets []st
 			}
 		}
 	}
-	if len(targets) == 1 || !strings.Contains(strings.Join(targets[1:], ","), "/") {
-		return targets[:1], nil
+	var keys []string
+	for _, t := range targets {
+		pid, _, _ := strings.Cut(t, "/")
+		if k := providerByID(pid).envKey(); !contains(keys, k) {
+			keys = append(keys, k)
+		}
 	}
 	return nil, errorf(codeModelUnavailable, "no reachable model matches alias %q (tried %s)", alias, strings.Join(targets, ", ")).
-		withHint("set the key of one of those providers, or name a model as provider/model")
+		withHint("set one of " + strings.Join(keys, ", ") + ", or name a model as provider/model")
 }
 
 // autoCandidates orders reachable models for a strategy: auto = best quality then price, one per
