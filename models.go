@@ -196,7 +196,8 @@ type modelService struct {
 	wg     sync.WaitGroup
 
 	mu       sync.Mutex
-	probes   map[string]providerStatus // last probe result per provider id
+	probes   map[string]providerStatus // last complete probe round, per provider id
+	partial  map[string]providerStatus // the running round's finished probes
 	probedAt time.Time
 	inflight chan struct{} // closed when the running probe round ends
 }

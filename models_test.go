@@ -112,6 +112,7 @@ type recorded struct {
 	Method, Path, RawQuery string
 	Header                 http.Header
 	Body                   []byte
+	Ctx                    context.Context // ends when the client hangs up
 }
 
 // fakeUpstream is a loopback provider: it records every request and answers with reply(n, req).
@@ -126,7 +127,7 @@ func newFake(t testing.TB, reply func(w http.ResponseWriter, n int, r recorded))
 	f := &fakeUpstream{reply: reply}
 	f.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
-		rec := recorded{Method: r.Method, Path: r.URL.Path, RawQuery: r.URL.RawQuery, Header: r.Header.Clone(), Body: b}
+		rec := recorded{Method: r.Method, Path: r.URL.Path, RawQuery: r.URL.RawQuery, Header: r.Header.Clone(), Body: b, Ctx: r.Context()}
 		f.mu.Lock()
 		f.reqs = append(f.reqs, rec)
 		n := len(f.reqs)

@@ -17,9 +17,13 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 )
 
-const probeParallel = 4
+const (
+	probeParallel = 4
+	probeSlack    = 250 * time.Millisecond // beyond one probe timeout, for the round's own bookkeeping
+)
 
 // providerStatus is one provider's last probe result.
 type providerStatus struct {
@@ -32,7 +36,9 @@ type providerStatus struct {
 }
 
 // statuses returns the cached probe results, probing when they are stale. Concurrent callers share one
-// round; a caller whose ctx ends gets what is known (unknown providers count as unavailable).
+// round. A caller waits at most one probe timeout (plus a little slack): with more than four slow
+// providers the round outlives that, and the caller gets what is known — finished probes, the previous
+// result of the others, or "probe still running" — while the round completes into the cache.
 func (m *modelService) statuses(ctx context.Context) map[string]providerStatus {
 	m.mu.Lock()
 	if !m.probedAt.IsZero() && m.now().Sub(m.probedAt) < m.probeTTL {
@@ -44,32 +50,55 @@ func (m *modelService) statuses(ctx context.Context) map[string]providerStatus {
 	if ch == nil {
 		ch = make(chan struct{})
 		m.inflight = ch
+		m.partial = map[string]providerStatus{}
 		m.wg.Add(1)
 		go m.probeAll(ch)
 	}
 	m.mu.Unlock()
+	wait := time.NewTimer(m.probeTimeout + probeSlack)
+	defer wait.Stop()
 	select {
 	case <-ch:
 	case <-ctx.Done():
 	case <-m.ctx.Done():
+	case <-wait.C:
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.probes
+	if m.inflight == nil || m.inflight != ch {
+		return m.probes
+	}
+	merged := make(map[string]providerStatus, len(providerTable))
+	for _, p := range providerTable {
+		switch ps, ok := m.partial[p.ID]; {
+		case ok:
+			merged[p.ID] = ps
+		case m.probes[p.ID].Reason != "" || m.probes[p.ID].Available:
+			merged[p.ID] = m.probes[p.ID]
+		default:
+			merged[p.ID] = providerStatus{Reason: p.DisplayName + " probe still running", Hint: "ask again in a moment"}
+		}
+	}
+	return merged
 }
 
 // probeAll runs one round: every provider, four at a time, each under probeTimeout.
 func (m *modelService) probeAll(done chan struct{}) {
 	defer m.wg.Done()
 	results := make(map[string]providerStatus, len(providerTable))
-	var mu sync.Mutex
+	record := func(id string, ps providerStatus) {
+		m.mu.Lock()
+		results[id] = ps
+		m.partial[id] = ps
+		m.mu.Unlock()
+	}
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, probeParallel)
 	for i := range providerTable {
 		p := &providerTable[i]
 		if p.keyed() && p.key(m.getenv) == "" {
-			results[p.ID] = providerStatus{Reason: strings.Join(p.EnvKeys, " or ") + " is not set",
-				Hint: "export " + p.EnvKeys[0] + "=<key> before starting agentd"}
+			record(p.ID, providerStatus{Reason: strings.Join(p.EnvKeys, " or ") + " is not set",
+				Hint: "export " + p.EnvKeys[0] + "=<key> before starting agentd"})
 			continue
 		}
 		select {
@@ -85,17 +114,14 @@ func (m *modelService) probeAll(done chan struct{}) {
 			defer func() { <-sem }()
 			ctx, cancel := context.WithTimeout(m.ctx, m.probeTimeout)
 			defer cancel()
-			ps := m.probe(ctx, p)
-			mu.Lock()
-			results[p.ID] = ps
-			mu.Unlock()
+			record(p.ID, m.probe(ctx, p))
 		}()
 	}
 	wg.Wait()
 
 	m.mu.Lock()
 	prev, had := m.probes, !m.probedAt.IsZero()
-	m.probes, m.probedAt, m.inflight = results, m.now(), nil
+	m.probes, m.probedAt, m.inflight, m.partial = results, m.now(), nil, nil
 	m.mu.Unlock()
 	close(done)
 	if had && m.s.hub != nil {
