@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
@@ -142,5 +143,118 @@ func TestEstimateCostAndBudgetRefusalMakesNoCall(t *testing.T) {
 	}
 	if _, err := m.Chat(context.Background(), req, chatOptions{MaxCostUSD: 0.02}); err != nil {
 		t.Fatalf("under the ceiling: %v", err)
+	}
+}
+
+// TestOpenAICompatibleDifferences checks each OpenAI-compatible provider's documented differences in
+// the request it receives and the answer it sends.
+func TestOpenAICompatibleDifferences(t *testing.T) {
+	temp := 0.4
+	toolReq := func(model string) ChatRequest {
+		return ChatRequest{Model: model, MaxTokens: 64, Temperature: &temp, ToolChoice: "required",
+			Messages: []ModelMessage{userMsg("hi"),
+				{Role: "assistant", Content: []ContentPart{{Type: "tool_call", ID: "call_abc123def456", Name: "get_weather", Args: map[string]any{"location": "Paris"}}}},
+				{Role: "tool", Content: []ContentPart{{Type: "tool_result", ToolCallID: "call_abc123def456", Content: "18C"}}}},
+			Tools: []ToolDef{{Name: "get_weather", Parameters: map[string]any{"type": "object"}}}}
+	}
+	type check func(t *testing.T, body map[string]any, h http.Header, resp *ChatResponse)
+	cases := []struct {
+		provider, model, file string
+		thinking              any
+		check                 check
+	}{
+		{"groq", "llama-3.3-70b-versatile", "groq_stream_xgroq.sse", nil, func(t *testing.T, b map[string]any, h http.Header, r *ChatResponse) {
+			if b["max_completion_tokens"] != float64(64) || b["stream_options"] == nil || b["tool_choice"] != "required" {
+				t.Errorf("groq body: %v", b)
+			}
+			if r.Usage.InputTokens != 40 || r.Usage.OutputTokens != 2 || r.Text != "Fast." {
+				t.Errorf("groq usage from x_groq: %+v", r.Usage)
+			}
+		}},
+		{"deepseek", "deepseek-reasoner", "deepseek_stream_reasoning.sse", true, func(t *testing.T, b map[string]any, h http.Header, r *ChatResponse) {
+			if b["max_tokens"] != float64(64) || b["max_completion_tokens"] != nil || b["reasoning_effort"] != nil {
+				t.Errorf("deepseek body: %v", b)
+			}
+			if r.Thinking != "9.11 vs 9.8: compare tenths." || r.Text != "9.8 is larger." || r.Usage.CacheReadTokens != 16 {
+				t.Errorf("deepseek answer: %+v", r)
+			}
+		}},
+		{"cerebras", "gpt-oss-120b", "chat_stream.sse", nil, func(t *testing.T, b map[string]any, h http.Header, r *ChatResponse) {
+			if b["tool_choice"] != "auto" || b["max_completion_tokens"] != float64(64) {
+				t.Errorf("cerebras only takes tool_choice auto/none: %v", b)
+			}
+		}},
+		{"mistral", "mistral-large-latest", "mistral_stream_tools.sse", nil, func(t *testing.T, b map[string]any, h http.Header, r *ChatResponse) {
+			msgs := b["messages"].([]any)
+			call := msgs[1].(map[string]any)["tool_calls"].([]any)[0].(map[string]any)
+			res := msgs[2].(map[string]any)
+			if b["stream_options"] != nil || b["max_tokens"] != float64(64) || b["tool_choice"] != "any" ||
+				len(call["id"].(string)) != 9 || call["id"] != res["tool_call_id"] {
+				t.Errorf("mistral body: %v", b)
+			}
+			if len(r.ToolCalls) != 1 || r.ToolCalls[0].ID != "D681PevKs" || r.Usage.InputTokens != 90 {
+				t.Errorf("mistral answer: %+v", r)
+			}
+		}},
+		{"together", "meta-llama/Llama-3.3-70B-Instruct-Turbo", "chat_stream.sse", nil, func(t *testing.T, b map[string]any, h http.Header, r *ChatResponse) {
+			if b["stream_options"] != nil || b["max_tokens"] != float64(64) || b["model"] != "meta-llama/Llama-3.3-70B-Instruct-Turbo" {
+				t.Errorf("together body: %v", b)
+			}
+		}},
+		{"openrouter", "anthropic/claude-sonnet-4.5", "chat_stream.sse", "high", func(t *testing.T, b map[string]any, h http.Header, r *ChatResponse) {
+			if h.Get("X-Title") != "agentd" || h.Get("HTTP-Referer") == "" || b["model"] != "anthropic/claude-sonnet-4.5" ||
+				b["reasoning"].(map[string]any)["effort"] != "high" || b["stream_options"] != nil {
+				t.Errorf("openrouter: %v %v", b, h)
+			}
+		}},
+		{"lmstudio", "qwen2.5-7b-instruct", "chat_stream.sse", nil, func(t *testing.T, b map[string]any, h http.Header, r *ChatResponse) {
+			if h.Get("Authorization") != "" || b["max_tokens"] != float64(64) || r.Usage.CostUSD != 0 {
+				t.Errorf("lmstudio: %v %v %+v", b, h, r.Usage)
+			}
+		}},
+		{"openai", "gpt-5", "chat_stream.sse", "low", func(t *testing.T, b map[string]any, h http.Header, r *ChatResponse) {
+			if b["temperature"] != nil || b["reasoning_effort"] != "low" || b["max_completion_tokens"] != float64(64) {
+				t.Errorf("openai reasoning model: %v", b)
+			}
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.provider, func(t *testing.T) {
+			f := newFake(t, func(w http.ResponseWriter, n int, r recorded) { replay(t, w, 200, "openai", c.file) })
+			p := providerByID(c.provider)
+			env := map[string]string{p.BaseEnv: f.URL}
+			if p.keyed() {
+				env[p.EnvKeys[0]] = "key-" + c.provider + "-1234567890"
+			}
+			m, _ := newTestModels(t, env, nil)
+			req := toolReq(c.provider + "/" + c.model)
+			req.Thinking = c.thinking
+			resp, err := m.Stream(context.Background(), req, chatOptions{MaxCostUSD: -1}, func(StreamEvent) {})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := f.chatRequests()[0]
+			if r.Path != "/chat/completions" {
+				t.Fatalf("path %s", r.Path)
+			}
+			if p.keyed() && r.Header.Get("Authorization") != "Bearer key-"+c.provider+"-1234567890" {
+				t.Fatalf("auth %q", r.Header.Get("Authorization"))
+			}
+			var body map[string]any
+			json.Unmarshal(r.Body, &body)
+			c.check(t, body, r.Header, resp)
+		})
+	}
+}
+
+func TestOpenRouterErrorInsideStream(t *testing.T) {
+	f := newFake(t, func(w http.ResponseWriter, n int, r recorded) { replay(t, w, 200, "openai", "openrouter_stream_error.sse") })
+	m, rec := newTestModels(t, map[string]string{"OPENROUTER_API_KEY": "sk-or-v1-abcdef1234567890", "OPENROUTER_BASE_URL": f.URL}, nil)
+	_, err := m.Stream(context.Background(), ChatRequest{Model: "openrouter/meta-llama/llama-3.3-70b-instruct:free", Messages: []ModelMessage{userMsg("x")}}, chatOptions{MaxCostUSD: 0}, func(StreamEvent) {})
+	if apiCode(err) != codeModelError || !strings.Contains(err.Error(), "Provider returned error") || asAPIError(err).Details["status"] != 502 {
+		t.Fatalf("err %v", err)
+	}
+	if len(rec.get()) == 0 {
+		t.Fatal("a 502 inside the stream is retryable")
 	}
 }
