@@ -248,7 +248,9 @@ func TestOpenAICompatibleDifferences(t *testing.T) {
 }
 
 func TestOpenRouterErrorInsideStream(t *testing.T) {
-	f := newFake(t, func(w http.ResponseWriter, n int, r recorded) { replay(t, w, 200, "openai", "openrouter_stream_error.sse") })
+	f := newFake(t, func(w http.ResponseWriter, n int, r recorded) {
+		replay(t, w, 200, "openai", "openrouter_stream_error.sse")
+	})
 	m, rec := newTestModels(t, map[string]string{"OPENROUTER_API_KEY": "sk-or-v1-abcdef1234567890", "OPENROUTER_BASE_URL": f.URL}, nil)
 	_, err := m.Stream(context.Background(), ChatRequest{Model: "openrouter/meta-llama/llama-3.3-70b-instruct:free", Messages: []ModelMessage{userMsg("x")}}, chatOptions{MaxCostUSD: 0}, func(StreamEvent) {})
 	if apiCode(err) != codeModelError || !strings.Contains(err.Error(), "Provider returned error") || asAPIError(err).Details["status"] != 502 {

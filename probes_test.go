@@ -13,7 +13,7 @@ import (
 )
 
 // blackHole accepts TCP connections (the kernel completes the handshake) and never answers.
-func blackHole(t *testing.T) string {
+func blackHole(t testing.TB) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -23,7 +23,7 @@ func blackHole(t *testing.T) string {
 }
 
 // slowServer answers after 10 seconds, or gives up when the client leaves.
-func slowServer(t *testing.T) string {
+func slowServer(t testing.TB) string {
 	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-time.After(10 * time.Second):
