@@ -23,6 +23,7 @@ import (
 const (
 	probeParallel = 4
 	probeSlack    = 250 * time.Millisecond // beyond one probe timeout, for the round's own bookkeeping
+	probeStaleMax = 5 * time.Minute        // older results are not served while a refresh runs
 )
 
 // providerStatus is one provider's last probe result.
@@ -35,13 +36,15 @@ type providerStatus struct {
 	Hint      string
 }
 
-// statuses returns the cached probe results, probing when they are stale. Concurrent callers share one
-// round. A caller waits at most one probe timeout (plus a little slack): with more than four slow
+// statuses returns the cached probe results (fresh for probeTTL; after that served stale, up to
+// probeStaleMax, while a background round refreshes them). Concurrent callers share one round. A caller
+// with nothing usable cached waits at most one probe timeout (plus a little slack): with more than four slow
 // providers the round outlives that, and the caller gets what is known — finished probes, the previous
 // result of the others, or "probe still running" — while the round completes into the cache.
 func (m *modelService) statuses(ctx context.Context) map[string]providerStatus {
 	m.mu.Lock()
-	if !m.probedAt.IsZero() && m.now().Sub(m.probedAt) < m.probeTTL {
+	age := m.now().Sub(m.probedAt)
+	if !m.probedAt.IsZero() && age < m.probeTTL {
 		st := m.probes
 		m.mu.Unlock()
 		return st
@@ -53,6 +56,11 @@ func (m *modelService) statuses(ctx context.Context) map[string]providerStatus {
 		m.partial = map[string]providerStatus{}
 		m.wg.Add(1)
 		go m.probeAll(ch)
+	}
+	if !m.probedAt.IsZero() && age < probeStaleMax {
+		st := m.probes // stale while the refresh runs: a listing never waits once something is known
+		m.mu.Unlock()
+		return st
 	}
 	m.mu.Unlock()
 	wait := time.NewTimer(m.probeTimeout + probeSlack)

@@ -193,8 +193,23 @@ func TestProbesCachedAndFlipPublishesEvent(t *testing.T) {
 		t.Fatalf("cached result not reused: %d probes", calls.Load())
 	}
 	advance(m.probeTTL + time.Second)
-	if !m.statuses(context.Background())["ollama"].Available || calls.Load() != 2 {
-		t.Fatalf("re-probe after the TTL: %d probes", calls.Load())
+	if m.statuses(context.Background())["ollama"].Available {
+		t.Fatal("past the TTL the stale result is served while the refresh runs")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !m.statuses(context.Background())["ollama"].Available {
+		if time.Now().After(deadline) {
+			t.Fatal("the background refresh never landed")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if calls.Load() != 2 {
+		t.Fatalf("re-probe after the TTL: %d probes, want 2", calls.Load())
+	}
+	advance(probeStaleMax + time.Second)
+	up.Store(false)
+	if m.statuses(context.Background())["ollama"].Available {
+		t.Fatal("results older than probeStaleMax must not be served")
 	}
 	h := m.s.hub
 	h.mu.Lock()
@@ -205,7 +220,8 @@ func TestProbesCachedAndFlipPublishesEvent(t *testing.T) {
 			flips = append(flips, ev)
 		}
 	}
-	if len(flips) != 1 || flips[0].Payload.(map[string]any)["id"] != "ollama" || flips[0].Payload.(map[string]any)["available"] != true {
+	if len(flips) != 2 || flips[0].Payload.(map[string]any)["id"] != "ollama" || flips[0].Payload.(map[string]any)["available"] != true ||
+		flips[1].Payload.(map[string]any)["available"] != false {
 		t.Fatalf("flip events: %+v", flips)
 	}
 }
