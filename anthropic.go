@@ -209,6 +209,7 @@ func (m *modelService) anthropicChat(ctx context.Context, c candidate, req ChatR
 			text.WriteString(bl.Text)
 		case "thinking":
 			thinking.WriteString(bl.Thinking)
+			out.thinkingParts = append(out.thinkingParts, ContentPart{Type: "thinking", Text: bl.Thinking, Signature: bl.Signature})
 		case "tool_use":
 			args, _ := bl.Input.(map[string]any)
 			if args == nil {
@@ -229,7 +230,8 @@ func (m *modelService) anthropicReadStream(ctx context.Context, name string, bod
 	var text, thinking strings.Builder
 	type block struct {
 		typ, id, name string
-		json          strings.Builder
+		json          strings.Builder // tool input pieces, or the thinking text
+		signature     string
 	}
 	blocks := map[int]*block{}
 	var usage anUsage
@@ -294,13 +296,23 @@ func (m *modelService) anthropicReadStream(ctx context.Context, name string, bod
 				emit(StreamEvent{Type: "text_delta", Text: ev.Delta.Text})
 			case "thinking_delta":
 				thinking.WriteString(ev.Delta.Thinking)
+				if b := blocks[ev.Index]; b != nil {
+					b.json.WriteString(ev.Delta.Thinking)
+				}
 				emit(StreamEvent{Type: "thinking_delta", Text: ev.Delta.Thinking})
+			case "signature_delta":
+				if b := blocks[ev.Index]; b != nil {
+					b.signature += ev.Delta.Signature
+				}
 			case "input_json_delta":
 				if b := blocks[ev.Index]; b != nil {
 					b.json.WriteString(ev.Delta.PartialJSON)
 				}
 			}
 		case "content_block_stop":
+			if b := blocks[ev.Index]; b != nil && b.typ == "thinking" {
+				out.thinkingParts = append(out.thinkingParts, ContentPart{Type: "thinking", Text: b.json.String(), Signature: b.signature})
+			}
 			if b := blocks[ev.Index]; b != nil && b.typ == "tool_use" {
 				tc := ToolCall{Type: "tool_call", ID: b.id, Name: b.name, Args: parseArgs(b.json.String())}
 				out.ToolCalls = append(out.ToolCalls, tc)

@@ -56,6 +56,20 @@ func TestAnthropicStreamToolsExactRequest(t *testing.T) {
 	if got := strings.Join(col.types(), ","); got != "start,thinking_delta,text_delta,tool_call,usage,done" {
 		t.Fatalf("events: %s", got)
 	}
+	// The assistant turn to append keeps the signed thinking block, then text, then the call.
+	msg := resp.Message
+	if msg.Role != "assistant" || len(msg.Content) != 3 || msg.Content[0].Type != "thinking" ||
+		msg.Content[0].Signature != "EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds" || msg.Content[0].Text != "I need the weather tool." ||
+		msg.Content[1].Type != "text" || msg.Content[2].Type != "tool_call" || msg.Content[2].ID != "toolu_01T1x1fJ34qAmk2tNTrN7Up6" {
+		t.Fatalf("message: %+v", msg)
+	}
+	// Sent back, it round-trips into the exact blocks Anthropic requires.
+	body := anthropicBody(candidate{prov: providerByID("anthropic"), info: infoFor(providerByID("anthropic"), "claude-sonnet-4-5")},
+		ChatRequest{Messages: []ModelMessage{userMsg("q"), msg}}, false)
+	blocks := body["messages"].([]anMessage)[1].Content
+	if len(blocks) != 3 || blocks[0].Type != "thinking" || blocks[0].Signature == "" || blocks[2].Type != "tool_use" {
+		t.Fatalf("history blocks: %+v", blocks)
+	}
 }
 
 func TestAnthropicPlainAndStreamText(t *testing.T) {

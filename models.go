@@ -95,6 +95,29 @@ type ChatResponse struct {
 	Usage        Usage      `json:"usage"`
 	LatencyMS    int64      `json:"latencyMs"`
 	Warnings     []string   `json:"warnings,omitempty"`
+	// Message is the assistant turn to append to the history for the next call: thinking (with the
+	// signatures Anthropic requires back), text, and tool calls (with Gemini's thought signatures).
+	Message ModelMessage `json:"message"`
+
+	thinkingParts []ContentPart // signed thinking blocks, when the provider returns them
+}
+
+// assistantMessage builds resp.Message from the answer.
+func (r *ChatResponse) assistantMessage() ModelMessage {
+	msg := ModelMessage{Role: "assistant"}
+	switch {
+	case len(r.thinkingParts) > 0:
+		msg.Content = append(msg.Content, r.thinkingParts...)
+	case r.Thinking != "":
+		msg.Content = append(msg.Content, ContentPart{Type: "thinking", Text: r.Thinking})
+	}
+	if r.Text != "" {
+		msg.Content = append(msg.Content, ContentPart{Type: "text", Text: r.Text})
+	}
+	for _, tc := range r.ToolCalls {
+		msg.Content = append(msg.Content, ContentPart{Type: "tool_call", ID: tc.ID, Name: tc.Name, Args: tc.Args, Signature: tc.Signature})
+	}
+	return msg
 }
 
 // StreamEvent is one frame of a streamed answer: start, text_delta, thinking_delta, tool_call, usage,

@@ -155,7 +155,28 @@ func (m *modelService) candidateFor(id string, req ChatRequest) candidate {
 			withHint("set " + strings.Join(prov.EnvKeys, " or ") + " in the server's environment")
 	}
 	c.cost = estimateCost(c.info, req)
+	if c.err == nil {
+		if _, known := lookupModel(id); known {
+			switch {
+			case hasImages(req) && !c.info.SupportsVision:
+				c.err = errorf(codeProviderUnavailable, "%s cannot take images", id).withHint("pick a vision model (GET /v1/models: supportsVision)")
+			case len(req.Tools) > 0 && !c.info.SupportsTools:
+				c.err = errorf(codeProviderUnavailable, "%s cannot call tools", id).withHint("pick a model with supportsTools")
+			}
+		}
+	}
 	return c
+}
+
+func hasImages(req ChatRequest) bool {
+	for _, m := range req.Messages {
+		for _, p := range m.Content {
+			if p.Type == "image" {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // estimateCost: prompt tokens from text length plus the planned output allowance, at catalog prices.
@@ -411,6 +432,7 @@ func (m *modelService) run(ctx context.Context, p *chatPlan, req ChatRequest, em
 					resp.ToolCalls = []ToolCall{}
 				}
 				resp.Warnings = append(warnings, resp.Warnings...)
+				resp.Message = resp.assistantMessage()
 				u := resp.Usage
 				send(StreamEvent{Type: "usage", Usage: &u})
 				send(StreamEvent{Type: "done", Response: resp})

@@ -248,3 +248,19 @@ func TestRouterBudgetSkipsExpensiveCandidate(t *testing.T) {
 		t.Fatalf("warnings %+v", w)
 	}
 }
+
+func TestRouterCapabilityMismatchSkipsCandidate(t *testing.T) {
+	f := newFake(t, func(w http.ResponseWriter, n int, r recorded) { replay(t, w, 200, "openai", "chat_plain.json") })
+	m, _ := newTestModels(t, map[string]string{"GROQ_API_KEY": "gsk_1234567890abcdefghij", "GROQ_BASE_URL": f.URL,
+		"OPENAI_API_KEY": "sk-test-key-1234567890", "OPENAI_BASE_URL": f.URL}, nil)
+	img := ModelMessage{Role: "user", Content: []ContentPart{{Type: "text", Text: "what is this"}, {Type: "image", MimeType: "image/png", Data: "iVBORw0KGgo="}}}
+	_, err := m.Chat(context.Background(), ChatRequest{Model: "groq/llama-3.3-70b-versatile", Messages: []ModelMessage{img}}, chatOptions{MaxCostUSD: -1})
+	if apiCode(err) != codeProviderUnavailable || len(f.requests()) != 0 {
+		t.Fatalf("err %v, %d calls", err, len(f.requests()))
+	}
+	resp, err := m.Chat(context.Background(), ChatRequest{Model: "groq/llama-3.3-70b-versatile", Messages: []ModelMessage{img}},
+		chatOptions{MaxCostUSD: -1, Fallbacks: []string{"openai/gpt-4o"}})
+	if err != nil || resp.Model != "openai/gpt-4o" || len(f.requests()) != 1 {
+		t.Fatalf("fallback to a vision model: %+v %v", resp, err)
+	}
+}
