@@ -177,3 +177,40 @@ func BenchmarkListModelsCached(b *testing.B) {
 		resp.Body.Close()
 	}
 }
+
+// memTransport answers every upstream request from memory: no sockets, so a benchmark measures agentd.
+type memTransport struct{ body []byte }
+
+func (t memTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Body != nil {
+		io.Copy(io.Discard, r.Body)
+		r.Body.Close()
+	}
+	return &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/event-stream"}},
+		Body: io.NopCloser(bytes.NewReader(t.body)), Request: r}, nil
+}
+
+// BenchmarkStreamServerPerEvent is the server's own time per streamed event: the upstream stream comes
+// from memory and the SSE frames go to an in-memory recorder, so what is left is parsing the provider's
+// chunk, the router, encoding the StreamEvent and writing + flushing its frame.
+func BenchmarkStreamServerPerEvent(b *testing.B) {
+	const deltas = 1000
+	var sse bytes.Buffer
+	for i := 0; i < deltas; i++ {
+		fmt.Fprintf(&sse, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"tok%d \"},\"finish_reason\":null}]}\n\n", i)
+	}
+	sse.WriteString("data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n")
+	s, _ := newTestAPI(b, map[string]string{"OPENAI_API_KEY": "sk-bench-1234567890", "OPENAI_BASE_URL": "http://upstream.invalid/v1"}, nil)
+	s.models.client = &http.Client{Transport: memTransport{body: sse.Bytes()}}
+	body := `{"model":"openai/gpt-4o","messages":[{"role":"user","content":"count"}]}`
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		w := httptest.NewRecorder()
+		r := httptest.NewRequest(http.MethodPost, "/v1/models/chat/stream", strings.NewReader(body))
+		s.handleChatStream(w, r)
+		if w.Body.Len() < deltas*50 {
+			b.Fatalf("short stream: %d bytes", w.Body.Len())
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*deltas)/1000, "µs/event")
+}
