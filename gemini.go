@@ -71,7 +71,7 @@ type gmResponse struct {
 }
 
 // geminiBody builds the generateContent request.
-func geminiBody(req ChatRequest) map[string]any {
+func geminiBody(model string, req ChatRequest) map[string]any {
 	var system []string
 	if req.System != "" {
 		system = append(system, req.System)
@@ -176,7 +176,7 @@ func geminiBody(req ChatRequest) map[string]any {
 	if req.Thinking != nil {
 		if on, budget, _ := thinkingOf(req.Thinking); on {
 			gc["thinkingConfig"] = map[string]any{"thinkingBudget": budget, "includeThoughts": true}
-		} else {
+		} else if !strings.Contains(model, "pro") { // Pro models cannot turn thinking off
 			gc["thinkingConfig"] = map[string]any{"thinkingBudget": 0}
 		}
 	}
@@ -195,7 +195,7 @@ func (m *modelService) geminiChat(ctx context.Context, c candidate, req ChatRequ
 		u = c.base + "/models/" + url.PathEscape(c.info.Name) + ":streamGenerateContent?alt=sse"
 		h["Accept"] = "text/event-stream"
 	}
-	resp, err := m.send(ctx, c, http.MethodPost, u, geminiBody(req), h)
+	resp, err := m.send(ctx, c, http.MethodPost, u, geminiBody(c.info.Name, req), h)
 	if err != nil {
 		return nil, err
 	}

@@ -292,10 +292,14 @@ func (m *modelService) openaiChat(ctx context.Context, c candidate, req ChatRequ
 			} `json:"message"`
 			FinishReason string `json:"finish_reason"`
 		} `json:"choices"`
-		Usage *oaUsage `json:"usage"`
+		Usage *oaUsage        `json:"usage"`
+		Error json.RawMessage `json:"error"`
 	}
 	if err := json.Unmarshal(b, &r); err != nil {
 		return nil, streamBroken(name, "unparseable answer: "+err.Error())
+	}
+	if len(r.Error) > 0 && string(r.Error) != "null" { // OpenRouter can answer 200 with an error object
+		return nil, m.streamError(name, r.Error)
 	}
 	if len(r.Choices) == 0 {
 		return nil, streamBroken(name, "answer has no choices")

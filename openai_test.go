@@ -260,3 +260,19 @@ func TestOpenRouterErrorInsideStream(t *testing.T) {
 		t.Fatal("a 502 inside the stream is retryable")
 	}
 }
+
+func TestMissingUsageIsEstimated(t *testing.T) {
+	f := newFake(t, func(w http.ResponseWriter, n int, r recorded) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.Write([]byte("data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"" + strings.Repeat("word ", 72) + "\"},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n"))
+	})
+	m, _ := newTestModels(t, map[string]string{"TOGETHER_API_KEY": "tg-1234567890abcdef", "TOGETHER_BASE_URL": f.URL}, nil)
+	resp, err := m.Stream(context.Background(), ChatRequest{Model: "together/deepseek-ai/DeepSeek-V3", Messages: []ModelMessage{userMsg(strings.Repeat("x", 360))}},
+		chatOptions{MaxCostUSD: -1}, func(StreamEvent) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Usage.InputTokens < 100 || resp.Usage.OutputTokens < 100 || resp.Usage.CostUSD <= 0 || len(resp.Warnings) != 1 {
+		t.Fatalf("usage %+v warnings %v", resp.Usage, resp.Warnings)
+	}
+}

@@ -168,6 +168,15 @@ func (m *modelService) candidateFor(id string, req ChatRequest) candidate {
 	return c
 }
 
+func argsOf(calls []ToolCall) string {
+	var b strings.Builder
+	for _, c := range calls {
+		b.WriteString(c.Name)
+		b.WriteString(argsJSON(c.Args))
+	}
+	return b.String()
+}
+
 func hasImages(req ChatRequest) bool {
 	for _, m := range req.Messages {
 		for _, p := range m.Content {
@@ -426,6 +435,13 @@ func (m *modelService) run(ctx context.Context, p *chatPlan, req ChatRequest, em
 					send(StreamEvent{Type: "start", Model: c.info.ID})
 				}
 				resp.Model = c.info.ID
+				if resp.Usage.InputTokens == 0 && resp.Usage.OutputTokens == 0 {
+					// Some servers (LM Studio, proxies) report no usage: estimate it so costs and
+					// ceilings still hold, and say so.
+					resp.Usage.InputTokens = estimateTokens(req)
+					resp.Usage.OutputTokens = int(float64(len(resp.Text)+len(resp.Thinking)+len(argsOf(resp.ToolCalls)))/charsPerToken) + 1
+					resp.Warnings = append(resp.Warnings, c.info.ID+" reported no token usage; usage and cost are estimated")
+				}
 				resp.Usage.CostUSD = costOf(c.info, resp.Usage)
 				resp.LatencyMS = time.Since(start).Milliseconds()
 				if resp.ToolCalls == nil {
@@ -443,6 +459,9 @@ func (m *modelService) run(ctx context.Context, p *chatPlan, req ChatRequest, em
 			}
 			ae, retry, next := m.classify(c, err)
 			lastErr = ae
+			if m.s.log != nil {
+				m.s.log.Warn("model call failed", "model", c.info.ID, "attempt", attempt, "code", ae.Code, "message", ae.Message)
+			}
 			if produced {
 				return fail(ae.withDetail("afterOutput", true))
 			}
