@@ -19,6 +19,7 @@ import (
 	"io"
 	"math"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -472,7 +473,7 @@ func (c *specCheck) object(path string, v any, allowed []string) *specObj {
 	}
 	var unknown []string
 	for _, k := range o.keys {
-		if allowed != nil && !contains(allowed, k) {
+		if allowed != nil && !slices.Contains(allowed, k) {
 			unknown = append(unknown, "'"+k+"'")
 		}
 	}
@@ -483,15 +484,6 @@ func (c *specCheck) object(path string, v any, allowed []string) *specObj {
 		c.add(joinPath(path, k), "Duplicate key")
 	}
 	return o
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // get returns the value of key and whether it is present; a missing required key is reported.
@@ -668,7 +660,7 @@ func (c *specCheck) enum(o *specObj, path, key string, values []string, dst *str
 		c.expected(p, "string", v)
 		return
 	}
-	if !contains(values, s) {
+	if !slices.Contains(values, s) {
 		c.add(p, fmt.Sprintf("Invalid enum value. Expected %s, received '%s'", quoteList(values), s))
 		return
 	}
