@@ -34,6 +34,7 @@ type testEnv struct {
 	ts   *httptest.Server
 	home string
 	once *sync.Once
+	keep bool // leave machines running at close (restart tests)
 }
 
 // with returns the same server bound to another (sub)test, so helpers fail the right test.
@@ -67,6 +68,12 @@ func newTestEnv(t *testing.T, home string, mod func(*config)) *testEnv {
 
 func (e *testEnv) close() {
 	e.once.Do(func() {
+		if !e.keep { // a failed test must not leak machines
+			recs, _ := e.s.store.ListComputers(context.Background())
+			for _, m := range recs {
+				e.s.computers.destroy(context.Background(), m.ID, "")
+			}
+		}
 		e.s.cancelStream()
 		e.s.hub.Close()
 		e.ts.Close()
@@ -704,6 +711,7 @@ func conformance(t *testing.T, prov string, portBase int) {
 	t.Run("restart", func(t *testing.T) {
 		home := t.TempDir()
 		a := newTestEnv(t, home, nil)
+		a.keep = true
 		live := a.create(map[string]any{"provider": prov, "idleTimeoutSec": 0})
 		gone := a.create(map[string]any{"provider": prov, "idleTimeoutSec": 0})
 		a.exec(live.ID, map[string]any{"cmd": "echo kept > note"})

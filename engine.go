@@ -163,8 +163,9 @@ func (e *engineProvider) runArgs(m *ComputerInfo) []string {
 		"--tmpfs", "/tmp:rw,exec,nosuid,nodev,size=512m,mode=1777", "--tmpfs", "/run:rw,nosuid,nodev,size=64m",
 		"--cpus", strconv.FormatFloat(sp.CPUs, 'f', -1, 64),
 		"--memory", strconv.Itoa(sp.MemoryMB) + "m", "--memory-swap", strconv.Itoa(sp.MemoryMB) + "m",
-		"-w", sp.Workdir,
 	}
+	// No -w: the engine would create the workdir over the /work tmpfs as root 0755. Every exec passes
+	// its own -w instead, and create makes a workdir below /work as the machine's user.
 	for k, v := range sp.Labels {
 		a = append(a, "--label", "agentd.label."+k+"="+v)
 	}
@@ -221,6 +222,12 @@ func (e *engineProvider) create(ctx context.Context, m *ComputerInfo) error {
 	if m.Spec.Persist {
 		// A fresh named volume is owned by root; let the machine's user write to it.
 		e.call(ctx, nil, "exec", "-u", "0", e.container(m), "chmod", "1777", "/work")
+	}
+	if m.Workdir != "/work" && m.Workdir != "/tmp" {
+		if _, err := e.call(ctx, nil, "exec", e.container(m), "mkdir", "-p", "--", m.Workdir); err != nil {
+			return errorf(codeComputerFailed, "cannot create the workdir %s: %s", m.Workdir, err.Error()).
+				withHint("use a workdir under /work or /tmp")
+		}
 	}
 	return nil
 }
@@ -346,7 +353,7 @@ func (e *engineProvider) command(ctx context.Context, m *ComputerInfo, p *procSp
 func (e *engineProvider) killTree(ctx context.Context, m *ComputerInfo, p *procSpec) {
 	f := e.pidFile(p)
 	script := `i=0; while [ ! -s ` + f + ` ] && [ $i -lt 20 ]; do sleep 0.05; i=$((i+1)); done; ` +
-		`p=$(cat ` + f + ` 2>/dev/null) && [ -n "$p" ] && { kill -KILL -- -$p 2>/dev/null || kill -KILL $p; }; rm -f ` + f
+		`p=$(cat ` + f + ` 2>/dev/null) && [ -n "$p" ] && { kill -9 -$p 2>/dev/null || kill -9 $p; }; rm -f ` + f
 	e.call(ctx, nil, append(e.execArgs(m, p.user, "/", nil, false, false), "/bin/sh", "-c", script)...)
 }
 
