@@ -676,7 +676,7 @@ func conformance(t *testing.T, prov string, portBase int) {
 		idle := r.create(map[string]any{"provider": prov, "idleTimeoutSec": 5})
 		life := r.create(map[string]any{"provider": prov, "idleTimeoutSec": 0, "maxLifetimeSec": 30})
 		keep := r.create(map[string]any{"provider": prov, "idleTimeoutSec": 0})
-		sub, _ := r.s.hub.subscribe()
+		sub := r.s.hub.subscribe()
 		defer r.s.hub.unsubscribe(sub)
 		base := time.Now()
 		cs := r.s.computers
