@@ -123,6 +123,10 @@ func TestPlantedKeyRedactedInToolOutputAndStoredEvents(t *testing.T) {
 func msgTexts(res map[string]any) []string {
 	var out []string
 	for _, m := range res["messages"].([]any) {
+		if s, ok := m.(map[string]any)["content"].(string); ok {
+			out = append(out, s)
+			continue
+		}
 		for _, p := range m.(map[string]any)["content"].([]any) {
 			pm := p.(map[string]any)
 			if s, ok := pm["content"].(string); ok {

@@ -20,7 +20,7 @@ import (
 
 // ---- the scripted OpenAI-compatible server ----
 
-type oaMessage struct {
+type scriptMsg struct {
 	Role       string `json:"role"`
 	Content    any    `json:"content"`
 	ToolCallID string `json:"tool_call_id"`
@@ -33,15 +33,15 @@ type oaMessage struct {
 	} `json:"tool_calls"`
 }
 
-type oaRequest struct {
+type scriptReq struct {
 	Model    string      `json:"model"`
-	Messages []oaMessage `json:"messages"`
+	Messages []scriptMsg `json:"messages"`
 	Stream   bool        `json:"stream"`
 	Tools    []any       `json:"tools"`
 }
 
 // text returns a message's text whether content is a string or parts.
-func (m oaMessage) text() string {
+func (m scriptMsg) text() string {
 	switch c := m.Content.(type) {
 	case string:
 		return c
@@ -60,21 +60,21 @@ func (m oaMessage) text() string {
 }
 
 // toolResults counts the tool messages after the last user message (the steps done in this turn).
-func (r oaRequest) toolResults() []oaMessage {
-	var out []oaMessage
+func (r scriptReq) toolResults() []scriptMsg {
+	var out []scriptMsg
 	for i := len(r.Messages) - 1; i >= 0; i-- {
 		m := r.Messages[i]
 		if m.Role == "user" {
 			break
 		}
 		if m.Role == "tool" {
-			out = append([]oaMessage{m}, out...)
+			out = append([]scriptMsg{m}, out...)
 		}
 	}
 	return out
 }
 
-func (r oaRequest) lastUser() string {
+func (r scriptReq) lastUser() string {
 	for i := len(r.Messages) - 1; i >= 0; i-- {
 		if r.Messages[i].Role == "user" {
 			return r.Messages[i].text()
@@ -83,13 +83,13 @@ func (r oaRequest) lastUser() string {
 	return ""
 }
 
-func (r oaRequest) all() string {
+func (r scriptReq) all() string {
 	b, _ := json.Marshal(r.Messages)
 	return string(b)
 }
 
-// oaReply is one scripted answer: text, tool calls, or hang (block until the client goes away).
-type oaReply struct {
+// scriptReply is one scripted answer: text, tool calls, or hang (block until the client goes away).
+type scriptReply struct {
 	text  string
 	calls []ToolCall
 	hang  bool
@@ -98,21 +98,21 @@ type oaReply struct {
 type scriptedOpenAI struct {
 	*httptest.Server
 	mu     sync.Mutex
-	reqs   []oaRequest
-	script func(r oaRequest) oaReply
+	reqs   []scriptReq
+	script func(r scriptReq) scriptReply
 }
 
-func newScriptedOpenAI(t testing.TB, script func(r oaRequest) oaReply) *scriptedOpenAI {
+func newScriptedOpenAI(t testing.TB, script func(r scriptReq) scriptReply) *scriptedOpenAI {
 	so := &scriptedOpenAI{script: script}
 	so.Server = httptest.NewServer(http.HandlerFunc(so.serve))
 	t.Cleanup(so.Close)
 	return so
 }
 
-func (so *scriptedOpenAI) requests() []oaRequest {
+func (so *scriptedOpenAI) requests() []scriptReq {
 	so.mu.Lock()
 	defer so.mu.Unlock()
-	return append([]oaRequest(nil), so.reqs...)
+	return append([]scriptReq(nil), so.reqs...)
 }
 
 func (so *scriptedOpenAI) serve(w http.ResponseWriter, r *http.Request) {
@@ -125,7 +125,7 @@ func (so *scriptedOpenAI) serve(w http.ResponseWriter, r *http.Request) {
 		http.NotFound(w, r)
 		return
 	}
-	var req oaRequest
+	var req scriptReq
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 		http.Error(w, err.Error(), 400)
 		return
@@ -146,7 +146,7 @@ func (so *scriptedOpenAI) serve(w http.ResponseWriter, r *http.Request) {
 	if !req.Stream {
 		msg := map[string]any{"role": "assistant", "content": rep.text}
 		if len(rep.calls) > 0 {
-			msg["tool_calls"] = oaToolCalls(rep.calls, false)
+			msg["tool_calls"] = scriptToolCalls(rep.calls, false)
 		}
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(map[string]any{"id": "chatcmpl-x", "object": "chat.completion", "model": req.Model,
@@ -170,14 +170,14 @@ func (so *scriptedOpenAI) serve(w http.ResponseWriter, r *http.Request) {
 		chunk(map[string]any{"content": rep.text[half:]}, nil, nil)
 	}
 	if len(rep.calls) > 0 {
-		chunk(map[string]any{"tool_calls": oaToolCalls(rep.calls, true)}, nil, nil)
+		chunk(map[string]any{"tool_calls": scriptToolCalls(rep.calls, true)}, nil, nil)
 	}
 	chunk(map[string]any{}, finish, nil)
 	chunk(nil, nil, usage)
 	io.WriteString(w, "data: [DONE]\n\n")
 }
 
-func oaToolCalls(calls []ToolCall, indexed bool) []any {
+func scriptToolCalls(calls []ToolCall, indexed bool) []any {
 	var out []any
 	for i, c := range calls {
 		args, _ := json.Marshal(c.Args)
@@ -261,23 +261,23 @@ func tc(id, name string, args map[string]any) ToolCall {
 }
 
 // stepwise answers from a list by the number of tool results in the current turn, then "done".
-func stepwise(replies ...oaReply) func(r oaRequest) oaReply {
-	return func(r oaRequest) oaReply {
+func stepwise(replies ...scriptReply) func(r scriptReq) scriptReply {
+	return func(r scriptReq) scriptReply {
 		n := len(r.toolResults())
 		if n < len(replies) {
 			return replies[n]
 		}
-		return oaReply{text: "done"}
+		return scriptReply{text: "done"}
 	}
 }
 
 func TestE2EMultiStepShellAndFiles(t *testing.T) {
 	so := newScriptedOpenAI(t, stepwise(
-		oaReply{text: "Writing the file.", calls: []ToolCall{tc("c1", "write_file", map[string]any{"path": "hello.txt", "content": "one\ntwo\nthree\n"})}},
-		oaReply{calls: []ToolCall{tc("c2", "shell", map[string]any{"command": "wc -l < hello.txt && echo from-shell"})}},
-		oaReply{calls: []ToolCall{tc("c3", "edit_file", map[string]any{"path": "hello.txt", "old_string": "two", "new_string": "TWO"})}},
-		oaReply{calls: []ToolCall{tc("c4", "read_file", map[string]any{"path": "hello.txt", "start_line": 2, "end_line": 2})}},
-		oaReply{text: "The file has three lines."},
+		scriptReply{text: "Writing the file.", calls: []ToolCall{tc("c1", "write_file", map[string]any{"path": "hello.txt", "content": "one\ntwo\nthree\n"})}},
+		scriptReply{calls: []ToolCall{tc("c2", "shell", map[string]any{"command": "wc -l < hello.txt && echo from-shell"})}},
+		scriptReply{calls: []ToolCall{tc("c3", "edit_file", map[string]any{"path": "hello.txt", "old_string": "two", "new_string": "TWO"})}},
+		scriptReply{calls: []ToolCall{tc("c4", "read_file", map[string]any{"path": "hello.txt", "start_line": 2, "end_line": 2})}},
+		scriptReply{text: "The file has three lines."},
 	))
 	te := newE2E(t, so, "")
 	te.createAgent(map[string]any{"name": "e2e-files", "tools": []string{"computer", "files"}})
@@ -328,19 +328,19 @@ func TestE2EMultiStepShellAndFiles(t *testing.T) {
 func TestE2EStopReasons(t *testing.T) {
 	counter := 0
 	var mu sync.Mutex
-	so := newScriptedOpenAI(t, func(r oaRequest) oaReply {
+	so := newScriptedOpenAI(t, func(r scriptReq) scriptReply {
 		mu.Lock()
 		defer mu.Unlock()
 		switch {
 		case strings.HasPrefix(r.lastUser(), "steps"):
 			counter++
-			return oaReply{calls: []ToolCall{tc(fmt.Sprint("s", counter), "shell", map[string]any{"command": fmt.Sprintf("echo %d", counter)})}}
+			return scriptReply{calls: []ToolCall{tc(fmt.Sprint("s", counter), "shell", map[string]any{"command": fmt.Sprintf("echo %d", counter)})}}
 		case strings.HasPrefix(r.lastUser(), "loop"):
-			return oaReply{calls: []ToolCall{tc(fmt.Sprint("l", len(r.toolResults())), "shell", map[string]any{"command": "echo same"})}}
+			return scriptReply{calls: []ToolCall{tc(fmt.Sprint("l", len(r.toolResults())), "shell", map[string]any{"command": "echo same"})}}
 		case strings.HasPrefix(r.lastUser(), "hang"):
-			return oaReply{hang: true}
+			return scriptReply{hang: true}
 		}
-		return oaReply{text: "ok"}
+		return scriptReply{text: "ok"}
 	})
 	te := newE2E(t, so, "")
 	te.createAgent(map[string]any{"name": "e2e-stops", "limits": map[string]any{"maxSteps": 3}})
@@ -396,11 +396,11 @@ func injectTimer(te *runEnv) *manualTimer {
 }
 
 func TestE2EApprovals(t *testing.T) {
-	so := newScriptedOpenAI(t, func(r oaRequest) oaReply {
+	so := newScriptedOpenAI(t, func(r scriptReq) scriptReply {
 		if len(r.toolResults()) > 0 {
-			return oaReply{text: "finished: " + r.toolResults()[0].text()}
+			return scriptReply{text: "finished: " + r.toolResults()[0].text()}
 		}
-		return oaReply{calls: []ToolCall{tc("a1", "shell", map[string]any{"command": "echo " + strings.Fields(r.lastUser())[0] + " > marker.txt; cat marker.txt"})}}
+		return scriptReply{calls: []ToolCall{tc("a1", "shell", map[string]any{"command": "echo " + strings.Fields(r.lastUser())[0] + " > marker.txt; cat marker.txt"})}}
 	})
 	te := newE2E(t, so, "")
 	mt := injectTimer(te)
@@ -447,20 +447,20 @@ func TestE2EApprovals(t *testing.T) {
 
 func TestE2EReadonlyAllowDenyAndRedaction(t *testing.T) {
 	planted := "sk-ant-api03-PLANTEDplantedPLANTEDplanted0123"
-	so := newScriptedOpenAI(t, func(r oaRequest) oaReply {
+	so := newScriptedOpenAI(t, func(r scriptReq) scriptReply {
 		switch n := len(r.toolResults()); {
 		case strings.HasPrefix(r.lastUser(), "readonly") && n == 0:
-			return oaReply{calls: []ToolCall{tc("w", "write_file", map[string]any{"path": "x.txt", "content": "x"}), tc("l", "list_dir", map[string]any{})}}
+			return scriptReply{calls: []ToolCall{tc("w", "write_file", map[string]any{"path": "x.txt", "content": "x"}), tc("l", "list_dir", map[string]any{})}}
 		case strings.HasPrefix(r.lastUser(), "policy") && n == 0:
-			return oaReply{calls: []ToolCall{
+			return scriptReply{calls: []ToolCall{
 				tc("p1", "shell", map[string]any{"command": "touch scratch.txt && rm -f scratch.txt && echo removed"}),
 				tc("p2", "shell", map[string]any{"command": "rm -f other.txt"}),
 				tc("p3", "shell", map[string]any{"command": "sudo true"}),
 			}}
 		case strings.HasPrefix(r.lastUser(), "secret") && n == 0:
-			return oaReply{calls: []ToolCall{tc("k", "shell", map[string]any{"command": "echo key=" + planted})}}
+			return scriptReply{calls: []ToolCall{tc("k", "shell", map[string]any{"command": "echo key=" + planted})}}
 		}
-		return oaReply{text: "ok"}
+		return scriptReply{text: "ok"}
 	})
 	te := newE2E(t, so, "")
 	te.createAgent(map[string]any{"name": "e2e-ro", "tools": []string{"computer", "files"}, "guardrails": map[string]any{"approvalMode": "readonly"}})
@@ -510,11 +510,11 @@ func toolOutputs(evs []map[string]any) map[string]string {
 }
 
 func TestE2EMemoryAcrossTwoRuns(t *testing.T) {
-	so := newScriptedOpenAI(t, func(r oaRequest) oaReply {
+	so := newScriptedOpenAI(t, func(r scriptReq) scriptReply {
 		if strings.Contains(r.all(), "my name is Ada") && strings.Contains(r.lastUser(), "name?") {
-			return oaReply{text: "Your name is Ada."}
+			return scriptReply{text: "Your name is Ada."}
 		}
-		return oaReply{text: "Noted."}
+		return scriptReply{text: "Noted."}
 	})
 	te := newE2E(t, so, "")
 	te.createAgent(map[string]any{"name": "e2e-mem", "memory": map[string]any{"enabled": true}})
@@ -525,11 +525,11 @@ func TestE2EMemoryAcrossTwoRuns(t *testing.T) {
 }
 
 func TestE2EThreeConcurrentRunsShareTheComputer(t *testing.T) {
-	so := newScriptedOpenAI(t, func(r oaRequest) oaReply {
+	so := newScriptedOpenAI(t, func(r scriptReq) scriptReply {
 		if len(r.toolResults()) > 0 {
-			return oaReply{text: "done"}
+			return scriptReply{text: "done"}
 		}
-		return oaReply{calls: []ToolCall{tc("c", "shell", map[string]any{"command": "echo " + r.lastUser() + " >> shared.log"})}}
+		return scriptReply{calls: []ToolCall{tc("c", "shell", map[string]any{"command": "echo " + r.lastUser() + " >> shared.log"})}}
 	})
 	te := newE2E(t, so, "")
 	te.createAgent(map[string]any{"name": "e2e-trio"})
@@ -572,11 +572,11 @@ func TestE2EThreeConcurrentRunsShareTheComputer(t *testing.T) {
 }
 
 func TestE2ERestartWithRunInFlight(t *testing.T) {
-	so := newScriptedOpenAI(t, func(r oaRequest) oaReply {
+	so := newScriptedOpenAI(t, func(r scriptReq) scriptReply {
 		if strings.HasPrefix(r.lastUser(), "hang") {
-			return oaReply{hang: true}
+			return scriptReply{hang: true}
 		}
-		return oaReply{text: "fresh"}
+		return scriptReply{text: "fresh"}
 	})
 	home := t.TempDir()
 	a := newE2E(t, so, home)

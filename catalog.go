@@ -1,0 +1,326 @@
+// catalog.go — the providers agentd speaks to and the built-in model catalog: context windows,
+// capabilities and prices (USD per million tokens) for the main models of every provider.
+//
+// Entry points: providerTable (DESIGN §5, priority order), lookupModel, modelsOf, priceOf.
+// Rules: provider keys and base URLs are read only through cfg.getenv; local models are free; a model
+// missing from the catalog is priced at unknownPricing so a ceiling still holds.
+package main
+
+import (
+	"sort"
+	"strings"
+)
+
+// providerDef is one model provider: how to find it, authenticate and talk to it.
+type providerDef struct {
+	ID          string
+	DisplayName string
+	Priority    int
+	EnvKeys     []string // the first one set wins; empty for keyless (local) providers
+	BaseEnv     string   // base URL override
+	HostEnv     string   // keyless providers: the host setting (ollama, lmstudio)
+	DefaultBase string
+	Wire        string // openai | anthropic | gemini | ollama
+	Local       bool
+	Quirks      openaiQuirks // differences of OpenAI-compatible providers
+}
+
+// providerTable lists every provider, highest priority first (DESIGN §5).
+var providerTable = []providerDef{
+	{ID: "anthropic", DisplayName: "Anthropic", Priority: 95, EnvKeys: []string{"ANTHROPIC_API_KEY"},
+		BaseEnv: "ANTHROPIC_BASE_URL", DefaultBase: "https://api.anthropic.com", Wire: "anthropic"},
+	{ID: "openai", DisplayName: "OpenAI", Priority: 85, EnvKeys: []string{"OPENAI_API_KEY"},
+		BaseEnv: "OPENAI_BASE_URL", DefaultBase: "https://api.openai.com/v1", Wire: "openai",
+		Quirks: openaiQuirks{maxTokensField: "max_completion_tokens", streamUsage: true, reasoningEffort: true, jsonSchema: true}},
+	{ID: "google", DisplayName: "Google Gemini", Priority: 80, EnvKeys: []string{"GEMINI_API_KEY", "GOOGLE_API_KEY"},
+		BaseEnv: "GEMINI_BASE_URL", DefaultBase: "https://generativelanguage.googleapis.com/v1beta", Wire: "gemini"},
+	{ID: "groq", DisplayName: "Groq", Priority: 60, EnvKeys: []string{"GROQ_API_KEY"},
+		BaseEnv: "GROQ_BASE_URL", DefaultBase: "https://api.groq.com/openai/v1", Wire: "openai",
+		Quirks: openaiQuirks{maxTokensField: "max_completion_tokens", streamUsage: true, usageInXGroq: true, jsonSchema: true, reasoningFormat: true}},
+	{ID: "deepseek", DisplayName: "DeepSeek", Priority: 58, EnvKeys: []string{"DEEPSEEK_API_KEY"},
+		BaseEnv: "DEEPSEEK_BASE_URL", DefaultBase: "https://api.deepseek.com", Wire: "openai",
+		Quirks: openaiQuirks{maxTokensField: "max_tokens", streamUsage: true, reasoningContent: true, cacheHitTokens: true}},
+	{ID: "cerebras", DisplayName: "Cerebras", Priority: 56, EnvKeys: []string{"CEREBRAS_API_KEY"},
+		BaseEnv: "CEREBRAS_BASE_URL", DefaultBase: "https://api.cerebras.ai/v1", Wire: "openai",
+		Quirks: openaiQuirks{maxTokensField: "max_completion_tokens", streamUsage: true, jsonSchema: true, toolChoiceAutoOnly: true}},
+	{ID: "openrouter", DisplayName: "OpenRouter", Priority: 55, EnvKeys: []string{"OPENROUTER_API_KEY"},
+		BaseEnv: "OPENROUTER_BASE_URL", DefaultBase: "https://openrouter.ai/api/v1", Wire: "openai",
+		Quirks: openaiQuirks{maxTokensField: "max_tokens", usageAlways: true, reasoningContent: true, jsonSchema: true, appHeaders: true}},
+	{ID: "mistral", DisplayName: "Mistral", Priority: 52, EnvKeys: []string{"MISTRAL_API_KEY"},
+		BaseEnv: "MISTRAL_BASE_URL", DefaultBase: "https://api.mistral.ai/v1", Wire: "openai",
+		Quirks: openaiQuirks{maxTokensField: "max_tokens", usageAlways: true, toolChoiceAny: true, jsonSchema: true, shortToolIDs: true}},
+	{ID: "together", DisplayName: "Together AI", Priority: 50, EnvKeys: []string{"TOGETHER_API_KEY"},
+		BaseEnv: "TOGETHER_BASE_URL", DefaultBase: "https://api.together.xyz/v1", Wire: "openai",
+		Quirks: openaiQuirks{maxTokensField: "max_tokens", usageAlways: true, jsonSchema: true}},
+	{ID: "lmstudio", DisplayName: "LM Studio", Priority: 42, HostEnv: "LMSTUDIO_HOST", BaseEnv: "LMSTUDIO_BASE_URL",
+		DefaultBase: "http://127.0.0.1:1234/v1", Wire: "openai", Local: true,
+		Quirks: openaiQuirks{maxTokensField: "max_tokens", jsonSchema: true}},
+	{ID: "ollama", DisplayName: "Ollama", Priority: 40, HostEnv: "OLLAMA_HOST", BaseEnv: "OLLAMA_BASE_URL",
+		DefaultBase: "http://127.0.0.1:11434", Wire: "ollama", Local: true},
+}
+
+func providerByID(id string) *providerDef {
+	for i := range providerTable {
+		if providerTable[i].ID == id {
+			return &providerTable[i]
+		}
+	}
+	return nil
+}
+
+// envKey names the environment variable that configures the provider (doctor report).
+func (p *providerDef) envKey() string {
+	if len(p.EnvKeys) > 0 {
+		return p.EnvKeys[0]
+	}
+	return p.HostEnv
+}
+
+// key returns the provider's API key from the environment ("" for keyless providers or when unset).
+func (p *providerDef) key(getenv func(string) string) string {
+	for _, k := range p.EnvKeys {
+		if v := strings.TrimSpace(getenv(k)); v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+// keyed reports whether the provider needs a key.
+func (p *providerDef) keyed() bool { return len(p.EnvKeys) > 0 }
+
+// baseURL applies the overrides: <ID>_BASE_URL, then (local providers) the host setting, which may be a
+// bare host:port as ollama documents it.
+func (p *providerDef) baseURL(getenv func(string) string) string {
+	if v := strings.TrimSpace(getenv(p.BaseEnv)); v != "" {
+		return strings.TrimRight(v, "/")
+	}
+	if p.HostEnv != "" {
+		if v := strings.TrimSpace(getenv(p.HostEnv)); v != "" {
+			if !strings.Contains(v, "://") {
+				v = "http://" + v
+			}
+			v = strings.TrimRight(v, "/")
+			if p.ID == "lmstudio" && !strings.HasSuffix(v, "/v1") {
+				v += "/v1"
+			}
+			return v
+		}
+	}
+	return p.DefaultBase
+}
+
+// ModelInfo is one entry of GET /v1/models (DESIGN §5).
+type ModelInfo struct {
+	ID                string   `json:"id"`
+	Provider          string   `json:"provider"`
+	Name              string   `json:"name"`
+	DisplayName       string   `json:"displayName"`
+	ContextWindow     int      `json:"contextWindow"`
+	MaxOutputTokens   int      `json:"maxOutputTokens"`
+	SupportsTools     bool     `json:"supportsTools"`
+	SupportsVision    bool     `json:"supportsVision"`
+	SupportsStreaming bool     `json:"supportsStreaming"`
+	Pricing           *pricing `json:"pricing,omitempty"`
+	Free              bool     `json:"free"`
+
+	quality   int  // router ordering for auto: higher is better
+	reasoning bool // OpenAI reasoning model: no temperature/top_p, takes reasoning_effort
+}
+
+type pricing struct {
+	InputPerMTok      float64 `json:"inputPerMTok"`
+	OutputPerMTok     float64 `json:"outputPerMTok"`
+	CacheReadPerMTok  float64 `json:"cacheReadPerMTok,omitempty"`
+	CacheWritePerMTok float64 `json:"cacheWritePerMTok,omitempty"`
+}
+
+// unknownPricing prices a remote model missing from the catalog as a mid-range model, so a budget
+// ceiling never treats it as free.
+var unknownPricing = pricing{InputPerMTok: 3, OutputPerMTok: 15}
+
+func cm(provider, name, display string, ctx, maxOut, quality int, tools, vision bool, in, out, cacheR, cacheW float64) ModelInfo {
+	mi := ModelInfo{ID: provider + "/" + name, Provider: provider, Name: name, DisplayName: display,
+		ContextWindow: ctx, MaxOutputTokens: maxOut, SupportsTools: tools, SupportsVision: vision,
+		SupportsStreaming: true, quality: quality}
+	if in == 0 && out == 0 {
+		mi.Free = true
+	}
+	mi.Pricing = &pricing{InputPerMTok: in, OutputPerMTok: out, CacheReadPerMTok: cacheR, CacheWritePerMTok: cacheW}
+	return mi
+}
+
+func reasoningModel(mi ModelInfo) ModelInfo { mi.reasoning = true; return mi }
+
+// catalog: the main models of each provider, from the providers' public model and pricing pages.
+// The first entry of a provider is its default for the auto strategy.
+var catalog = []ModelInfo{
+	cm("anthropic", "claude-sonnet-4-5", "Claude Sonnet 4.5", 200_000, 64_000, 95, true, true, 3, 15, 0.30, 3.75),
+	cm("anthropic", "claude-opus-4-5", "Claude Opus 4.5", 200_000, 64_000, 97, true, true, 5, 25, 0.50, 6.25),
+	cm("anthropic", "claude-opus-4-1", "Claude Opus 4.1", 200_000, 32_000, 93, true, true, 15, 75, 1.50, 18.75),
+	cm("anthropic", "claude-haiku-4-5", "Claude Haiku 4.5", 200_000, 64_000, 85, true, true, 1, 5, 0.10, 1.25),
+	cm("anthropic", "claude-3-5-haiku-latest", "Claude Haiku 3.5", 200_000, 8_192, 70, true, true, 0.80, 4, 0.08, 1),
+
+	reasoningModel(cm("openai", "gpt-5", "GPT-5", 400_000, 128_000, 94, true, true, 1.25, 10, 0.125, 0)),
+	reasoningModel(cm("openai", "gpt-5-mini", "GPT-5 mini", 400_000, 128_000, 84, true, true, 0.25, 2, 0.025, 0)),
+	reasoningModel(cm("openai", "gpt-5-nano", "GPT-5 nano", 400_000, 128_000, 72, true, true, 0.05, 0.40, 0.005, 0)),
+	cm("openai", "gpt-4.1", "GPT-4.1", 1_047_576, 32_768, 86, true, true, 2, 8, 0.50, 0),
+	cm("openai", "gpt-4.1-mini", "GPT-4.1 mini", 1_047_576, 32_768, 78, true, true, 0.40, 1.60, 0.10, 0),
+	cm("openai", "gpt-4o", "GPT-4o", 128_000, 16_384, 82, true, true, 2.50, 10, 1.25, 0),
+	cm("openai", "gpt-4o-mini", "GPT-4o mini", 128_000, 16_384, 70, true, true, 0.15, 0.60, 0.075, 0),
+	reasoningModel(cm("openai", "o3", "o3", 200_000, 100_000, 90, true, true, 2, 8, 0.50, 0)),
+	reasoningModel(cm("openai", "o4-mini", "o4-mini", 200_000, 100_000, 83, true, true, 1.10, 4.40, 0.275, 0)),
+
+	cm("google", "gemini-2.5-pro", "Gemini 2.5 Pro", 1_048_576, 65_536, 92, true, true, 1.25, 10, 0.125, 0),
+	cm("google", "gemini-2.5-flash", "Gemini 2.5 Flash", 1_048_576, 65_536, 84, true, true, 0.30, 2.50, 0.03, 0),
+	cm("google", "gemini-2.5-flash-lite", "Gemini 2.5 Flash-Lite", 1_048_576, 65_536, 74, true, true, 0.10, 0.40, 0.01, 0),
+	cm("google", "gemini-2.0-flash", "Gemini 2.0 Flash", 1_048_576, 8_192, 72, true, true, 0.10, 0.40, 0.025, 0),
+
+	cm("groq", "llama-3.3-70b-versatile", "Llama 3.3 70B (Groq)", 131_072, 32_768, 74, true, false, 0.59, 0.79, 0, 0),
+	cm("groq", "openai/gpt-oss-120b", "GPT-OSS 120B (Groq)", 131_072, 65_536, 80, true, false, 0.15, 0.75, 0, 0),
+	cm("groq", "llama-3.1-8b-instant", "Llama 3.1 8B (Groq)", 131_072, 131_072, 55, true, false, 0.05, 0.08, 0, 0),
+	cm("groq", "qwen/qwen3-32b", "Qwen3 32B (Groq)", 131_072, 40_960, 72, true, false, 0.29, 0.59, 0, 0),
+
+	cm("deepseek", "deepseek-chat", "DeepSeek V3.2 (chat)", 128_000, 8_192, 82, true, false, 0.28, 0.42, 0.028, 0),
+	cm("deepseek", "deepseek-reasoner", "DeepSeek V3.2 (reasoner)", 128_000, 64_000, 84, true, false, 0.28, 0.42, 0.028, 0),
+
+	cm("cerebras", "gpt-oss-120b", "GPT-OSS 120B (Cerebras)", 131_072, 40_960, 80, true, false, 0.35, 0.75, 0, 0),
+	cm("cerebras", "llama-3.3-70b", "Llama 3.3 70B (Cerebras)", 128_000, 8_192, 74, true, false, 0.85, 1.20, 0, 0),
+	cm("cerebras", "qwen-3-32b", "Qwen3 32B (Cerebras)", 131_072, 16_382, 72, true, false, 0.40, 0.80, 0, 0),
+	cm("cerebras", "llama3.1-8b", "Llama 3.1 8B (Cerebras)", 32_768, 8_192, 55, true, false, 0.10, 0.10, 0, 0),
+
+	cm("openrouter", "anthropic/claude-sonnet-4.5", "Claude Sonnet 4.5 (OpenRouter)", 1_000_000, 64_000, 95, true, true, 3, 15, 0.30, 3.75),
+	cm("openrouter", "openai/gpt-4o-mini", "GPT-4o mini (OpenRouter)", 128_000, 16_384, 70, true, true, 0.15, 0.60, 0.075, 0),
+	cm("openrouter", "meta-llama/llama-3.3-70b-instruct:free", "Llama 3.3 70B (OpenRouter, free)", 131_072, 8_192, 73, true, false, 0, 0, 0, 0),
+	cm("openrouter", "deepseek/deepseek-chat-v3-0324:free", "DeepSeek V3 (OpenRouter, free)", 163_840, 8_192, 80, true, false, 0, 0, 0, 0),
+
+	cm("mistral", "mistral-large-latest", "Mistral Large", 131_072, 8_192, 82, true, true, 2, 6, 0, 0),
+	cm("mistral", "mistral-medium-latest", "Mistral Medium 3", 131_072, 8_192, 80, true, true, 0.40, 2, 0, 0),
+	cm("mistral", "mistral-small-latest", "Mistral Small 3", 131_072, 8_192, 70, true, true, 0.10, 0.30, 0, 0),
+	cm("mistral", "codestral-latest", "Codestral", 256_000, 8_192, 76, true, false, 0.30, 0.90, 0, 0),
+
+	cm("together", "meta-llama/Llama-3.3-70B-Instruct-Turbo", "Llama 3.3 70B Turbo (Together)", 131_072, 8_192, 74, true, false, 0.88, 0.88, 0, 0),
+	cm("together", "deepseek-ai/DeepSeek-V3", "DeepSeek V3 (Together)", 131_072, 8_192, 82, true, false, 1.25, 1.25, 0, 0),
+	cm("together", "Qwen/Qwen2.5-72B-Instruct-Turbo", "Qwen2.5 72B Turbo (Together)", 32_768, 8_192, 72, true, false, 1.20, 1.20, 0, 0),
+	cm("together", "meta-llama/Llama-3.3-70B-Instruct-Turbo-Free", "Llama 3.3 70B (Together, free)", 131_072, 8_192, 73, true, false, 0, 0, 0, 0),
+}
+
+// lookupModel finds a catalog entry by full id ("provider/name").
+func lookupModel(id string) (ModelInfo, bool) {
+	for _, mi := range catalog {
+		if mi.ID == id {
+			return mi, true
+		}
+	}
+	return ModelInfo{}, false
+}
+
+// infoFor returns the catalog entry of provider/name or, for a model only known live (local models, new
+// remote ones), a synthesised entry: local ones free, remote ones at unknownPricing.
+func infoFor(p *providerDef, name string) ModelInfo {
+	if mi, ok := lookupModel(p.ID + "/" + name); ok {
+		return mi
+	}
+	mi := ModelInfo{ID: p.ID + "/" + name, Provider: p.ID, Name: name, DisplayName: name,
+		ContextWindow: 8_192, MaxOutputTokens: 4_096, SupportsTools: true, SupportsStreaming: true, quality: 50}
+	if p.Local {
+		mi.Free = true
+		mi.ContextWindow = 32_768
+		mi.Pricing = &pricing{}
+		mi.quality = 40
+	} else {
+		pr := unknownPricing
+		mi.Pricing = &pr
+	}
+	return mi
+}
+
+// catalogNames lists the catalog's model names of a provider.
+func catalogNames(provider string) []string {
+	var out []string
+	for _, mi := range catalog {
+		if mi.Provider == provider {
+			out = append(out, mi.Name)
+		}
+	}
+	return out
+}
+
+// modelsOf lists a provider's models for GET /v1/models: the live list when the probe returned one
+// (catalog entries first, in catalog order), else the catalog.
+func modelsOf(p providerDef, ps providerStatus) []ModelInfo {
+	live := ps.Models
+	var out []ModelInfo
+	if len(live) == 0 {
+		for _, mi := range catalog {
+			if mi.Provider == p.ID {
+				out = append(out, mi)
+			}
+		}
+		return out
+	}
+	seen := map[string]bool{}
+	for _, mi := range catalog {
+		if mi.Provider == p.ID && liveHas(live, mi.Name) {
+			out = append(out, mi)
+			seen[mi.Name] = true
+		}
+	}
+	rest := []string{}
+	for _, n := range live {
+		if !seen[n] && !seen[undated(n)] && chatModel(n) {
+			rest = append(rest, n)
+		}
+	}
+	sort.Strings(rest)
+	for _, n := range rest {
+		if mi, ok := ps.Infos[n]; ok {
+			out = append(out, mi)
+			continue
+		}
+		out = append(out, infoFor(&p, n))
+	}
+	return out
+}
+
+// liveHas reports whether a provider's live list serves a catalog name, also under a dated id
+// (Anthropic lists claude-sonnet-4-5-20250929 for the alias claude-sonnet-4-5).
+func liveHas(live []string, name string) bool {
+	for _, n := range live {
+		if n == name || undated(n) == name {
+			return true
+		}
+	}
+	return false
+}
+
+// undated strips a trailing -YYYYMMDD from a model id.
+func undated(id string) string {
+	if i := strings.LastIndexByte(id, '-'); i > 0 && len(id)-i == 9 && strings.Trim(id[i+1:], "0123456789") == "" {
+		return id[:i]
+	}
+	return id
+}
+
+// costOf prices a usage with the model's catalog entry. InputTokens counts every prompt token, cached
+// ones included; the cached share is priced at the cache rates when the catalog has them.
+func costOf(mi ModelInfo, u Usage) float64 {
+	pr := unknownPricing
+	if mi.Pricing != nil {
+		pr = *mi.Pricing
+	}
+	readRate, writeRate := pr.CacheReadPerMTok, pr.CacheWritePerMTok
+	if readRate == 0 {
+		readRate = pr.InputPerMTok
+	}
+	if writeRate == 0 {
+		writeRate = pr.InputPerMTok
+	}
+	plain := u.InputTokens - u.CacheReadTokens - u.CacheWriteTokens
+	if plain < 0 {
+		plain = 0
+	}
+	c := float64(plain)*pr.InputPerMTok + float64(u.OutputTokens)*pr.OutputPerMTok +
+		float64(u.CacheReadTokens)*readRate + float64(u.CacheWriteTokens)*writeRate
+	return c / 1e6
+}

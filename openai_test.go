@@ -1,0 +1,278 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+func openaiEnv(f *fakeUpstream) map[string]string {
+	return map[string]string{"OPENAI_API_KEY": "sk-test-key-1234567890", "OPENAI_BASE_URL": f.URL}
+}
+
+func TestOpenAIStreamToolCallsExactRequest(t *testing.T) {
+	f := newFake(t, func(w http.ResponseWriter, n int, r recorded) {
+		replay(t, w, 200, "openai", "chat_stream_tools.sse")
+	})
+	m, _ := newTestModels(t, openaiEnv(f), nil)
+	temp := 0.2
+	req := ChatRequest{
+		Model:  "openai/gpt-4o",
+		System: "You are terse.",
+		Messages: []ModelMessage{
+			{Role: "user", Content: []ContentPart{{Type: "text", Text: "What is in this image, and what is the weather in Paris?"}, {Type: "image", MimeType: "image/png", Data: "iVBORw0KGgo="}}},
+			{Role: "assistant", Content: []ContentPart{{Type: "thinking", Text: "hmm"}, {Type: "text", Text: "Let me check."}, {Type: "tool_call", ID: "call_1", Name: "get_weather", Args: map[string]any{"location": "Paris"}}}},
+			{Role: "tool", Content: []ContentPart{{Type: "tool_result", ToolCallID: "call_1", Content: "18C, sunny"}}},
+			userMsg("And the time?"),
+		},
+		Tools: []ToolDef{
+			{Name: "get_weather", Description: "Weather for a place", Parameters: map[string]any{"type": "object", "properties": map[string]any{"location": map[string]any{"type": "string"}}, "required": []any{"location"}}},
+			{Name: "get_time", Description: "Time in a zone", Parameters: map[string]any{"type": "object", "properties": map[string]any{"tz": map[string]any{"type": "string"}}}},
+		},
+		ToolChoice: "auto", Temperature: &temp, MaxTokens: 500, Stop: []string{"END"}, ResponseFormat: "json",
+	}
+	var col collector
+	resp, err := m.Stream(context.Background(), req, chatOptions{MaxCostUSD: -1}, col.emit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqs := f.chatRequests()
+	if len(reqs) != 1 {
+		t.Fatalf("%d chat requests, want 1", len(reqs))
+	}
+	r := reqs[0]
+	if r.Path != "/chat/completions" || r.Header.Get("Authorization") != "Bearer sk-test-key-1234567890" ||
+		r.Header.Get("Content-Type") != "application/json" || r.Header.Get("Accept") != "text/event-stream" {
+		t.Fatalf("request line/headers: %s %v", r.Path, r.Header)
+	}
+	assertJSONEqual(t, r.Body, readTestdata(t, "openai", "request_stream_tools.json"))
+
+	if len(resp.ToolCalls) != 2 || resp.ToolCalls[0].ID != "call_DdmO9pD3xa9XTPNJ32zg2hcA" ||
+		resp.ToolCalls[0].Name != "get_weather" || resp.ToolCalls[0].Args["location"] != "Paris, France" ||
+		resp.ToolCalls[1].Name != "get_time" || resp.ToolCalls[1].Args["tz"] != "Europe/Paris" {
+		t.Fatalf("tool calls: %+v", resp.ToolCalls)
+	}
+	if resp.FinishReason != "tool_calls" || resp.Model != "openai/gpt-4o" {
+		t.Fatalf("finish/model: %q %q", resp.FinishReason, resp.Model)
+	}
+	if resp.Usage.InputTokens != 82 || resp.Usage.OutputTokens != 41 || resp.Usage.CacheReadTokens != 64 {
+		t.Fatalf("usage: %+v", resp.Usage)
+	}
+	// gpt-4o: $2.50 in, $1.25 cached, $10 out per million.
+	want := (18*2.5 + 64*1.25 + 41*10) / 1e6
+	if d := resp.Usage.CostUSD - want; d > 1e-12 || d < -1e-12 {
+		t.Fatalf("cost %v, want %v", resp.Usage.CostUSD, want)
+	}
+	got := strings.Join(col.types(), ",")
+	if got != "start,tool_call,tool_call,usage,done" {
+		t.Fatalf("events: %s", got)
+	}
+	if col.ofType("start")[0].Model != "openai/gpt-4o" || col.ofType("done")[0].Response != resp {
+		t.Fatal("start/done events carry the wrong model or response")
+	}
+}
+
+func TestOpenAIStreamText(t *testing.T) {
+	f := newFake(t, func(w http.ResponseWriter, n int, r recorded) { replay(t, w, 200, "openai", "chat_stream.sse") })
+	m, _ := newTestModels(t, openaiEnv(f), nil)
+	var col collector
+	resp, err := m.Stream(context.Background(), ChatRequest{Model: "openai/gpt-4o-mini", Messages: []ModelMessage{userMsg("hi")}}, chatOptions{MaxCostUSD: -1}, col.emit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Text != "Hello there!" || resp.FinishReason != "stop" || resp.Usage.InputTokens != 19 || resp.Usage.OutputTokens != 3 {
+		t.Fatalf("resp: %+v", resp)
+	}
+	if got := strings.Join(col.types(), ","); got != "start,text_delta,text_delta,usage,done" {
+		t.Fatalf("events: %s", got)
+	}
+	if resp.Usage.CostUSD <= 0 {
+		t.Fatal("costUsd not filled")
+	}
+}
+
+func TestOpenAIChatPlain(t *testing.T) {
+	f := newFake(t, func(w http.ResponseWriter, n int, r recorded) { replay(t, w, 200, "openai", "chat_plain.json") })
+	m, _ := newTestModels(t, openaiEnv(f), nil)
+	resp, err := m.Chat(context.Background(), ChatRequest{Model: "openai/gpt-4o", Messages: []ModelMessage{userMsg("capital of France?")}}, chatOptions{MaxCostUSD: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertJSONEqual(t, f.chatRequests()[0].Body, []byte(`{"model":"gpt-4o","messages":[{"role":"user","content":"capital of France?"}]}`))
+	if resp.Text != "The capital of France is Paris." || resp.Usage.CacheReadTokens != 1024 || resp.Usage.InputTokens != 1117 {
+		t.Fatalf("resp: %+v", resp)
+	}
+}
+
+func TestOpenAIChatToolCallsPlain(t *testing.T) {
+	f := newFake(t, func(w http.ResponseWriter, n int, r recorded) { replay(t, w, 200, "openai", "chat_tools.json") })
+	m, _ := newTestModels(t, openaiEnv(f), nil)
+	resp, err := m.Chat(context.Background(), ChatRequest{Model: "openai/gpt-4o-mini", Messages: []ModelMessage{userMsg("weather?")}}, chatOptions{MaxCostUSD: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.ToolCalls) != 1 || resp.ToolCalls[0].Args["location"] != "Boston, MA" || resp.FinishReason != "tool_calls" || resp.Text != "" {
+		t.Fatalf("resp: %+v", resp)
+	}
+}
+
+func TestEstimateCostAndBudgetRefusalMakesNoCall(t *testing.T) {
+	f := newFake(t, func(w http.ResponseWriter, n int, r recorded) { replay(t, w, 200, "openai", "chat_plain.json") })
+	m, _ := newTestModels(t, openaiEnv(f), nil)
+	req := ChatRequest{Model: "openai/gpt-4o", Messages: []ModelMessage{userMsg(strings.Repeat("x", 3600))}, MaxTokens: 1000}
+	model, usd, err := m.EstimateCost(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 3600 chars ≈ 1000 tokens (+ framing) at $2.50/M in, 1000 out at $10/M.
+	if model != "openai/gpt-4o" || usd < 0.0124 || usd > 0.0127 {
+		t.Fatalf("estimate %s %v", model, usd)
+	}
+	_, err = m.Chat(context.Background(), req, chatOptions{MaxCostUSD: 0.01})
+	if apiCode(err) != codeBudgetExceeded || statusOf(apiCode(err)) != 429 {
+		t.Fatalf("want E_BUDGET_EXCEEDED, got %v", err)
+	}
+	_, err = m.Chat(context.Background(), req, chatOptions{MaxCostUSD: 0})
+	if apiCode(err) != codeBudgetExceeded {
+		t.Fatalf("ceiling 0 must refuse a paid model, got %v", err)
+	}
+	if n := len(f.requests()); n != 0 {
+		t.Fatalf("budget refusal made %d upstream calls", n)
+	}
+	if _, err := m.Chat(context.Background(), req, chatOptions{MaxCostUSD: 0.02}); err != nil {
+		t.Fatalf("under the ceiling: %v", err)
+	}
+}
+
+// TestOpenAICompatibleDifferences checks each OpenAI-compatible provider's documented differences in
+// the request it receives and the answer it sends.
+func TestOpenAICompatibleDifferences(t *testing.T) {
+	temp := 0.4
+	toolReq := func(model string) ChatRequest {
+		return ChatRequest{Model: model, MaxTokens: 64, Temperature: &temp, ToolChoice: "required",
+			Messages: []ModelMessage{userMsg("hi"),
+				{Role: "assistant", Content: []ContentPart{{Type: "tool_call", ID: "call_abc123def456", Name: "get_weather", Args: map[string]any{"location": "Paris"}}}},
+				{Role: "tool", Content: []ContentPart{{Type: "tool_result", ToolCallID: "call_abc123def456", Content: "18C"}}}},
+			Tools: []ToolDef{{Name: "get_weather", Parameters: map[string]any{"type": "object"}}}}
+	}
+	type check func(t *testing.T, body map[string]any, h http.Header, resp *ChatResponse)
+	cases := []struct {
+		provider, model, file string
+		thinking              any
+		check                 check
+	}{
+		{"groq", "llama-3.3-70b-versatile", "groq_stream_xgroq.sse", nil, func(t *testing.T, b map[string]any, h http.Header, r *ChatResponse) {
+			if b["max_completion_tokens"] != float64(64) || b["stream_options"] == nil || b["tool_choice"] != "required" {
+				t.Errorf("groq body: %v", b)
+			}
+			if r.Usage.InputTokens != 40 || r.Usage.OutputTokens != 2 || r.Text != "Fast." {
+				t.Errorf("groq usage from x_groq: %+v", r.Usage)
+			}
+		}},
+		{"deepseek", "deepseek-reasoner", "deepseek_stream_reasoning.sse", true, func(t *testing.T, b map[string]any, h http.Header, r *ChatResponse) {
+			if b["max_tokens"] != float64(64) || b["max_completion_tokens"] != nil || b["reasoning_effort"] != nil {
+				t.Errorf("deepseek body: %v", b)
+			}
+			if r.Thinking != "9.11 vs 9.8: compare tenths." || r.Text != "9.8 is larger." || r.Usage.CacheReadTokens != 16 {
+				t.Errorf("deepseek answer: %+v", r)
+			}
+		}},
+		{"cerebras", "gpt-oss-120b", "chat_stream.sse", nil, func(t *testing.T, b map[string]any, h http.Header, r *ChatResponse) {
+			if b["tool_choice"] != "auto" || b["max_completion_tokens"] != float64(64) {
+				t.Errorf("cerebras only takes tool_choice auto/none: %v", b)
+			}
+		}},
+		{"mistral", "mistral-large-latest", "mistral_stream_tools.sse", nil, func(t *testing.T, b map[string]any, h http.Header, r *ChatResponse) {
+			msgs := b["messages"].([]any)
+			call := msgs[1].(map[string]any)["tool_calls"].([]any)[0].(map[string]any)
+			res := msgs[2].(map[string]any)
+			if b["stream_options"] != nil || b["max_tokens"] != float64(64) || b["tool_choice"] != "any" ||
+				len(call["id"].(string)) != 9 || call["id"] != res["tool_call_id"] {
+				t.Errorf("mistral body: %v", b)
+			}
+			if len(r.ToolCalls) != 1 || r.ToolCalls[0].ID != "D681PevKs" || r.Usage.InputTokens != 90 {
+				t.Errorf("mistral answer: %+v", r)
+			}
+		}},
+		{"together", "meta-llama/Llama-3.3-70B-Instruct-Turbo", "chat_stream.sse", nil, func(t *testing.T, b map[string]any, h http.Header, r *ChatResponse) {
+			if b["stream_options"] != nil || b["max_tokens"] != float64(64) || b["model"] != "meta-llama/Llama-3.3-70B-Instruct-Turbo" {
+				t.Errorf("together body: %v", b)
+			}
+		}},
+		{"openrouter", "anthropic/claude-sonnet-4.5", "chat_stream.sse", "high", func(t *testing.T, b map[string]any, h http.Header, r *ChatResponse) {
+			if h.Get("X-Title") != "agentd" || h.Get("HTTP-Referer") == "" || b["model"] != "anthropic/claude-sonnet-4.5" ||
+				b["reasoning"].(map[string]any)["effort"] != "high" || b["stream_options"] != nil {
+				t.Errorf("openrouter: %v %v", b, h)
+			}
+		}},
+		{"lmstudio", "qwen2.5-7b-instruct", "chat_stream.sse", nil, func(t *testing.T, b map[string]any, h http.Header, r *ChatResponse) {
+			if h.Get("Authorization") != "" || b["max_tokens"] != float64(64) || r.Usage.CostUSD != 0 {
+				t.Errorf("lmstudio: %v %v %+v", b, h, r.Usage)
+			}
+		}},
+		{"openai", "gpt-5", "chat_stream.sse", "low", func(t *testing.T, b map[string]any, h http.Header, r *ChatResponse) {
+			if b["temperature"] != nil || b["reasoning_effort"] != "low" || b["max_completion_tokens"] != float64(64) {
+				t.Errorf("openai reasoning model: %v", b)
+			}
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.provider, func(t *testing.T) {
+			f := newFake(t, func(w http.ResponseWriter, n int, r recorded) { replay(t, w, 200, "openai", c.file) })
+			p := providerByID(c.provider)
+			env := map[string]string{p.BaseEnv: f.URL}
+			if p.keyed() {
+				env[p.EnvKeys[0]] = "key-" + c.provider + "-1234567890"
+			}
+			m, _ := newTestModels(t, env, nil)
+			req := toolReq(c.provider + "/" + c.model)
+			req.Thinking = c.thinking
+			resp, err := m.Stream(context.Background(), req, chatOptions{MaxCostUSD: -1}, func(StreamEvent) {})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := f.chatRequests()[0]
+			if r.Path != "/chat/completions" {
+				t.Fatalf("path %s", r.Path)
+			}
+			if p.keyed() && r.Header.Get("Authorization") != "Bearer key-"+c.provider+"-1234567890" {
+				t.Fatalf("auth %q", r.Header.Get("Authorization"))
+			}
+			var body map[string]any
+			json.Unmarshal(r.Body, &body)
+			c.check(t, body, r.Header, resp)
+		})
+	}
+}
+
+func TestOpenRouterErrorInsideStream(t *testing.T) {
+	f := newFake(t, func(w http.ResponseWriter, n int, r recorded) {
+		replay(t, w, 200, "openai", "openrouter_stream_error.sse")
+	})
+	m, rec := newTestModels(t, map[string]string{"OPENROUTER_API_KEY": "sk-or-v1-abcdef1234567890", "OPENROUTER_BASE_URL": f.URL}, nil)
+	_, err := m.Stream(context.Background(), ChatRequest{Model: "openrouter/meta-llama/llama-3.3-70b-instruct:free", Messages: []ModelMessage{userMsg("x")}}, chatOptions{MaxCostUSD: 0}, func(StreamEvent) {})
+	if apiCode(err) != codeModelError || !strings.Contains(err.Error(), "Provider returned error") || asAPIError(err).Details["status"] != 502 {
+		t.Fatalf("err %v", err)
+	}
+	if len(rec.get()) == 0 {
+		t.Fatal("a 502 inside the stream is retryable")
+	}
+}
+
+func TestMissingUsageIsEstimated(t *testing.T) {
+	f := newFake(t, func(w http.ResponseWriter, n int, r recorded) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.Write([]byte("data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"" + strings.Repeat("word ", 72) + "\"},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n"))
+	})
+	m, _ := newTestModels(t, map[string]string{"TOGETHER_API_KEY": "tg-1234567890abcdef", "TOGETHER_BASE_URL": f.URL}, nil)
+	resp, err := m.Stream(context.Background(), ChatRequest{Model: "together/deepseek-ai/DeepSeek-V3", Messages: []ModelMessage{userMsg(strings.Repeat("x", 360))}},
+		chatOptions{MaxCostUSD: -1}, func(StreamEvent) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Usage.InputTokens < 100 || resp.Usage.OutputTokens < 100 || resp.Usage.CostUSD <= 0 || len(resp.Warnings) != 1 {
+		t.Fatalf("usage %+v warnings %v", resp.Usage, resp.Warnings)
+	}
+}

@@ -1,0 +1,336 @@
+// providers.go — what every wire adapter shares: sending a request (auth headers, errors with status,
+// Retry-After and a scrubbed message), reading SSE and NDJSON streams, and normalising the loosely
+// typed ChatRequest knobs (toolChoice, thinking, responseFormat).
+//
+// Rules: no SDKs, plain net/http; an upstream error body is reduced to its message and scrubbed of keys;
+// a stream line longer than 16 MB or not parseable is an unparseable stream (E_MODEL_ERROR, retryable).
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+const maxStreamLine = 16 << 20
+
+// send performs one upstream request with a JSON body (nil for none). A status ≥ 400 becomes an
+// upstreamError carrying the provider's message; the caller owns the body of a success.
+func (m *modelService) send(ctx context.Context, c candidate, method, url string, body any, headers map[string]string) (*http.Response, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, errorf(codeInternal, "encode request: %v", err)
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, url, rd)
+	if err != nil {
+		return nil, errorf(codeConfig, "bad base URL for %s: %v", c.prov.DisplayName, err).withHint("check " + c.prov.BaseEnv)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("User-Agent", "agentd/"+version)
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
+	resp, err := m.client.Do(req)
+	if err != nil {
+		return nil, netError(ctx, c.prov.DisplayName, err)
+	}
+	if resp.StatusCode >= 400 {
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		st := resp.StatusCode
+		if st == http.StatusBadRequest && bytes.Contains(b, []byte("API_KEY_INVALID")) {
+			st = http.StatusUnauthorized // Google answers a bad key with 400 INVALID_ARGUMENT
+		}
+		return nil, &upstreamError{status: st, retryAfter: parseRetryAfter(resp.Header, time.Now()),
+			msg: m.scrub(upstreamMessage(b, resp.Status))}
+	}
+	return resp, nil
+}
+
+// parseRetryAfter reads Retry-After (seconds or an HTTP date) and the millisecond variant some
+// providers send.
+func parseRetryAfter(h http.Header, now time.Time) time.Duration {
+	if v := h.Get("Retry-After-Ms"); v != "" {
+		if ms, err := strconv.ParseFloat(v, 64); err == nil && ms > 0 {
+			return time.Duration(ms * float64(time.Millisecond))
+		}
+	}
+	v := strings.TrimSpace(h.Get("Retry-After"))
+	if v == "" {
+		return 0
+	}
+	if s, err := strconv.ParseFloat(v, 64); err == nil && s > 0 {
+		return time.Duration(s * float64(time.Second))
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return t.Sub(now)
+	}
+	return 0
+}
+
+// upstreamMessage extracts the human message from the error bodies providers send:
+// {error:{message}} (OpenAI, Anthropic, Gemini, Groq...), {error:"..."} (Ollama), {message} (Mistral),
+// {detail} (FastAPI-style), else the raw text, shortened.
+func upstreamMessage(b []byte, status string) string {
+	var v struct {
+		Error   json.RawMessage `json:"error"`
+		Message string          `json:"message"`
+		Detail  json.RawMessage `json:"detail"`
+	}
+	if json.Unmarshal(b, &v) == nil {
+		var inner struct {
+			Message string `json:"message"`
+			Type    string `json:"type"`
+			Status  string `json:"status"`
+		}
+		var s string
+		switch {
+		case len(v.Error) > 0 && json.Unmarshal(v.Error, &inner) == nil && inner.Message != "":
+			if t := firstNonEmpty(inner.Type, inner.Status); t != "" {
+				return t + ": " + inner.Message
+			}
+			return inner.Message
+		case len(v.Error) > 0 && json.Unmarshal(v.Error, &s) == nil && s != "":
+			return s
+		case v.Message != "":
+			return v.Message
+		case len(v.Detail) > 0:
+			if json.Unmarshal(v.Detail, &s) == nil {
+				return s
+			}
+			return shorten(string(v.Detail), 300)
+		}
+	}
+	if t := strings.TrimSpace(string(b)); t != "" {
+		return shorten(t, 300)
+	}
+	return status
+}
+
+func shorten(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// sseReader reads Server-Sent Events: (event name, data) per frame, comments skipped.
+type sseReader struct {
+	sc *bufio.Scanner
+}
+
+func newSSEReader(r io.Reader) *sseReader {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), maxStreamLine)
+	return &sseReader{sc: sc}
+}
+
+// next returns the next frame; io.EOF at a clean end.
+func (r *sseReader) next() (event string, data []byte, err error) {
+	var buf []byte
+	have := false
+	for r.sc.Scan() {
+		line := r.sc.Bytes()
+		if len(line) == 0 {
+			if have {
+				return event, buf, nil
+			}
+			continue
+		}
+		if line[0] == ':' {
+			continue
+		}
+		field, value, _ := bytes.Cut(line, []byte(":"))
+		value = bytes.TrimPrefix(value, []byte(" "))
+		switch string(field) {
+		case "event":
+			event, have = string(value), true
+		case "data":
+			if buf != nil {
+				buf = append(buf, '\n')
+			}
+			buf = append(buf, value...)
+			have = true
+		}
+	}
+	if err := r.sc.Err(); err != nil {
+		return "", nil, err
+	}
+	if have {
+		return event, buf, nil
+	}
+	return "", nil, io.EOF
+}
+
+// streamBroken is the error of a stream that ended before its terminator or could not be parsed.
+func streamBroken(provider, what string) error {
+	return &upstreamError{msg: provider + ": " + what}
+}
+
+// readErr maps an error while reading a streamed body.
+func readErr(ctx context.Context, provider string, err error) error {
+	if err == bufio.ErrTooLong {
+		return streamBroken(provider, "unparseable stream: a line exceeds 16 MB")
+	}
+	return netError(ctx, provider, fmt.Errorf("stream interrupted: %w", err))
+}
+
+// ---- request knobs ----
+
+// toolChoiceOf normalises toolChoice: "auto" | "none" | "required" (also "any") | a tool name given as
+// {name} / {type:"tool",name} / {type:"function",function:{name}}.
+func toolChoiceOf(v any) (mode, name string) {
+	switch t := v.(type) {
+	case nil:
+		return "", ""
+	case string:
+		switch t {
+		case "auto", "none":
+			return t, ""
+		case "required", "any":
+			return "required", ""
+		case "":
+			return "", ""
+		}
+		return "tool", t
+	case map[string]any:
+		if n, ok := t["name"].(string); ok && n != "" {
+			return "tool", n
+		}
+		if f, ok := t["function"].(map[string]any); ok {
+			if n, ok := f["name"].(string); ok {
+				return "tool", n
+			}
+		}
+		if ty, ok := t["type"].(string); ok {
+			return toolChoiceOf(ty)
+		}
+	}
+	return "", ""
+}
+
+// thinkingOf normalises thinking: true/false, a budget in tokens, an effort ("low"|"medium"|"high"),
+// or {enabled|type, budgetTokens|budget_tokens, effort}.
+func thinkingOf(v any) (on bool, budget int, effort string) {
+	switch t := v.(type) {
+	case bool:
+		on = t
+	case float64:
+		on, budget = t > 0, int(t)
+	case string:
+		if t != "" && t != "none" && t != "off" {
+			on, effort = true, t
+		}
+	case map[string]any:
+		on = true
+		if e, ok := t["enabled"].(bool); ok {
+			on = e
+		}
+		if ty, ok := t["type"].(string); ok && ty == "disabled" {
+			on = false
+		}
+		for _, k := range []string{"budgetTokens", "budget_tokens", "budget"} {
+			if b, ok := t[k].(float64); ok {
+				budget = int(b)
+			}
+		}
+		if e, ok := t["effort"].(string); ok {
+			effort = e
+		}
+	}
+	if on && budget == 0 {
+		switch effort {
+		case "low":
+			budget = 1024
+		case "high":
+			budget = 16384
+		default:
+			budget = 4096
+		}
+	}
+	if on && effort == "" {
+		switch {
+		case budget <= 2048:
+			effort = "low"
+		case budget >= 12000:
+			effort = "high"
+		default:
+			effort = "medium"
+		}
+	}
+	return on, budget, effort
+}
+
+// responseFormatOf normalises responseFormat: "json" | "text" | {type:"json"|"json_object"} |
+// {type:"json_schema", schema, name} (or OpenAI's {type:"json_schema", json_schema:{name, schema}}).
+func responseFormatOf(v any) (kind string, schema map[string]any, name string) {
+	switch t := v.(type) {
+	case string:
+		if t == "json" || t == "json_object" {
+			return "json", nil, ""
+		}
+	case map[string]any:
+		ty, _ := t["type"].(string)
+		switch ty {
+		case "json", "json_object":
+			if s, ok := t["schema"].(map[string]any); ok {
+				n, _ := t["name"].(string)
+				return "json_schema", s, firstNonEmpty(n, "response")
+			}
+			return "json", nil, ""
+		case "json_schema":
+			js := t
+			if inner, ok := t["json_schema"].(map[string]any); ok {
+				js = inner
+			}
+			s, _ := js["schema"].(map[string]any)
+			n, _ := js["name"].(string)
+			return "json_schema", s, firstNonEmpty(n, "response")
+		}
+	}
+	return "", nil, ""
+}
+
+// parseArgs decodes streamed tool arguments; an empty string is {}; invalid JSON is kept under _raw so
+// the run loop can hand the model an error instead of losing the call.
+func parseArgs(s string) map[string]any {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return map[string]any{}
+	}
+	var v map[string]any
+	if err := json.Unmarshal([]byte(s), &v); err != nil || v == nil {
+		return map[string]any{"_raw": s}
+	}
+	return v
+}
+
+// argsJSON encodes tool arguments for providers that want a JSON string.
+func argsJSON(a map[string]any) string {
+	if a == nil {
+		return "{}"
+	}
+	b, _ := json.Marshal(a)
+	return string(b)
+}
+
+// toolResultText renders a tool result for providers without an error flag.
+func toolResultText(p ContentPart) string {
+	if p.IsError {
+		return "ERROR: " + p.Content
+	}
+	return p.Content
+}
