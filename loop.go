@@ -116,10 +116,12 @@ func (ar *activeRun) summary() RunSummary {
 		InputTokens: ar.usage.InputTokens, OutputTokens: ar.usage.OutputTokens, Trigger: ar.p.Trigger}
 }
 
+// recordSummary writes the in-flight row and waits for it, so the run id is readable (GET, cancel) by
+// the time anyone has seen it.
 func (ar *activeRun) recordSummary() {
 	sum := ar.summary()
 	b, _ := json.Marshal(sum)
-	ar.rs.rec.write(runWrite{RunID: ar.id, Agent: ar.agent, Status: sum.Status, Summary: b, Started: sum.StartedAt})
+	ar.rs.rec.sync(runWrite{RunID: ar.id, Agent: ar.agent, Status: sum.Status, Summary: b, Started: sum.StartedAt})
 }
 
 // run drives the loop and records the end. It always closes done.

@@ -488,8 +488,10 @@ func TestE2EReadonlyAllowDenyAndRedaction(t *testing.T) {
 		t.Fatal("stored events hold the planted key")
 	}
 	for _, r := range so.requests() {
-		if strings.Contains(r.all(), "key="+planted) {
-			t.Fatal("the model was sent the planted key in a tool result")
+		for _, m := range r.toolResults() {
+			if strings.Contains(m.text(), planted) {
+				t.Fatal("the model was sent the planted key in a tool result")
+			}
 		}
 	}
 	for _, r := range so.requests() {
