@@ -358,16 +358,7 @@ func (ar *activeRun) loop(st *loopState) (string, *apiError) {
 				calls[i].Args = map[string]any{}
 			}
 		}
-		msg := ModelMessage{Role: "assistant"}
-		if resp.Thinking != "" {
-			msg.Content = append(msg.Content, ContentPart{Type: "thinking", Text: resp.Thinking})
-		}
-		if resp.Text != "" {
-			msg.Content = append(msg.Content, ContentPart{Type: "text", Text: resp.Text})
-		}
-		for _, c := range calls {
-			msg.Content = append(msg.Content, ContentPart{Type: "tool_call", ID: c.ID, Name: c.Name, Args: c.Args})
-		}
+		msg := assistantTurn(resp, calls)
 		if len(msg.Content) == 0 {
 			msg.Content = []ContentPart{{Type: "text", Text: ""}}
 		}
@@ -410,6 +401,31 @@ func (ar *activeRun) loop(st *loopState) (string, *apiError) {
 			return ar.stopCause()
 		}
 	}
+}
+
+// assistantTurn is the assistant message to keep in the history: the router's own (it carries the
+// signed thinking and the provider signatures some providers require back), with the tool calls as the
+// loop ran them (ids filled in where the provider gave none).
+func assistantTurn(resp *ChatResponse, calls []ToolCall) ModelMessage {
+	msg := ModelMessage{Role: "assistant"}
+	src := resp.Message.Content
+	if len(src) == 0 {
+		if resp.Thinking != "" {
+			src = append(src, ContentPart{Type: "thinking", Text: resp.Thinking})
+		}
+		if resp.Text != "" {
+			src = append(src, ContentPart{Type: "text", Text: resp.Text})
+		}
+	}
+	for _, p := range src {
+		if p.Type != "tool_call" {
+			msg.Content = append(msg.Content, p)
+		}
+	}
+	for _, c := range calls {
+		msg.Content = append(msg.Content, ContentPart{Type: "tool_call", ID: c.ID, Name: c.Name, Args: c.Args, Signature: c.Signature})
+	}
+	return msg
 }
 
 func (ar *activeRun) redactErr(err error) *apiError {
