@@ -212,6 +212,10 @@ func newE2E(t testing.TB, so *scriptedOpenAI, home string) *runEnv {
 	cfg.Home = home
 	cfg.getenv = func(k string) string { return env[k] }
 	cfg.ComputerProvider = e2eProvider()
+	if cfg.ComputerProvider == "docker" {
+		// The computers suite's image (built by .ci/run); no registry is reachable in CI.
+		cfg.Images = map[string]string{"base": testImage, "python": testImage, "node": testImage, "full": testImage}
+	}
 	s, err := newServer(cfg, testLogger(), time.Now)
 	if err != nil {
 		t.Fatal(err)
