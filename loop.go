@@ -124,6 +124,13 @@ func (ar *activeRun) recordSummary() {
 	ar.rs.rec.sync(runWrite{RunID: ar.id, Agent: ar.agent, Status: sum.Status, Summary: b, Started: sum.StartedAt})
 }
 
+// recordProgress updates the in-flight row (steps, tokens, cost) so listings show live progress.
+func (ar *activeRun) recordProgress() {
+	sum := ar.summary()
+	b, _ := json.Marshal(sum)
+	ar.rs.rec.write(runWrite{RunID: ar.id, Agent: ar.agent, Status: sum.Status, Summary: b, Started: sum.StartedAt})
+}
+
 // run drives the loop and records the end. It always closes done.
 func (ar *activeRun) run() {
 	defer close(ar.done)
@@ -347,6 +354,7 @@ func (ar *activeRun) loop(st *loopState) (string, *apiError) {
 		ar.mu.Unlock()
 		u := resp.Usage
 		ar.emit(runEvent{Type: "usage", Usage: &u, Cumulative: &cum})
+		ar.recordProgress()
 
 		calls := resp.ToolCalls
 		for i := range calls {

@@ -545,6 +545,12 @@ func (rs *runService) cancelRun(id string, cause error) (*activeRun, bool) {
 	return ar, true
 }
 
+func (rs *runService) get(id string) *activeRun {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	return rs.active[id]
+}
+
 func (rs *runService) finished(ar *activeRun) {
 	rs.mu.Lock()
 	delete(rs.active, ar.id)
@@ -735,9 +741,11 @@ func (s *server) handleGetRun(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	result := json.RawMessage(sum)
+	var result any = json.RawMessage(sum)
 	if len(res) > 0 {
 		result = json.RawMessage(res)
+	} else if ar := s.runs.get(id); ar != nil {
+		result = ar.summary() // the live summary of a run in flight
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"result": result, "events": events})
 }

@@ -879,3 +879,35 @@ func TestRunIDsSortByTime(t *testing.T) {
 }
 
 func testLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// FuzzRunBody: any body either becomes valid run params or a 422 E_SPEC_INVALID; never a panic.
+func FuzzRunBody(f *testing.F) {
+	for _, s := range []string{
+		`{"input":"hi"}`, `{"input":[{"role":"user","content":"x"}]}`, `{"input":""}`, `{"input":null}`,
+		`{"input":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"tool_result","toolCallId":"c","content":"r"}]}]}`,
+		`{"input":"x","history":[{"role":"assistant","content":"y"}],"vars":{"a":1,"b":"c"},"maxSteps":0,"maxCostUsd":9}`,
+		`{"input":[{"role":"boss"}]}`, `{"input":"x","approvalMode":"ask","computerId":"cmp_1"}`, `[]`, `{"input":5}`,
+	} {
+		f.Add([]byte(s))
+	}
+	spec := testSpec("fuzz", nil)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var body runBody
+		if err := decodeBytes(b, &body); err != nil {
+			if asAPIError(err).Code != codeSpecInvalid {
+				t.Fatalf("decode error %v", err)
+			}
+			return
+		}
+		p, err := prepareRun(spec, body)
+		if err != nil {
+			if asAPIError(err).Code != codeSpecInvalid {
+				t.Fatalf("prepare error %v", err)
+			}
+			return
+		}
+		if len(p.Input) == 0 || p.MaxSteps < 1 || p.MaxSteps > spec.Limits.MaxSteps || p.MaxCostUSD > spec.Limits.MaxCostUSD || p.MaxCostUSD < 0 {
+			t.Fatalf("params out of bounds: %+v", p)
+		}
+	})
+}
