@@ -16,21 +16,31 @@ import (
 
 const redactedMark = "[REDACTED]"
 
-// secretPatterns match credentials by shape. Group 1, when present, is a prefix that is kept.
-var secretPatterns = []*regexp.Regexp{
-	regexp.MustCompile(`sk-ant-[A-Za-z0-9_\-]{16,}`),                              // Anthropic
-	regexp.MustCompile(`sk-(?:proj-|svcacct-|admin-|or-v1-)?[A-Za-z0-9_\-]{20,}`), // OpenAI, OpenRouter, DeepSeek
-	regexp.MustCompile(`AIza[0-9A-Za-z_\-]{35}`),                                  // Google
-	regexp.MustCompile(`gsk_[A-Za-z0-9]{20,}`),                                    // Groq
-	regexp.MustCompile(`xai-[A-Za-z0-9]{20,}`),                                    // xAI
-	regexp.MustCompile(`csk-[A-Za-z0-9]{20,}`),                                    // Cerebras
-	regexp.MustCompile(`gh[pousr]_[A-Za-z0-9]{30,}`),                              // GitHub tokens
-	regexp.MustCompile(`github_pat_[A-Za-z0-9_]{22,}`),                            // GitHub fine-grained
-	regexp.MustCompile(`xox[abposr]-[A-Za-z0-9\-]{10,}`),                          // Slack
-	regexp.MustCompile(`npm_[A-Za-z0-9]{36}`),                                     // npm
-	regexp.MustCompile(`\b(?:AKIA|ASIA)[0-9A-Z]{16}\b`),                           // AWS access key ids
-	regexp.MustCompile(`(?i)(\bbearer\s+)[A-Za-z0-9._~+/\-]{8,}=*`),               // bearer values
-	regexp.MustCompile(`(?i)(\bbasic\s+)[A-Za-z0-9+/]{8,}=*`),                     // basic auth values
+// secretPattern matches a credential by shape. Group 1, when present, is a prefix that is kept. The
+// regular expression runs only when one of the hints occurs in the text (a cheap substring test).
+type secretPattern struct {
+	re    *regexp.Regexp
+	hints []string
+}
+
+func sp(expr string, hints ...string) secretPattern {
+	return secretPattern{re: regexp.MustCompile(expr), hints: hints}
+}
+
+var secretPatterns = []secretPattern{
+	sp(`sk-ant-[A-Za-z0-9_\-]{16,}`, "sk-ant-"),                              // Anthropic
+	sp(`sk-(?:proj-|svcacct-|admin-|or-v1-)?[A-Za-z0-9_\-]{20,}`, "sk-"),     // OpenAI, OpenRouter, DeepSeek
+	sp(`AIza[0-9A-Za-z_\-]{35}`, "AIza"),                                     // Google
+	sp(`gsk_[A-Za-z0-9]{20,}`, "gsk_"),                                       // Groq
+	sp(`xai-[A-Za-z0-9]{20,}`, "xai-"),                                       // xAI
+	sp(`csk-[A-Za-z0-9]{20,}`, "csk-"),                                       // Cerebras
+	sp(`gh[pousr]_[A-Za-z0-9]{30,}`, "ghp_", "gho_", "ghu_", "ghs_", "ghr_"), // GitHub tokens
+	sp(`github_pat_[A-Za-z0-9_]{22,}`, "github_pat_"),                        // GitHub fine-grained
+	sp(`xox[abposr]-[A-Za-z0-9\-]{10,}`, "xox"),                              // Slack
+	sp(`npm_[A-Za-z0-9]{36}`, "npm_"),                                        // npm
+	sp(`\b(?:AKIA|ASIA)[0-9A-Z]{16}\b`, "AKIA", "ASIA"),                      // AWS access key ids
+	sp(`(?i)(\bbearer\s+)[A-Za-z0-9._~+/\-]{8,}=*`, "earer", "EARER"),        // bearer values
+	sp(`(?i)(\bbasic\s+)[A-Za-z0-9+/]{8,}=*`, "asic", "ASIC"),                // basic auth values
 }
 
 // urlPassword matches the password of a user:password@host URL; the user and the @ are kept.
@@ -81,7 +91,11 @@ func (r *redactor) redact(s string) string {
 	if strings.Contains(s, "PRIVATE KEY-----") {
 		s = pemBlock.ReplaceAllString(s, redactedMark)
 	}
-	for _, re := range secretPatterns {
+	for _, p := range secretPatterns {
+		if !containsAny(s, p.hints) {
+			continue
+		}
+		re := p.re
 		if re.NumSubexp() > 0 {
 			s = re.ReplaceAllString(s, "${1}"+redactedMark)
 			continue
@@ -92,6 +106,15 @@ func (r *redactor) redact(s string) string {
 		s = urlPassword.ReplaceAllString(s, "${1}"+redactedMark+"@")
 	}
 	return s
+}
+
+func containsAny(s string, subs []string) bool {
+	for _, sub := range subs {
+		if strings.Contains(s, sub) {
+			return true
+		}
+	}
+	return false
 }
 
 // redactArgs returns a copy of tool arguments with every string value redacted (for events).
