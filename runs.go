@@ -664,6 +664,27 @@ func (s *server) handleRunStream(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	s.streamRun(w, r, spec, p)
+}
+
+// startRun starts a run of a stored agent from a run body, for callers other than the run endpoints
+// (triggers): trigger names what started it (http, webhook, cron) and is kept in the RunSummary.
+func (s *server) startRun(ctx context.Context, agent string, body runBody, trigger string, sink func(runEvent, []byte)) (*activeRun, error) {
+	spec, err := s.loadAgent(ctx, agent)
+	if err != nil {
+		return nil, err
+	}
+	p, err := prepareRun(spec, body)
+	if err != nil {
+		return nil, err
+	}
+	p.Trigger = trigger
+	return s.runs.start(spec, p, sink)
+}
+
+// streamRun runs and answers with the SSE run stream; a client disconnect or a consumer stalled for
+// 60 s aborts the run. Used by run/stream and by triggers answering with a stream.
+func (s *server) streamRun(w http.ResponseWriter, r *http.Request, spec *AgentSpec, p *runParams) {
 	sse := newSSE(w, ssePingEvery)
 	defer sse.close()
 	ar, err := s.runs.start(spec, p, func(_ runEvent, b []byte) { sse.send(json.RawMessage(b)) })

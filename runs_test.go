@@ -703,9 +703,15 @@ func TestCancelInFlightAndIdempotent(t *testing.T) {
 	if code != 200 || got["result"].(map[string]any)["status"] != "running" {
 		t.Fatalf("in flight get: %d %v", code, got)
 	}
+	if act := te.s.activeRuns(); len(act) != 1 || act[0]["runId"] != id || act[0]["agent"] != "slow" {
+		t.Fatalf("hello activeRuns: %v", act)
+	}
 	code, c := te.do("POST", "/v1/runs/"+id+"/cancel", nil)
 	if code != 202 || c["cancelled"] != true || c["status"] != "aborted" || c["runId"] != id {
 		t.Fatalf("cancel: %d %v", code, c)
+	}
+	if act := te.s.activeRuns(); len(act) != 0 {
+		t.Fatalf("activeRuns after cancel: %v", act)
 	}
 	end := s.until(t, "run_end")["result"].(map[string]any)
 	if end["stopReason"] != "aborted" || end["error"].(map[string]any)["code"] != "E_ABORTED" || end["runId"] != id {
@@ -910,4 +916,26 @@ func FuzzRunBody(f *testing.F) {
 			t.Fatalf("params out of bounds: %+v", p)
 		}
 	})
+}
+
+func TestStartRunForTriggers(t *testing.T) {
+	te := newRunEnv(t, &fakeModel{script: scriptOf(textResp("triggered"))}, nil)
+	te.putAgent(testSpec("hooked", nil))
+	ar, err := te.s.startRun(context.Background(), "hooked", runBody{Input: json.RawMessage(`"from a webhook"`)}, "webhook", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := ar.wait(); r.Text != "triggered" || r.StopReason != "complete" {
+		t.Fatalf("result %+v", r)
+	}
+	_, list := te.do("GET", "/v1/runs?agent=hooked", nil)
+	if sum := list["runs"].([]any)[0].(map[string]any); sum["trigger"] != "webhook" || sum["preview"] != "triggered" {
+		t.Fatalf("summary %v", sum)
+	}
+	if _, err := te.s.startRun(context.Background(), "nobody", runBody{Input: json.RawMessage(`"x"`)}, "cron", nil); asAPIError(err).Code != codeAgentNotFound {
+		t.Fatalf("unknown agent: %v", err)
+	}
+	if _, err := te.s.startRun(context.Background(), "hooked", runBody{}, "cron", nil); asAPIError(err).Code != codeSpecInvalid {
+		t.Fatalf("empty input: %v", err)
+	}
 }
