@@ -143,6 +143,8 @@ type runService struct {
 	rec       *runRecorder
 	tools     map[string]toolImpl
 
+	streamStall time.Duration // 0: the contract's 60 s; tests shorten it
+
 	ctx    context.Context // cancelled by Close: every run derives from it
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -686,6 +688,11 @@ func (s *server) startRun(ctx context.Context, agent string, body runBody, trigg
 // 60 s aborts the run. Used by run/stream and by triggers answering with a stream.
 func (s *server) streamRun(w http.ResponseWriter, r *http.Request, spec *AgentSpec, p *runParams) {
 	sse := newSSE(w, ssePingEvery)
+	if d := s.runs.streamStall; d > 0 { // tests shorten the 60 s stall
+		sse.mu.Lock()
+		sse.stall = d
+		sse.mu.Unlock()
+	}
 	defer sse.close()
 	ar, err := s.runs.start(spec, p, func(_ runEvent, b []byte) { sse.send(json.RawMessage(b)) })
 	if err != nil {
@@ -694,17 +701,16 @@ func (s *server) streamRun(w http.ResponseWriter, r *http.Request, spec *AgentSp
 	}
 	select {
 	case <-ar.done:
+		return
 	case <-sse.Done():
-		cause := errClientGone
-		if errors.Is(sse.Err(), errStreamStalled) {
-			cause = errStreamStalled2
-		}
-		ar.cancel(cause)
-		<-ar.done
 	case <-r.Context().Done():
-		ar.cancel(errClientGone)
-		<-ar.done
 	}
+	cause := errClientGone
+	if err := sse.Err(); errors.Is(err, errStreamStalled) {
+		cause = errStreamStalled2
+	}
+	ar.cancel(cause)
+	<-ar.done
 }
 
 func (s *server) handleListRuns(w http.ResponseWriter, r *http.Request) {

@@ -939,3 +939,43 @@ func TestStartRunForTriggers(t *testing.T) {
 		t.Fatalf("empty input: %v", err)
 	}
 }
+
+// floodModel streams large text deltas until the run is cancelled.
+type floodModel struct{}
+
+func (floodModel) EstimateCost(ChatRequest) (string, float64, error) { return "fake/flood", 0, nil }
+func (floodModel) Stream(ctx context.Context, req ChatRequest, opts chatOptions, emit func(StreamEvent)) (*ChatResponse, error) {
+	chunk := strings.Repeat("x", 32<<10)
+	for ctx.Err() == nil {
+		emit(StreamEvent{Type: "text_delta", Text: chunk})
+	}
+	return nil, ctx.Err()
+}
+
+func TestStalledConsumerAbortsRun(t *testing.T) {
+	te := newRunEnv(t, &fakeModel{}, nil)
+	te.s.runs.models = floodModel{}
+	te.s.runs.streamStall = 200 * time.Millisecond
+	te.putAgent(testSpec("flood", nil))
+	req, _ := http.NewRequest("POST", te.ts.URL+"/v1/agents/flood/run/stream", strings.NewReader(`{"input":"go"}`))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close() // never read: the consumer stalls
+	var id string
+	pollUntil(t, "the stalled run to be aborted", func() bool {
+		_, list := te.do("GET", "/v1/runs?agent=flood", nil)
+		runs := list["runs"].([]any)
+		if len(runs) == 0 {
+			return false
+		}
+		sum := runs[0].(map[string]any)
+		id = sum["runId"].(string)
+		return sum["status"] == "aborted"
+	})
+	_, got := te.do("GET", "/v1/runs/"+id, nil)
+	if msg := got["result"].(map[string]any)["error"].(map[string]any)["message"].(string); !strings.Contains(msg, "stalled") {
+		t.Fatalf("abort reason %q", msg)
+	}
+}
