@@ -207,3 +207,23 @@ func mustRegexp(t *testing.T, p string) *regexp.Regexp {
 	}
 	return re
 }
+
+func TestWebSearch(t *testing.T) {
+	var gotKey, gotQ string
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		gotKey, gotQ = r.Header.Get("X-Subscription-Token"), r.URL.Query().Get("q")
+		w.Write([]byte(`{"web":{"results":[{"title":"Go","url":"https://go.dev","description":"The <strong>Go</strong> language"}]}}`))
+	}))
+	defer api.Close()
+	te := newRunEnv(t, &fakeModel{script: scriptOf()}, map[string]string{searchKeyEnv: "brave-key", "BRAVE_BASE_URL": api.URL})
+	sp := testSpec("searcher", func(sp *AgentSpec) { sp.Tools = []string{"web"} })
+	ar := newActiveRun(te.s.runs, sp, &runParams{Input: []ModelMessage{textMessage("user", "x")}, MaxSteps: 1}, nil)
+	defer ar.stopTimer()
+	if !containsString(ar.tools, "web_search") {
+		t.Fatalf("tools %v", ar.tools)
+	}
+	out, err := runTool(t, &toolEnv{ar: ar}, "web_search", map[string]any{"query": "golang"})
+	if err != nil || gotKey != "brave-key" || gotQ != "golang" || !strings.Contains(out, "1. Go\n   https://go.dev\n   The Go language") {
+		t.Fatalf("search: %q %v (key %q q %q)", out, err, gotKey, gotQ)
+	}
+}
