@@ -12,6 +12,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -455,8 +456,14 @@ func (m *modelService) doctor(ctx context.Context) (providers []doctorModelProvi
 		warnings = append(warnings, "no model provider is reachable: set a provider key such as ANTHROPIC_API_KEY or OPENAI_API_KEY, or start ollama")
 		return providers, "", "no model provider is reachable", warnings
 	}
-	best := cands[0]
-	return providers, best, "best reachable model by quality, then price (strategy auto)", warnings
+	var reachable []string
+	for _, p := range providerTable {
+		if st[p.ID].Available {
+			reachable = append(reachable, p.ID)
+		}
+	}
+	return providers, cands[0], fmt.Sprintf("strategy auto: the best model by quality, then price, among reachable providers (%s)",
+		strings.Join(reachable, ", ")), warnings
 }
 
 // ---- upstream errors and secrets ----
