@@ -213,6 +213,7 @@ type modelService struct {
 	now    func() time.Time
 
 	probeTimeout time.Duration // one probe's ceiling (DESIGN §5: 2 s)
+	streamIdle   time.Duration // an upstream body silent this long is abandoned
 	probeTTL     time.Duration // how long a probe result is trusted
 
 	ctx    context.Context // cancelled by Close: background probes end
@@ -229,7 +230,7 @@ type modelService struct {
 func newModelService(s *server) (*modelService, error) {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = 16
-	tr.ResponseHeaderTimeout = 5 * time.Minute
+	tr.ResponseHeaderTimeout = 10 * time.Minute // a plain (non-streamed) answer arrives whole
 	m := &modelService{
 		s:            s,
 		client:       &http.Client{Transport: tr},
@@ -237,6 +238,7 @@ func newModelService(s *server) (*modelService, error) {
 		jitter:       func(max time.Duration) time.Duration { return time.Duration(rand.Int64N(int64(max) + 1)) },
 		now:          time.Now,
 		probeTimeout: 2 * time.Second,
+		streamIdle:   2 * time.Minute,
 		probeTTL:     30 * time.Second,
 		probes:       map[string]providerStatus{},
 	}
