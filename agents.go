@@ -1,8 +1,10 @@
 // agents.go — the agent spec endpoints: list, create, get, update, delete, validate.
 //
-// Rules (API.md Agents): a body needs `spec` or `yaml` (else 422); PUT requires spec.name == :name;
-// validate answers 200 {ok, issues?} and never 422 for spec problems; an unknown agent is 404
-// E_AGENT_NOT_FOUND; every create, update and delete re-synchronises the mounted triggers and publishes
+// Rules (API.md Agents, DESIGN §3): a body needs `spec` (a JSON object) or `yaml` (a string), else 422;
+// an invalid spec is 422 E_SPEC_INVALID with details.issues, except on validate, which answers 200
+// {ok, issues?}; a duplicate create and a PUT whose spec.name differs from :name are 422; an unknown agent
+// is 404 E_AGENT_NOT_FOUND. The stored YAML is the submitted text verbatim, or the spec rendered as YAML
+// when JSON was sent. Every create, update and delete re-synchronises the mounted triggers and publishes
 // on the `triggers` topic.
 package main
 
@@ -13,11 +15,228 @@ import (
 	"net/http"
 )
 
+// agentBody is the body of create, update and validate.
+type agentBody struct {
+	Spec json.RawMessage `json:"spec"`
+	YAML *string         `json:"yaml"`
+}
+
+// AgentSummary is the list and write answer for an agent (API.md AgentSummary).
+type AgentSummary struct {
+	Name        string          `json:"name"`
+	DisplayName string          `json:"displayName"`
+	Description string          `json:"description"`
+	Model       string          `json:"model"`
+	Version     string          `json:"version"`
+	Tools       []string        `json:"tools"`
+	Triggers    []TriggerSpec   `json:"triggers"`
+	Computer    agentComputerOf `json:"computer"`
+	UpdatedAt   string          `json:"updatedAt"`
+	RunCount    int             `json:"runCount"`
+}
+
+type agentComputerOf struct {
+	Enabled bool   `json:"enabled"`
+	Flavor  string `json:"flavor"`
+}
+
+func summarise(spec *AgentSpec, updatedAt string, runCount int) AgentSummary {
+	triggers := make([]TriggerSpec, len(spec.Triggers))
+	for i, t := range spec.Triggers {
+		t.Secret = "" // a listing never carries a webhook secret
+		triggers[i] = t
+	}
+	return AgentSummary{
+		Name: spec.Name, DisplayName: spec.DisplayName, Description: spec.Description, Model: spec.Model,
+		Version: spec.Version, Tools: spec.Tools, Triggers: triggers,
+		Computer:  agentComputerOf{Enabled: spec.Computer.IsEnabled(), Flavor: spec.Computer.Flavor},
+		UpdatedAt: updatedAt, RunCount: runCount,
+	}
+}
+
+// readAgentBody decodes the body strictly and parses the spec. A malformed body is an error; spec
+// problems come back as issues (with the YAML to store when the spec is valid).
+func readAgentBody(r *http.Request) (spec *AgentSpec, yamlText string, issues []string, err error) {
+	var body agentBody
+	if err := decode(r, &body); err != nil {
+		return nil, "", nil, err
+	}
+	hasSpec := len(body.Spec) > 0 && string(body.Spec) != "null"
+	switch {
+	case hasSpec && body.YAML != nil:
+		return nil, "", nil, errorf(codeSpecInvalid, "body has both spec and yaml; send one").
+			withHint(`send {"spec": {...}} or {"yaml": "..."}`)
+	case hasSpec:
+		spec, issues = parseSpecJSON(body.Spec)
+		if spec != nil {
+			yamlText = renderSpecYAML(spec)
+		}
+	case body.YAML != nil:
+		spec, issues = parseSpecYAML(*body.YAML)
+		yamlText = *body.YAML
+	default:
+		return nil, "", nil, errorf(codeSpecInvalid, "body needs spec (a JSON object) or yaml (a string)").
+			withHint(`send {"spec": {"name": "my-agent"}} or {"yaml": "name: my-agent"}`)
+	}
+	return spec, yamlText, issues, nil
+}
+
+func (s *server) handleValidateAgent(w http.ResponseWriter, r *http.Request) {
+	_, _, issues, err := readAgentBody(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if len(issues) > 0 {
+		writeJSON(w, http.StatusOK, map[string]any{"ok": false, "issues": issues})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"ok": true})
+}
+
+func (s *server) handleListAgents(w http.ResponseWriter, r *http.Request) {
+	rows, err := s.store.ListAgents(r.Context())
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	counts, err := s.store.RunCounts(r.Context())
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	out := make([]AgentSummary, 0, len(rows))
+	for _, row := range rows {
+		var spec AgentSpec
+		if err := json.Unmarshal([]byte(row.SpecJSON), &spec); err != nil {
+			s.log.Warn("skipping an unreadable stored agent", "agent", row.Name, "err", err)
+			continue
+		}
+		out = append(out, summarise(&spec, row.UpdatedAt, counts[row.Name]))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"agents": out})
+}
+
+func (s *server) handleCreateAgent(w http.ResponseWriter, r *http.Request) {
+	spec, yamlText, issues, err := readAgentBody(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if len(issues) > 0 {
+		writeError(w, specIssuesError(issues))
+		return
+	}
+	row, err := s.agentRow(spec, yamlText)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	created, err := s.store.CreateAgent(r.Context(), row)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if !created {
+		writeError(w, errorf(codeSpecInvalid, "agent %q already exists", spec.Name).
+			withHint("update it with PUT /v1/agents/"+spec.Name+", or delete it first"))
+		return
+	}
+	sum := s.agentChanged(r.Context(), "agent_created", spec, row.UpdatedAt)
+	writeJSON(w, http.StatusCreated, sum)
+}
+
+func (s *server) handleGetAgent(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	row, err := s.store.GetAgent(r.Context(), name)
+	if errors.Is(err, errNotFound) {
+		writeError(w, agentNotFound(name))
+		return
+	}
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"spec": json.RawMessage(row.SpecJSON), "yaml": row.YAML})
+}
+
+func (s *server) handlePutAgent(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	spec, yamlText, issues, err := readAgentBody(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if len(issues) > 0 {
+		writeError(w, specIssuesError(issues))
+		return
+	}
+	if spec.Name != name {
+		writeError(w, errorf(codeSpecInvalid, "spec.name %q does not match the agent %q in the path", spec.Name, name).
+			withHint("renaming is a DELETE of /v1/agents/"+name+" then a POST of the new spec to /v1/agents"))
+		return
+	}
+	row, err := s.agentRow(spec, yamlText)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if err := s.store.UpdateAgent(r.Context(), row); errors.Is(err, errNotFound) {
+		writeError(w, agentNotFound(name).withHint("create it with POST /v1/agents"))
+		return
+	} else if err != nil {
+		writeError(w, err)
+		return
+	}
+	sum := s.agentChanged(r.Context(), "agent_updated", spec, row.UpdatedAt)
+	writeJSON(w, http.StatusOK, sum)
+}
+
+func (s *server) handleDeleteAgent(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	if err := s.store.DeleteAgent(r.Context(), name); errors.Is(err, errNotFound) {
+		writeError(w, agentNotFound(name))
+		return
+	} else if err != nil {
+		writeError(w, err)
+		return
+	}
+	s.syncTriggers()
+	s.hub.publish("triggers", "agent_deleted", map[string]any{"name": name})
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func agentNotFound(name string) *apiError {
+	return errorf(codeAgentNotFound, "agent %q not found", name).withHint("list agents with GET /v1/agents")
+}
+
+// agentRow is the stored form of a valid spec.
+func (s *server) agentRow(spec *AgentSpec, yamlText string) (agentRow, error) {
+	b, err := json.Marshal(spec)
+	if err != nil {
+		return agentRow{}, errorf(codeInternal, "encoding the spec: %v", err)
+	}
+	now := timestamp(s.store.now())
+	return agentRow{Name: spec.Name, YAML: yamlText, SpecJSON: string(b), CreatedAt: now, UpdatedAt: now}, nil
+}
+
+// agentChanged re-synchronises triggers and publishes the change; it returns the agent's summary.
+func (s *server) agentChanged(ctx context.Context, typ string, spec *AgentSpec, updatedAt string) AgentSummary {
+	counts, err := s.store.RunCounts(ctx)
+	if err != nil {
+		s.log.Warn("counting runs", "err", err)
+	}
+	sum := summarise(spec, updatedAt, counts[spec.Name])
+	s.syncTriggers()
+	s.hub.publish("triggers", typ, sum)
+	return sum
+}
+
 // loadAgent reads a stored agent's spec (defaults applied); 404 E_AGENT_NOT_FOUND names a missing one.
 func (s *server) loadAgent(ctx context.Context, name string) (*AgentSpec, error) {
 	row, err := s.store.GetAgent(ctx, name)
 	if errors.Is(err, errNotFound) {
-		return nil, errorf(codeAgentNotFound, "agent %q not found", name).withHint("list agents with GET /v1/agents")
+		return nil, agentNotFound(name)
 	}
 	if err != nil {
 		return nil, err
@@ -28,13 +247,6 @@ func (s *server) loadAgent(ctx context.Context, name string) (*AgentSpec, error)
 	}
 	return &spec, nil
 }
-
-func (s *server) handleListAgents(w http.ResponseWriter, r *http.Request)    { notImplemented(w) }
-func (s *server) handleCreateAgent(w http.ResponseWriter, r *http.Request)   { notImplemented(w) }
-func (s *server) handleValidateAgent(w http.ResponseWriter, r *http.Request) { notImplemented(w) }
-func (s *server) handleGetAgent(w http.ResponseWriter, r *http.Request)      { notImplemented(w) }
-func (s *server) handlePutAgent(w http.ResponseWriter, r *http.Request)      { notImplemented(w) }
-func (s *server) handleDeleteAgent(w http.ResponseWriter, r *http.Request)   { notImplemented(w) }
 
 // notImplemented is the placeholder answer of a route whose capability has not landed yet.
 func notImplemented(w http.ResponseWriter) {

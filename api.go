@@ -18,6 +18,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"reflect"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -42,6 +43,9 @@ type server struct {
 	startedAt time.Time
 	firstRun  bool
 	handler   http.Handler
+
+	// diskFree reads the free space of the data directory (doctor); nil means the real one.
+	diskFree func(dir string) (avail, total uint64, err error)
 
 	// streamCtx is cancelled first at shutdown so SSE streams and sockets end before Shutdown waits.
 	streamCtx    context.Context
@@ -142,13 +146,16 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // cors answers preflight requests and sets CORS headers for configured origins. It reports whether the
 // request was fully answered. CORS stays off unless corsOrigins names the origin (or "*").
 func (s *server) cors(w http.ResponseWriter, r *http.Request) bool {
-	origin := r.Header.Get("Origin")
-	if origin == "" || !s.originAllowed(origin, r) || len(s.cfg.CORSOrigins) == 0 {
+	if len(s.cfg.CORSOrigins) == 0 {
 		return false
 	}
 	h := w.Header()
+	h.Add("Vary", "Origin") // answers differ by Origin, so caches must key on it
+	origin := r.Header.Get("Origin")
+	if origin == "" || !s.originAllowed(origin, r) {
+		return false
+	}
 	h.Set("Access-Control-Allow-Origin", origin)
-	h.Add("Vary", "Origin")
 	h.Set("Access-Control-Expose-Headers", "X-Agent-Version, Idempotency-Replayed")
 	if r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
 		h.Set("Access-Control-Allow-Methods", "GET, POST, PUT, PATCH, DELETE, OPTIONS")
@@ -179,7 +186,7 @@ func (s *server) authorized(r *http.Request) bool {
 	if s.cfg.Token == "" {
 		return true
 	}
-	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	got, ok := bearerToken(r.Header.Get("Authorization"))
 	if !ok && isStreamOrSocket(r) {
 		got = r.URL.Query().Get("token")
 		if got == "" {
@@ -187,6 +194,14 @@ func (s *server) authorized(r *http.Request) bool {
 		}
 	}
 	return tokenEqual(got, s.cfg.Token)
+}
+
+// bearerToken extracts the credentials of an Authorization header; the scheme is case-insensitive.
+func bearerToken(h string) (string, bool) {
+	if len(h) < 7 || !strings.EqualFold(h[:7], "Bearer ") {
+		return "", false
+	}
+	return strings.TrimSpace(h[7:]), true
 }
 
 // tokenEqual compares hashes so neither the content nor the length of the token leaks through timing.
@@ -378,11 +393,34 @@ func decodeBytes(b []byte, v any) error {
 	if err := dec.Decode(v); err != nil {
 		return jsonError(err)
 	}
-	if dec.More() {
+	if rest := bytes.TrimSpace(b[dec.InputOffset():]); len(rest) > 0 {
 		return errorf(codeSpecInvalid, "request body has data after the JSON value").
 			withHint("send exactly one JSON object")
 	}
 	return nil
+}
+
+// jsonTypeName names a Go type the way a JSON client thinks of it.
+func jsonTypeName(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "string"
+	case reflect.Bool:
+		return "boolean"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "integer"
+	case reflect.Float32, reflect.Float64:
+		return "number"
+	case reflect.Slice, reflect.Array:
+		return "array"
+	case reflect.Map, reflect.Struct:
+		return "object"
+	}
+	return t.String()
 }
 
 // jsonError turns an encoding/json failure into a clear 422.
@@ -398,7 +436,7 @@ func jsonError(err error) *apiError {
 		if field == "" {
 			field = "(root)"
 		}
-		return errorf(codeSpecInvalid, "%s: expected %s, received %s", field, typ.Type.String(), typ.Value).
+		return errorf(codeSpecInvalid, "%s: Expected %s, received %s", field, jsonTypeName(typ.Type), typ.Value).
 			withHint("fix the type of the field")
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		return errorf(codeSpecInvalid, "malformed JSON: unexpected end of body").withHint("check the body is complete JSON")

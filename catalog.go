@@ -302,15 +302,6 @@ func undated(id string) string {
 	return id
 }
 
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
-}
-
 // costOf prices a usage with the model's catalog entry. InputTokens counts every prompt token, cached
 // ones included; the cached share is priced at the cache rates when the catalog has them.
 func costOf(mi ModelInfo, u Usage) float64 {

@@ -1,13 +1,31 @@
-// computers.go — the computer service: providers (docker, podman, local), lifecycle, records, reaper,
-// and the /v1/computers endpoints.
+// computers.go — the computer service: providers (docker, podman, local), lifecycle, records, and the
+// /v1/computers lifecycle endpoints. Exec lives in exec.go, files in files.go, ports in ports.go, the
+// terminal in terminal.go, the reaper in reaper.go; the providers in engine.go and local.go.
 //
 // Entry points used elsewhere (the run loop depends on these exact signatures): EnsureForAgent, Get,
-// Exec, ReadFile, WriteFile, ListDir, DeletePath, ExposePort.
+// Exec, ReadFile, WriteFile, ListDir, DeletePath, ExposePort; doctor for the doctor report.
+//
+// Rules: records live in SQLite and are the truth across restarts; a named provider that cannot run is
+// E_PROVIDER_UNAVAILABLE (never a silent substitute); creating and running machines count toward
+// maxComputers; a destroyed machine is gone (E_COMPUTER_NOT_FOUND); every lifecycle change is published
+// on the `computers` topic. At start the service reconciles records with the engines (adopting live
+// machines, marking vanished ones destroyed, listing unrecorded containers of this owner as orphans).
 package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base32"
+	"errors"
+	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"time"
 )
 
 // ComputerInfo is the API's view of a machine (DESIGN §4).
@@ -77,71 +95,918 @@ type DirEntry struct {
 	Mode       string `json:"mode"`
 }
 
+const (
+	stateCreating  = "creating"
+	stateRunning   = "running"
+	stateStopped   = "stopped"
+	stateDestroyed = "destroyed"
+	stateError     = "error"
+
+	probeCacheTTL   = 30 * time.Second
+	createTimeout   = 10 * time.Minute
+	lifecycleTimout = 2 * time.Minute
+)
+
+// provider is one way of running machines. docker and podman share engine.go; local is local.go.
+type provider interface {
+	meta() providerMeta
+	probe(ctx context.Context) probeResult
+	create(ctx context.Context, m *ComputerInfo) error
+	start(ctx context.Context, m *ComputerInfo) error
+	stop(ctx context.Context, m *ComputerInfo) error
+	destroy(ctx context.Context, m *ComputerInfo) error
+	// status reports "running", "stopped" or "missing" for a recorded machine.
+	status(ctx context.Context, m *ComputerInfo) (string, error)
+	// owned lists the machines this server's owner id has on the provider: id → running.
+	owned(ctx context.Context) (map[string]bool, error)
+	// command builds the host process that runs p inside m; killTree kills p's process group inside m.
+	command(ctx context.Context, m *ComputerInfo, p *procSpec) (*procHandle, error)
+	killTree(ctx context.Context, m *ComputerInfo, p *procSpec)
+	fs(m *ComputerInfo) machineFS
+	// guestAddr is the host-reachable address of a guest port.
+	guestAddr(ctx context.Context, m *ComputerInfo, port int) (string, error)
+}
+
+type providerMeta struct {
+	name, description, isolationKind string
+	priority                         int
+	isolated                         bool
+}
+
+type probeResult struct {
+	available     bool
+	version       string
+	reason, hint  string
+	at            time.Time
+	probedOnce    bool
+	unavailableAt time.Time
+}
+
+// machineRT is the in-memory state of one machine: activity, lifecycle lock, forwarders.
+type machineRT struct {
+	mu       sync.Mutex // serialises lifecycle operations on the machine
+	active   int        // execs in flight (guarded by computerService.mu)
+	lastUsed time.Time  // guarded by computerService.mu
+	ports    map[int]*portForwarder
+}
+
 // computerService owns machines and the reaper goroutine.
-type computerService struct{ s *server }
+type computerService struct {
+	s         *server
+	now       func() time.Time
+	owner     string
+	providers []provider // priority order, highest first
 
-func newComputerService(s *server) (*computerService, error) { return &computerService{s: s}, nil }
+	// Limits a test may shrink.
+	downloadLimit int64 // compressed bytes of a download archive
+	uploadLimit   int64 // uncompressed bytes of an upload archive
+	reapInterval  time.Duration
 
-// Close stops the reaper and waits; machines keep running and are adopted at the next start.
-func (c *computerService) Close() {}
+	mu       sync.Mutex
+	rt       map[string]*machineRT
+	probes   map[string]probeResult
+	ensure   map[string]*sync.Mutex // EnsureForAgent per agent name
+	orphans  map[string]string      // "<provider>/<id>" → provider, found at reconcile
+	creating sync.Mutex             // quota check + insert are atomic
 
-var errComputersNotLanded = errorf(codeNotImplemented, "computers have not landed yet")
-
-// EnsureForAgent returns the running computer named after the agent, creating it from spec if needed.
-// Concurrent runs of one agent share it.
-func (c *computerService) EnsureForAgent(ctx context.Context, agent string, spec ComputerSpec) (*ComputerInfo, error) {
-	return nil, errComputersNotLanded
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
 }
 
-// Get resolves an id, or a name held by exactly one computer.
-func (c *computerService) Get(ctx context.Context, idOrName string) (*ComputerInfo, error) {
-	return nil, errComputersNotLanded
+func newComputerService(s *server) (*computerService, error) {
+	c := &computerService{
+		s: s, now: s.store.now,
+		downloadLimit: 256 << 20, uploadLimit: 1 << 30,
+		rt: map[string]*machineRT{}, probes: map[string]probeResult{}, ensure: map[string]*sync.Mutex{},
+		orphans: map[string]string{},
+	}
+	if c.now == nil {
+		c.now = time.Now
+	}
+	owner, err := loadOwnerID(s.cfg.Home)
+	if err != nil {
+		return nil, err
+	}
+	c.owner = owner
+	c.providers = []provider{
+		newEngineProvider("docker", 100, c),
+		newEngineProvider("podman", 90, c),
+		newLocalProvider(c),
+	}
+	c.reapInterval = time.Duration(s.cfg.ReaperIntervalSec) * time.Second
+	if c.reapInterval <= 0 {
+		c.reapInterval = 30 * time.Second
+	}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.reconcile(c.ctx)
+	c.wg.Add(1)
+	go c.reaperLoop()
+	return c, nil
 }
 
-// Exec runs one command after the command policy allowed it; onOutput (may be nil) receives output
-// chunks as they arrive, stream being "stdout" or "stderr". Cancelling ctx kills the process tree.
-func (c *computerService) Exec(ctx context.Context, id string, req ExecRequest, onOutput func(stream, data string)) (*ExecResult, error) {
-	return nil, errComputersNotLanded
+// Close stops the reaper and the port forwarders and waits; machines keep running and are adopted at
+// the next start.
+func (c *computerService) Close() {
+	c.cancel()
+	c.wg.Wait()
+	c.mu.Lock()
+	rts := make(map[string]*machineRT, len(c.rt))
+	for id, rt := range c.rt {
+		rts[id] = rt
+	}
+	c.mu.Unlock()
+	for id, rt := range rts {
+		c.closePorts(rt)
+		c.flushLastUsed(context.Background(), id)
+	}
 }
 
-// ReadFile, WriteFile, ListDir and DeletePath go through the path jail of DESIGN §4.
-func (c *computerService) ReadFile(ctx context.Context, id, path string) ([]byte, error) {
-	return nil, errComputersNotLanded
-}
-func (c *computerService) WriteFile(ctx context.Context, id, path string, data []byte) error {
-	return errComputersNotLanded
-}
-func (c *computerService) ListDir(ctx context.Context, id, path string) ([]DirEntry, error) {
-	return nil, errComputersNotLanded
-}
-func (c *computerService) DeletePath(ctx context.Context, id, path string, recursive bool) error {
-	return errComputersNotLanded
-}
-
-// ExposePort binds a guest port to the host (idempotent per port).
-func (c *computerService) ExposePort(ctx context.Context, id string, port int) (*PortBinding, error) {
-	return nil, errComputersNotLanded
+// loadOwnerID returns this data directory's instance id (labels containers agentd.owner), creating it
+// once. It is per data directory, not per process, so a restart adopts its own machines and two servers
+// sharing one engine never reap each other's.
+func loadOwnerID(home string) (string, error) {
+	p := filepath.Join(home, "instance-id")
+	if b, err := os.ReadFile(p); err == nil && len(strings.TrimSpace(string(b))) > 0 {
+		return strings.TrimSpace(string(b)), nil
+	}
+	id := "agd" + randomID(8)
+	if err := os.WriteFile(p, []byte(id+"\n"), 0o600); err != nil {
+		return "", errorf(codeConfig, "cannot write %s: %v", p, err).withHint("check that AGENT_HOME is writable")
+	}
+	return id, nil
 }
 
-func (s *server) handleListComputers(w http.ResponseWriter, r *http.Request)  { notImplemented(w) }
-func (s *server) handleCreateComputer(w http.ResponseWriter, r *http.Request) { notImplemented(w) }
-func (s *server) handleGetComputer(w http.ResponseWriter, r *http.Request)    { notImplemented(w) }
-func (s *server) handleDeleteComputer(w http.ResponseWriter, r *http.Request) { notImplemented(w) }
-func (s *server) handleStopComputer(w http.ResponseWriter, r *http.Request)   { notImplemented(w) }
-func (s *server) handleStartComputer(w http.ResponseWriter, r *http.Request)  { notImplemented(w) }
-func (s *server) handleExec(w http.ResponseWriter, r *http.Request)           { notImplemented(w) }
-func (s *server) handleExecStream(w http.ResponseWriter, r *http.Request)     { notImplemented(w) }
-func (s *server) handleListDir(w http.ResponseWriter, r *http.Request)        { notImplemented(w) }
-func (s *server) handleReadFile(w http.ResponseWriter, r *http.Request)       { notImplemented(w) }
-func (s *server) handleWriteFile(w http.ResponseWriter, r *http.Request)      { notImplemented(w) }
-func (s *server) handleDeleteFile(w http.ResponseWriter, r *http.Request)     { notImplemented(w) }
-func (s *server) handleUpload(w http.ResponseWriter, r *http.Request)         { notImplemented(w) }
-func (s *server) handleDownload(w http.ResponseWriter, r *http.Request)       { notImplemented(w) }
-func (s *server) handleExposePort(w http.ResponseWriter, r *http.Request)     { notImplemented(w) }
-func (s *server) handleTerminal(w http.ResponseWriter, r *http.Request)       { notImplemented(w) }
+var idEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
+
+func randomID(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return idEncoding.EncodeToString(b)
+}
+
+func newComputerID() string { return "cmp_" + randomID(10) }
+
+// ---- providers and selection ----
+
+func (c *computerService) providerByName(name string) provider {
+	for _, p := range c.providers {
+		if p.meta().name == name {
+			return p
+		}
+	}
+	return nil
+}
+
+// probe returns a provider's availability, cached for 30 s. A change is published on `providers`.
+func (c *computerService) probe(ctx context.Context, p provider) probeResult {
+	name := p.meta().name
+	c.mu.Lock()
+	pr, ok := c.probes[name]
+	c.mu.Unlock()
+	if ok && c.now().Sub(pr.at) < probeCacheTTL && c.now().Sub(pr.at) >= 0 {
+		return pr
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	npr := p.probe(pctx)
+	cancel()
+	npr.at = c.now()
+	c.mu.Lock()
+	c.probes[name] = npr
+	c.mu.Unlock()
+	if ok && pr.available != npr.available {
+		c.s.hub.publish("providers", "provider_changed", map[string]any{
+			"kind": "computer", "name": name, "available": npr.available, "reason": npr.reason})
+	}
+	return npr
+}
+
+// selectProvider picks the provider for a spec: a named one must be available, `auto` takes the first
+// available by priority. Never a silent substitute.
+func (c *computerService) selectProvider(ctx context.Context, name string) (provider, error) {
+	if name == "" {
+		name = c.s.cfg.ComputerProvider
+	}
+	if name == "" || name == "auto" {
+		var reasons []string
+		for _, p := range c.providers {
+			pr := c.probe(ctx, p)
+			if pr.available {
+				return p, nil
+			}
+			reasons = append(reasons, p.meta().name+": "+pr.reason)
+		}
+		return nil, errorf(codeProviderUnavailable, "no computer provider can run: %s", strings.Join(reasons, "; ")).
+			withHint("install Docker or Podman, or check GET /v1/doctor")
+	}
+	p := c.providerByName(name)
+	if p == nil {
+		return nil, errorf(codeProviderUnavailable, "unknown computer provider %q", name).
+			withHint("use one of docker, podman, local or auto")
+	}
+	pr := c.probe(ctx, p)
+	if !pr.available {
+		return nil, errorf(codeProviderUnavailable, "computer provider %q is unavailable: %s", name, pr.reason).
+			withHint(pr.hint).withDetail("provider", name)
+	}
+	return p, nil
+}
 
 // doctor reports the computer providers, the one `auto` would select (with its reason and isolation),
 // and warnings (only a non-isolated provider available, orphaned containers).
 func (c *computerService) doctor(ctx context.Context) (providers []doctorProvider, sel doctorSelection, warnings []string) {
-	return []doctorProvider{}, doctorSelection{}, nil
+	providers = []doctorProvider{}
+	for _, p := range c.providers {
+		m := p.meta()
+		pr := c.probe(ctx, p)
+		providers = append(providers, doctorProvider{
+			Name: m.name, Description: m.description, Priority: m.priority, Available: pr.available,
+			Isolated: m.isolated, IsolationKind: m.isolationKind, Version: pr.version, Reason: pr.reason, Hint: pr.hint,
+		})
+	}
+	p, err := c.selectProvider(ctx, "")
+	switch {
+	case err != nil:
+		sel.ProviderReason = asAPIError(err).Message
+		warnings = append(warnings, "no computer provider is available: "+asAPIError(err).Message)
+	default:
+		m := p.meta()
+		sel.Provider, sel.Isolated = m.name, m.isolated
+		if want := c.s.cfg.ComputerProvider; want != "" && want != "auto" {
+			sel.ProviderReason = fmt.Sprintf("%s is configured (computerProvider) and available", m.name)
+		} else {
+			sel.ProviderReason = fmt.Sprintf("%s is the highest-priority available provider", m.name)
+		}
+		if !m.isolated {
+			warnings = append(warnings, fmt.Sprintf("only a non-isolated computer provider (%s) is available: commands run on this host, guarded but not isolated; install Docker or Podman for kernel isolation", m.name))
+		}
+	}
+	c.mu.Lock()
+	orphans := make([]string, 0, len(c.orphans))
+	for k := range c.orphans {
+		orphans = append(orphans, k)
+	}
+	c.mu.Unlock()
+	slices.Sort(orphans)
+	for _, o := range orphans {
+		warnings = append(warnings, fmt.Sprintf("orphaned container %s has no record; the reaper removes it", o))
+	}
+	return providers, sel, warnings
+}
+
+// ---- records ----
+
+func (c *computerService) runtime(id string) *machineRT {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	rt := c.rt[id]
+	if rt == nil {
+		rt = &machineRT{ports: map[int]*portForwarder{}}
+		c.rt[id] = rt
+	}
+	return rt
+}
+
+// decorate fills the fields derived from the provider and memory.
+func (c *computerService) decorate(m *ComputerInfo) *ComputerInfo {
+	if p := c.providerByName(m.Provider); p != nil {
+		meta := p.meta()
+		m.Isolated, m.IsolationKind = meta.isolated, meta.isolationKind
+	}
+	if m.Ports == nil {
+		m.Ports = map[string]PortBinding{}
+	}
+	c.mu.Lock()
+	if rt := c.rt[m.ID]; rt != nil && !rt.lastUsed.IsZero() {
+		if t := timestamp(rt.lastUsed); t > m.LastUsedAt {
+			m.LastUsedAt = t
+		}
+	}
+	c.mu.Unlock()
+	return m
+}
+
+func notFound(idOrName string) *apiError {
+	return errorf(codeComputerNotFound, "computer %q not found", idOrName).
+		withHint("list computers with GET /v1/computers?all=true")
+}
+
+// Get resolves an id, or a name held by exactly one computer.
+func (c *computerService) Get(ctx context.Context, idOrName string) (*ComputerInfo, error) {
+	if idOrName == "" {
+		return nil, notFound(idOrName)
+	}
+	m, err := c.s.store.GetComputer(ctx, idOrName)
+	if err == nil && m.State != stateDestroyed {
+		return c.decorate(&m), nil
+	}
+	if err != nil && !errors.Is(err, errNotFound) {
+		return nil, err
+	}
+	all, err := c.s.store.ListComputers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var hits []ComputerInfo
+	for _, m := range all {
+		if m.Name == idOrName {
+			hits = append(hits, m)
+		}
+	}
+	switch len(hits) {
+	case 0:
+		return nil, notFound(idOrName)
+	case 1:
+		return c.decorate(&hits[0]), nil
+	}
+	return nil, errorf(codeComputerNotFound, "the name %q matches %d computers", idOrName, len(hits)).
+		withHint("use the computer's id instead of its name")
+}
+
+// getLive is Get for operations that need the machine to be running (exec, files, ports).
+func (c *computerService) getLive(ctx context.Context, idOrName string) (*ComputerInfo, provider, error) {
+	m, err := c.Get(ctx, idOrName)
+	if err != nil {
+		return nil, nil, err
+	}
+	p := c.providerByName(m.Provider)
+	if p == nil {
+		return nil, nil, errorf(codeComputerFailed, "computer %s has an unknown provider %q", m.ID, m.Provider)
+	}
+	switch m.State {
+	case stateRunning:
+		return m, p, nil
+	case stateStopped:
+		return nil, nil, errorf(codeComputerFailed, "computer %s is stopped", m.ID).
+			withHint(fmt.Sprintf("start it with POST /v1/computers/%s/start", m.ID))
+	case stateCreating:
+		return nil, nil, errorf(codeComputerFailed, "computer %s is still being created", m.ID).withHint("retry in a moment")
+	}
+	return nil, nil, errorf(codeComputerFailed, "computer %s is in state %s: %s", m.ID, m.State, m.Error).
+		withHint("delete it and create a new one")
+}
+
+// save writes a record back.
+func (c *computerService) save(ctx context.Context, m *ComputerInfo) error {
+	return c.s.store.UpdateComputer(context.WithoutCancel(ctx), *m)
+}
+
+func (c *computerService) list(ctx context.Context, all bool) ([]ComputerInfo, error) {
+	ms, err := c.s.store.ListComputers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := []ComputerInfo{}
+	for i := range ms {
+		if ms[i].State == stateStopped && !all {
+			continue
+		}
+		out = append(out, *c.decorate(&ms[i]))
+	}
+	return out, nil
+}
+
+// ---- lifecycle ----
+
+var computerNameRE = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,63}$`)
+
+// applyComputerDefaults fills the contract's defaults (DESIGN §4, API.md computer table).
+func applyComputerDefaults(sp *ComputerSpec) {
+	if sp.Flavor == "" {
+		sp.Flavor = "base"
+	}
+	if sp.CPUs == 0 {
+		sp.CPUs = 2
+	}
+	if sp.MemoryMB == 0 {
+		sp.MemoryMB = 2048
+	}
+	if sp.DiskMB == 0 {
+		sp.DiskMB = 2048
+	}
+	if sp.Workdir == "" {
+		sp.Workdir = "/work"
+	}
+	if sp.Network.Mode == "" {
+		sp.Network.Mode = "egress"
+	}
+	if sp.Env == nil {
+		sp.Env = map[string]string{}
+	}
+	if sp.Packages == nil {
+		sp.Packages = []string{}
+	}
+	if sp.Mounts == nil {
+		sp.Mounts = []Mount{}
+	}
+}
+
+// defaultImages are the flavor images of DESIGN §4; config `images` overrides them.
+var defaultImages = map[string]string{
+	"base": "debian:bookworm-slim", "python": "python:3.12-slim", "node": "node:22-slim", "full": "debian:bookworm",
+}
+
+func (c *computerService) imageFor(sp ComputerSpec) string {
+	if sp.Image != "" {
+		return sp.Image
+	}
+	if img := c.s.cfg.Images[sp.Flavor]; img != "" {
+		return img
+	}
+	return defaultImages[sp.Flavor]
+}
+
+// create makes a machine from a validated spec (defaults applied). Creation is not tied to the caller's
+// context: a client that goes away mid-create leaves a consistent record, not a half machine.
+func (c *computerService) create(ctx context.Context, sp ComputerSpec) (*ComputerInfo, error) {
+	applyComputerDefaults(&sp)
+	p, err := c.selectProvider(ctx, sp.Provider)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.(interface{ supports(ComputerSpec) error }).supports(sp); err != nil {
+		return nil, err
+	}
+	now := c.now()
+	m := &ComputerInfo{
+		ID: newComputerID(), Name: sp.Name, Provider: p.meta().name, State: stateCreating,
+		Workdir: sp.Workdir, CreatedAt: timestamp(now), LastUsedAt: timestamp(now), Spec: sp,
+		Ports: map[string]PortBinding{},
+	}
+	if m.Name == "" {
+		m.Name = m.ID
+	}
+	if p.meta().isolated {
+		m.Image = c.imageFor(sp)
+	}
+	if sp.MaxLifetimeSec > 0 {
+		m.ExpiresAt = timestamp(now.Add(time.Duration(sp.MaxLifetimeSec) * time.Second))
+	}
+
+	c.creating.Lock()
+	live, err := c.s.store.CountLiveComputers(ctx)
+	if err == nil && live >= c.s.cfg.MaxComputers {
+		c.creating.Unlock()
+		return nil, errorf(codeQuota, "machine limit reached: %d of %d live machines", live, c.s.cfg.MaxComputers).
+			withHint("delete or stop a computer, or raise maxComputers in config.yaml").
+			withDetail("live", live).withDetail("limit", c.s.cfg.MaxComputers)
+	}
+	if err == nil {
+		err = c.s.store.InsertComputer(ctx, *m)
+	}
+	c.creating.Unlock()
+	if err != nil {
+		return nil, err
+	}
+
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), createTimeout)
+	defer cancel()
+	rt := c.runtime(m.ID)
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if err := p.create(cctx, m); err != nil {
+		p.destroy(cctx, m)
+		m.State, m.Error = stateDestroyed, asAPIError(err).Message
+		c.save(cctx, m)
+		return nil, err
+	}
+	if msg, err := c.provision(cctx, p, m); err != nil {
+		m.State, m.Error = stateError, msg
+		c.save(cctx, m)
+		c.s.hub.publish("computers", "computer_created", c.decorate(m))
+		return nil, errorf(codeComputerFailed, "computer %s: %s", m.ID, msg).
+			withHint("the computer is kept in state error for inspection; delete it when done").withDetail("computerId", m.ID)
+	}
+	m.State = stateRunning
+	if err := c.save(cctx, m); err != nil {
+		return nil, err
+	}
+	c.s.hub.publish("computers", "computer_created", c.decorate(m))
+	return c.decorate(m), nil
+}
+
+// provision installs packages (as root) and runs setup (as the machine's user), once after create.
+func (c *computerService) provision(ctx context.Context, p provider, m *ComputerInfo) (string, error) {
+	if len(m.Spec.Packages) > 0 {
+		script := `set -e; export DEBIAN_FRONTEND=noninteractive
+if command -v apt-get >/dev/null; then apt-get update -qq && apt-get install -y -qq --no-install-recommends "$@"
+elif command -v apk >/dev/null; then apk add --no-cache "$@"
+elif command -v dnf >/dev/null; then dnf install -y "$@"
+else echo "no known package manager in the image" >&2; exit 1; fi`
+		argv := append([]string{"/bin/sh", "-c", script, "sh"}, m.Spec.Packages...)
+		res, err := c.run(ctx, p, m, &procSpec{argv: argv, user: "0:0", cwd: "/"}, 900*time.Second)
+		if err != nil {
+			return "installing packages: " + asAPIError(err).Message, err
+		}
+		if res.ExitCode != 0 {
+			return fmt.Sprintf("installing packages failed (exit %d): %s", res.ExitCode, lastLines(res.Stderr+res.Stdout, 20)), errors.New("packages")
+		}
+	}
+	if strings.TrimSpace(m.Spec.Setup) != "" {
+		res, err := c.run(ctx, p, m, &procSpec{argv: []string{"/bin/sh", "-c", m.Spec.Setup}}, 900*time.Second)
+		if err != nil {
+			return "setup: " + asAPIError(err).Message, err
+		}
+		if res.ExitCode != 0 {
+			return fmt.Sprintf("setup failed (exit %d): %s", res.ExitCode, lastLines(res.Stderr+res.Stdout, 20)), errors.New("setup")
+		}
+	}
+	return "", nil
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// stop stops a machine; its ports close. Stopping a stopped machine is a no-op.
+func (c *computerService) stop(ctx context.Context, idOrName string) (*ComputerInfo, error) {
+	m, err := c.Get(ctx, idOrName)
+	if err != nil {
+		return nil, err
+	}
+	p := c.providerByName(m.Provider)
+	rt := c.runtime(m.ID)
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if m, err = c.Get(ctx, m.ID); err != nil {
+		return nil, err
+	}
+	if m.State == stateStopped {
+		return m, nil
+	}
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lifecycleTimout)
+	defer cancel()
+	c.closePorts(rt)
+	if err := p.stop(lctx, m); err != nil {
+		return nil, err
+	}
+	m.State, m.Ports = stateStopped, map[string]PortBinding{}
+	if err := c.save(lctx, m); err != nil {
+		return nil, err
+	}
+	c.s.hub.publish("computers", "computer_stopped", c.decorate(m))
+	return m, nil
+}
+
+// start starts a stopped machine. Starting a running machine is a no-op.
+func (c *computerService) start(ctx context.Context, idOrName string) (*ComputerInfo, error) {
+	m, err := c.Get(ctx, idOrName)
+	if err != nil {
+		return nil, err
+	}
+	p := c.providerByName(m.Provider)
+	rt := c.runtime(m.ID)
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if m, err = c.Get(ctx, m.ID); err != nil {
+		return nil, err
+	}
+	if m.State == stateRunning {
+		return m, nil
+	}
+	if m.State != stateStopped {
+		return nil, errorf(codeComputerFailed, "computer %s is in state %s and cannot be started", m.ID, m.State).
+			withHint("delete it and create a new one")
+	}
+	if pr := c.probe(ctx, p); !pr.available {
+		return nil, errorf(codeProviderUnavailable, "computer provider %q is unavailable: %s", m.Provider, pr.reason).withHint(pr.hint)
+	}
+	c.creating.Lock()
+	live, err := c.s.store.CountLiveComputers(ctx)
+	c.creating.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	if live >= c.s.cfg.MaxComputers {
+		return nil, errorf(codeQuota, "machine limit reached: %d of %d live machines", live, c.s.cfg.MaxComputers).
+			withHint("delete or stop a computer, or raise maxComputers in config.yaml").
+			withDetail("live", live).withDetail("limit", c.s.cfg.MaxComputers)
+	}
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lifecycleTimout)
+	defer cancel()
+	if err := p.start(lctx, m); err != nil {
+		return nil, err
+	}
+	m.State = stateRunning
+	m.LastUsedAt = timestamp(c.now())
+	if err := c.save(lctx, m); err != nil {
+		return nil, err
+	}
+	c.s.hub.publish("computers", "computer_started", c.decorate(m))
+	return m, nil
+}
+
+// destroy removes a machine and marks its record destroyed. reason is "" for an API delete, else the
+// reaper's reason.
+func (c *computerService) destroy(ctx context.Context, idOrName, reason string) error {
+	m, err := c.Get(ctx, idOrName)
+	if err != nil {
+		return err
+	}
+	p := c.providerByName(m.Provider)
+	rt := c.runtime(m.ID)
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if m, err = c.Get(ctx, m.ID); err != nil {
+		return err
+	}
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lifecycleTimout)
+	defer cancel()
+	c.closePorts(rt)
+	if p != nil {
+		if err := p.destroy(lctx, m); err != nil {
+			return err
+		}
+	}
+	m.State, m.Ports = stateDestroyed, map[string]PortBinding{}
+	if err := c.save(lctx, m); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	delete(c.rt, m.ID)
+	c.mu.Unlock()
+	c.s.hub.publish("computers", "computer_destroyed", map[string]any{"computerId": m.ID, "name": m.Name, "reason": reason})
+	if reason != "" {
+		c.s.hub.publish("reaper", "computer_reaped", map[string]any{"computerId": m.ID, "name": m.Name, "reason": reason})
+	}
+	return nil
+}
+
+// EnsureForAgent returns the running computer named after the agent, creating it from spec if needed.
+// Concurrent runs of one agent share it.
+func (c *computerService) EnsureForAgent(ctx context.Context, agent string, spec ComputerSpec) (*ComputerInfo, error) {
+	c.mu.Lock()
+	mu := c.ensure[agent]
+	if mu == nil {
+		mu = &sync.Mutex{}
+		c.ensure[agent] = mu
+	}
+	c.mu.Unlock()
+	mu.Lock()
+	defer mu.Unlock()
+
+	all, err := c.s.store.ListComputers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range all {
+		if m.Name != agent {
+			continue
+		}
+		switch m.State {
+		case stateRunning:
+			p := c.providerByName(m.Provider)
+			if p != nil {
+				if st, err := p.status(ctx, &m); err == nil && st == "running" {
+					return c.decorate(&m), nil
+				}
+			}
+			c.destroy(ctx, m.ID, "")
+		case stateStopped:
+			return c.start(ctx, m.ID)
+		default:
+			c.destroy(ctx, m.ID, "")
+		}
+	}
+	spec.Name = agent
+	spec.Enabled = nil
+	return c.create(ctx, spec)
+}
+
+// ---- reconciliation ----
+
+// reconcile runs once at start: records whose machine is gone become destroyed; live machines are
+// adopted (state follows the engine); containers of this owner without a record are orphans.
+func (c *computerService) reconcile(ctx context.Context) {
+	recs, err := c.s.store.ListComputers(ctx)
+	if err != nil {
+		c.s.log.Warn("computers: reconcile: list records", "err", err)
+		return
+	}
+	for _, p := range c.providers {
+		if !c.probe(ctx, p).available {
+			continue
+		}
+		name := p.meta().name
+		live, err := p.owned(ctx)
+		if err != nil {
+			c.s.log.Warn("computers: reconcile", "provider", name, "err", err)
+			continue
+		}
+		known := map[string]bool{}
+		for i := range recs {
+			m := &recs[i]
+			if m.Provider != name {
+				continue
+			}
+			known[m.ID] = true
+			running, ok := live[m.ID]
+			switch {
+			case !ok:
+				m.State, m.Ports = stateDestroyed, map[string]PortBinding{}
+				m.Error = "the machine was gone when agentd started"
+			case m.State == stateCreating:
+				// Creation was interrupted by the restart: the machine is not trustworthy.
+				p.destroy(ctx, m)
+				m.State, m.Error = stateDestroyed, "creation was interrupted by a restart"
+			case running && m.State != stateError:
+				m.State = stateRunning
+			case !running && m.State == stateRunning:
+				m.State = stateStopped
+			}
+			m.Ports = map[string]PortBinding{} // forwarders died with the old process
+			c.save(ctx, m)
+		}
+		for id := range live {
+			if !known[id] {
+				c.orphans[name+"/"+id] = name
+			}
+		}
+	}
+}
+
+// ---- HTTP ----
+
+// computerCreateBody is the strict create body: exactly the keys API.md accepts.
+type computerCreateBody struct {
+	Name           string            `json:"name"`
+	Provider       string            `json:"provider"`
+	Image          string            `json:"image"`
+	Flavor         string            `json:"flavor"`
+	CPUs           *float64          `json:"cpus"`
+	MemoryMB       *int              `json:"memoryMb"`
+	DiskMB         *int              `json:"diskMb"`
+	IdleTimeoutSec *int              `json:"idleTimeoutSec"`
+	MaxLifetimeSec *int              `json:"maxLifetimeSec"`
+	Network        *NetworkSpec      `json:"network"`
+	Env            map[string]string `json:"env"`
+	Mounts         []Mount           `json:"mounts"`
+	Workdir        string            `json:"workdir"`
+	User           string            `json:"user"`
+	Persist        bool              `json:"persist"`
+	Packages       []string          `json:"packages"`
+	Setup          string            `json:"setup"`
+	Labels         map[string]string `json:"labels"`
+}
+
+// specFromBody validates the create body and applies the defaults (idle 900).
+func specFromBody(b computerCreateBody) (ComputerSpec, error) {
+	var issues []string
+	bad := func(format string, args ...any) { issues = append(issues, fmt.Sprintf(format, args...)) }
+	sp := ComputerSpec{Name: b.Name, Provider: b.Provider, Image: b.Image, Flavor: b.Flavor, Env: b.Env,
+		Mounts: b.Mounts, Workdir: b.Workdir, User: b.User, Persist: b.Persist, Packages: b.Packages,
+		Setup: b.Setup, Labels: b.Labels, IdleTimeoutSec: 900}
+	if b.Name != "" && !computerNameRE.MatchString(b.Name) {
+		bad("name: must be 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit")
+	}
+	if b.Flavor != "" && defaultImages[b.Flavor] == "" {
+		bad("flavor: Invalid enum value. Expected 'base' | 'python' | 'node' | 'full', received '%s'", b.Flavor)
+	}
+	if b.CPUs != nil {
+		if *b.CPUs <= 0 {
+			bad("cpus: Number must be greater than 0")
+		} else if *b.CPUs > 64 {
+			bad("cpus: Number must be less than or equal to 64")
+		}
+		sp.CPUs = *b.CPUs
+	}
+	if b.MemoryMB != nil {
+		if *b.MemoryMB <= 0 {
+			bad("memoryMb: Number must be greater than 0")
+		} else if *b.MemoryMB > 131072 {
+			bad("memoryMb: Number must be less than or equal to 131072")
+		}
+		sp.MemoryMB = *b.MemoryMB
+	}
+	if b.DiskMB != nil {
+		if *b.DiskMB <= 0 {
+			bad("diskMb: Number must be greater than 0")
+		}
+		sp.DiskMB = *b.DiskMB
+	}
+	if b.IdleTimeoutSec != nil {
+		if *b.IdleTimeoutSec < 0 {
+			bad("idleTimeoutSec: Number must be greater than or equal to 0")
+		}
+		sp.IdleTimeoutSec = *b.IdleTimeoutSec
+	}
+	if b.MaxLifetimeSec != nil {
+		if *b.MaxLifetimeSec < 0 {
+			bad("maxLifetimeSec: Number must be greater than or equal to 0")
+		}
+		sp.MaxLifetimeSec = *b.MaxLifetimeSec
+	}
+	if b.Network != nil {
+		sp.Network = *b.Network
+		switch sp.Network.Mode {
+		case "", "none", "egress", "full":
+		default:
+			bad("network.mode: Invalid enum value. Expected 'none' | 'egress' | 'full', received '%s'", sp.Network.Mode)
+		}
+	}
+	if b.Workdir != "" && !strings.HasPrefix(b.Workdir, "/") {
+		bad("workdir: must be an absolute path")
+	}
+	for i, mt := range b.Mounts {
+		if mt.Source == "" {
+			bad("mounts.%d.source: Required", i)
+		}
+		if mt.Target == "" {
+			bad("mounts.%d.target: Required", i)
+		} else if !strings.HasPrefix(mt.Target, "/") {
+			bad("mounts.%d.target: must be an absolute path", i)
+		}
+	}
+	for k := range b.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			bad("env.%s: invalid variable name", k)
+		}
+	}
+	for i, p := range b.Packages {
+		if p == "" || strings.HasPrefix(p, "-") || strings.ContainsAny(p, " \t\n;&|") {
+			bad("packages.%d: invalid package name %q", i, p)
+		}
+	}
+	if len(issues) > 0 {
+		return sp, errorf(codeSpecInvalid, "%s", strings.Join(issues, "; ")).
+			withHint("fix the computer spec; see API.md (computer)").withDetail("issues", issues)
+	}
+	applyComputerDefaults(&sp)
+	return sp, nil
+}
+
+func (s *server) handleListComputers(w http.ResponseWriter, r *http.Request) {
+	all := false
+	if v := r.URL.Query().Get("all"); v != "" {
+		all = v == "true" || v == "1"
+	}
+	list, err := s.computers.list(r.Context(), all)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"computers": list})
+}
+
+func (s *server) handleCreateComputer(w http.ResponseWriter, r *http.Request) {
+	var body computerCreateBody
+	if b, err := readBody(r); err != nil {
+		writeError(w, err)
+		return
+	} else if len(strings.TrimSpace(string(b))) == 0 {
+		body = computerCreateBody{} // an empty body means all defaults
+	} else if err := decodeBytes(b, &body); err != nil {
+		writeError(w, err)
+		return
+	}
+	sp, err := specFromBody(body)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	m, err := s.computers.create(r.Context(), sp)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, m)
+}
+
+func (s *server) handleGetComputer(w http.ResponseWriter, r *http.Request) {
+	m, err := s.computers.Get(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, m)
+}
+
+func (s *server) handleDeleteComputer(w http.ResponseWriter, r *http.Request) {
+	if err := s.computers.destroy(r.Context(), r.PathValue("id"), ""); err != nil {
+		writeError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *server) handleStopComputer(w http.ResponseWriter, r *http.Request) {
+	m, err := s.computers.stop(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, m)
+}
+
+func (s *server) handleStartComputer(w http.ResponseWriter, r *http.Request) {
+	m, err := s.computers.start(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, m)
 }

@@ -1,11 +1,40 @@
-// doctor.go — the capability report: GET /v1/doctor (and later `agentd doctor --json`), and the
-// embedded dashboard placeholder served at GET / with single-page-app fallback.
+// doctor.go — the capability report (GET /v1/doctor, later `agentd doctor --json`) and the embedded
+// dashboard placeholder served at GET / with single-page-app fallback.
+//
+// Rules (API.md DoctorReport, DESIGN §8): `node` holds the Go runtime version because the contract names the
+// field so; `platform` is GOOS/GOARCH; `firstRun` is true when this start created the data directory;
+// warnings are honest: the computer and model services add theirs, this file adds a token-less server and a
+// data directory on a full disk. `?force` is accepted and ignored. The dashboard: GETs outside /v1 without a
+// file extension get index.html (deep links); a missing file with an extension is 404 E_ROUTE_NOT_FOUND.
 package main
 
-import "net/http"
+import (
+	"context"
+	"embed"
+	"fmt"
+	"io/fs"
+	"mime"
+	"net"
+	"net/http"
+	"path"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+)
 
-func (s *server) handleDoctor(w http.ResponseWriter, r *http.Request)    { notImplemented(w) }
-func (s *server) handleDashboard(w http.ResponseWriter, r *http.Request) { notImplemented(w) }
+// DoctorReport is the one shape of GET /v1/doctor and `agentd doctor --json`.
+type DoctorReport struct {
+	Version   string                `json:"version"`
+	Node      string                `json:"node"`
+	Platform  string                `json:"platform"`
+	AgentHome string                `json:"agentHome"`
+	FirstRun  bool                  `json:"firstRun"`
+	Providers []doctorProvider      `json:"providers"`
+	Models    []doctorModelProvider `json:"models"`
+	Selection doctorSelection       `json:"selection"`
+	Warnings  []string              `json:"warnings"`
+}
 
 // doctorProvider is one computer provider in the doctor report.
 type doctorProvider struct {
@@ -40,3 +69,124 @@ type doctorSelection struct {
 	Model          string `json:"model"`
 	ModelReason    string `json:"modelReason"`
 }
+
+// Disk thresholds for the full-disk warning: either is enough.
+const (
+	diskLowBytes   = 512 << 20
+	diskLowPercent = 2.0
+	doctorTimeout  = 15 * time.Second
+)
+
+func (s *server) handleDoctor(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), doctorTimeout)
+	defer cancel()
+	writeJSON(w, http.StatusOK, s.doctor(ctx))
+}
+
+// doctor builds the report. The computer and model services report their own providers and warnings.
+func (s *server) doctor(ctx context.Context) DoctorReport {
+	rep := DoctorReport{
+		Version: version, Node: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH,
+		AgentHome: s.cfg.Home, FirstRun: s.firstRun, Warnings: []string{},
+	}
+	providers, sel, cw := s.computers.doctor(ctx)
+	models, model, reason, mw := s.models.doctor(ctx)
+	rep.Providers, rep.Models, rep.Selection = providers, models, sel
+	rep.Selection.Model, rep.Selection.ModelReason = model, reason
+	if rep.Providers == nil {
+		rep.Providers = []doctorProvider{}
+	}
+	if rep.Models == nil {
+		rep.Models = []doctorModelProvider{}
+	}
+	rep.Warnings = append(rep.Warnings, cw...)
+	rep.Warnings = append(rep.Warnings, mw...)
+	if s.cfg.Token == "" {
+		rep.Warnings = append(rep.Warnings, fmt.Sprintf("no AGENT_TOKEN is set: any program on this machine that can reach %s can run shell commands through the API; set AGENT_TOKEN to require a bearer token",
+			net.JoinHostPort(s.cfg.Host, strconv.Itoa(s.cfg.Port))))
+	}
+	if w := diskWarning(s.cfg.Home, s.diskFree); w != "" {
+		rep.Warnings = append(rep.Warnings, w)
+	}
+	return rep
+}
+
+// diskWarning reports a data directory on a (nearly) full disk; free is injectable for tests.
+func diskWarning(dir string, free func(string) (avail, total uint64, err error)) string {
+	if free == nil {
+		free = diskFree
+	}
+	avail, total, err := free(dir)
+	if err != nil {
+		return fmt.Sprintf("cannot read the free space of the data directory %s: %v", dir, err)
+	}
+	if total == 0 {
+		return "" // unknown on this platform
+	}
+	pct := float64(avail) * 100 / float64(total)
+	if avail < diskLowBytes || pct < diskLowPercent {
+		return fmt.Sprintf("the data directory %s is on a full disk: %d MB free (%.1f%%); writes of agents and runs may fail", dir, avail>>20, pct)
+	}
+	return ""
+}
+
+// ---- dashboard ----
+
+//go:embed web
+var webFiles embed.FS
+
+func (s *server) handleDashboard(w http.ResponseWriter, r *http.Request) {
+	web, _ := fs.Sub(webFiles, "web")
+	p := strings.TrimPrefix(path.Clean("/"+r.URL.Path), "/")
+	if p == "" || p == "index.html" || path.Ext(p) == "" {
+		s.serveIndex(w, r, web)
+		return
+	}
+	b, err := fs.ReadFile(web, p)
+	if err != nil {
+		writeRouteNotFound(w, r)
+		return
+	}
+	ct := mime.TypeByExtension(path.Ext(p))
+	if ct == "" {
+		ct = http.DetectContentType(b)
+	}
+	w.Header().Set("Content-Type", ct)
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusOK)
+	if r.Method != http.MethodHead {
+		w.Write(b)
+	}
+}
+
+// serveIndex serves index.html; the placeholder's markers are filled with this server's facts.
+func (s *server) serveIndex(w http.ResponseWriter, r *http.Request, web fs.FS) {
+	b, err := fs.ReadFile(web, "index.html")
+	if err != nil {
+		writeError(w, errorf(codeInternal, "the embedded dashboard has no index.html"))
+		return
+	}
+	note := "This server has no token: every request passes. Set AGENT_TOKEN before exposing it."
+	curlAuth := ""
+	if s.cfg.Token != "" {
+		note = "This server requires a token: send Authorization: Bearer <AGENT_TOKEN> with every request except /health (EventSource and WebSocket clients may pass ?token= instead)."
+		curlAuth = `-H "Authorization: Bearer $AGENT_TOKEN" `
+	}
+	host := r.Host
+	if host == "" {
+		host = net.JoinHostPort(s.cfg.Host, strconv.Itoa(s.cfg.Port))
+	}
+	page := strings.NewReplacer("{{VERSION}}", version, "{{AUTH_NOTE}}", note, "{{CURL_AUTH}}", curlAuth,
+		"{{HOST}}", htmlEscape(host)).Replace(string(b))
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusOK)
+	if r.Method != http.MethodHead {
+		w.Write([]byte(page))
+	}
+}
+
+var htmlEscaper = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;", `"`, "&quot;", "'", "&#39;")
+
+func htmlEscape(s string) string { return htmlEscaper.Replace(s) }

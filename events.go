@@ -2,16 +2,19 @@
 //
 // Entry points: hub.publish(topic, type, payload) from anywhere; handleEvents for the socket.
 // Rules (API.md Events, DESIGN §7): one ring buffer of the last 512 events; one buffered channel per
-// subscriber; the publisher never blocks — a subscriber that falls behind is disconnected. On connect the
-// server sends `hello` (topics, active runs); `{type:subscribe,topics}` is answered with `subscribed`, then
-// the buffered history for those topics, then live traffic; `{type:ping}` gets `pong`. Every event frame is
-// {type, at, topic, payload}. hub.Close ends every socket (shutdown).
+// subscriber; the publisher never blocks — a subscriber that falls behind is disconnected (its socket is
+// closed at once, so a stuck write never holds a goroutine). On connect the server sends `hello` (topics,
+// active runs); `{type:subscribe,topics}` is answered with `subscribed`, then the buffered history for those
+// topics, then live traffic with no event twice; `{type:ping}` gets `pong`. Every event frame is
+// {type, at, topic, payload}, encoded once at publish and shared by every socket. hub.Close ends every
+// socket and waits for their goroutines (shutdown).
 package main
 
 import (
 	"encoding/json"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -24,6 +27,7 @@ const (
 	hubHistory       = 512
 	hubSubscriberBuf = 256
 	wsWriteTimeout   = 10 * time.Second
+	wsMaxClientFrame = 64 << 10 // client frames are small control messages
 )
 
 // event is one frame on the socket.
@@ -32,13 +36,18 @@ type event struct {
 	At      string `json:"at"`
 	Topic   string `json:"topic"`
 	Payload any    `json:"payload"`
+
+	seq  uint64 // publish order, so a replay and the live stream never repeat an event
+	wire []byte // the encoded frame
 }
 
 type hub struct {
 	now func() time.Time
 
 	mu      sync.Mutex
-	ring    []event // last hubHistory events, oldest first
+	ring    []*event // circular, at most hubHistory
+	head    int      // index of the oldest event once the ring is full
+	seq     uint64
 	subs    map[*subscriber]struct{}
 	closed  bool
 	closing chan struct{}
@@ -46,30 +55,40 @@ type hub struct {
 }
 
 type subscriber struct {
-	ch      chan event
-	dropped chan struct{} // closed when the hub gave up on this subscriber
+	ch      chan *event
+	dropped chan struct{} // closed when the hub gave up on this subscriber, or it left
 	once    sync.Once
 }
 
 func (s *subscriber) drop() { s.once.Do(func() { close(s.dropped) }) }
 
 func newHub(now func() time.Time) *hub {
-	return &hub{now: now, subs: map[*subscriber]struct{}{}, closing: make(chan struct{})}
+	return &hub{now: now, subs: map[*subscriber]struct{}{}, closing: make(chan struct{}),
+		ring: make([]*event, 0, hubHistory)}
 }
 
 // publish records the event and fans it out without ever blocking.
 func (h *hub) publish(topic, typ string, payload any) {
-	ev := event{Type: typ, At: timestamp(h.now()), Topic: topic, Payload: payload}
+	ev := &event{Type: typ, At: timestamp(h.now()), Topic: topic, Payload: payload}
+	wire, err := json.Marshal(ev)
+	if err != nil {
+		ev.Payload = map[string]any{"error": "payload could not be encoded: " + err.Error()}
+		wire, _ = json.Marshal(ev)
+	}
+	ev.wire = wire
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
 		return
 	}
-	if len(h.ring) == hubHistory {
-		copy(h.ring, h.ring[1:])
-		h.ring = h.ring[:hubHistory-1]
+	h.seq++
+	ev.seq = h.seq
+	if len(h.ring) < hubHistory {
+		h.ring = append(h.ring, ev)
+	} else {
+		h.ring[h.head] = ev
+		h.head = (h.head + 1) % hubHistory
 	}
-	h.ring = append(h.ring, ev)
 	for s := range h.subs {
 		select {
 		case s.ch <- ev:
@@ -80,18 +99,31 @@ func (h *hub) publish(topic, typ string, payload any) {
 	}
 }
 
-// subscribe registers a subscriber and returns it with a copy of the history, atomically, so no event
-// falls between the replay and the live stream.
-func (h *hub) subscribe() (*subscriber, []event) {
-	s := &subscriber{ch: make(chan event, hubSubscriberBuf), dropped: make(chan struct{})}
+// historyLocked returns the buffered events, oldest first.
+func (h *hub) historyLocked() []*event {
+	out := make([]*event, 0, len(h.ring))
+	out = append(out, h.ring[h.head:]...)
+	return append(out, h.ring[:h.head]...)
+}
+
+// history returns the buffered events, oldest first, and the sequence number of the newest.
+func (h *hub) history() ([]*event, uint64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.historyLocked(), h.seq
+}
+
+// subscribe registers a subscriber; it receives every event published from now on.
+func (h *hub) subscribe() *subscriber {
+	s := &subscriber{ch: make(chan *event, hubSubscriberBuf), dropped: make(chan struct{})}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
 		s.drop()
-		return s, nil
+		return s
 	}
 	h.subs[s] = struct{}{}
-	return s, slices.Clone(h.ring)
+	return s
 }
 
 func (h *hub) unsubscribe(s *subscriber) {
@@ -101,7 +133,14 @@ func (h *hub) unsubscribe(s *subscriber) {
 	s.drop()
 }
 
-// Close disconnects every subscriber and waits for the socket handlers to return.
+// subscribers reports how many subscribers are attached (tests, doctor).
+func (h *hub) subscribers() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.subs)
+}
+
+// Close disconnects every subscriber and waits for the socket handlers to return. Idempotent.
 func (h *hub) Close() {
 	h.mu.Lock()
 	if !h.closed {
@@ -131,6 +170,11 @@ func (s *server) handleEvents(w http.ResponseWriter, r *http.Request) {
 
 // websocketAllowed checks the upgrade request and answers with the envelope when it is refused.
 func (s *server) websocketAllowed(w http.ResponseWriter, r *http.Request) bool {
+	if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+		writeError(w, errorf(codeSpecInvalid, "%s is a WebSocket endpoint", r.URL.Path).
+			withHint("connect with a WebSocket client (Upgrade: websocket)"))
+		return false
+	}
 	if o := r.Header.Get("Origin"); o != "" && !s.originAllowed(o, r) {
 		writeError(w, errorf(codeExecDenied, "origin %q is not allowed", o).withHint("add the origin to corsOrigins"))
 		return false
@@ -153,12 +197,23 @@ func (h *hub) serveSocket(c *websocket.Conn, activeRuns func() []map[string]any)
 	h.wg.Add(1)
 	h.mu.Unlock()
 	defer h.wg.Done()
-	defer c.Close()
+	c.MaxPayloadBytes = wsMaxClientFrame
 
-	sub, _ := h.subscribe()
-	defer h.unsubscribe(sub)
-
-	// One writer goroutine (this one); the reader forwards control frames to it.
+	sub := h.subscribe()
+	// The closer: a dropped subscriber or a closing hub closes the socket at once, which unblocks a
+	// write stuck on a client that does not read and ends the reader.
+	leaving := make(chan struct{})
+	closerDone := make(chan struct{})
+	go func() {
+		defer close(closerDone)
+		select {
+		case <-sub.dropped:
+		case <-h.closing:
+		case <-leaving:
+		}
+		c.Close()
+	}()
+	// One writer (this goroutine); the reader forwards control frames to it.
 	control := make(chan wsClientFrame, 8)
 	readerDone := make(chan struct{})
 	go func() {
@@ -174,25 +229,34 @@ func (h *hub) serveSocket(c *websocket.Conn, activeRuns func() []map[string]any)
 			}
 			select {
 			case control <- f:
-			case <-sub.dropped:
+			case <-leaving:
 				return
 			}
 		}
 	}()
+	defer func() {
+		h.unsubscribe(sub)
+		close(leaving)
+		<-closerDone
+		<-readerDone
+	}()
 
-	send := func(v any) bool {
+	sendRaw := func(b []byte) bool {
 		c.SetWriteDeadline(time.Now().Add(wsWriteTimeout))
-		return websocket.JSON.Send(c, v) == nil
+		return websocket.Message.Send(c, string(b)) == nil
+	}
+	send := func(v any) bool {
+		b, err := json.Marshal(v)
+		return err == nil && sendRaw(b)
 	}
 	if !send(event{Type: "hello", At: timestamp(h.now()), Topic: "providers",
 		Payload: map[string]any{"topics": eventTopics, "activeRuns": activeRuns()}}) {
 		return
 	}
 	var filter []string // nil: every topic
+	var sentUpTo uint64 // events at or below this were replayed; the live stream skips them
 	for {
 		select {
-		case <-h.closing:
-			return
 		case <-sub.dropped:
 			return
 		case <-readerDone:
@@ -208,16 +272,13 @@ func (h *hub) serveSocket(c *websocket.Conn, activeRuns func() []map[string]any)
 				if !send(map[string]any{"type": "subscribed", "topics": filter}) {
 					return
 				}
-				// Replay history for the chosen topics. Live events published meanwhile queue in sub.ch
-				// and may repeat the tail of the history; clients key on (at, type, payload) if they care.
-				h.mu.Lock()
-				history := slices.Clone(h.ring)
-				h.mu.Unlock()
+				history, last := h.history()
 				for _, ev := range history {
-					if slices.Contains(filter, ev.Topic) && !send(ev) {
+					if slices.Contains(filter, ev.Topic) && !sendRaw(ev.wire) {
 						return
 					}
 				}
+				sentUpTo = last
 			default:
 				if !send(map[string]any{"type": "error", "error": errorf(codeSpecInvalid,
 					"unknown frame type %q", f.Type).withHint("send {type: subscribe, topics: [...]} or {type: ping}")}) {
@@ -225,10 +286,10 @@ func (h *hub) serveSocket(c *websocket.Conn, activeRuns func() []map[string]any)
 				}
 			}
 		case ev := <-sub.ch:
-			if filter != nil && !slices.Contains(filter, ev.Topic) {
+			if ev.seq <= sentUpTo || (filter != nil && !slices.Contains(filter, ev.Topic)) {
 				continue
 			}
-			if !send(ev) {
+			if !sendRaw(ev.wire) {
 				return
 			}
 		}

@@ -20,6 +20,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 )
 
@@ -337,7 +338,7 @@ func (m *modelService) geminiModels(ctx context.Context, c candidate) ([]string,
 	}
 	var names []string
 	for _, md := range r.Models {
-		if len(md.Methods) > 0 && !contains(md.Methods, "generateContent") {
+		if len(md.Methods) > 0 && !slices.Contains(md.Methods, "generateContent") {
 			continue
 		}
 		names = append(names, strings.TrimPrefix(md.Name, "models/"))

@@ -98,7 +98,13 @@ func (c *idempotencyCache) record(w http.ResponseWriter, r *http.Request, next h
 		if rec.status < 400 && !rec.streaming && !rec.overflow {
 			e.ok, e.status, e.body = true, rec.status, rec.buf.Bytes()
 			e.header = w.Header().Clone()
-			e.header.Del(versionHeader) // set afresh on every response
+			// Set afresh on every response: the version, and CORS headers, which depend on the caller's Origin.
+			e.header.Del(versionHeader)
+			for k := range e.header {
+				if strings.HasPrefix(k, "Access-Control-") || k == "Vary" {
+					e.header.Del(k)
+				}
+			}
 		} else {
 			delete(c.entries, ck)
 		}

@@ -15,7 +15,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -28,6 +27,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -182,13 +182,36 @@ func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (co
 	return cfg, nil
 }
 
+// configKeys are the keys config.yaml accepts (DESIGN §2).
+var configKeys = []string{"host", "port", "corsOrigins", "maxComputers", "computerProvider", "images",
+	"modelAliases", "maxCostUsd", "reaperIntervalSec"}
+
 // parseConfigFile reads config.yaml strictly: an unknown key is an E_CONFIG error naming it.
 func parseConfigFile(b []byte, cfg *config) error {
-	dec := yaml.NewDecoder(bytes.NewReader(b))
-	dec.KnownFields(true)
-	if err := dec.Decode(cfg); err != nil && !errors.Is(err, io.EOF) {
-		return errorf(codeConfig, "config.yaml: %s", strings.TrimPrefix(err.Error(), "yaml: ")).
-			withHint("known keys: host, port, corsOrigins, maxComputers, computerProvider, images, modelAliases, maxCostUsd, reaperIntervalSec")
+	hint := "known keys: " + strings.Join(configKeys, ", ")
+	var doc yaml.Node
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		return errorf(codeConfig, "config.yaml: %s", strings.TrimPrefix(err.Error(), "yaml: ")).withHint(hint)
+	}
+	if len(doc.Content) == 0 {
+		return nil // an empty file sets nothing
+	}
+	root := doc.Content[0]
+	if root.Kind != yaml.MappingNode {
+		return errorf(codeConfig, "config.yaml must be a mapping of settings").withHint(hint)
+	}
+	for i := 0; i < len(root.Content); i += 2 {
+		k := root.Content[i].Value
+		switch {
+		case k == "token":
+			return errorf(codeConfig, "config.yaml: unknown key %q: the token is never read from the config file", k).
+				withHint("set AGENT_TOKEN in the environment or pass --token-file")
+		case !slices.Contains(configKeys, k):
+			return errorf(codeConfig, "config.yaml: unknown key %q (line %d)", k, root.Content[i].Line).withHint(hint)
+		}
+	}
+	if err := root.Decode(cfg); err != nil {
+		return errorf(codeConfig, "config.yaml: %s", strings.TrimPrefix(err.Error(), "yaml: ")).withHint(hint)
 	}
 	return nil
 }

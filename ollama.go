@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -272,8 +273,8 @@ func (m *modelService) ollamaShow(ctx context.Context, c candidate, name string)
 		}
 	}
 	if r.Capabilities != nil {
-		mi.SupportsTools = contains(r.Capabilities, "tools")
-		mi.SupportsVision = contains(r.Capabilities, "vision")
+		mi.SupportsTools = slices.Contains(r.Capabilities, "tools")
+		mi.SupportsVision = slices.Contains(r.Capabilities, "vision")
 	}
 	if mi.MaxOutputTokens > mi.ContextWindow {
 		mi.MaxOutputTokens = mi.ContextWindow

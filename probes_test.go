@@ -214,7 +214,7 @@ func TestProbesCachedAndFlipPublishesEvent(t *testing.T) {
 	h := m.s.hub
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	var flips []event
+	var flips []*event
 	for _, ev := range h.ring {
 		if ev.Topic == "providers" && ev.Type == "provider_changed" {
 			flips = append(flips, ev)

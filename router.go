@@ -15,6 +15,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -273,7 +274,7 @@ func (m *modelService) resolveAlias(name string) (string, error) {
 			return cur, nil
 		}
 		next = strings.TrimSpace(next)
-		if contains(seen, next) {
+		if slices.Contains(seen, next) {
 			return "", errorf(codeConfig, "model alias loop: %s", strings.Join(append(seen, next), " → ")).
 				withHint("fix modelAliases in config.yaml so every alias ends at a model")
 		}
@@ -318,7 +319,7 @@ func (m *modelService) pickAlias(ctx context.Context, alias string, targets []st
 	var keys []string
 	for _, t := range targets {
 		pid, _, _ := strings.Cut(t, "/")
-		if k := providerByID(pid).envKey(); !contains(keys, k) {
+		if k := providerByID(pid).envKey(); !slices.Contains(keys, k) {
 			keys = append(keys, k)
 		}
 	}
@@ -486,12 +487,12 @@ func (m *modelService) run(ctx context.Context, p *chatPlan, req ChatRequest, em
 			return fail(lastErr)
 		}
 	}
-	return fail(summarise(failures))
+	return fail(summariseFailures(failures))
 }
 
 // summarise picks the error of an exhausted walk: the single failure as is; 429 everywhere → E_QUOTA;
 // one shared code → that code; otherwise E_MODEL_ERROR listing each candidate's failure.
-func summarise(failures []*apiError) *apiError {
+func summariseFailures(failures []*apiError) *apiError {
 	if len(failures) == 1 {
 		return failures[0]
 	}

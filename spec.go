@@ -1,10 +1,31 @@
-// spec.go — the agent spec: its types, strict parsing from YAML or JSON, defaults, and validation that
-// reports every problem at once as `<dotted.path>: <message>` lines (API.md "Agent spec", DESIGN §3).
+// spec.go — the agent spec: its types, strict parsing from YAML or JSON, defaults, validation that
+// reports every problem at once as `<dotted.path>: <message>` lines (API.md "Agent spec", DESIGN §3),
+// and rendering a spec back to YAML.
 //
-// Entry point: parseSpec(yamlText or JSON object) → (*AgentSpec with defaults, issues).
-// Rules: unknown keys at any level are issues; YAML aliases are refused (no alias bombs); numbers keep
-// their integer/float distinction; defaults are applied only after the document is valid.
+// Entry points: parseSpecYAML(text) and parseSpecJSON(raw) → (*AgentSpec with defaults, issues);
+// renderSpecYAML(spec); parseComputerCreateJSON(raw) for the POST /v1/computers body.
+// Rules: both inputs are first turned into one neutral value tree (objects keep key order and report
+// duplicate keys; numbers keep whether they are integral), then one validator walks it, so YAML and JSON
+// give the same issues. Unknown keys at any level are issues. YAML anchors and aliases are refused
+// outright while building the tree, so an alias bomb costs no more than its text; non-UTF-8 is refused.
+// Defaults fill only keys that were absent; a spec with any issue is never returned.
 package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"gopkg.in/yaml.v3"
+)
 
 // AgentSpec is a validated agent spec with defaults applied. JSON and YAML names are the contract's.
 type AgentSpec struct {
@@ -122,4 +143,888 @@ type TriggerSpec struct {
 	Channels    []string `json:"channels,omitempty" yaml:"channels,omitempty"`
 	MentionOnly *bool    `json:"mentionOnly,omitempty" yaml:"mentionOnly,omitempty"`
 	Allowlist   []string `json:"allowlist,omitempty" yaml:"allowlist,omitempty"`
+}
+
+// ---- the neutral value tree ----
+
+// Values of the tree: nil, bool, string, specNum, []any, *specObj.
+type specObj struct {
+	keys []string // document order
+	vals map[string]any
+	dups []string // keys that appeared more than once
+}
+
+func (o *specObj) set(k string, v any) {
+	if _, ok := o.vals[k]; ok {
+		o.dups = append(o.dups, k)
+	} else {
+		o.keys = append(o.keys, k)
+	}
+	o.vals[k] = v
+}
+
+// specNum is a finite number; isInt when it is integral and within JavaScript's safe range, so a
+// spec means the same to every client.
+type specNum struct {
+	f     float64
+	isInt bool
+}
+
+const maxSafeInt = 1<<53 - 1
+
+func newSpecNum(f float64) specNum {
+	return specNum{f: f, isInt: f == math.Trunc(f) && math.Abs(f) <= maxSafeInt}
+}
+
+// maxSpecDepth bounds nesting so a hostile document cannot exhaust the stack.
+const maxSpecDepth = 200
+
+// specInputError is a document that could not become a tree; it is reported as one issue.
+type specInputError struct{ path, msg string }
+
+func (e *specInputError) Error() string { return issueLine(e.path, e.msg) }
+
+func issueLine(path, msg string) string {
+	if path == "" {
+		path = "(root)"
+	}
+	return path + ": " + msg
+}
+
+func joinPath(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+// yamlTree parses one YAML document into the neutral tree.
+func yamlTree(text string) (v any, err error) {
+	if !utf8.ValidString(text) {
+		return nil, &specInputError{"", "YAML text is not valid UTF-8"}
+	}
+	defer func() {
+		if p := recover(); p != nil { // the YAML library must never take the server down
+			v, err = nil, &specInputError{"", fmt.Sprintf("Invalid YAML: %v", p)}
+		}
+	}()
+	dec := yaml.NewDecoder(strings.NewReader(text))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, nil
+		}
+		return nil, &specInputError{"", "Invalid YAML: " + strings.TrimPrefix(err.Error(), "yaml: ")}
+	}
+	var second yaml.Node
+	if err := dec.Decode(&second); err == nil {
+		return nil, &specInputError{"", "YAML text holds more than one document; send one spec"}
+	} else if !errors.Is(err, io.EOF) {
+		return nil, &specInputError{"", "Invalid YAML: " + strings.TrimPrefix(err.Error(), "yaml: ")}
+	}
+	if len(doc.Content) == 0 {
+		return nil, nil
+	}
+	if doc.Anchor != "" {
+		return nil, errYAMLAlias("")
+	}
+	return yamlValue(doc.Content[0], "", 0)
+}
+
+func errYAMLAlias(path string) error {
+	return &specInputError{path, "YAML anchors and aliases are not supported; write the value out"}
+}
+
+func yamlValue(n *yaml.Node, path string, depth int) (any, error) {
+	if depth > maxSpecDepth {
+		return nil, &specInputError{path, fmt.Sprintf("document nests deeper than %d levels", maxSpecDepth)}
+	}
+	if n.Kind == yaml.AliasNode || n.Anchor != "" {
+		return nil, errYAMLAlias(path)
+	}
+	switch n.Kind {
+	case yaml.MappingNode:
+		o := &specObj{vals: make(map[string]any, len(n.Content)/2)}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, val := n.Content[i], n.Content[i+1]
+			if k.Kind == yaml.AliasNode || k.Anchor != "" {
+				return nil, errYAMLAlias(path)
+			}
+			if k.Kind != yaml.ScalarNode {
+				return nil, &specInputError{path, "object keys must be plain strings"}
+			}
+			child, err := yamlValue(val, joinPath(path, k.Value), depth+1)
+			if err != nil {
+				return nil, err
+			}
+			o.set(k.Value, child)
+		}
+		return o, nil
+	case yaml.SequenceNode:
+		out := make([]any, 0, len(n.Content))
+		for i, c := range n.Content {
+			child, err := yamlValue(c, joinPath(path, strconv.Itoa(i)), depth+1)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, child)
+		}
+		return out, nil
+	case yaml.ScalarNode:
+		return yamlScalar(n, path)
+	}
+	return nil, &specInputError{path, "unsupported YAML node"}
+}
+
+func yamlScalar(n *yaml.Node, path string) (any, error) {
+	switch tag := n.ShortTag(); tag {
+	case "!!str", "!!timestamp", "!!binary":
+		// A date-looking value (importedAt: 2026-11-22) is kept as the text the author wrote.
+		return n.Value, nil
+	case "!!null":
+		return nil, nil
+	case "!!bool":
+		switch strings.ToLower(n.Value) {
+		case "true":
+			return true, nil
+		case "false":
+			return false, nil
+		}
+		var b bool
+		if err := n.Decode(&b); err != nil {
+			return nil, &specInputError{path, fmt.Sprintf("invalid boolean %q", n.Value)}
+		}
+		return b, nil
+	case "!!int", "!!float":
+		plain := strings.ReplaceAll(n.Value, "_", "")
+		if i, err := strconv.ParseInt(plain, 0, 64); err == nil {
+			return newSpecNum(float64(i)), nil
+		}
+		f, err := strconv.ParseFloat(plain, 64)
+		if err != nil {
+			var x any
+			if derr := n.Decode(&x); derr != nil {
+				return nil, &specInputError{path, fmt.Sprintf("invalid number %q", n.Value)}
+			}
+			switch t := x.(type) {
+			case int:
+				f = float64(t)
+			case int64:
+				f = float64(t)
+			case uint64:
+				f = float64(t)
+			case float64:
+				f = t
+			default:
+				return nil, &specInputError{path, fmt.Sprintf("invalid number %q", n.Value)}
+			}
+		}
+		if math.IsInf(f, 0) || math.IsNaN(f) {
+			return nil, &specInputError{path, fmt.Sprintf("number %q is not finite", n.Value)}
+		}
+		return newSpecNum(f), nil
+	default:
+		return nil, &specInputError{path, fmt.Sprintf("unsupported YAML tag %q", tag)}
+	}
+}
+
+// jsonTree parses one JSON value into the neutral tree, keeping key order and catching duplicate keys
+// (encoding/json would silently keep the last one).
+func jsonTree(raw []byte) (any, error) {
+	if !utf8.Valid(raw) {
+		return nil, &specInputError{"", "JSON is not valid UTF-8"}
+	}
+	if !json.Valid(raw) { // also bounds nesting before the token walk below
+		var x any
+		err := json.Unmarshal(raw, &x)
+		msg := "Invalid JSON"
+		if err != nil {
+			msg += ": " + strings.TrimPrefix(err.Error(), "json: ")
+		}
+		return nil, &specInputError{"", msg}
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	v, err := jsonValue(dec, "", 0)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, &specInputError{"", "Invalid JSON: data after the value"}
+	}
+	return v, nil
+}
+
+func jsonValue(dec *json.Decoder, path string, depth int) (any, error) {
+	if depth > maxSpecDepth {
+		return nil, &specInputError{path, fmt.Sprintf("document nests deeper than %d levels", maxSpecDepth)}
+	}
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, &specInputError{path, "Invalid JSON: " + strings.TrimPrefix(err.Error(), "json: ")}
+	}
+	switch t := tok.(type) {
+	case json.Delim:
+		switch t {
+		case '{':
+			o := &specObj{vals: map[string]any{}}
+			for dec.More() {
+				kt, err := dec.Token()
+				if err != nil {
+					return nil, &specInputError{path, "Invalid JSON: " + strings.TrimPrefix(err.Error(), "json: ")}
+				}
+				k, _ := kt.(string)
+				child, err := jsonValue(dec, joinPath(path, k), depth+1)
+				if err != nil {
+					return nil, err
+				}
+				o.set(k, child)
+			}
+			if _, err := dec.Token(); err != nil {
+				return nil, &specInputError{path, "Invalid JSON: " + err.Error()}
+			}
+			return o, nil
+		case '[':
+			out := []any{}
+			for i := 0; dec.More(); i++ {
+				child, err := jsonValue(dec, joinPath(path, strconv.Itoa(i)), depth+1)
+				if err != nil {
+					return nil, err
+				}
+				out = append(out, child)
+			}
+			if _, err := dec.Token(); err != nil {
+				return nil, &specInputError{path, "Invalid JSON: " + err.Error()}
+			}
+			return out, nil
+		}
+	case json.Number:
+		f, err := strconv.ParseFloat(string(t), 64)
+		if err != nil || math.IsInf(f, 0) {
+			return nil, &specInputError{path, fmt.Sprintf("number %s is out of range", t)}
+		}
+		return newSpecNum(f), nil
+	case string, bool, nil:
+		return t, nil
+	}
+	return nil, &specInputError{path, "Invalid JSON"}
+}
+
+// plainValue turns a tree value into ordinary Go values (for metadata, carried through untouched).
+func plainValue(v any) any {
+	switch t := v.(type) {
+	case *specObj:
+		m := make(map[string]any, len(t.keys))
+		for _, k := range t.keys {
+			m[k] = plainValue(t.vals[k])
+		}
+		return m
+	case []any:
+		out := make([]any, len(t))
+		for i, x := range t {
+			out[i] = plainValue(x)
+		}
+		return out
+	case specNum:
+		if t.isInt {
+			return int64(t.f)
+		}
+		return t.f
+	}
+	return v
+}
+
+func typeName(v any) string {
+	switch v.(type) {
+	case nil:
+		return "null"
+	case bool:
+		return "boolean"
+	case string:
+		return "string"
+	case specNum:
+		return "number"
+	case []any:
+		return "array"
+	case *specObj:
+		return "object"
+	}
+	return "unknown"
+}
+
+// ---- the validator ----
+
+// specCheck collects issues while it walks a tree; every accessor reports and carries on, so one pass
+// finds every problem.
+type specCheck struct{ issues []string }
+
+func (c *specCheck) add(path, msg string) { c.issues = append(c.issues, issueLine(path, msg)) }
+
+func (c *specCheck) expected(path, want string, got any) {
+	c.add(path, "Expected "+want+", received "+typeName(got))
+}
+
+// object checks that v is an object holding only the allowed keys (any key when allowed is nil: a record).
+func (c *specCheck) object(path string, v any, allowed []string) *specObj {
+	o, ok := v.(*specObj)
+	if !ok {
+		c.expected(path, "object", v)
+		return nil
+	}
+	var unknown []string
+	for _, k := range o.keys {
+		if allowed != nil && !slices.Contains(allowed, k) {
+			unknown = append(unknown, "'"+k+"'")
+		}
+	}
+	if len(unknown) > 0 {
+		c.add(path, "Unrecognized key(s) in object: "+strings.Join(unknown, ", "))
+	}
+	for _, k := range o.dups {
+		c.add(joinPath(path, k), "Duplicate key")
+	}
+	return o
+}
+
+// get returns the value of key and whether it is present; a missing required key is reported.
+func (c *specCheck) get(o *specObj, path, key string, required bool) (any, string, bool) {
+	p := joinPath(path, key)
+	if o == nil {
+		return nil, p, false
+	}
+	v, ok := o.vals[key]
+	if !ok && required {
+		c.add(p, "Required")
+	}
+	return v, p, ok
+}
+
+// str reads a string field; max < 0 means no cap, nonEmpty requires at least one character.
+func (c *specCheck) str(o *specObj, path, key string, required bool, max int, nonEmpty bool, dst *string) {
+	v, p, ok := c.get(o, path, key, required)
+	if !ok {
+		return
+	}
+	s, isStr := v.(string)
+	if !isStr {
+		c.expected(p, "string", v)
+		return
+	}
+	if nonEmpty && s == "" {
+		c.add(p, "String must contain at least 1 character(s)")
+		return
+	}
+	if max >= 0 && utf8.RuneCountInString(s) > max {
+		c.add(p, fmt.Sprintf("String must contain at most %d character(s)", max))
+		return
+	}
+	*dst = s
+}
+
+func (c *specCheck) strList(o *specObj, path, key string, dst *[]string) {
+	v, p, ok := c.get(o, path, key, false)
+	if !ok {
+		return
+	}
+	list, isList := v.([]any)
+	if !isList {
+		c.expected(p, "array", v)
+		return
+	}
+	out := make([]string, 0, len(list))
+	for i, x := range list {
+		s, isStr := x.(string)
+		if !isStr {
+			c.expected(joinPath(p, strconv.Itoa(i)), "string", x)
+			continue
+		}
+		out = append(out, s)
+	}
+	*dst = out
+}
+
+func (c *specCheck) strMap(o *specObj, path, key string, dst *map[string]string) {
+	v, p, ok := c.get(o, path, key, false)
+	if !ok {
+		return
+	}
+	m := c.object(p, v, nil)
+	if m == nil {
+		return
+	}
+	out := make(map[string]string, len(m.keys))
+	for _, k := range m.keys {
+		s, isStr := m.vals[k].(string)
+		if !isStr {
+			c.expected(joinPath(p, k), "string", m.vals[k])
+			continue
+		}
+		out[k] = s
+	}
+	*dst = out
+}
+
+func (c *specCheck) boolean(o *specObj, path, key string, dst *bool) {
+	v, p, ok := c.get(o, path, key, false)
+	if !ok {
+		return
+	}
+	b, isBool := v.(bool)
+	if !isBool {
+		c.expected(p, "boolean", v)
+		return
+	}
+	*dst = b
+}
+
+func (c *specCheck) boolPtr(o *specObj, path, key string, dst **bool) {
+	var b bool
+	n := len(c.issues)
+	if _, present := o.vals[key]; !present {
+		return
+	}
+	c.boolean(o, path, key, &b)
+	if len(c.issues) == n {
+		*dst = &b
+	}
+}
+
+// bounds are a number's limits: lo/hi inclusive unless loOpen; has* say which apply.
+type bounds struct {
+	lo, hi        float64
+	hasLo, hasHi  bool
+	loOpen, isInt bool
+}
+
+func (c *specCheck) checkNum(p string, v any, b bounds) (specNum, bool) {
+	n, isNum := v.(specNum)
+	if !isNum {
+		c.expected(p, "number", v)
+		return n, false
+	}
+	if b.isInt && !n.isInt {
+		if n.f == math.Trunc(n.f) {
+			c.add(p, fmt.Sprintf("Number must be less than or equal to %d", maxSafeInt))
+		} else {
+			c.add(p, "Expected integer, received float")
+		}
+		return n, false
+	}
+	okay := true
+	if b.hasLo {
+		if b.loOpen && n.f <= b.lo {
+			c.add(p, "Number must be greater than "+fmtNum(b.lo))
+			okay = false
+		} else if !b.loOpen && n.f < b.lo {
+			c.add(p, "Number must be greater than or equal to "+fmtNum(b.lo))
+			okay = false
+		}
+	}
+	if b.hasHi && n.f > b.hi {
+		c.add(p, "Number must be less than or equal to "+fmtNum(b.hi))
+		okay = false
+	}
+	return n, okay
+}
+
+func fmtNum(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
+
+func (c *specCheck) number(o *specObj, path, key string, b bounds, dst *float64) {
+	v, p, ok := c.get(o, path, key, false)
+	if !ok {
+		return
+	}
+	if n, good := c.checkNum(p, v, b); good {
+		*dst = n.f
+	}
+}
+
+func (c *specCheck) integer(o *specObj, path, key string, b bounds, dst *int) {
+	v, p, ok := c.get(o, path, key, false)
+	if !ok {
+		return
+	}
+	b.isInt = true
+	if n, good := c.checkNum(p, v, b); good {
+		*dst = int(n.f)
+	}
+}
+
+func (c *specCheck) enum(o *specObj, path, key string, values []string, dst *string) {
+	v, p, ok := c.get(o, path, key, false)
+	if !ok {
+		return
+	}
+	s, isStr := v.(string)
+	if !isStr {
+		c.expected(p, "string", v)
+		return
+	}
+	if !slices.Contains(values, s) {
+		c.add(p, fmt.Sprintf("Invalid enum value. Expected %s, received '%s'", quoteList(values), s))
+		return
+	}
+	*dst = s
+}
+
+func quoteList(values []string) string {
+	q := make([]string, len(values))
+	for i, v := range values {
+		q[i] = "'" + v + "'"
+	}
+	return strings.Join(q, " | ")
+}
+
+// objList walks an array of objects, calling each with the element's path and object.
+func (c *specCheck) objList(o *specObj, path, key string, allowed []string, each func(p string, e *specObj)) bool {
+	v, p, ok := c.get(o, path, key, false)
+	if !ok {
+		return false
+	}
+	list, isList := v.([]any)
+	if !isList {
+		c.expected(p, "array", v)
+		return false
+	}
+	for i, x := range list {
+		ep := joinPath(p, strconv.Itoa(i))
+		if e := c.object(ep, x, allowed); e != nil {
+			each(ep, e)
+		}
+	}
+	return true
+}
+
+// ---- the agent spec schema ----
+
+var (
+	specTopKeys = []string{"apiVersion", "name", "displayName", "version", "description", "model",
+		"fallbackModels", "temperature", "persona", "knowledge", "examples", "tools", "computer", "limits",
+		"guardrails", "memory", "triggers", "metadata", "origin"}
+	agentComputerKeys = []string{"enabled", "provider", "flavor", "image", "cpus", "memoryMb", "diskMb",
+		"idleTimeoutSec", "maxLifetimeSec", "packages", "setup", "env", "workdir", "persist", "network", "mounts"}
+	createComputerKeys = []string{"name", "provider", "image", "flavor", "cpus", "memoryMb", "diskMb",
+		"idleTimeoutSec", "maxLifetimeSec", "network", "env", "mounts", "workdir", "user", "persist",
+		"packages", "setup", "labels"}
+	triggerKeys = map[string][]string{
+		"http": {"type", "path", "auth"}, "cron": {"type", "schedule", "prompt"},
+		"webhook": {"type", "path", "secret"}, "discord": {"type", "channels", "mentionOnly"},
+		"slack": {"type", "channels", "mentionOnly"}, "telegram": {"type", "allowlist"}, "cli": {"type"},
+	}
+	triggerTypes = []string{"http", "cron", "webhook", "discord", "slack", "telegram", "cli"}
+	agentNameRe  = regexp.MustCompile(`^[a-z0-9][a-z0-9-]*$`)
+)
+
+const (
+	specAPIVersion  = "agent/v1"
+	nameRuleMessage = "name must be lowercase letters, digits and dashes, starting with a letter or digit"
+)
+
+// defaultSpec is a spec with every default of API.md; validation overwrites what the document sets.
+func defaultSpec() AgentSpec {
+	return AgentSpec{
+		APIVersion: specAPIVersion, Version: "0.1.0", Model: "auto",
+		FallbackModels: []string{}, Knowledge: []Knowledge{}, Examples: []Example{},
+		Tools:      []string{"computer"},
+		Computer:   defaultComputerSpec(),
+		Limits:     Limits{MaxSteps: 24, MaxCostUSD: 0.5, MaxTokens: 200000, TimeoutSec: 300, ExecTimeoutSec: 120, MaxOutputBytes: 262144},
+		Guardrails: Guardrails{ApprovalMode: "auto", DenyCommands: []string{}, AllowCommands: []string{}, Refuse: []string{}, RedactSecrets: true},
+		Memory:     MemorySpec{Backend: "sqlite", WindowTurns: 20, Summarise: true},
+		Triggers:   []TriggerSpec{{Type: "cli"}},
+		Metadata:   map[string]any{},
+	}
+}
+
+// defaultComputerSpec holds the computer defaults shared by agent specs and POST /v1/computers.
+func defaultComputerSpec() ComputerSpec {
+	return ComputerSpec{
+		Flavor: "base", CPUs: 2, MemoryMB: 2048, DiskMB: 2048, IdleTimeoutSec: 900,
+		Packages: []string{}, Env: map[string]string{}, Workdir: "/work",
+		Network: NetworkSpec{Mode: "egress"}, Mounts: []Mount{},
+	}
+}
+
+// parseSpecYAML parses and validates an agent spec written in YAML. It returns the spec with defaults
+// applied, or nil and every issue as a `<path>: <message>` line.
+func parseSpecYAML(text string) (*AgentSpec, []string) {
+	tree, err := yamlTree(text)
+	if err != nil {
+		return nil, []string{err.Error()}
+	}
+	return validateSpecTree(tree)
+}
+
+// parseSpecJSON is parseSpecYAML for a JSON object (the `spec` of a request body).
+func parseSpecJSON(raw []byte) (*AgentSpec, []string) {
+	tree, err := jsonTree(raw)
+	if err != nil {
+		return nil, []string{err.Error()}
+	}
+	return validateSpecTree(tree)
+}
+
+func validateSpecTree(tree any) (*AgentSpec, []string) {
+	c := &specCheck{}
+	spec := defaultSpec()
+	o := c.object("", tree, specTopKeys)
+	if o == nil {
+		return nil, c.issues
+	}
+
+	if v, p, ok := c.get(o, "", "apiVersion", false); ok && v != specAPIVersion {
+		c.add(p, `Invalid literal value, expected "`+specAPIVersion+`"`)
+	}
+	if v, p, ok := c.get(o, "", "name", true); ok {
+		switch s, isStr := v.(string); {
+		case !isStr:
+			c.expected(p, "string", v)
+		case s == "":
+			c.add(p, "String must contain at least 1 character(s)")
+		case len(s) > 64:
+			c.add(p, "String must contain at most 64 character(s)")
+		case !agentNameRe.MatchString(s):
+			c.add(p, nameRuleMessage)
+		default:
+			spec.Name = s
+		}
+	}
+	c.str(o, "", "displayName", false, 96, false, &spec.DisplayName)
+	c.str(o, "", "version", false, -1, false, &spec.Version)
+	c.str(o, "", "description", false, 280, false, &spec.Description)
+	c.str(o, "", "model", false, -1, false, &spec.Model)
+	c.strList(o, "", "fallbackModels", &spec.FallbackModels)
+	if _, present := o.vals["temperature"]; present {
+		var t float64
+		n := len(c.issues)
+		c.number(o, "", "temperature", bounds{lo: 0, hi: 2, hasLo: true, hasHi: true}, &t)
+		if len(c.issues) == n {
+			spec.Temperature = &t
+		}
+	}
+	c.str(o, "", "persona", false, -1, false, &spec.Persona)
+	c.objList(o, "", "knowledge", []string{"title", "content", "source"}, func(p string, e *specObj) {
+		var k Knowledge
+		c.str(e, p, "title", true, -1, false, &k.Title)
+		c.str(e, p, "content", true, -1, false, &k.Content)
+		c.str(e, p, "source", false, -1, false, &k.Source)
+		spec.Knowledge = append(spec.Knowledge, k)
+	})
+	c.objList(o, "", "examples", []string{"user", "assistant"}, func(p string, e *specObj) {
+		var x Example
+		c.str(e, p, "user", true, -1, false, &x.User)
+		c.str(e, p, "assistant", true, -1, false, &x.Assistant)
+		spec.Examples = append(spec.Examples, x)
+	})
+	c.strList(o, "", "tools", &spec.Tools)
+	if v, p, ok := c.get(o, "", "computer", false); ok {
+		if co := c.object(p, v, agentComputerKeys); co != nil {
+			c.computer(co, p, &spec.Computer, false)
+		}
+	}
+	if v, p, ok := c.get(o, "", "limits", false); ok {
+		if lo := c.object(p, v, []string{"maxSteps", "maxCostUsd", "maxTokens", "timeoutSec", "execTimeoutSec", "maxOutputBytes"}); lo != nil {
+			l := &spec.Limits
+			c.integer(lo, p, "maxSteps", bounds{lo: 1, hi: 500, hasLo: true, hasHi: true}, &l.MaxSteps)
+			c.number(lo, p, "maxCostUsd", bounds{lo: 0, hasLo: true}, &l.MaxCostUSD)
+			positive := bounds{lo: 0, hasLo: true, loOpen: true}
+			c.integer(lo, p, "maxTokens", positive, &l.MaxTokens)
+			c.integer(lo, p, "timeoutSec", positive, &l.TimeoutSec)
+			c.integer(lo, p, "execTimeoutSec", positive, &l.ExecTimeoutSec)
+			c.integer(lo, p, "maxOutputBytes", positive, &l.MaxOutputBytes)
+		}
+	}
+	if v, p, ok := c.get(o, "", "guardrails", false); ok {
+		if g := c.object(p, v, []string{"approvalMode", "denyCommands", "allowCommands", "refuse", "redactSecrets"}); g != nil {
+			c.enum(g, p, "approvalMode", []string{"auto", "ask", "readonly"}, &spec.Guardrails.ApprovalMode)
+			c.strList(g, p, "denyCommands", &spec.Guardrails.DenyCommands)
+			c.strList(g, p, "allowCommands", &spec.Guardrails.AllowCommands)
+			c.strList(g, p, "refuse", &spec.Guardrails.Refuse)
+			c.boolean(g, p, "redactSecrets", &spec.Guardrails.RedactSecrets)
+		}
+	}
+	if v, p, ok := c.get(o, "", "memory", false); ok {
+		if m := c.object(p, v, []string{"enabled", "backend", "windowTurns", "summarise"}); m != nil {
+			c.boolean(m, p, "enabled", &spec.Memory.Enabled)
+			c.enum(m, p, "backend", []string{"sqlite", "memory", "file"}, &spec.Memory.Backend)
+			c.integer(m, p, "windowTurns", bounds{lo: 0, hasLo: true, loOpen: true}, &spec.Memory.WindowTurns)
+			c.boolean(m, p, "summarise", &spec.Memory.Summarise)
+		}
+	}
+	if v, p, ok := c.get(o, "", "triggers", false); ok {
+		spec.Triggers = c.triggers(p, v)
+	}
+	if v, p, ok := c.get(o, "", "metadata", false); ok {
+		if c.object(p, v, nil) != nil {
+			spec.Metadata = plainValue(v).(map[string]any)
+		}
+	}
+	if v, p, ok := c.get(o, "", "origin", false); ok {
+		if og := c.object(p, v, []string{"source", "transcriptId", "importedAt", "messageCount"}); og != nil {
+			var or Origin
+			c.str(og, p, "source", true, -1, false, &or.Source)
+			c.str(og, p, "transcriptId", false, -1, false, &or.TranscriptID)
+			c.str(og, p, "importedAt", false, -1, false, &or.ImportedAt)
+			if _, present := og.vals["messageCount"]; present {
+				var n int
+				before := len(c.issues)
+				c.integer(og, p, "messageCount", bounds{lo: 0, hasLo: true}, &n)
+				if len(c.issues) == before {
+					or.MessageCount = &n
+				}
+			}
+			spec.Origin = &or
+		}
+	}
+	if len(c.issues) > 0 {
+		return nil, c.issues
+	}
+	if spec.Computer.Enabled == nil {
+		enabled := true
+		spec.Computer.Enabled = &enabled
+	}
+	return &spec, nil
+}
+
+// computer validates a computer block into dst, which already holds the defaults. create selects the
+// keys of the POST /v1/computers body (name, user, labels) over the agent spec's (enabled).
+func (c *specCheck) computer(o *specObj, p string, dst *ComputerSpec, create bool) {
+	if create {
+		c.str(o, p, "name", false, 64, false, &dst.Name)
+		c.str(o, p, "user", false, -1, false, &dst.User)
+		c.strMap(o, p, "labels", &dst.Labels)
+	} else {
+		c.boolPtr(o, p, "enabled", &dst.Enabled)
+	}
+	c.str(o, p, "provider", false, -1, false, &dst.Provider)
+	c.enum(o, p, "flavor", []string{"base", "python", "node", "full"}, &dst.Flavor)
+	c.str(o, p, "image", false, -1, false, &dst.Image)
+	c.number(o, p, "cpus", bounds{lo: 0, hi: 64, hasLo: true, hasHi: true, loOpen: true}, &dst.CPUs)
+	c.integer(o, p, "memoryMb", bounds{lo: 0, hi: 131072, hasLo: true, hasHi: true, loOpen: true}, &dst.MemoryMB)
+	c.integer(o, p, "diskMb", bounds{lo: 0, hasLo: true, loOpen: true}, &dst.DiskMB)
+	c.integer(o, p, "idleTimeoutSec", bounds{lo: 0, hasLo: true}, &dst.IdleTimeoutSec)
+	c.integer(o, p, "maxLifetimeSec", bounds{lo: 0, hasLo: true}, &dst.MaxLifetimeSec)
+	c.strList(o, p, "packages", &dst.Packages)
+	c.str(o, p, "setup", false, -1, false, &dst.Setup)
+	c.strMap(o, p, "env", &dst.Env)
+	c.str(o, p, "workdir", false, -1, true, &dst.Workdir)
+	c.boolean(o, p, "persist", &dst.Persist)
+	if v, np, ok := c.get(o, p, "network", false); ok {
+		if n := c.object(np, v, []string{"mode", "allow", "deny"}); n != nil {
+			c.enum(n, np, "mode", []string{"none", "egress", "full"}, &dst.Network.Mode)
+			c.strList(n, np, "allow", &dst.Network.Allow)
+			c.strList(n, np, "deny", &dst.Network.Deny)
+			for i, h := range dst.Network.Allow {
+				if strings.Contains(strings.TrimPrefix(h, "*."), "*") {
+					c.add(joinPath(np, "allow."+strconv.Itoa(i)), "only one leading '*.' wildcard is supported")
+				}
+			}
+		}
+	}
+	c.objList(o, p, "mounts", []string{"source", "target", "readonly"}, func(mp string, e *specObj) {
+		m := Mount{}
+		c.str(e, mp, "source", true, -1, true, &m.Source)
+		c.str(e, mp, "target", true, -1, true, &m.Target)
+		readonly := true
+		c.boolean(e, mp, "readonly", &readonly)
+		m.Readonly = &readonly
+		dst.Mounts = append(dst.Mounts, m)
+	})
+}
+
+// triggers validates the discriminated union of trigger variants and fills each variant's defaults.
+func (c *specCheck) triggers(p string, v any) []TriggerSpec {
+	list, isList := v.([]any)
+	if !isList {
+		c.expected(p, "array", v)
+		return nil
+	}
+	out := make([]TriggerSpec, 0, len(list))
+	for i, x := range list {
+		tp := joinPath(p, strconv.Itoa(i))
+		o, isObj := x.(*specObj)
+		if !isObj {
+			c.expected(tp, "object", x)
+			continue
+		}
+		tv, typePath, ok := c.get(o, tp, "type", true)
+		if !ok {
+			continue
+		}
+		typ, _ := tv.(string)
+		keys, known := triggerKeys[typ]
+		if !known {
+			c.add(typePath, "Invalid discriminator value. Expected "+quoteList(triggerTypes))
+			continue
+		}
+		c.object(tp, o, keys)
+		t := TriggerSpec{Type: typ}
+		switch typ {
+		case "http":
+			t.Path, t.Auth = "/", "token"
+			c.str(o, tp, "path", false, -1, true, &t.Path)
+			c.enum(o, tp, "auth", []string{"none", "token"}, &t.Auth)
+		case "cron":
+			c.str(o, tp, "schedule", true, -1, true, &t.Schedule)
+			c.str(o, tp, "prompt", true, -1, true, &t.Prompt)
+		case "webhook":
+			c.str(o, tp, "path", true, -1, true, &t.Path)
+			c.str(o, tp, "secret", false, -1, false, &t.Secret)
+		case "discord", "slack":
+			mention := true
+			t.Channels = []string{}
+			c.strList(o, tp, "channels", &t.Channels)
+			c.boolean(o, tp, "mentionOnly", &mention)
+			t.MentionOnly = &mention
+		case "telegram":
+			t.Allowlist = []string{}
+			c.strList(o, tp, "allowlist", &t.Allowlist)
+		}
+		out = append(out, t)
+	}
+	return out
+}
+
+// parseComputerCreateJSON validates the body of POST /v1/computers with the same rules and messages as
+// the agent spec's computer block (plus name, user and labels; without enabled), defaults applied.
+func parseComputerCreateJSON(raw []byte) (*ComputerSpec, []string) {
+	tree, err := jsonTree(raw)
+	if err != nil {
+		return nil, []string{err.Error()}
+	}
+	c := &specCheck{}
+	spec := defaultComputerSpec()
+	if o := c.object("", tree, createComputerKeys); o != nil {
+		c.computer(o, "", &spec, true)
+	}
+	if len(c.issues) > 0 {
+		return nil, c.issues
+	}
+	return &spec, nil
+}
+
+// ---- rendering ----
+
+// renderSpecYAML renders a spec (defaults applied) as YAML that parseSpecYAML accepts back unchanged.
+func renderSpecYAML(spec *AgentSpec) string {
+	var b bytes.Buffer
+	enc := yaml.NewEncoder(&b)
+	enc.SetIndent(2)
+	if err := enc.Encode(spec); err != nil {
+		// Only a metadata value yaml cannot encode gets here; fall back to JSON, which is valid YAML.
+		j, _ := json.MarshalIndent(spec, "", "  ")
+		return string(j) + "\n"
+	}
+	enc.Close()
+	return b.String()
+}
+
+// specIssuesError is the 422 for an invalid spec: the first issue in the message, all in details.issues.
+func specIssuesError(issues []string) *apiError {
+	msg := "invalid agent spec: " + issues[0]
+	if len(issues) > 1 {
+		msg += fmt.Sprintf(" (and %d more)", len(issues)-1)
+	}
+	return errorf(codeSpecInvalid, "%s", msg).
+		withHint("fix every line of details.issues; POST /v1/agents/validate checks a spec without saving it").
+		withDetail("issues", issues)
 }

@@ -10,6 +10,7 @@ package main
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
@@ -45,6 +46,7 @@ CREATE TABLE computers (
 	expires_at   TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX computers_name ON computers(name);
+CREATE INDEX computers_state ON computers(state);
 
 CREATE TABLE runs (
 	id          TEXT PRIMARY KEY,   -- run ids sort by time
@@ -234,6 +236,88 @@ func (st *store) RunCounts(ctx context.Context) (map[string]int, error) {
 }
 
 // ---- computers ----
+
+// computerColumns is the column list every computer query reads, in computerRow order.
+const computerColumns = `id, name, provider, state, image, workdir, spec, ports, error, created_at, last_used_at, expires_at`
+
+func scanComputer(sc interface{ Scan(...any) error }) (ComputerInfo, error) {
+	var m ComputerInfo
+	var spec, ports string
+	err := sc.Scan(&m.ID, &m.Name, &m.Provider, &m.State, &m.Image, &m.Workdir, &spec, &ports, &m.Error,
+		&m.CreatedAt, &m.LastUsedAt, &m.ExpiresAt)
+	if err != nil {
+		return m, err
+	}
+	if err := json.Unmarshal([]byte(spec), &m.Spec); err != nil {
+		return m, fmt.Errorf("computer %s: stored spec: %w", m.ID, err)
+	}
+	m.Ports = map[string]PortBinding{}
+	json.Unmarshal([]byte(ports), &m.Ports)
+	return m, nil
+}
+
+func computerArgs(m ComputerInfo) []any {
+	spec, _ := json.Marshal(m.Spec)
+	if m.Ports == nil {
+		m.Ports = map[string]PortBinding{}
+	}
+	ports, _ := json.Marshal(m.Ports)
+	return []any{m.ID, m.Name, m.Provider, m.State, m.Image, m.Workdir, string(spec), string(ports), m.Error,
+		m.CreatedAt, m.LastUsedAt, m.ExpiresAt}
+}
+
+func (st *store) InsertComputer(ctx context.Context, m ComputerInfo) error {
+	_, err := st.db.ExecContext(ctx, `INSERT INTO computers(`+computerColumns+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)`,
+		computerArgs(m)...)
+	return err
+}
+
+// UpdateComputer writes every mutable field of a record.
+func (st *store) UpdateComputer(ctx context.Context, m ComputerInfo) error {
+	a := computerArgs(m)
+	_, err := st.db.ExecContext(ctx, `UPDATE computers SET name=?, provider=?, state=?, image=?, workdir=?, spec=?,
+		ports=?, error=?, created_at=?, last_used_at=?, expires_at=? WHERE id=?`, append(a[1:], a[0])...)
+	return err
+}
+
+// TouchComputer records the last use of a machine.
+func (st *store) TouchComputer(ctx context.Context, id, lastUsedAt string) error {
+	_, err := st.db.ExecContext(ctx, `UPDATE computers SET last_used_at=? WHERE id=? AND last_used_at < ?`, lastUsedAt, id, lastUsedAt)
+	return err
+}
+
+func (st *store) GetComputer(ctx context.Context, id string) (ComputerInfo, error) {
+	m, err := scanComputer(st.db.QueryRowContext(ctx, `SELECT `+computerColumns+` FROM computers WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return m, errNotFound
+	}
+	return m, err
+}
+
+// ListComputers returns every record that is not destroyed, oldest first.
+func (st *store) ListComputers(ctx context.Context) ([]ComputerInfo, error) {
+	rows, err := st.db.QueryContext(ctx, `SELECT `+computerColumns+` FROM computers WHERE state != 'destroyed' ORDER BY created_at, id`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []ComputerInfo
+	for rows.Next() {
+		m, err := scanComputer(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, m)
+	}
+	return out, rows.Err()
+}
+
+// CountLiveComputers counts the machines the quota applies to: creating and running.
+func (st *store) CountLiveComputers(ctx context.Context) (int, error) {
+	var n int
+	err := st.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM computers WHERE state IN ('creating','running')`).Scan(&n)
+	return n, err
+}
 
 // ---- runs ----
 

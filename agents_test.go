@@ -1,0 +1,168 @@
+package main
+
+import (
+	"encoding/json"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestAgentsCRUD(t *testing.T) {
+	ts := newTestServer(t)
+	sub := ts.s.hub.subscribe()
+	defer ts.s.hub.unsubscribe(sub)
+
+	yamlText := "# my agent\nname: notes\ndescription: takes notes\ntriggers:\n  - type: webhook\n    path: /gh\n    secret: shh\n"
+	res := ts.do("POST", "/v1/agents", map[string]any{"yaml": yamlText})
+	if res.status != http.StatusCreated {
+		t.Fatalf("create: %d %s", res.status, res.body)
+	}
+	sum := res.json(t)
+	if sum["name"] != "notes" || sum["runCount"] != float64(0) || sum["model"] != "auto" || sum["version"] != "0.1.0" {
+		t.Fatalf("summary %s", res.body)
+	}
+	if c := sum["computer"].(map[string]any); c["enabled"] != true || c["flavor"] != "base" {
+		t.Fatalf("summary computer %v", c)
+	}
+	if strings.Contains(string(res.body), "shh") {
+		t.Fatalf("summary leaks the webhook secret: %s", res.body)
+	}
+	if ev := <-sub.ch; ev.Topic != "triggers" || ev.Type != "agent_created" {
+		t.Fatalf("event %+v", ev)
+	}
+
+	// Duplicate create.
+	res = ts.do("POST", "/v1/agents", map[string]any{"yaml": yamlText})
+	if res.status != 422 || res.errCode(t) != codeSpecInvalid || res.errMessage(t) != `agent "notes" already exists` ||
+		!strings.Contains(res.json(t)["error"].(map[string]any)["hint"].(string), "PUT") {
+		t.Fatalf("duplicate: %d %s", res.status, res.body)
+	}
+
+	// GET returns the spec with defaults and the YAML verbatim.
+	res = ts.do("GET", "/v1/agents/notes", nil)
+	var got struct {
+		Spec AgentSpec `json:"spec"`
+		YAML string    `json:"yaml"`
+	}
+	if err := json.Unmarshal(res.body, &got); err != nil || res.status != 200 {
+		t.Fatalf("get: %d %s", res.status, res.body)
+	}
+	if got.YAML != yamlText || got.Spec.Limits.MaxSteps != 24 || got.Spec.Triggers[0].Secret != "shh" {
+		t.Fatalf("get: %s", res.body)
+	}
+
+	// JSON create: the stored YAML is the spec rendered.
+	res = ts.do("POST", "/v1/agents", map[string]any{"spec": map[string]any{"name": "j", "limits": map[string]any{"maxSteps": 3}}})
+	if res.status != 201 {
+		t.Fatalf("json create: %d %s", res.status, res.body)
+	}
+	res = ts.do("GET", "/v1/agents/j", nil)
+	json.Unmarshal(res.body, &got)
+	if spec, issues := parseSpecYAML(got.YAML); len(issues) > 0 || spec.Limits.MaxSteps != 3 || spec.Name != "j" {
+		t.Fatalf("rendered yaml %q: %v", got.YAML, issues)
+	}
+
+	// List.
+	res = ts.do("GET", "/v1/agents", nil)
+	var list struct{ Agents []AgentSummary }
+	json.Unmarshal(res.body, &list)
+	if len(list.Agents) != 2 || list.Agents[0].Name != "j" || list.Agents[1].Name != "notes" {
+		t.Fatalf("list: %s", res.body)
+	}
+
+	// PUT: name mismatch, invalid, unknown, ok.
+	res = ts.do("PUT", "/v1/agents/notes", map[string]any{"yaml": "name: other\n"})
+	if res.status != 422 || !strings.Contains(res.json(t)["error"].(map[string]any)["hint"].(string), "DELETE") {
+		t.Fatalf("mismatch: %d %s", res.status, res.body)
+	}
+	res = ts.do("PUT", "/v1/agents/notes", map[string]any{"yaml": "name: notes\nlimits: {maxSteps: 900}\n"})
+	if res.status != 422 || res.errCode(t) != codeSpecInvalid {
+		t.Fatalf("invalid put: %d %s", res.status, res.body)
+	}
+	issues, _ := res.json(t)["error"].(map[string]any)["details"].(map[string]any)["issues"].([]any)
+	if len(issues) != 1 || issues[0] != "limits.maxSteps: Number must be less than or equal to 500" {
+		t.Fatalf("details.issues: %s", res.body)
+	}
+	res = ts.do("PUT", "/v1/agents/ghost", map[string]any{"yaml": "name: ghost\n"})
+	if res.status != 404 || res.errCode(t) != codeAgentNotFound {
+		t.Fatalf("unknown put: %d %s", res.status, res.body)
+	}
+	res = ts.do("PUT", "/v1/agents/notes", map[string]any{"yaml": "name: notes\nmodel: free\n"})
+	if res.status != 200 || res.json(t)["model"] != "free" {
+		t.Fatalf("put: %d %s", res.status, res.body)
+	}
+
+	// DELETE.
+	if res = ts.do("DELETE", "/v1/agents/notes", nil); res.status != 204 || len(res.body) != 0 {
+		t.Fatalf("delete: %d %s", res.status, res.body)
+	}
+	if res = ts.do("DELETE", "/v1/agents/notes", nil); res.status != 404 || res.errCode(t) != codeAgentNotFound {
+		t.Fatalf("second delete: %d %s", res.status, res.body)
+	}
+	if res = ts.do("GET", "/v1/agents/notes", nil); res.status != 404 || !strings.Contains(res.errMessage(t), `"notes"`) {
+		t.Fatalf("get deleted: %d %s", res.status, res.body)
+	}
+
+	var types []string
+	for len(sub.ch) > 0 {
+		ev := <-sub.ch
+		types = append(types, ev.Type)
+	}
+	if !slices.Equal(types, []string{"agent_created", "agent_updated", "agent_deleted"}) {
+		t.Fatalf("events %v", types)
+	}
+}
+
+func TestAgentBodies(t *testing.T) {
+	ts := newTestServer(t)
+	cases := []struct {
+		name, method, path string
+		body               any
+		status             int
+		wantMsg            string
+	}{
+		{"neither", "POST", "/v1/agents", `{}`, 422, "body needs spec"},
+		{"both", "POST", "/v1/agents", `{"spec":{"name":"a"},"yaml":"name: a"}`, 422, "both spec and yaml"},
+		{"null spec", "POST", "/v1/agents/validate", `{"spec":null}`, 422, "body needs spec"},
+		{"unknown body key", "POST", "/v1/agents", `{"spec":{"name":"a"},"force":true}`, 422, "Unrecognized key(s) in object: 'force'"},
+		{"yaml wrong type", "POST", "/v1/agents", `{"yaml":5}`, 422, "yaml"},
+		{"malformed", "POST", "/v1/agents", `{"yaml":`, 422, "malformed JSON"},
+		{"empty body", "POST", "/v1/agents", ``, 422, "empty"},
+		{"non-UTF-8", "POST", "/v1/agents", "{\"yaml\":\"name: \xff\"}", 422, "UTF-8"},
+		{"invalid spec", "POST", "/v1/agents", `{"spec":{"name":"A"}}`, 422, "invalid agent spec: name: name must be"},
+		{"invalid yaml", "POST", "/v1/agents", `{"yaml":"name: [\n"}`, 422, "Invalid YAML"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			res := ts.do(tc.method, tc.path, tc.body)
+			if res.status != tc.status || res.errCode(t) != codeSpecInvalid || !strings.Contains(res.errMessage(t), tc.wantMsg) {
+				t.Fatalf("%d %s", res.status, res.body)
+			}
+		})
+	}
+	if res := ts.do("GET", "/health", nil); res.status != 200 {
+		t.Fatalf("server stopped serving: %d", res.status)
+	}
+}
+
+func TestAgentValidate(t *testing.T) {
+	ts := newTestServer(t)
+	res := ts.do("POST", "/v1/agents/validate", map[string]any{"yaml": mustReadFile(t, "testdata/full-spec.yaml")})
+	if res.status != 200 || string(res.body) != "{\"ok\":true}\n" {
+		t.Fatalf("valid: %d %s", res.status, res.body)
+	}
+	res = ts.do("POST", "/v1/agents/validate", map[string]any{"spec": map[string]any{"name": "a", "limits": map[string]any{"maxSteps": 501}, "x": 1}})
+	m := res.json(t)
+	if res.status != 200 || m["ok"] != false || len(m["issues"].([]any)) != 2 {
+		t.Fatalf("invalid: %d %s", res.status, res.body)
+	}
+	res = ts.do("POST", "/v1/agents/validate", map[string]any{"yaml": billionLaughs()})
+	if m := res.json(t); res.status != 200 || m["ok"] != false {
+		t.Fatalf("alias bomb: %d %s", res.status, res.body)
+	}
+	// Nothing was stored by validate.
+	if res := ts.do("GET", "/v1/agents/a", nil); res.status != 404 {
+		t.Fatalf("validate stored an agent: %d", res.status)
+	}
+}

@@ -1,0 +1,476 @@
+package main
+
+import (
+	"bytes"
+	"crypto/rand"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// fakeClock is an injected clock for TTL tests.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newFakeClock() *fakeClock { return &fakeClock{t: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)} }
+
+func (c *fakeClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+func TestStatusOfEveryCode(t *testing.T) {
+	want := map[string]int{
+		"E_PROVIDER_UNAVAILABLE": 503, "E_COMPUTER_NOT_FOUND": 404, "E_COMPUTER_FAILED": 500,
+		"E_EXEC_FAILED": 500, "E_EXEC_TIMEOUT": 504, "E_EXEC_DENIED": 403, "E_FS_DENIED": 403,
+		"E_QUOTA": 429, "E_MODEL_UNAVAILABLE": 503, "E_MODEL_ERROR": 500, "E_NO_CREDENTIALS": 401,
+		"E_SPEC_INVALID": 422, "E_IMPORT_FAILED": 500, "E_TOOL_ERROR": 500, "E_BUDGET_EXCEEDED": 429,
+		"E_STEP_LIMIT": 500, "E_ABORTED": 500, "E_NOT_IMPLEMENTED": 501, "E_CONFIG": 500,
+		"E_INTERNAL": 500, "E_AGENT_NOT_FOUND": 404, "E_RUN_NOT_FOUND": 404, "E_APPROVAL_NOT_FOUND": 404,
+		"E_TRANSCRIPT_NOT_FOUND": 404, "E_ROUTE_NOT_FOUND": 404,
+	}
+	if len(allCodes) != 25 || len(want) != 25 {
+		t.Fatalf("%d codes declared, the contract has 25", len(allCodes))
+	}
+	for _, code := range allCodes {
+		st, ok := want[code]
+		if !ok {
+			t.Errorf("code %s is not in the contract", code)
+			continue
+		}
+		if got := statusOf(code); got != st {
+			t.Errorf("statusOf(%s) = %d, want %d", code, got, st)
+		}
+		// Through the real writer: the envelope with that status.
+		rec := httptest.NewRecorder()
+		writeError(rec, errorf(code, "m").withHint("h"))
+		if rec.Code != st || !strings.Contains(rec.Body.String(), `"code":"`+code+`"`) || !strings.Contains(rec.Body.String(), `"hint":"h"`) {
+			t.Errorf("writeError(%s): %d %s", code, rec.Code, rec.Body)
+		}
+	}
+	// The suffix rules apply to codes outside the table too.
+	for code, st := range map[string]int{"E_X_NOT_FOUND": 404, "E_X_DENIED": 403, "E_WHATEVER": 500} {
+		if statusOf(code) != st {
+			t.Errorf("statusOf(%s) = %d, want %d", code, statusOf(code), st)
+		}
+	}
+}
+
+func TestVersionHeaderAndRouting(t *testing.T) {
+	ts := newTestServer(t)
+	cases := []struct {
+		method, path string
+		status       int
+		code         string
+	}{
+		{"GET", "/health", 200, ""},
+		{"GET", "/v1/nope", 404, codeRouteNotFound},
+		{"GET", "/v1", 404, codeRouteNotFound},
+		{"DELETE", "/health", 404, codeRouteNotFound},
+		{"POST", "/health", 404, codeRouteNotFound},
+		{"PATCH", "/v1/agents", 404, codeRouteNotFound},
+		{"DELETE", "/v1/agents", 404, codeRouteNotFound},
+		{"POST", "/v1/agents/x", 404, codeRouteNotFound},
+		{"GET", "/v1/agents/validate/more", 404, codeRouteNotFound},
+		{"PUT", "/v1/doctor", 404, codeRouteNotFound},
+		{"POST", "/not-v1", 404, codeRouteNotFound},
+		{"GET", "/v1/agents/missing", 404, codeAgentNotFound},
+		{"GET", "/v1/agents", 200, ""},
+		{"POST", "/v1/agents/validate", 422, codeSpecInvalid},
+		{"GET", "/v1/computers/x/terminal/extra", 404, codeRouteNotFound},
+	}
+	for _, tc := range cases {
+		t.Run(tc.method+" "+tc.path, func(t *testing.T) {
+			res := ts.do(tc.method, tc.path, nil)
+			if res.status != tc.status {
+				t.Fatalf("status %d, want %d: %s", res.status, tc.status, res.body)
+			}
+			if res.header.Get("X-Agent-Version") != version {
+				t.Fatalf("X-Agent-Version = %q", res.header.Get("X-Agent-Version"))
+			}
+			if res.status == 405 || res.header.Get("Allow") != "" {
+				t.Fatalf("a 405-style answer leaked")
+			}
+			if tc.code != "" {
+				if got := res.errCode(t); got != tc.code {
+					t.Fatalf("code %s, want %s", got, tc.code)
+				}
+			}
+		})
+	}
+	res := ts.do("GET", "/health", nil)
+	m := res.json(t)
+	if m["ok"] != true || m["version"] != version {
+		t.Fatalf("health %s", res.body)
+	}
+	if _, ok := m["uptimeSec"].(float64); !ok {
+		t.Fatalf("health lacks uptimeSec: %s", res.body)
+	}
+}
+
+func TestBodyCap(t *testing.T) {
+	ts := newTestServer(t)
+	body := make([]byte, 33<<20)
+	copy(body, `{"yaml":"`)
+	for i := 9; i < len(body)-2; i++ {
+		body[i] = 'a'
+	}
+	copy(body[len(body)-2:], `"}`)
+	res := ts.do("POST", "/v1/agents/validate", body)
+	if res.status != 422 || res.errCode(t) != codeSpecInvalid || !strings.Contains(res.errMessage(t), "32 MB") {
+		t.Fatalf("33 MB body: %d %s", res.status, res.body)
+	}
+	if res.header.Get("X-Agent-Version") == "" {
+		t.Fatal("no version header on the cap error")
+	}
+	// Just under the cap is read whole (and fails only as a spec).
+	under := bytes.Repeat([]byte(" "), 32<<20-64)
+	copy(under, `{"yaml":"name: a"}`)
+	if res := ts.do("POST", "/v1/agents/validate", under); res.status != 200 || res.json(t)["ok"] != true {
+		t.Fatalf("under the cap: %d %s", res.status, res.body)
+	}
+	if res := ts.do("GET", "/health", nil); res.status != 200 {
+		t.Fatal("server stopped serving")
+	}
+}
+
+func TestStrictJSON(t *testing.T) {
+	ts := newTestServer(t)
+	random := make([]byte, 256)
+	rand.Read(random)
+	cases := []struct {
+		name, body, msg string
+	}{
+		{"malformed", `{"yaml": "a",}`, "malformed JSON"},
+		{"truncated", `{"yaml": "a"`, "malformed JSON"},
+		{"trailing data", `{"yaml": "name: a"} {}`, "data after the JSON value"},
+		{"trailing brace", `{"yaml": "name: a"}}`, "data after the JSON value"},
+		{"unknown key", `{"yaml": "name: a", "extra": 1}`, "Unrecognized key(s) in object: 'extra'"},
+		{"wrong type", `{"yaml": ["name: a"]}`, "yaml: Expected string, received array"},
+		{"not an object", `[1,2]`, "(root): Expected object, received array"},
+		{"empty", ``, "empty"},
+		{"whitespace", "  \n", "empty"},
+		{"non-UTF-8", "{\"yaml\": \"\xc3\x28\"}", "UTF-8"},
+		{"random bytes", string(random), ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			res := ts.do("POST", "/v1/agents", tc.body)
+			if res.status != 422 || res.errCode(t) != codeSpecInvalid || !strings.Contains(res.errMessage(t), tc.msg) {
+				t.Fatalf("%d %s", res.status, res.body)
+			}
+		})
+	}
+	if res := ts.do("GET", "/v1/agents", nil); res.status != 200 || string(res.body) != "{\"agents\":[]}\n" {
+		t.Fatalf("bad input changed state: %s", res.body)
+	}
+}
+
+func TestCORS(t *testing.T) {
+	off := newTestServer(t)
+	on := newTestServer(t, func(c *config) { c.CORSOrigins = []string{"https://app.example"} })
+	preflight := []string{"Origin", "https://app.example", "Access-Control-Request-Method", "POST",
+		"Access-Control-Request-Headers", "content-type"}
+
+	// Off by default: no CORS headers, a preflight is not answered as one.
+	res := off.do("GET", "/v1/agents", nil, "Origin", "https://app.example")
+	if res.header.Get("Access-Control-Allow-Origin") != "" {
+		t.Fatal("CORS header with CORS off")
+	}
+	res = off.do("OPTIONS", "/v1/agents", nil, preflight...)
+	if res.status != 404 || res.header.Get("Access-Control-Allow-Origin") != "" {
+		t.Fatalf("preflight with CORS off: %d %v", res.status, res.header)
+	}
+
+	// On: the listed origin gets the headers; the preflight is a 204 naming methods and headers.
+	res = on.do("OPTIONS", "/v1/agents", nil, preflight...)
+	h := res.header
+	if res.status != 204 || h.Get("Access-Control-Allow-Origin") != "https://app.example" ||
+		!strings.Contains(h.Get("Access-Control-Allow-Methods"), "POST") ||
+		!strings.Contains(h.Get("Access-Control-Allow-Headers"), "Authorization") ||
+		h.Get("X-Agent-Version") != version {
+		t.Fatalf("preflight: %d %v", res.status, h)
+	}
+	res = on.do("GET", "/v1/agents", nil, "Origin", "https://app.example")
+	if res.status != 200 || res.header.Get("Access-Control-Allow-Origin") != "https://app.example" ||
+		!strings.Contains(res.header.Get("Access-Control-Expose-Headers"), "X-Agent-Version") {
+		t.Fatalf("simple request: %v", res.header)
+	}
+	// Another origin gets nothing.
+	res = on.do("GET", "/v1/agents", nil, "Origin", "https://evil.example")
+	if res.header.Get("Access-Control-Allow-Origin") != "" {
+		t.Fatal("unlisted origin allowed")
+	}
+	res = on.do("OPTIONS", "/v1/agents", nil, "Origin", "https://evil.example", "Access-Control-Request-Method", "POST")
+	if res.status == 204 || res.header.Get("Access-Control-Allow-Origin") != "" {
+		t.Fatalf("preflight from unlisted origin answered: %d", res.status)
+	}
+	// Preflight needs no token (browsers never send one on it).
+	tok := newTestServer(t, func(c *config) { c.CORSOrigins = []string{"*"}; c.Token = "secret" })
+	if res := tok.do("OPTIONS", "/v1/agents", nil, preflight...); res.status != 204 {
+		t.Fatalf("preflight with token configured: %d", res.status)
+	}
+}
+
+func TestBearerAuth(t *testing.T) {
+	const token = "s3cret-token"
+	ts := newTestServer(t, func(c *config) { c.Token = token })
+	open := newTestServer(t)
+	cases := []struct {
+		name    string
+		path    string
+		headers []string
+		status  int
+	}{
+		{"health needs nothing", "/health", nil, 200},
+		{"missing", "/v1/agents", nil, 401},
+		{"wrong", "/v1/agents", []string{"Authorization", "Bearer nope"}, 401},
+		{"prefix of the token", "/v1/agents", []string{"Authorization", "Bearer s3cret"}, 401},
+		{"empty bearer", "/v1/agents", []string{"Authorization", "Bearer "}, 401},
+		{"basic scheme", "/v1/agents", []string{"Authorization", "Basic " + token}, 401},
+		{"right", "/v1/agents", []string{"Authorization", "Bearer " + token}, 200},
+		{"scheme case-insensitive", "/v1/agents", []string{"Authorization", "bearer " + token}, 200},
+		{"unknown route still 401", "/v1/nope", nil, 401},
+		{"query token on plain request", "/v1/agents?token=" + token, nil, 401},
+		{"access_token on plain request", "/v1/agents?access_token=" + token, nil, 401},
+		{"query token with SSE accept", "/v1/agents?token=" + token, []string{"Accept", "text/event-stream"}, 200},
+		{"access_token with SSE accept", "/v1/agents?access_token=" + token, []string{"Accept", "text/event-stream"}, 200},
+		{"wrong query token with SSE", "/v1/agents?token=x", []string{"Accept", "text/event-stream"}, 401},
+		{"X-Forwarded-For is not trusted", "/v1/agents", []string{"X-Forwarded-For", "127.0.0.1", "X-Real-IP", "127.0.0.1"}, 401},
+		{"dashboard needs the token too", "/", nil, 401},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			res := ts.do("GET", tc.path, nil, tc.headers...)
+			if res.status != tc.status {
+				t.Fatalf("status %d, want %d: %s", res.status, tc.status, res.body)
+			}
+			if res.header.Get("X-Agent-Version") != version {
+				t.Fatal("no version header")
+			}
+			if tc.status == 401 {
+				if res.errCode(t) != codeNoCredentials {
+					t.Fatalf("code %s", res.errCode(t))
+				}
+				if strings.Contains(string(res.body), token) {
+					t.Fatal("the token leaked into an answer")
+				}
+			}
+		})
+	}
+	// The query token works for a WebSocket upgrade.
+	c := dialEvents(t, ts.url+"/v1/events?token="+token, "")
+	c.Close()
+	if _, err := tryDialEvents(ts.url+"/v1/events?token=wrong", ""); err == nil {
+		t.Fatal("WebSocket with a wrong query token was accepted")
+	}
+	// With no token configured every request passes.
+	if res := open.do("GET", "/v1/agents", nil); res.status != 200 {
+		t.Fatalf("token-less server: %d", res.status)
+	}
+}
+
+func TestTokenEqual(t *testing.T) {
+	for _, tc := range []struct {
+		got, want string
+		ok        bool
+	}{{"a", "a", true}, {"a", "b", false}, {"", "", false}, {"ab", "a", false}, {"a", "ab", false}} {
+		if tokenEqual(tc.got, tc.want) != tc.ok {
+			t.Errorf("tokenEqual(%q, %q) != %v", tc.got, tc.want, tc.ok)
+		}
+	}
+}
+
+func TestIdempotency(t *testing.T) {
+	clock := newFakeClock()
+	cfg := defaultConfig()
+	cfg.Home = t.TempDir()
+	ts := newTestServerWith(t, cfg, clock.now)
+	create := func(name, key string) response {
+		return ts.do("POST", "/v1/agents", map[string]any{"yaml": "name: " + name + "\n"}, "Idempotency-Key", key)
+	}
+
+	first := create("a", "k1")
+	if first.status != 201 || first.header.Get("Idempotency-Replayed") != "" {
+		t.Fatalf("first: %d %v", first.status, first.header)
+	}
+	replay := create("a", "k1")
+	if replay.status != 201 || replay.header.Get("Idempotency-Replayed") != "true" ||
+		!bytes.Equal(replay.body, first.body) || replay.header.Get("X-Agent-Version") != version {
+		t.Fatalf("replay: %d %v %s", replay.status, replay.header, replay.body)
+	}
+	// Another key runs the handler: the duplicate is refused.
+	if res := create("a", "k2"); res.status != 422 {
+		t.Fatalf("new key: %d", res.status)
+	}
+	// Keyed on the method and URL too.
+	if res := ts.do("PUT", "/v1/agents/a", map[string]any{"yaml": "name: a\n"}, "Idempotency-Key", "k1"); res.status != 200 || res.header.Get("Idempotency-Replayed") != "" {
+		t.Fatalf("same key, other method: %d %v", res.status, res.header)
+	}
+
+	// Only answers below 400 are recorded: a failed attempt can be retried with the same key.
+	if res := ts.do("POST", "/v1/agents", map[string]any{"yaml": "name: B\n"}, "Idempotency-Key", "k3"); res.status != 422 {
+		t.Fatalf("invalid: %d", res.status)
+	}
+	if res := create("b", "k3"); res.status != 201 || res.header.Get("Idempotency-Replayed") != "" {
+		t.Fatalf("retry after a failure: %d %v", res.status, res.header)
+	}
+
+	// GET is never cached.
+	g1 := ts.do("GET", "/v1/agents", nil, "Idempotency-Key", "g")
+	ts.do("DELETE", "/v1/agents/b", nil)
+	g2 := ts.do("GET", "/v1/agents", nil, "Idempotency-Key", "g")
+	if g2.header.Get("Idempotency-Replayed") != "" || bytes.Equal(g1.body, g2.body) {
+		t.Fatal("GET was replayed")
+	}
+
+	// DELETE replays its 204.
+	create("d", "kd0")
+	if res := ts.do("DELETE", "/v1/agents/d", nil, "Idempotency-Key", "kd"); res.status != 204 {
+		t.Fatalf("delete: %d", res.status)
+	}
+	if res := ts.do("DELETE", "/v1/agents/d", nil, "Idempotency-Key", "kd"); res.status != 204 || res.header.Get("Idempotency-Replayed") != "true" {
+		t.Fatalf("delete replay: %d %v", res.status, res.header)
+	}
+
+	// Entries live 15 minutes.
+	clock.advance(14 * time.Minute)
+	if res := create("a", "k1"); res.header.Get("Idempotency-Replayed") != "true" {
+		t.Fatal("entry expired before 15 minutes")
+	}
+	clock.advance(2 * time.Minute)
+	if res := create("a", "k1"); res.status != 422 || res.header.Get("Idempotency-Replayed") != "" {
+		t.Fatalf("entry outlived its TTL: %d %v", res.status, res.header)
+	}
+}
+
+func TestIdempotencySoftCap(t *testing.T) {
+	clock := newFakeClock()
+	c := newIdempotencyCache(clock.now)
+	var calls int
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls++
+		fmt.Fprint(w, calls)
+	})
+	post := func(key string) *httptest.ResponseRecorder {
+		rec := httptest.NewRecorder()
+		r := httptest.NewRequest("POST", "/v1/x", nil)
+		r.Header.Set("Idempotency-Key", key)
+		c.serve(rec, r, h)
+		return rec
+	}
+	for i := 0; i < idemSoftCap+200; i++ {
+		post(fmt.Sprint("k", i))
+		clock.advance(time.Millisecond)
+	}
+	c.mu.Lock()
+	n := len(c.entries)
+	c.mu.Unlock()
+	if n > idemSoftCap {
+		t.Fatalf("%d entries, soft cap %d", n, idemSoftCap)
+	}
+	// The oldest were evicted, the newest kept.
+	if rec := post("k0"); rec.Header().Get("Idempotency-Replayed") != "" {
+		t.Fatal("oldest entry survived past the cap")
+	}
+	if rec := post(fmt.Sprint("k", idemSoftCap+199)); rec.Header().Get("Idempotency-Replayed") != "true" {
+		t.Fatal("newest entry was evicted")
+	}
+}
+
+func TestIdempotencyConcurrentSameKey(t *testing.T) {
+	c := newIdempotencyCache(time.Now)
+	release := make(chan struct{})
+	var mu sync.Mutex
+	calls := 0
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		calls++
+		mu.Unlock()
+		<-release
+		w.WriteHeader(201)
+		io.WriteString(w, "made")
+	})
+	var wg sync.WaitGroup
+	recs := make([]*httptest.ResponseRecorder, 5)
+	for i := range recs {
+		recs[i] = httptest.NewRecorder()
+		wg.Add(1)
+		go func(rec *httptest.ResponseRecorder) {
+			defer wg.Done()
+			r := httptest.NewRequest("POST", "/v1/x", nil)
+			r.Header.Set("Idempotency-Key", "same")
+			c.serve(rec, r, h)
+		}(recs[i])
+	}
+	// Let the first through once every request is either running it or waiting on it.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		mu.Lock()
+		n := calls
+		mu.Unlock()
+		if n == 1 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(release)
+	wg.Wait()
+	if calls != 1 {
+		t.Fatalf("handler ran %d times", calls)
+	}
+	for _, rec := range recs {
+		if rec.Code != 201 || rec.Body.String() != "made" {
+			t.Fatalf("answer %d %q", rec.Code, rec.Body)
+		}
+	}
+}
+
+func TestStreamingNotRecorded(t *testing.T) {
+	c := newIdempotencyCache(time.Now)
+	calls := 0
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls++
+		sse := newSSE(w, time.Hour)
+		sse.send(map[string]any{"n": calls})
+		sse.close()
+	})
+	for i := 0; i < 2; i++ {
+		rec := httptest.NewRecorder()
+		r := httptest.NewRequest("POST", "/v1/s", nil)
+		r.Header.Set("Idempotency-Key", "s")
+		c.serve(rec, r, h)
+		if rec.Header().Get("Idempotency-Replayed") != "" {
+			t.Fatal("a streaming answer was replayed")
+		}
+		if !strings.Contains(rec.Body.String(), "event: done") {
+			t.Fatalf("stream %q", rec.Body)
+		}
+	}
+	if calls != 2 {
+		t.Fatalf("streaming handler ran %d times, want 2", calls)
+	}
+}
+
+func TestPanicIsAnEnvelope(t *testing.T) {
+	ts := newTestServer(t)
+	ts.s.handler = http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic("boom") })
+	res := ts.do("GET", "/v1/agents", nil)
+	if res.status != 500 || res.errCode(t) != codeInternal || strings.Contains(string(res.body), "boom") {
+		t.Fatalf("panic: %d %s", res.status, res.body)
+	}
+}

@@ -1,0 +1,511 @@
+// engine.go — the `docker` and `podman` providers: one code path, the same argv, through ONE CLI helper.
+//
+// Entry points: newEngineProvider(name, priority, service). Every call to the engine goes through
+// engineProvider.cli (exec.CommandContext, WaitDelay, explicit argv) and, when the output is wanted,
+// engineProvider.call, which carries the engine's stderr into the error.
+//
+// Rules (DESIGN §4): containers are labelled agentd.id / agentd.provider / agentd.owner, run with
+// --cap-drop ALL, no-new-privileges, a pids limit, --init, a read-only root (writable only when packages
+// must be installed) with tmpfs /tmp and /run, /work as a tmpfs (or the named volume agentd-<id> with
+// persist), cpu and memory limits, -u 1000:1000 unless `user`, and `sleep infinity`. An exec runs under a
+// small wrapper that records its process group in /tmp and announces the end of the command on both
+// streams, so a second exec can kill the whole tree inside the machine and a background child cannot
+// hold the exec open. Files are handled inside the machine (readlink -m, cat, find, tar).
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+type engineProvider struct {
+	name string // docker | podman
+	prio int
+	c    *computerService
+}
+
+func newEngineProvider(name string, prio int, c *computerService) *engineProvider {
+	return &engineProvider{name: name, prio: prio, c: c}
+}
+
+func (e *engineProvider) meta() providerMeta {
+	desc := "Docker containers (kernel isolation)"
+	if e.name == "podman" {
+		desc = "Podman containers (kernel isolation)"
+	}
+	return providerMeta{name: e.name, description: desc, priority: e.prio, isolated: true, isolationKind: "kernel"}
+}
+
+// cli is THE helper: every engine call is built here.
+func (e *engineProvider) cli(ctx context.Context, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, e.name, args...)
+	cmd.WaitDelay = 2 * time.Second
+	return cmd
+}
+
+// call runs one engine command and returns its stdout; a failure carries the engine's own words.
+func (e *engineProvider) call(ctx context.Context, stdin io.Reader, args ...string) (string, error) {
+	cmd := e.cli(ctx, args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return stdout.String(), &engineError{args: args, err: err, stderr: strings.TrimSpace(stderr.String())}
+	}
+	return stdout.String(), nil
+}
+
+// engineError is a failed engine command with its stderr.
+type engineError struct {
+	args   []string
+	err    error
+	stderr string
+}
+
+func (e *engineError) Error() string {
+	verb := ""
+	if len(e.args) > 0 {
+		verb = e.args[0] + ": "
+	}
+	if e.stderr != "" {
+		return verb + e.stderr
+	}
+	return verb + e.err.Error()
+}
+
+func (e *engineProvider) container(m *ComputerInfo) string { return "agentd-" + m.ID }
+func (e *engineProvider) volume(m *ComputerInfo) string    { return "agentd-" + m.ID }
+
+// ---- probe ----
+
+func (e *engineProvider) probe(ctx context.Context) probeResult {
+	if _, err := exec.LookPath(e.name); err != nil {
+		hint := "install Docker (apt-get install docker.io, or Docker Desktop) and start it"
+		if e.name == "podman" {
+			hint = "install Podman (apt-get install podman runc)"
+		}
+		return probeResult{reason: fmt.Sprintf("the %s CLI is not installed", e.name), hint: hint}
+	}
+	format := "{{.ServerVersion}}"
+	if e.name == "podman" {
+		format = "{{.Version.Version}}"
+	}
+	out, err := e.call(ctx, nil, "info", "--format", format)
+	if err != nil {
+		msg := err.Error()
+		low := strings.ToLower(msg)
+		switch {
+		case strings.Contains(low, "permission denied"):
+			return probeResult{reason: fmt.Sprintf("permission denied talking to %s: %s", e.name, firstLine(msg)),
+				hint: fmt.Sprintf("add your user to the %s group (then log in again) or run agentd as root", e.name)}
+		case strings.Contains(low, "cannot connect") || strings.Contains(low, "daemon running") || strings.Contains(low, "connection refused") || strings.Contains(low, "no such file"):
+			return probeResult{reason: fmt.Sprintf("the %s daemon is not reachable: %s", e.name, firstLine(msg)),
+				hint: "start it (systemctl start docker, or run dockerd) and check DOCKER_HOST"}
+		}
+		return probeResult{reason: fmt.Sprintf("%s info failed: %s", e.name, firstLine(msg)), hint: fmt.Sprintf("run `%s info` to see what is wrong", e.name)}
+	}
+	pr := probeResult{available: true, version: strings.TrimSpace(out)}
+	if e.name == "podman" {
+		// `podman info` succeeds even when no container can start (runtime or ulimit refused by the
+		// host), so start a throw-away container on an empty root: "command not found" means it works.
+		if r := e.probeRun(ctx); r != nil {
+			return *r
+		}
+	}
+	return pr
+}
+
+func (e *engineProvider) probeRun(ctx context.Context) *probeResult {
+	dir := filepath.Join(e.c.s.cfg.Home, "podman-probe-root")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return &probeResult{reason: "cannot create the probe root: " + err.Error(), hint: "make AGENT_HOME writable"}
+	}
+	_, err := e.call(ctx, nil, "run", "--rm", "--network", "none", "--rootfs", dir, "/agentd-probe")
+	var ee *engineError
+	if err == nil || errors.As(err, &ee) && (strings.Contains(ee.stderr, "not found") || strings.Contains(ee.stderr, "no such file or directory: OCI runtime attempted")) {
+		return nil
+	}
+	msg := firstLine(err.Error())
+	hint := "run `podman run --rm debian true` to see what is wrong"
+	if strings.Contains(msg, "rlimit") || strings.Contains(msg, "crun") || strings.Contains(msg, "OCI") {
+		hint = `podman cannot start containers here; in /etc/containers/containers.conf set [engine] runtime = "runc" and [containers] default_ulimits = ["nofile=1024:1024","nproc=1024:1024"]`
+	}
+	return &probeResult{reason: "podman cannot start a container: " + msg, hint: hint}
+}
+
+func firstLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}
+
+func (e *engineProvider) supports(sp ComputerSpec) error { return nil }
+
+// ---- lifecycle ----
+
+// runArgs is the container argv of DESIGN §4.
+func (e *engineProvider) runArgs(m *ComputerInfo) []string {
+	sp := m.Spec
+	a := []string{"run", "-d", "--name", e.container(m),
+		"--label", "agentd.id=" + m.ID, "--label", "agentd.provider=" + e.name, "--label", "agentd.owner=" + e.c.owner,
+		"--cap-drop", "ALL", "--security-opt", "no-new-privileges", "--pids-limit", "512", "--init",
+		"--tmpfs", "/tmp:rw,exec,nosuid,nodev,size=512m,mode=1777", "--tmpfs", "/run:rw,nosuid,nodev,size=64m",
+		"--cpus", strconv.FormatFloat(sp.CPUs, 'f', -1, 64),
+		"--memory", strconv.Itoa(sp.MemoryMB) + "m", "--memory-swap", strconv.Itoa(sp.MemoryMB) + "m",
+	}
+	// No -w: the engine would create the workdir over the /work tmpfs as root 0755. Every exec passes
+	// its own -w instead, and create makes a workdir below /work as the machine's user.
+	for k, v := range sp.Labels {
+		a = append(a, "--label", "agentd.label."+k+"="+v)
+	}
+	if len(sp.Packages) == 0 {
+		a = append(a, "--read-only")
+	} else {
+		// Installing packages needs a writable root and root's file capabilities; execs run as the
+		// unprivileged user, which holds no capabilities anyway.
+		for _, cp := range []string{"CHOWN", "DAC_OVERRIDE", "FOWNER", "SETUID", "SETGID"} {
+			a = append(a, "--cap-add", cp)
+		}
+	}
+	if sp.Persist {
+		a = append(a, "-v", e.volume(m)+":/work")
+	} else {
+		a = append(a, "--tmpfs", fmt.Sprintf("/work:rw,exec,nosuid,nodev,size=%dm,mode=1777", sp.DiskMB))
+	}
+	user := sp.User
+	if user == "" {
+		user = "1000:1000"
+	}
+	a = append(a, "-u", user)
+	if _, ok := sp.Env["HOME"]; !ok {
+		a = append(a, "-e", "HOME=/work")
+	}
+	for k, v := range sp.Env {
+		a = append(a, "-e", k+"="+v)
+	}
+	for _, mt := range sp.Mounts {
+		ro := mt.Readonly == nil || *mt.Readonly
+		v := mt.Source + ":" + mt.Target
+		if ro {
+			v += ":ro"
+		}
+		a = append(a, "-v", v)
+	}
+	if sp.Network.Mode == "none" {
+		a = append(a, "--network", "none")
+	}
+	return append(a, m.Image, "sleep", "infinity")
+}
+
+func (e *engineProvider) create(ctx context.Context, m *ComputerInfo) error {
+	if _, err := e.call(ctx, nil, "image", "inspect", "--format", "{{.Id}}", m.Image); err != nil {
+		if _, perr := e.call(ctx, nil, "pull", m.Image); perr != nil {
+			return errorf(codeComputerFailed, "image %s is not available: %s", m.Image, perr.Error()).
+				withHint("check the image name, or set `images` in config.yaml to a local image")
+		}
+	}
+	if _, err := e.call(ctx, nil, e.runArgs(m)...); err != nil {
+		return errorf(codeComputerFailed, "%s could not start the machine: %s", e.name, err.Error()).
+			withHint(fmt.Sprintf("run `%s info` and check the engine can start containers", e.name))
+	}
+	if m.Spec.Persist {
+		// A fresh named volume is owned by root; let the machine's user write to it.
+		e.call(ctx, nil, "exec", "-u", "0", e.container(m), "chmod", "1777", "/work")
+	}
+	if m.Workdir != "/work" && m.Workdir != "/tmp" {
+		if _, err := e.call(ctx, nil, "exec", e.container(m), "mkdir", "-p", "--", m.Workdir); err != nil {
+			return errorf(codeComputerFailed, "cannot create the workdir %s: %s", m.Workdir, err.Error()).
+				withHint("use a workdir under /work or /tmp")
+		}
+	}
+	return nil
+}
+
+func (e *engineProvider) start(ctx context.Context, m *ComputerInfo) error {
+	if _, err := e.call(ctx, nil, "start", e.container(m)); err != nil {
+		if isNoSuch(err) {
+			return errorf(codeComputerNotFound, "the container of computer %s is gone", m.ID).withHint("delete the computer and create a new one")
+		}
+		return errorf(codeComputerFailed, "%s could not start the machine: %s", e.name, err.Error()).withHint("check the engine")
+	}
+	return nil
+}
+
+func (e *engineProvider) stop(ctx context.Context, m *ComputerInfo) error {
+	if _, err := e.call(ctx, nil, "stop", "-t", "2", e.container(m)); err != nil && !isNoSuch(err) {
+		return errorf(codeComputerFailed, "%s could not stop the machine: %s", e.name, err.Error()).withHint("check the engine")
+	}
+	return nil
+}
+
+func (e *engineProvider) destroy(ctx context.Context, m *ComputerInfo) error {
+	if _, err := e.call(ctx, nil, "rm", "-f", "-v", e.container(m)); err != nil && !isNoSuch(err) {
+		return errorf(codeComputerFailed, "%s could not remove the machine: %s", e.name, err.Error()).withHint("check the engine")
+	}
+	if m.Spec.Persist {
+		e.call(ctx, nil, "volume", "rm", "-f", e.volume(m))
+	}
+	return nil
+}
+
+func isNoSuch(err error) bool {
+	s := strings.ToLower(err.Error())
+	return strings.Contains(s, "no such") || strings.Contains(s, "not found") || strings.Contains(s, "no container")
+}
+
+func (e *engineProvider) status(ctx context.Context, m *ComputerInfo) (string, error) {
+	out, err := e.call(ctx, nil, "inspect", "--format", "{{.State.Status}}", e.container(m))
+	if err != nil {
+		if isNoSuch(err) {
+			return "missing", nil
+		}
+		return "", err
+	}
+	if strings.TrimSpace(out) == "running" {
+		return "running", nil
+	}
+	return "stopped", nil
+}
+
+func (e *engineProvider) owned(ctx context.Context) (map[string]bool, error) {
+	out, err := e.call(ctx, nil, "ps", "-a", "-q", "--no-trunc", "--filter", "label=agentd.owner="+e.c.owner)
+	if err != nil {
+		return nil, err
+	}
+	ids := strings.Fields(out)
+	res := map[string]bool{}
+	if len(ids) == 0 {
+		return res, nil
+	}
+	out, err = e.call(ctx, nil, append([]string{"inspect", "--format", `{{index .Config.Labels "agentd.id"}} {{.State.Status}}`}, ids...)...)
+	if err != nil && !isNoSuch(err) {
+		return nil, err
+	}
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) == 2 && f[0] != "" {
+			res[f[0]] = f[1] == "running"
+		}
+	}
+	return res, nil
+}
+
+// ---- exec ----
+
+func (e *engineProvider) pidFile(p *procSpec) string { return "/tmp/.agentd-exec-" + p.token + ".pid" }
+
+// execWrapper records the process group (the exec is a session leader) and announces the end of the
+// command with its exit code on both streams.
+func (e *engineProvider) execWrapper(p *procSpec) string {
+	mk := strings.ReplaceAll(markerPrefix(p.token), "\x1e", `\036`)
+	return `echo $$ > ` + e.pidFile(p) + ` 2>/dev/null; "$@"; rc=$?; rm -f ` + e.pidFile(p) +
+		`; printf '` + mk + `%03d\036' "$rc"; printf '` + mk + `%03d\036' "$rc" >&2; exit $rc`
+}
+
+func (e *engineProvider) execArgs(m *ComputerInfo, user, cwd string, env map[string]string, interactive, tty bool) []string {
+	a := []string{"exec"}
+	if interactive {
+		a = append(a, "-i")
+	}
+	if tty {
+		a = append(a, "-t")
+	}
+	if user != "" {
+		a = append(a, "-u", user)
+	}
+	if cwd != "" {
+		a = append(a, "-w", cwd)
+	}
+	for k, v := range env {
+		a = append(a, "-e", k+"="+v)
+	}
+	return append(a, e.container(m))
+}
+
+func (e *engineProvider) command(ctx context.Context, m *ComputerInfo, p *procSpec) (*procHandle, error) {
+	args := e.execArgs(m, p.user, p.cwd, p.env, p.stdin != nil, p.tty)
+	args = append(args, "/bin/sh", "-c", e.execWrapper(p), "agentd")
+	args = append(args, p.argv...)
+	cmd := e.cli(ctx, args...)
+	cmd.Cancel = func() error {
+		kctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		e.killTree(kctx, m, p)
+		return cmd.Process.Kill()
+	}
+	cmd.WaitDelay = execPipeGrace
+	return &procHandle{cmd: cmd, endMarker: true}, nil
+}
+
+// killTree kills the exec's process group inside the machine, as the exec's own user (root there has
+// no CAP_KILL). It waits briefly for the pid file in case the kill races the start.
+func (e *engineProvider) killTree(ctx context.Context, m *ComputerInfo, p *procSpec) {
+	f := e.pidFile(p)
+	script := `i=0; while [ ! -s ` + f + ` ] && [ $i -lt 20 ]; do sleep 0.05; i=$((i+1)); done; ` +
+		`p=$(cat ` + f + ` 2>/dev/null) && [ -n "$p" ] && { kill -9 -$p 2>/dev/null || kill -9 $p; }; rm -f ` + f
+	e.call(ctx, nil, append(e.execArgs(m, p.user, "/", nil, false, false), "/bin/sh", "-c", script)...)
+}
+
+func (e *engineProvider) guestAddr(ctx context.Context, m *ComputerInfo, port int) (string, error) {
+	if m.Spec.Network.Mode == "none" {
+		return "", errorf(codeComputerFailed, "computer %s has network mode none, so no port can be reached", m.ID).
+			withHint("create the computer with network.mode egress or full")
+	}
+	out, err := e.call(ctx, nil, "inspect", "--format", "{{range .NetworkSettings.Networks}}{{.IPAddress}} {{end}}", e.container(m))
+	if err != nil {
+		return "", errorf(codeComputerFailed, "cannot find the machine's address: %s", err.Error()).withHint("check the engine")
+	}
+	for _, ip := range strings.Fields(out) {
+		if net.ParseIP(ip) != nil {
+			return net.JoinHostPort(ip, strconv.Itoa(port)), nil
+		}
+	}
+	return "", errorf(codeComputerFailed, "the machine has no network address").withHint("check the engine's network")
+}
+
+// ---- files inside the machine ----
+
+func (e *engineProvider) fs(m *ComputerInfo) machineFS { return &engineFS{e: e, m: m} }
+
+type engineFS struct {
+	e *engineProvider
+	m *ComputerInfo
+}
+
+const fsOpTimeout = 10 * time.Minute
+
+// sh runs a script inside the machine as its user with stdin and stdout wired through.
+func (f *engineFS) sh(ctx context.Context, stdin io.Reader, stdout io.Writer, script string, args ...string) error {
+	ctx, cancel := context.WithTimeout(ctx, fsOpTimeout)
+	defer cancel()
+	a := f.e.execArgs(f.m, "", "/", nil, stdin != nil, false)
+	a = append(append(a, "/bin/sh", "-c", script, "agentd"), args...)
+	cmd := f.e.cli(ctx, a...)
+	var stderr bytes.Buffer
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		msg := strings.TrimSpace(stderr.String())
+		if msg == "" {
+			msg = err.Error()
+		}
+		return &engineError{args: []string{"exec"}, err: err, stderr: msg}
+	}
+	return nil
+}
+
+func fsFail(op, p string, err error) error {
+	msg := err.Error()
+	if ee, ok := err.(*engineError); ok {
+		msg = ee.stderr
+	}
+	msg = strings.TrimPrefix(msg, "agentd: ")
+	return errorf(codeFSDenied, "%s %s failed: %s", op, p, firstLine(msg)).withHint("check the path and its permissions")
+}
+
+func (f *engineFS) resolve(ctx context.Context, paths []string) ([]string, error) {
+	var out bytes.Buffer
+	in := strings.NewReader(strings.Join(paths, "\n") + "\n")
+	err := f.sh(ctx, in, &out, `while IFS= read -r p; do readlink -m -- "$p" || echo "(unresolvable)$p"; done`)
+	if err != nil {
+		return nil, errorf(codeFSDenied, "cannot resolve paths inside the machine: %s", firstLine(err.Error())).withHint("check the machine is running")
+	}
+	res := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+	if len(res) != len(paths) {
+		return nil, errorf(codeFSDenied, "cannot resolve paths inside the machine").withHint("check the machine is running")
+	}
+	return res, nil
+}
+
+func (f *engineFS) read(ctx context.Context, p string, w io.Writer) error {
+	if err := f.sh(ctx, nil, w, `if [ -d "$1" ]; then echo "is a directory" >&2; exit 1; fi; exec cat -- "$1"`, p); err != nil {
+		return fsFail("read", p, err)
+	}
+	return nil
+}
+
+func (f *engineFS) write(ctx context.Context, p string, r io.Reader) error {
+	if err := f.sh(ctx, r, io.Discard, `mkdir -p -- "$(dirname -- "$1")" && exec cat > "$1"`, p); err != nil {
+		return fsFail("write", p, err)
+	}
+	return nil
+}
+
+func (f *engineFS) list(ctx context.Context, p string) ([]DirEntry, error) {
+	var out bytes.Buffer
+	script := `if [ -d "$1" ]; then exec find "$1" -mindepth 1 -maxdepth 1 -printf '%y\t%s\t%T@\t%m\t%f\0'; else exec find "$1" -maxdepth 0 -printf '%y\t%s\t%T@\t%m\t%f\0'; fi`
+	if err := f.sh(ctx, nil, &out, script, p); err != nil {
+		return nil, fsFail("list", p, err)
+	}
+	ents := []DirEntry{}
+	for _, rec := range strings.Split(out.String(), "\x00") {
+		fl := strings.SplitN(rec, "\t", 5)
+		if len(fl) != 5 {
+			continue
+		}
+		t := map[string]string{"f": "file", "d": "dir", "l": "symlink"}[fl[0]]
+		if t == "" {
+			t = "other"
+		}
+		size, _ := strconv.ParseInt(fl[1], 10, 64)
+		secs, _ := strconv.ParseFloat(fl[2], 64)
+		mode, _ := strconv.ParseUint(fl[3], 8, 32)
+		ep := joinGuest(p, fl[4])
+		ents = append(ents, DirEntry{Name: fl[4], Path: ep, Type: t, Size: size,
+			ModifiedAt: timestamp(time.Unix(0, int64(secs*1e9))), Mode: fmt.Sprintf("%04o", mode)})
+	}
+	return ents, nil
+}
+
+func (f *engineFS) remove(ctx context.Context, p string, recursive bool) error {
+	rec := "0"
+	if recursive {
+		rec = "1"
+	}
+	script := `[ -e "$1" ] || [ -L "$1" ] || { echo "no such file or directory" >&2; exit 1; }
+if [ -d "$1" ] && [ ! -L "$1" ]; then if [ "$2" = 1 ]; then exec rm -rf -- "$1"; else exec rmdir -- "$1"; fi; else exec rm -f -- "$1"; fi`
+	if err := f.sh(ctx, nil, io.Discard, script, p, rec); err != nil {
+		return fsFail("delete", p, err)
+	}
+	return nil
+}
+
+func (f *engineFS) untar(ctx context.Context, dir string, archive []byte) (int, error) {
+	err := f.sh(ctx, bytes.NewReader(archive), io.Discard,
+		`mkdir -p -- "$1" && exec tar -xzf - -C "$1" --no-same-owner --no-overwrite-dir`, dir)
+	if err != nil {
+		return 0, fsFail("upload to", dir, err)
+	}
+	return 0, nil
+}
+
+func (f *engineFS) tar(ctx context.Context, p string, w io.Writer) (int64, error) {
+	if w == nil {
+		var out bytes.Buffer
+		err := f.sh(ctx, nil, &out, `[ -e "$1" ] || { echo "no such file or directory" >&2; exit 1; }
+tar -czf - -C "$(dirname -- "$1")" -- "$(basename -- "$1")" | wc -c`, p)
+		if err != nil {
+			return 0, fsFail("download", p, err)
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(out.String()), 10, 64)
+		if err != nil {
+			return 0, errorf(codeFSDenied, "cannot measure the archive of %s", p).withHint("check the machine has tar and gzip")
+		}
+		return n, nil
+	}
+	cw := &countingWriter{w: w}
+	if err := f.sh(ctx, nil, cw, `exec tar -czf - -C "$(dirname -- "$1")" -- "$(basename -- "$1")"`, p); err != nil {
+		return cw.n, fsFail("download", p, err)
+	}
+	return cw.n, nil
+}

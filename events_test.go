@@ -1,0 +1,275 @@
+package main
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/net/websocket"
+)
+
+func wsURL(httpURL string) string { return "ws" + strings.TrimPrefix(httpURL, "http") }
+
+// tryDialEvents opens a WebSocket; origin "" means the server's own origin.
+func tryDialEvents(url, origin string) (*websocket.Conn, error) {
+	if origin == "" {
+		origin = url[:strings.Index(url, "/v1")]
+	}
+	return websocket.Dial(wsURL(url), "", origin)
+}
+
+func dialEvents(t testing.TB, url, origin string) *websocket.Conn {
+	t.Helper()
+	c, err := tryDialEvents(url, origin)
+	if err != nil {
+		t.Fatalf("dial %s: %v", url, err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// frame reads one JSON frame with a deadline.
+func frame(t testing.TB, c *websocket.Conn) map[string]any {
+	t.Helper()
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	var m map[string]any
+	if err := websocket.JSON.Receive(c, &m); err != nil {
+		t.Fatalf("read frame: %v", err)
+	}
+	return m
+}
+
+func sendFrame(t testing.TB, c *websocket.Conn, v any) {
+	t.Helper()
+	if err := websocket.JSON.Send(c, v); err != nil {
+		t.Fatalf("send frame: %v", err)
+	}
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func TestEventsHelloPingSubscribeReplay(t *testing.T) {
+	ts := newTestServer(t)
+	// History published before the client connects.
+	ts.s.hub.publish("computers", "computer_created", map[string]any{"id": "cmp_1"})
+	ts.s.hub.publish("triggers", "agent_created", map[string]any{"name": "a"})
+	ts.s.hub.publish("runs", "run_started", map[string]any{"runId": "run_1"})
+
+	c := dialEvents(t, ts.url+"/v1/events", "")
+	hello := frame(t, c)
+	payload, _ := hello["payload"].(map[string]any)
+	if hello["type"] != "hello" || hello["topic"] != "providers" || hello["at"] == "" || payload == nil {
+		t.Fatalf("hello %v", hello)
+	}
+	topics, _ := payload["topics"].([]any)
+	if len(topics) != 6 || payload["activeRuns"] == nil {
+		t.Fatalf("hello payload %v", payload)
+	}
+
+	sendFrame(t, c, map[string]any{"type": "ping"})
+	if f := frame(t, c); f["type"] != "pong" {
+		t.Fatalf("pong %v", f)
+	}
+
+	sendFrame(t, c, map[string]any{"type": "subscribe", "topics": []string{"triggers", "runs", "bogus"}})
+	if f := frame(t, c); f["type"] != "subscribed" || fmt.Sprint(f["topics"]) != "[triggers runs]" {
+		t.Fatalf("subscribed %v", f)
+	}
+	// Replay: only the chosen topics, in order, in the event shape.
+	f := frame(t, c)
+	if f["type"] != "agent_created" || f["topic"] != "triggers" || f["payload"].(map[string]any)["name"] != "a" {
+		t.Fatalf("replay 1 %v", f)
+	}
+	if f := frame(t, c); f["type"] != "run_started" {
+		t.Fatalf("replay 2 %v", f)
+	}
+	// Live: filtered, and nothing replayed twice.
+	ts.s.hub.publish("computers", "computer_started", nil)
+	ts.s.hub.publish("runs", "run_finished", map[string]any{"runId": "run_1"})
+	if f := frame(t, c); f["type"] != "run_finished" {
+		t.Fatalf("live %v", f)
+	}
+	// Agent writes publish on triggers.
+	ts.do("POST", "/v1/agents", map[string]any{"yaml": "name: z\n"})
+	if f := frame(t, c); f["type"] != "agent_created" || f["payload"].(map[string]any)["name"] != "z" {
+		t.Fatalf("agent event %v", f)
+	}
+	// An unknown frame is answered with an error frame and the socket stays up.
+	sendFrame(t, c, map[string]any{"type": "dance"})
+	if f := frame(t, c); f["type"] != "error" {
+		t.Fatalf("error frame %v", f)
+	}
+	websocket.Message.Send(c, "not json")
+	if f := frame(t, c); f["type"] != "error" {
+		t.Fatalf("error frame %v", f)
+	}
+	sendFrame(t, c, map[string]any{"type": "ping"})
+	if f := frame(t, c); f["type"] != "pong" {
+		t.Fatalf("pong after errors %v", f)
+	}
+}
+
+func TestEventsWithoutSubscribeGetEverything(t *testing.T) {
+	ts := newTestServer(t)
+	c := dialEvents(t, ts.url+"/v1/events", "")
+	frame(t, c) // hello
+	waitFor(t, "subscriber", func() bool { return ts.s.hub.subscribers() == 1 })
+	for _, topic := range eventTopics {
+		ts.s.hub.publish(topic, "x", nil)
+	}
+	for _, topic := range eventTopics {
+		if f := frame(t, c); f["topic"] != topic {
+			t.Fatalf("got %v, want topic %s", f, topic)
+		}
+	}
+}
+
+func TestEventsRingKeepsLast512(t *testing.T) {
+	h := newHub(time.Now)
+	defer h.Close()
+	for i := 0; i < 1000; i++ {
+		h.publish("runs", "n", i)
+	}
+	hist, last := h.history()
+	if len(hist) != hubHistory || last != 1000 || hist[0].Payload != 1000-hubHistory || hist[len(hist)-1].Payload != 999 {
+		t.Fatalf("history %d events, first %v, last %v", len(hist), hist[0].Payload, hist[len(hist)-1].Payload)
+	}
+}
+
+func TestEventsOriginAndPlainGET(t *testing.T) {
+	ts := newTestServer(t, func(c *config) { c.CORSOrigins = []string{"https://app.example"} })
+	if _, err := tryDialEvents(ts.url+"/v1/events", "https://evil.example"); err == nil {
+		t.Fatal("a foreign origin was accepted")
+	}
+	c := dialEvents(t, ts.url+"/v1/events", "https://app.example")
+	if f := frame(t, c); f["type"] != "hello" {
+		t.Fatal("no hello for a listed origin")
+	}
+	// No Origin at all (curl, CLIs) is accepted: a raw upgrade without the header.
+	req, _ := http.NewRequest("GET", ts.url+"/v1/events", nil)
+	for k, v := range map[string]string{"Upgrade": "websocket", "Connection": "Upgrade",
+		"Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==", "Sec-WebSocket-Version": "13"} {
+		req.Header.Set(k, v)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade without Origin: %d", res.StatusCode)
+	}
+	// A plain GET gets the envelope, not a bare 400.
+	if r := ts.do("GET", "/v1/events", nil); r.status != 422 || r.errCode(t) != codeSpecInvalid {
+		t.Fatalf("plain GET: %d %s", r.status, r.body)
+	}
+}
+
+func TestEventsClientThatNeverReads(t *testing.T) {
+	ts := newTestServer(t)
+	stuck := dialEvents(t, ts.url+"/v1/events", "")
+	waitFor(t, "subscriber", func() bool { return ts.s.hub.subscribers() == 1 })
+
+	// The publisher never blocks: thousands of large events go out while the client reads nothing.
+	big := strings.Repeat("x", 32<<10)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; i < 3000; i++ {
+			ts.s.hub.publish("runs", "bulk", big)
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the publisher blocked on a client that does not read")
+	}
+	// The client is dropped and its socket closed by the server.
+	waitFor(t, "the stuck client to be dropped", func() bool { return ts.s.hub.subscribers() == 0 })
+	stuck.SetReadDeadline(time.Now().Add(20 * time.Second))
+	var err error
+	for err == nil {
+		var b []byte
+		err = websocket.Message.Receive(stuck, &b)
+	}
+	if strings.Contains(err.Error(), "timeout") {
+		t.Fatalf("the server did not close the stuck socket: %v", err)
+	}
+	// The server goes on serving sockets and HTTP.
+	c := dialEvents(t, ts.url+"/v1/events", "")
+	frame(t, c)
+	sendFrame(t, c, map[string]any{"type": "ping"})
+	if f := frame(t, c); f["type"] != "pong" {
+		t.Fatalf("pong %v", f)
+	}
+	if r := ts.do("GET", "/health", nil); r.status != 200 {
+		t.Fatal("health")
+	}
+}
+
+func TestEventsThousandClients(t *testing.T) {
+	if testing.Short() {
+		t.Skip("1,000 sockets")
+	}
+	ts := newTestServer(t)
+	const n = 1000
+	clients := make([]*websocket.Conn, n)
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	sem := make(chan struct{}, 50)
+	for i := range clients {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(i int) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			c, err := tryDialEvents(ts.url+"/v1/events", "")
+			if err != nil {
+				errs <- err
+				return
+			}
+			clients[i] = c
+		}(i)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("dial: %v", err)
+	}
+	defer func() {
+		for _, c := range clients {
+			c.Close()
+		}
+	}()
+	for _, c := range clients {
+		if f := frame(t, c); f["type"] != "hello" {
+			t.Fatalf("hello %v", f)
+		}
+	}
+	waitFor(t, "1,000 subscribers", func() bool { return ts.s.hub.subscribers() == n })
+	ts.s.hub.publish("triggers", "agent_created", map[string]any{"name": "everyone"})
+	for i, c := range clients {
+		f := frame(t, c)
+		if f["type"] != "agent_created" {
+			t.Fatalf("client %d got %v", i, f)
+		}
+	}
+	// Every one of them is closed at hub shutdown, and the hub waits for their handlers.
+	ts.s.hub.Close()
+	if ts.s.hub.subscribers() != 0 {
+		t.Fatal("subscribers left after Close")
+	}
+}

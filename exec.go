@@ -1,0 +1,603 @@
+// exec.go — running commands in machines: the exec semantics shared by every provider, the sync and
+// SSE endpoints, and the head+tail output cap.
+//
+// Entry points: computerService.Exec (API, terminal, agent tool), run (internal, no policy: provisioning
+// and the engine's file operations), handleExec, handleExecStream.
+//
+// Rules (API.md Exec, DESIGN §4): every exec passes the one command policy first (403 E_EXEC_DENIED);
+// a string cmd runs under /bin/sh -c, an array directly; timeoutSec 1-3600 (default 120) kills the whole
+// process tree inside the machine and answers timedOut with the partial output and exitCode 124; a
+// cancelled context (client disconnect) kills the tree the same way; maxOutputBytes 1-16 MiB (default
+// 256 KiB per stream) keeps head and tail without splitting a UTF-8 character; a background child that
+// keeps stdout open does not hold the exec once the command itself ended; a failure of the mechanism
+// (no shell, engine error) is 500 E_EXEC_FAILED, never a fake exit code.
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+)
+
+const (
+	execDefaultTimeout = 120
+	execMaxTimeout     = 3600
+	execDefaultOutput  = 256 << 10
+	execMaxOutput      = 16 << 20
+	execTimedOutCode   = 124
+	// execPipeGrace bounds how long output pipes may stay open after the command ended (a background
+	// child holding stdout): the exec returns, the child keeps running.
+	execPipeGrace = 250 * time.Millisecond
+)
+
+// UnmarshalJSON accepts a non-empty string or a non-empty array of strings.
+func (c *execCommand) UnmarshalJSON(b []byte) error {
+	b = bytes.TrimSpace(b)
+	if len(b) > 0 && b[0] == '"' {
+		return json.Unmarshal(b, &c.Shell)
+	}
+	if len(b) > 0 && b[0] == '[' {
+		var argv []string
+		if err := json.Unmarshal(b, &argv); err != nil {
+			return errorf(codeSpecInvalid, "cmd: expected an array of strings").withHint(`send "cmd": "echo hi" or "cmd": ["echo", "hi"]`)
+		}
+		c.Argv = argv
+		if argv == nil {
+			c.Argv = []string{}
+		}
+		return nil
+	}
+	return errorf(codeSpecInvalid, "cmd: expected a string or an array of strings, received %s", jsonKind(b)).
+		withHint(`send "cmd": "echo hi" or "cmd": ["echo", "hi"]`)
+}
+
+func (c execCommand) MarshalJSON() ([]byte, error) {
+	if c.Argv != nil {
+		return json.Marshal(c.Argv)
+	}
+	return json.Marshal(c.Shell)
+}
+
+func jsonKind(b []byte) string {
+	switch {
+	case len(b) == 0:
+		return "nothing"
+	case b[0] == '{':
+		return "object"
+	case b[0] == 't' || b[0] == 'f':
+		return "boolean"
+	case b[0] == 'n':
+		return "null"
+	}
+	return "number"
+}
+
+// argv is the command as executed: a shell string runs under /bin/sh -c.
+func (c execCommand) argv() []string {
+	if c.Argv != nil {
+		return c.Argv
+	}
+	return []string{"/bin/sh", "-c", c.Shell}
+}
+
+// policyText is what the command policy sees.
+func (c execCommand) policyText() string {
+	if c.Argv != nil {
+		return shellJoin(c.Argv)
+	}
+	return c.Shell
+}
+
+// validateExecWire checks an exec body as received over HTTP: out-of-range values are 422, not clamped.
+func validateExecWire(req *ExecRequest, seen map[string]json.RawMessage) error {
+	if _, ok := seen["cmd"]; !ok {
+		return errorf(codeSpecInvalid, "cmd: Required").withHint(`send "cmd": "echo hi" or "cmd": ["echo", "hi"]`)
+	}
+	if req.TimeoutSec < 0 || req.TimeoutSec > execMaxTimeout {
+		return errorf(codeSpecInvalid, "timeoutSec: must be between 1 and %d, received %d", execMaxTimeout, req.TimeoutSec).
+			withHint("use a timeout of at most 3600 seconds")
+	}
+	if _, ok := seen["timeoutSec"]; ok && req.TimeoutSec == 0 {
+		return errorf(codeSpecInvalid, "timeoutSec: must be between 1 and %d, received 0", execMaxTimeout).withHint("omit timeoutSec for the default of 120")
+	}
+	if req.MaxOutputBytes < 0 || req.MaxOutputBytes > execMaxOutput {
+		return errorf(codeSpecInvalid, "maxOutputBytes: must be between 1 and %d (16 MiB), received %d", execMaxOutput, req.MaxOutputBytes).
+			withHint("use at most 16777216")
+	}
+	if _, ok := seen["maxOutputBytes"]; ok && req.MaxOutputBytes == 0 {
+		return errorf(codeSpecInvalid, "maxOutputBytes: must be between 1 and %d, received 0", execMaxOutput).withHint("omit it for the default of 262144")
+	}
+	return nil
+}
+
+// normaliseExec validates what every caller must get right and applies defaults and caps.
+func normaliseExec(req *ExecRequest) error {
+	switch {
+	case req.Cmd.Argv == nil && strings.TrimSpace(req.Cmd.Shell) == "":
+		return errorf(codeSpecInvalid, "cmd: must be a non-empty string or a non-empty array").withHint(`send "cmd": "echo hi"`)
+	case req.Cmd.Argv != nil && (len(req.Cmd.Argv) == 0 || req.Cmd.Argv[0] == ""):
+		return errorf(codeSpecInvalid, "cmd: the array must be non-empty and start with a program").withHint(`send "cmd": ["echo", "hi"]`)
+	}
+	for _, a := range req.Cmd.argv() {
+		if strings.IndexByte(a, 0) >= 0 {
+			return errorf(codeSpecInvalid, "cmd: contains a NUL byte").withHint("remove the NUL byte")
+		}
+	}
+	for k, v := range req.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.IndexByte(v, 0) >= 0 {
+			return errorf(codeSpecInvalid, "env: invalid variable name %q", k).withHint("names must be non-empty without '=' or NUL")
+		}
+	}
+	if req.TimeoutSec <= 0 {
+		req.TimeoutSec = execDefaultTimeout
+	}
+	req.TimeoutSec = min(req.TimeoutSec, execMaxTimeout)
+	if req.MaxOutputBytes <= 0 {
+		req.MaxOutputBytes = execDefaultOutput
+	}
+	req.MaxOutputBytes = min(req.MaxOutputBytes, execMaxOutput)
+	return nil
+}
+
+// procSpec is one process to run inside a machine, as the providers see it.
+type procSpec struct {
+	argv  []string
+	cwd   string // guest path; "" is the machine's workdir
+	env   map[string]string
+	user  string // "" is the machine's user
+	tty   bool
+	stdin io.Reader
+	token string // names the process group inside the machine (killTree)
+}
+
+// procHandle is a prepared host process. endMarker is set when the process announces the end of the
+// command on both output streams (engine wrapper), so a background child cannot hold the exec.
+type procHandle struct {
+	cmd       *exec.Cmd
+	endMarker bool
+}
+
+// execPrepared is an exec that passed validation and the policy, ready to run.
+type execPrepared struct {
+	m   *ComputerInfo
+	p   provider
+	req ExecRequest
+	ps  *procSpec
+}
+
+// prepareExec resolves the machine and checks the request and the policy; nothing runs yet.
+func (c *computerService) prepareExec(ctx context.Context, id string, req ExecRequest) (*execPrepared, error) {
+	if err := normaliseExec(&req); err != nil {
+		return nil, err
+	}
+	if err := req.Policy.check(req.Cmd.policyText()); err != nil {
+		return nil, err
+	}
+	m, p, err := c.getLive(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	cwd := req.Cwd
+	if cwd == "" {
+		cwd = m.Workdir
+	} else if !strings.HasPrefix(cwd, "/") {
+		cwd = joinGuest(m.Workdir, cwd)
+	}
+	ps := &procSpec{argv: req.Cmd.argv(), cwd: cleanGuest(cwd), env: req.Env, user: req.User, tty: req.TTY}
+	if req.Stdin != nil {
+		ps.stdin = strings.NewReader(*req.Stdin)
+	}
+	return &execPrepared{m: m, p: p, req: req, ps: ps}, nil
+}
+
+// Exec runs one command after the command policy allowed it; onOutput (may be nil) receives output
+// chunks as they arrive, stream being "stdout" or "stderr". Cancelling ctx kills the process tree.
+// onOutput is never called concurrently and never after Exec returns.
+func (c *computerService) Exec(ctx context.Context, id string, req ExecRequest, onOutput func(stream, data string)) (*ExecResult, error) {
+	x, err := c.prepareExec(ctx, id, req)
+	if err != nil {
+		return nil, err
+	}
+	return c.runPrepared(ctx, x, onOutput)
+}
+
+func (c *computerService) runPrepared(ctx context.Context, x *execPrepared, onOutput func(stream, data string)) (*ExecResult, error) {
+	c.beginUse(x.m.ID)
+	defer c.endUse(x.m.ID)
+	return c.runProc(ctx, x.p, x.m, x.ps, time.Duration(x.req.TimeoutSec)*time.Second, x.req.MaxOutputBytes, onOutput)
+}
+
+// run executes an internal command (no policy; provisioning and file operations) and collects output.
+func (c *computerService) run(ctx context.Context, p provider, m *ComputerInfo, ps *procSpec, timeout time.Duration) (*ExecResult, error) {
+	return c.runProc(ctx, p, m, ps, timeout, execMaxOutput, nil)
+}
+
+// beginUse and endUse mark activity for the reaper: a running exec counts as activity.
+func (c *computerService) beginUse(id string) {
+	rt := c.runtime(id)
+	c.mu.Lock()
+	rt.active++
+	rt.lastUsed = c.now()
+	c.mu.Unlock()
+}
+
+func (c *computerService) endUse(id string) {
+	rt := c.runtime(id)
+	c.mu.Lock()
+	rt.active--
+	rt.lastUsed = c.now()
+	c.mu.Unlock()
+}
+
+// runProc is the one place a process runs in a machine.
+func (c *computerService) runProc(ctx context.Context, p provider, m *ComputerInfo, ps *procSpec, timeout time.Duration, maxOut int, onOutput func(stream, data string)) (*ExecResult, error) {
+	if ps.token == "" {
+		ps.token = randomID(8)
+	}
+	tctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+
+	h, err := p.command(tctx, m, ps)
+	if err != nil {
+		return nil, err
+	}
+	var emitMu sync.Mutex
+	var emit func(stream, data string)
+	if onOutput != nil {
+		emit = func(stream, data string) {
+			emitMu.Lock()
+			defer emitMu.Unlock()
+			onOutput(stream, data)
+		}
+	}
+	markers := &endMarkers{need: 2, done: make(chan struct{})}
+	if ps.tty {
+		markers.need = 1
+	}
+	stdout := newOutputSink("stdout", maxOut, emit, h.endMarker, ps.token, markers)
+	stderr := newOutputSink("stderr", maxOut, emit, h.endMarker, ps.token, markers)
+	h.cmd.Stdout, h.cmd.Stderr = stdout, stderr
+	if ps.stdin != nil {
+		h.cmd.Stdin = ps.stdin
+	}
+	start := time.Now()
+	if err := h.cmd.Start(); err != nil {
+		return nil, errorf(codeExecFailed, "cannot start the command: %v", err).withHint("check that the machine is healthy")
+	}
+	waitErr := make(chan error, 1)
+	go func() { waitErr <- h.cmd.Wait() }()
+
+	var werr error
+	if h.endMarker {
+		select {
+		case werr = <-waitErr:
+		case <-markers.done:
+			// The command ended; whatever still holds the pipes is a background child. Give the engine a
+			// moment to deliver, then stop waiting for the CLI.
+			select {
+			case werr = <-waitErr:
+			case <-time.After(execPipeGrace):
+				h.cmd.Process.Kill()
+				werr = <-waitErr
+			}
+		}
+	} else {
+		werr = <-waitErr
+	}
+	stdout.flush()
+	stderr.flush()
+
+	res := &ExecResult{DurationMS: time.Since(start).Milliseconds()}
+	res.Stdout, res.Truncated = stdout.result()
+	var t2 bool
+	res.Stderr, t2 = stderr.result()
+	res.Truncated = res.Truncated || t2
+
+	switch {
+	case ctx.Err() != nil:
+		return nil, errorf(codeAborted, "exec aborted: %v", context.Cause(ctx)).withHint("the caller went away; the process tree was killed")
+	case tctx.Err() != nil && !markers.complete():
+		res.TimedOut, res.ExitCode = true, execTimedOutCode
+		return res, nil
+	case h.endMarker && markers.complete():
+		res.ExitCode = markers.code
+		return res, nil
+	case h.endMarker:
+		// The wrapper never reported: the engine could not run it (or the machine went away).
+		msg := strings.TrimSpace(res.Stderr)
+		if msg == "" && werr != nil {
+			msg = werr.Error()
+		}
+		return nil, errorf(codeExecFailed, "exec failed in computer %s: %s", m.ID, msg).
+			withHint("check that the machine is running and its image has /bin/sh").withDetail("computerId", m.ID)
+	}
+	var ee *exec.ExitError
+	switch {
+	case werr == nil:
+		res.ExitCode = 0
+	case errors.As(werr, &ee):
+		res.ExitCode = ee.ExitCode()
+		if res.ExitCode < 0 { // killed by a signal
+			res.ExitCode = 128 + signalOf(ee)
+		}
+	case errors.Is(werr, exec.ErrWaitDelay):
+		res.ExitCode = h.cmd.ProcessState.ExitCode()
+	default:
+		return nil, errorf(codeExecFailed, "exec failed: %v", werr).withHint("check that the machine is healthy")
+	}
+	return res, nil
+}
+
+// endMarkers collects the wrapper's end-of-command announcements from both streams.
+type endMarkers struct {
+	mu   sync.Mutex
+	need int
+	seen int
+	code int
+	done chan struct{}
+}
+
+func (e *endMarkers) mark(code int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.seen++
+	e.code = code
+	if e.seen == e.need {
+		close(e.done)
+	}
+}
+
+func (e *endMarkers) complete() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.seen >= e.need
+}
+
+// markerPrefix is what the engine wrapper prints (twice: stdout and stderr) after the command ended:
+// "\x1e\x1eagentd-end:<token>:<3-digit exit code>\x1e".
+func markerPrefix(token string) string { return "\x1e\x1eagentd-end:" + token + ":" }
+
+// outputSink receives one stream: it strips the end marker, forwards complete UTF-8 text to emit, and
+// keeps the capped head and tail for the result.
+type outputSink struct {
+	stream  string
+	emit    func(stream, data string)
+	cap     *headTail
+	marker  []byte // full marker length is len(marker)+4
+	markers *endMarkers
+	ended   bool
+	pending []byte // bytes that may start the marker
+	carry   []byte // incomplete UTF-8 sequence for emit
+	mu      sync.Mutex
+}
+
+func newOutputSink(stream string, maxOut int, emit func(stream, data string), withMarker bool, token string, m *endMarkers) *outputSink {
+	s := &outputSink{stream: stream, emit: emit, cap: newHeadTail(maxOut), markers: m}
+	if withMarker {
+		s.marker = []byte(markerPrefix(token))
+	}
+	return s
+}
+
+func (s *outputSink) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := len(p)
+	if s.ended {
+		return n, nil
+	}
+	if s.marker == nil {
+		s.deliver(p)
+		return n, nil
+	}
+	data := append(s.pending, p...)
+	s.pending = nil
+	full := len(s.marker) + 4
+	if i := bytes.Index(data, s.marker); i >= 0 && len(data)-i >= full {
+		s.deliver(data[:i])
+		code, _ := strconv.Atoi(string(data[i+len(s.marker) : i+len(s.marker)+3]))
+		s.ended = true
+		s.markers.mark(code)
+		return n, nil
+	}
+	// Hold back the longest suffix that could begin the marker.
+	keep := 0
+	for k := min(len(data), full-1); k > 0; k-- {
+		tail := data[len(data)-k:]
+		if bytes.HasPrefix(s.marker, tail[:min(k, len(s.marker))]) && (k <= len(s.marker) || bytes.HasPrefix(tail, s.marker)) {
+			keep = k
+			break
+		}
+	}
+	s.deliver(data[:len(data)-keep])
+	s.pending = append([]byte(nil), data[len(data)-keep:]...)
+	return n, nil
+}
+
+func (s *outputSink) deliver(p []byte) {
+	if len(p) == 0 {
+		return
+	}
+	s.cap.write(p)
+	if s.emit == nil {
+		return
+	}
+	data := append(s.carry, p...)
+	cut := utf8Boundary(data)
+	s.carry = append([]byte(nil), data[cut:]...)
+	if cut > 0 {
+		s.emit(s.stream, string(data[:cut]))
+	}
+}
+
+// flush delivers what is held back once the process is gone.
+func (s *outputSink) flush() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.ended && len(s.pending) > 0 {
+		p := s.pending
+		s.pending = nil
+		s.deliver(p)
+	}
+	if s.emit != nil && len(s.carry) > 0 {
+		s.emit(s.stream, string(s.carry))
+		s.carry = nil
+	}
+}
+
+func (s *outputSink) result() (string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cap.String()
+}
+
+// utf8Boundary returns the length of the longest prefix of p that does not end inside a UTF-8
+// sequence that could still be completed.
+func utf8Boundary(p []byte) int {
+	for i := 1; i <= 3 && i <= len(p); i++ {
+		b := p[len(p)-i]
+		if b < 0x80 {
+			return len(p)
+		}
+		if b >= 0xC0 { // a lead byte: is its sequence complete?
+			need := 2
+			switch {
+			case b >= 0xF0:
+				need = 4
+			case b >= 0xE0:
+				need = 3
+			}
+			if i < need {
+				return len(p) - i
+			}
+			return len(p)
+		}
+	}
+	return len(p)
+}
+
+// headTail keeps the first half and the last half of max bytes of a stream and counts the rest.
+type headTail struct {
+	max   int
+	head  []byte
+	tail  []byte
+	total int64
+}
+
+func newHeadTail(max int) *headTail { return &headTail{max: max} }
+
+func (h *headTail) write(p []byte) {
+	h.total += int64(len(p))
+	hmax := h.max / 2
+	if n := hmax - len(h.head); n > 0 {
+		n = min(n, len(p))
+		h.head = append(h.head, p[:n]...)
+		p = p[n:]
+	}
+	if len(p) == 0 {
+		return
+	}
+	tmax := h.max - hmax
+	h.tail = append(h.tail, p...)
+	if len(h.tail) > 2*tmax+4096 {
+		h.tail = append(h.tail[:0:0], h.tail[len(h.tail)-tmax:]...)
+	}
+}
+
+// String returns the kept output and whether anything was elided. The head ends and the tail starts on
+// character boundaries; the elided middle is marked.
+func (h *headTail) String() (string, bool) {
+	tmax := h.max - h.max/2
+	tail := h.tail
+	if len(tail) > tmax {
+		tail = tail[len(tail)-tmax:]
+	}
+	kept := int64(len(h.head) + len(tail))
+	if kept == h.total {
+		return string(h.head) + string(tail), false
+	}
+	head := h.head[:utf8Boundary(h.head)]
+	for i := 0; i < 3 && len(tail) > 0 && !utf8.RuneStart(tail[0]); i++ {
+		tail = tail[1:]
+	}
+	elided := h.total - int64(len(head)) - int64(len(tail))
+	return string(head) + fmt.Sprintf("\n…[%d bytes elided]…\n", elided) + string(tail), true
+}
+
+// ---- HTTP ----
+
+// decodeExec reads and checks an exec body as received over the wire.
+func decodeExec(r *http.Request) (ExecRequest, error) {
+	var req ExecRequest
+	b, err := readBody(r)
+	if err != nil {
+		return req, err
+	}
+	if err := decodeBytes(b, &req); err != nil {
+		return req, err
+	}
+	var seen map[string]json.RawMessage
+	json.Unmarshal(b, &seen)
+	if err := validateExecWire(&req, seen); err != nil {
+		return req, err
+	}
+	return req, nil
+}
+
+func (s *server) handleExec(w http.ResponseWriter, r *http.Request) {
+	req, err := decodeExec(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	res, err := s.computers.Exec(r.Context(), r.PathValue("id"), req, nil)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+// handleExecStream answers `{type: stdout|stderr, data}` frames, then `{type: exit, result}`, then
+// `event: done`. Problems found before the command starts are plain error responses.
+func (s *server) handleExecStream(w http.ResponseWriter, r *http.Request) {
+	req, err := decodeExec(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	x, err := s.computers.prepareExec(r.Context(), r.PathValue("id"), req)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	sse := newSSE(w, ssePingEvery)
+	defer sse.close()
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	go func() {
+		select {
+		case <-sse.Done(): // consumer gone or stalled: abort the exec
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	res, err := s.computers.runPrepared(ctx, x, func(stream, data string) {
+		sse.send(map[string]any{"type": stream, "data": data})
+	})
+	if err != nil {
+		sse.fail(err)
+		return
+	}
+	sse.send(map[string]any{"type": "exit", "result": res})
+}

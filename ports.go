@@ -1,0 +1,200 @@
+// ports.go — exposing a guest port on the host: a userspace TCP forwarder per (machine, port).
+//
+// Entry points: computerService.ExposePort (the run loop's expose_port tool) and handleExposePort.
+// Rules (DESIGN §4): docker/podman get a forwarder on 127.0.0.1:<ephemeral> to the container's address
+// (network none → E_COMPUTER_FAILED saying why); local answers the port itself. Exposing a port twice
+// returns the same binding; forwarders close on stop and destroy (and with the server).
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// portForwarder accepts on a host listener and pipes each connection to target.
+type portForwarder struct {
+	ln     net.Listener
+	target string
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	conns  map[net.Conn]struct{}
+	closed bool
+}
+
+func startForwarder(target string) (*portForwarder, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	f := &portForwarder{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	f.wg.Add(1)
+	go f.accept()
+	return f, nil
+}
+
+func (f *portForwarder) port() int { return f.ln.Addr().(*net.TCPAddr).Port }
+
+func (f *portForwarder) accept() {
+	defer f.wg.Done()
+	for {
+		c, err := f.ln.Accept()
+		if err != nil {
+			return
+		}
+		if !f.track(c) {
+			c.Close()
+			return
+		}
+		f.wg.Add(1)
+		go f.pipe(c)
+	}
+}
+
+func (f *portForwarder) track(c net.Conn) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return false
+	}
+	f.conns[c] = struct{}{}
+	return true
+}
+
+func (f *portForwarder) untrack(c net.Conn) {
+	f.mu.Lock()
+	delete(f.conns, c)
+	f.mu.Unlock()
+	c.Close()
+}
+
+func (f *portForwarder) pipe(c net.Conn) {
+	defer f.wg.Done()
+	defer f.untrack(c)
+	up, err := net.DialTimeout("tcp", f.target, 5*time.Second)
+	if err != nil {
+		return
+	}
+	if !f.track(up) {
+		up.Close()
+		return
+	}
+	defer f.untrack(up)
+	done := make(chan struct{}, 2)
+	cp := func(dst, src net.Conn) {
+		io.Copy(dst, src)
+		if tc, ok := dst.(*net.TCPConn); ok {
+			tc.CloseWrite()
+		}
+		done <- struct{}{}
+	}
+	go cp(up, c)
+	go cp(c, up)
+	<-done
+	<-done
+}
+
+// Close stops accepting, cuts every connection and waits.
+func (f *portForwarder) Close() {
+	f.mu.Lock()
+	f.closed = true
+	for c := range f.conns {
+		c.Close()
+	}
+	f.mu.Unlock()
+	f.ln.Close()
+	f.wg.Wait()
+}
+
+func (c *computerService) closePorts(rt *machineRT) {
+	c.mu.Lock()
+	fws := rt.ports
+	rt.ports = map[int]*portForwarder{}
+	c.mu.Unlock()
+	for _, f := range fws {
+		f.Close()
+	}
+}
+
+// ExposePort binds a guest port to the host (idempotent per port).
+func (c *computerService) ExposePort(ctx context.Context, id string, port int) (*PortBinding, error) {
+	if port < 1 || port > 65535 {
+		return nil, errorf(codeSpecInvalid, "port: must be between 1 and 65535, received %d", port).withHint("send {\"port\": 8080}")
+	}
+	m, p, err := c.getLive(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	rt := c.runtime(m.ID)
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	key := strconv.Itoa(port)
+	c.mu.Lock()
+	fw := rt.ports[port]
+	c.mu.Unlock()
+	var b PortBinding
+	switch {
+	case p.meta().name == "local":
+		b = PortBinding{HostPort: port, URL: fmt.Sprintf("http://127.0.0.1:%d", port)}
+	case fw != nil:
+		b = PortBinding{HostPort: fw.port(), URL: fmt.Sprintf("http://127.0.0.1:%d", fw.port())}
+	default:
+		target, err := p.guestAddr(ctx, m, port)
+		if err != nil {
+			return nil, err
+		}
+		fw, err = startForwarder(target)
+		if err != nil {
+			return nil, errorf(codeComputerFailed, "cannot open a host port: %v", err).withHint("check the host's free ports")
+		}
+		c.mu.Lock()
+		rt.ports[port] = fw
+		c.mu.Unlock()
+		b = PortBinding{HostPort: fw.port(), URL: fmt.Sprintf("http://127.0.0.1:%d", fw.port())}
+	}
+	target, _ := p.guestAddr(ctx, m, port)
+	if conn, err := net.DialTimeout("tcp", target, time.Second); err == nil {
+		conn.Close()
+		b.Reachable = true
+	}
+	old, had := m.Ports[key]
+	m.Ports[key] = b
+	if !had || old.HostPort != b.HostPort {
+		if err := c.save(ctx, m); err != nil {
+			return nil, err
+		}
+		c.s.hub.publish("computers", "port_exposed", map[string]any{"computerId": m.ID, "port": port, "binding": b})
+	}
+	return &b, nil
+}
+
+func (s *server) handleExposePort(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		Port json.RawMessage `json:"port"`
+	}
+	if err := decode(r, &body); err != nil {
+		writeError(w, err)
+		return
+	}
+	if len(body.Port) == 0 {
+		writeError(w, errorf(codeSpecInvalid, "port: Required").withHint(`send {"port": 8080}`))
+		return
+	}
+	port, err := strconv.Atoi(string(body.Port))
+	if err != nil {
+		writeError(w, errorf(codeSpecInvalid, "port: expected an integer between 1 and 65535, received %s", body.Port).withHint(`send {"port": 8080}`))
+		return
+	}
+	b, err := s.computers.ExposePort(r.Context(), r.PathValue("id"), port)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, b)
+}

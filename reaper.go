@@ -1,0 +1,105 @@
+// reaper.go — the periodic sweep that never lets a machine leak.
+//
+// Entry points: reaperLoop (owned by computerService; Close cancels and waits) and sweep(ctx), which a
+// test may call directly with an injected clock (computerService.now).
+//
+// Rules (DESIGN §4): every reaperIntervalSec the stored records of every provider are checked: a running
+// machine idle for idleTimeoutSec (no exec; a running exec counts as activity; 0 = never) or older than
+// maxLifetimeSec (regardless of activity; 0 = never) is destroyed with a `reaper` event
+// {computerId, name, reason: idle|lifetime|orphan}. Containers of this owner without a record (found at
+// start) are removed on the first sweep.
+package main
+
+import (
+	"context"
+	"time"
+)
+
+func (c *computerService) reaperLoop() {
+	defer c.wg.Done()
+	t := time.NewTicker(c.reapInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-t.C:
+			c.sweep(c.ctx)
+		}
+	}
+}
+
+// sweep makes one pass and returns what it reaped (computer id → reason).
+func (c *computerService) sweep(ctx context.Context) map[string]string {
+	reaped := map[string]string{}
+	recs, err := c.s.store.ListComputers(ctx)
+	if err != nil {
+		c.s.log.Warn("reaper: list records", "err", err)
+		return reaped
+	}
+	now := c.now()
+	for i := range recs {
+		m := &recs[i]
+		c.flushLastUsed(ctx, m.ID)
+		if m.State != stateRunning {
+			continue
+		}
+		c.mu.Lock()
+		active, lastUsed := 0, time.Time{}
+		if rt := c.rt[m.ID]; rt != nil {
+			active, lastUsed = rt.active, rt.lastUsed
+		}
+		c.mu.Unlock()
+		if t, err := time.Parse(time.RFC3339Nano, m.LastUsedAt); err == nil && t.After(lastUsed) {
+			lastUsed = t
+		}
+		created, _ := time.Parse(time.RFC3339Nano, m.CreatedAt)
+		reason := ""
+		switch {
+		case m.Spec.MaxLifetimeSec > 0 && now.Sub(created) >= time.Duration(m.Spec.MaxLifetimeSec)*time.Second:
+			reason = "lifetime"
+		case m.Spec.IdleTimeoutSec > 0 && active == 0 && now.Sub(lastUsed) >= time.Duration(m.Spec.IdleTimeoutSec)*time.Second:
+			reason = "idle"
+		}
+		if reason == "" {
+			continue
+		}
+		if err := c.destroy(ctx, m.ID, reason); err != nil {
+			c.s.log.Warn("reaper: destroy", "computer", m.ID, "reason", reason, "err", err)
+			continue
+		}
+		reaped[m.ID] = reason
+	}
+	c.mu.Lock()
+	orphans := c.orphans
+	c.orphans = map[string]string{}
+	c.mu.Unlock()
+	for key, prov := range orphans {
+		p := c.providerByName(prov)
+		id := key[len(prov)+1:]
+		m := &ComputerInfo{ID: id, Provider: prov, Spec: ComputerSpec{Persist: true}}
+		if err := p.destroy(ctx, m); err != nil {
+			c.s.log.Warn("reaper: orphan", "container", key, "err", err)
+			c.mu.Lock()
+			c.orphans[key] = prov
+			c.mu.Unlock()
+			continue
+		}
+		reaped[id] = "orphan"
+		c.s.hub.publish("reaper", "computer_reaped", map[string]any{"computerId": id, "name": "", "reason": "orphan"})
+	}
+	return reaped
+}
+
+// flushLastUsed writes the in-memory last use of a machine to its record.
+func (c *computerService) flushLastUsed(ctx context.Context, id string) {
+	c.mu.Lock()
+	var t time.Time
+	if rt := c.rt[id]; rt != nil {
+		t = rt.lastUsed
+	}
+	c.mu.Unlock()
+	if !t.IsZero() {
+		c.s.store.TouchComputer(ctx, id, timestamp(t))
+	}
+}
