@@ -155,6 +155,14 @@ func (m *modelService) candidateFor(id string, req ChatRequest) candidate {
 	pid, name, _ := strings.Cut(id, "/")
 	prov := providerByID(pid)
 	c := candidate{prov: prov, info: infoFor(prov, name)}
+	_, known := lookupModel(id)
+	if prov.Local { // what /api/show told the last probe: context window and capabilities
+		m.mu.Lock()
+		if mi, ok := m.probes[prov.ID].Infos[name]; ok {
+			c.info, known = mi, true
+		}
+		m.mu.Unlock()
+	}
 	c.key, c.base = prov.key(m.getenv), prov.baseURL(m.getenv)
 	if prov.keyed() && c.key == "" {
 		c.err = errorf(codeNoCredentials, "%s needs an API key for %s", prov.DisplayName, id).
@@ -162,7 +170,7 @@ func (m *modelService) candidateFor(id string, req ChatRequest) candidate {
 	}
 	c.cost = estimateCost(c.info, req)
 	if c.err == nil {
-		if _, known := lookupModel(id); known {
+		if known {
 			switch {
 			case hasImages(req) && !c.info.SupportsVision:
 				c.err = errorf(codeProviderUnavailable, "%s cannot take images", id).withHint("pick a vision model (GET /v1/models: supportsVision)")
