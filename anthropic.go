@@ -6,7 +6,8 @@
 // messages are lifted into `system`; tool results travel as tool_result blocks in a user turn;
 // consecutive turns of one role are merged; thinking blocks go back only with their signature;
 // temperature/top_p are dropped with thinking (the API refuses them); there is no JSON mode, so a
-// responseFormat becomes a system instruction. Stream: message_start (input usage), content_block_*
+// responseFormat becomes a system instruction; cache breakpoints go after the system prompt and on the
+// last block. Stream: message_start (input usage), content_block_*
 // (text_delta, input_json_delta pieces, thinking_delta, signature_delta), message_delta (stop reason,
 // output usage), message_stop; an `error` event maps to the status its type implies.
 package main
@@ -35,6 +36,8 @@ type anBlock struct {
 	Thinking  string         `json:"thinking,omitempty"`
 	Signature string         `json:"signature,omitempty"`
 	Data      string         `json:"data,omitempty"`
+
+	CacheControl map[string]string `json:"cache_control,omitempty"`
 }
 
 type anMessage struct {
@@ -135,8 +138,18 @@ func anthropicBody(c candidate, req ChatRequest, stream bool) map[string]any {
 		body["thinking"] = map[string]any{"type": "enabled", "budget_tokens": budget}
 	}
 	body["max_tokens"] = maxTokens
+	// Prompt caching: a breakpoint after the system prompt caches tools + system, one on the last block
+	// of the conversation caches the history, so each step of an agent loop re-reads its prefix at the
+	// cache rate. Prefixes under the model's minimum are simply not cached.
+	ephemeral := map[string]string{"type": "ephemeral"}
 	if len(system) > 0 {
-		body["system"] = strings.Join(system, "\n\n")
+		body["system"] = []anBlock{{Type: "text", Text: strings.Join(system, "\n\n"), CacheControl: ephemeral}}
+	}
+	if n := len(msgs); n > 0 {
+		last := msgs[n-1].Content
+		if i := len(last) - 1; i >= 0 && last[i].Type != "thinking" {
+			last[i].CacheControl = ephemeral
+		}
 	}
 	if stream {
 		body["stream"] = true

@@ -87,8 +87,8 @@ func TestAnthropicPlainAndStreamText(t *testing.T) {
 		t.Fatal(err)
 	}
 	assertJSONEqual(t, f.chatRequests()[0].Body, []byte(`{"model":"claude-sonnet-4-5","max_tokens":4096,
-		"system":"Respond with one valid JSON value and nothing else: no prose, no code fences.",
-		"messages":[{"role":"user","content":[{"type":"text","text":"Hello"}]}]}`))
+		"system":[{"type":"text","text":"Respond with one valid JSON value and nothing else: no prose, no code fences.","cache_control":{"type":"ephemeral"}}],
+		"messages":[{"role":"user","content":[{"type":"text","text":"Hello","cache_control":{"type":"ephemeral"}}]}]}`))
 	if resp.Text != "Hi! My name is Claude." || resp.FinishReason != "stop" {
 		t.Fatalf("resp: %+v", resp)
 	}

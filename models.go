@@ -12,6 +12,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -212,6 +213,7 @@ type modelService struct {
 	now    func() time.Time
 
 	probeTimeout time.Duration // one probe's ceiling (DESIGN §5: 2 s)
+	streamIdle   time.Duration // an upstream body silent this long is abandoned
 	probeTTL     time.Duration // how long a probe result is trusted
 
 	ctx    context.Context // cancelled by Close: background probes end
@@ -228,7 +230,7 @@ type modelService struct {
 func newModelService(s *server) (*modelService, error) {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = 16
-	tr.ResponseHeaderTimeout = 5 * time.Minute
+	tr.ResponseHeaderTimeout = 10 * time.Minute // a plain (non-streamed) answer arrives whole
 	m := &modelService{
 		s:            s,
 		client:       &http.Client{Transport: tr},
@@ -236,6 +238,7 @@ func newModelService(s *server) (*modelService, error) {
 		jitter:       func(max time.Duration) time.Duration { return time.Duration(rand.Int64N(int64(max) + 1)) },
 		now:          time.Now,
 		probeTimeout: 2 * time.Second,
+		streamIdle:   2 * time.Minute,
 		probeTTL:     30 * time.Second,
 		probes:       map[string]providerStatus{},
 	}
@@ -455,8 +458,14 @@ func (m *modelService) doctor(ctx context.Context) (providers []doctorModelProvi
 		warnings = append(warnings, "no model provider is reachable: set a provider key such as ANTHROPIC_API_KEY or OPENAI_API_KEY, or start ollama")
 		return providers, "", "no model provider is reachable", warnings
 	}
-	best := cands[0]
-	return providers, best, "best reachable model by quality, then price (strategy auto)", warnings
+	var reachable []string
+	for _, p := range providerTable {
+		if st[p.ID].Available {
+			reachable = append(reachable, p.ID)
+		}
+	}
+	return providers, cands[0], fmt.Sprintf("strategy auto: the best model by quality, then price, among reachable providers (%s)",
+		strings.Join(reachable, ", ")), warnings
 }
 
 // ---- upstream errors and secrets ----

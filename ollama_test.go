@@ -96,3 +96,25 @@ func TestOllamaPlainStreamAndModels(t *testing.T) {
 		t.Fatalf("status: %+v", st)
 	}
 }
+
+func TestOllamaCapabilitiesFromShow(t *testing.T) {
+	f := newFake(t, func(w http.ResponseWriter, n int, r recorded) {
+		switch r.Path {
+		case "/api/tags":
+			w.Write([]byte(`{"models":[{"name":"tiny:latest","model":"tiny:latest"}]}`))
+		case "/api/show":
+			w.Write([]byte(`{"model_info":{"tiny.context_length":2048},"capabilities":["completion"]}`))
+		default:
+			replay(t, w, 200, "ollama", "chat_plain.json")
+		}
+	})
+	m, _ := newTestModels(t, map[string]string{"OLLAMA_BASE_URL": f.URL}, nil)
+	if st := m.statuses(context.Background())["ollama"]; st.Infos["tiny:latest"].ContextWindow != 2048 || st.Infos["tiny:latest"].SupportsTools {
+		t.Fatalf("show: %+v", st.Infos)
+	}
+	_, err := m.Chat(context.Background(), ChatRequest{Model: "ollama/tiny:latest", Messages: []ModelMessage{userMsg("x")},
+		Tools: []ToolDef{{Name: "ls"}}}, chatOptions{MaxCostUSD: 0})
+	if apiCode(err) != codeProviderUnavailable || len(f.chatRequests()) != 1 { // the one POST is /api/show
+		t.Fatalf("a model without the tools capability must not be sent tools: %v, %d posts", err, len(f.chatRequests()))
+	}
+}

@@ -163,7 +163,7 @@ func TestOpenAICompatibleDifferences(t *testing.T) {
 		thinking              any
 		check                 check
 	}{
-		{"groq", "llama-3.3-70b-versatile", "groq_stream_xgroq.sse", nil, func(t *testing.T, b map[string]any, h http.Header, r *ChatResponse) {
+		{"groq", "llama-3.3-70b-versatile", "groq/stream_xgroq.sse", nil, func(t *testing.T, b map[string]any, h http.Header, r *ChatResponse) {
 			if b["max_completion_tokens"] != float64(64) || b["stream_options"] == nil || b["tool_choice"] != "required" {
 				t.Errorf("groq body: %v", b)
 			}
@@ -171,7 +171,7 @@ func TestOpenAICompatibleDifferences(t *testing.T) {
 				t.Errorf("groq usage from x_groq: %+v", r.Usage)
 			}
 		}},
-		{"deepseek", "deepseek-reasoner", "deepseek_stream_reasoning.sse", true, func(t *testing.T, b map[string]any, h http.Header, r *ChatResponse) {
+		{"deepseek", "deepseek-reasoner", "deepseek/stream_reasoning.sse", true, func(t *testing.T, b map[string]any, h http.Header, r *ChatResponse) {
 			if b["max_tokens"] != float64(64) || b["max_completion_tokens"] != nil || b["reasoning_effort"] != nil {
 				t.Errorf("deepseek body: %v", b)
 			}
@@ -179,12 +179,12 @@ func TestOpenAICompatibleDifferences(t *testing.T) {
 				t.Errorf("deepseek answer: %+v", r)
 			}
 		}},
-		{"cerebras", "gpt-oss-120b", "chat_stream.sse", nil, func(t *testing.T, b map[string]any, h http.Header, r *ChatResponse) {
+		{"cerebras", "gpt-oss-120b", "openai/chat_stream.sse", nil, func(t *testing.T, b map[string]any, h http.Header, r *ChatResponse) {
 			if b["tool_choice"] != "auto" || b["max_completion_tokens"] != float64(64) {
 				t.Errorf("cerebras only takes tool_choice auto/none: %v", b)
 			}
 		}},
-		{"mistral", "mistral-large-latest", "mistral_stream_tools.sse", nil, func(t *testing.T, b map[string]any, h http.Header, r *ChatResponse) {
+		{"mistral", "mistral-large-latest", "mistral/stream_tools.sse", nil, func(t *testing.T, b map[string]any, h http.Header, r *ChatResponse) {
 			msgs := b["messages"].([]any)
 			call := msgs[1].(map[string]any)["tool_calls"].([]any)[0].(map[string]any)
 			res := msgs[2].(map[string]any)
@@ -196,23 +196,23 @@ func TestOpenAICompatibleDifferences(t *testing.T) {
 				t.Errorf("mistral answer: %+v", r)
 			}
 		}},
-		{"together", "meta-llama/Llama-3.3-70B-Instruct-Turbo", "chat_stream.sse", nil, func(t *testing.T, b map[string]any, h http.Header, r *ChatResponse) {
+		{"together", "meta-llama/Llama-3.3-70B-Instruct-Turbo", "openai/chat_stream.sse", nil, func(t *testing.T, b map[string]any, h http.Header, r *ChatResponse) {
 			if b["stream_options"] != nil || b["max_tokens"] != float64(64) || b["model"] != "meta-llama/Llama-3.3-70B-Instruct-Turbo" {
 				t.Errorf("together body: %v", b)
 			}
 		}},
-		{"openrouter", "anthropic/claude-sonnet-4.5", "chat_stream.sse", "high", func(t *testing.T, b map[string]any, h http.Header, r *ChatResponse) {
+		{"openrouter", "anthropic/claude-sonnet-4.5", "openai/chat_stream.sse", "high", func(t *testing.T, b map[string]any, h http.Header, r *ChatResponse) {
 			if h.Get("X-Title") != "agentd" || h.Get("HTTP-Referer") == "" || b["model"] != "anthropic/claude-sonnet-4.5" ||
 				b["reasoning"].(map[string]any)["effort"] != "high" || b["stream_options"] != nil {
 				t.Errorf("openrouter: %v %v", b, h)
 			}
 		}},
-		{"lmstudio", "qwen2.5-7b-instruct", "chat_stream.sse", nil, func(t *testing.T, b map[string]any, h http.Header, r *ChatResponse) {
+		{"lmstudio", "qwen2.5-7b-instruct", "openai/chat_stream.sse", nil, func(t *testing.T, b map[string]any, h http.Header, r *ChatResponse) {
 			if h.Get("Authorization") != "" || b["max_tokens"] != float64(64) || r.Usage.CostUSD != 0 {
 				t.Errorf("lmstudio: %v %v %+v", b, h, r.Usage)
 			}
 		}},
-		{"openai", "gpt-5", "chat_stream.sse", "low", func(t *testing.T, b map[string]any, h http.Header, r *ChatResponse) {
+		{"openai", "gpt-5", "openai/chat_stream.sse", "low", func(t *testing.T, b map[string]any, h http.Header, r *ChatResponse) {
 			if b["temperature"] != nil || b["reasoning_effort"] != "low" || b["max_completion_tokens"] != float64(64) {
 				t.Errorf("openai reasoning model: %v", b)
 			}
@@ -220,7 +220,7 @@ func TestOpenAICompatibleDifferences(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.provider, func(t *testing.T) {
-			f := newFake(t, func(w http.ResponseWriter, n int, r recorded) { replay(t, w, 200, "openai", c.file) })
+			f := newFake(t, func(w http.ResponseWriter, n int, r recorded) { replay(t, w, 200, strings.Split(c.file, "/")...) })
 			p := providerByID(c.provider)
 			env := map[string]string{p.BaseEnv: f.URL}
 			if p.keyed() {
@@ -249,7 +249,7 @@ func TestOpenAICompatibleDifferences(t *testing.T) {
 
 func TestOpenRouterErrorInsideStream(t *testing.T) {
 	f := newFake(t, func(w http.ResponseWriter, n int, r recorded) {
-		replay(t, w, 200, "openai", "openrouter_stream_error.sse")
+		replay(t, w, 200, "openrouter", "stream_error.sse")
 	})
 	m, rec := newTestModels(t, map[string]string{"OPENROUTER_API_KEY": "sk-or-v1-abcdef1234567890", "OPENROUTER_BASE_URL": f.URL}, nil)
 	_, err := m.Stream(context.Background(), ChatRequest{Model: "openrouter/meta-llama/llama-3.3-70b-instruct:free", Messages: []ModelMessage{userMsg("x")}}, chatOptions{MaxCostUSD: 0}, func(StreamEvent) {})

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -63,19 +64,42 @@ func TestProbesDeadProvidersDoNotStallListing(t *testing.T) {
 	}
 }
 
-func TestProbesFourAtATime(t *testing.T) {
-	var inflight, peak, total atomic.Int32
-	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		n := inflight.Add(1)
-		total.Add(1)
-		for {
-			p := peak.Load()
-			if n <= p || peak.CompareAndSwap(p, n) {
-				break
-			}
+// countingTransport measures agentd's own concurrency: a request counts from RoundTrip until its
+// answer's body is closed (or the round trip fails).
+type countingTransport struct {
+	next                  http.RoundTripper
+	inflight, peak, total atomic.Int32
+}
+
+func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	n := c.inflight.Add(1)
+	c.total.Add(1)
+	for {
+		p := c.peak.Load()
+		if n <= p || c.peak.CompareAndSwap(p, n) {
+			break
 		}
+	}
+	resp, err := c.next.RoundTrip(r)
+	if err != nil {
+		c.inflight.Add(-1)
+		return nil, err
+	}
+	resp.Body = &countedBody{ReadCloser: resp.Body, done: func() { c.inflight.Add(-1) }}
+	return resp, nil
+}
+
+type countedBody struct {
+	io.ReadCloser
+	once sync.Once
+	done func()
+}
+
+func (b *countedBody) Close() error { b.once.Do(b.done); return b.ReadCloser.Close() }
+
+func TestProbesFourAtATime(t *testing.T) {
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		<-r.Context().Done() // hold the slot until the probe times out
-		inflight.Add(-1)
 	}))
 	t.Cleanup(ts.Close)
 	env := map[string]string{}
@@ -86,6 +110,8 @@ func TestProbesFourAtATime(t *testing.T) {
 		env[p.BaseEnv] = ts.URL
 	}
 	m, _ := newTestModels(t, env, nil)
+	ct := &countingTransport{next: m.client.Transport}
+	m.client = &http.Client{Transport: ct}
 	m.probeTimeout = 100 * time.Millisecond
 	m.statuses(context.Background()) // returns after about one timeout; the round goes on
 	deadline := time.Now().Add(10 * time.Second)
@@ -102,8 +128,8 @@ func TestProbesFourAtATime(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	st := m.statuses(context.Background())
-	if peak.Load() > probeParallel || total.Load() != int32(len(providerTable)) {
-		t.Fatalf("peak %d concurrent probes (max %d), %d probes for %d providers", peak.Load(), probeParallel, total.Load(), len(providerTable))
+	if ct.peak.Load() > probeParallel || ct.total.Load() != int32(len(providerTable)) {
+		t.Fatalf("peak %d concurrent probes (max %d), %d probes for %d providers", ct.peak.Load(), probeParallel, ct.total.Load(), len(providerTable))
 	}
 	for _, p := range providerTable {
 		if st[p.ID].Available {

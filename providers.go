@@ -11,11 +11,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -32,8 +34,10 @@ func (m *modelService) send(ctx context.Context, c candidate, method, url string
 		}
 		rd = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, url, rd)
+	rctx, cancel := context.WithCancel(ctx)
+	req, err := http.NewRequestWithContext(rctx, method, url, rd)
 	if err != nil {
+		cancel()
 		return nil, errorf(codeConfig, "bad base URL for %s: %v", c.prov.DisplayName, err).withHint("check " + c.prov.BaseEnv)
 	}
 	if body != nil {
@@ -45,8 +49,10 @@ func (m *modelService) send(ctx context.Context, c candidate, method, url string
 	}
 	resp, err := m.client.Do(req)
 	if err != nil {
+		cancel()
 		return nil, netError(ctx, c.prov.DisplayName, err)
 	}
+	resp.Body = newIdleBody(resp.Body, m.streamIdle, cancel)
 	if resp.StatusCode >= 400 {
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
@@ -58,6 +64,43 @@ func (m *modelService) send(ctx context.Context, c candidate, method, url string
 			msg: m.scrub(upstreamMessage(b, resp.Status))}
 	}
 	return resp, nil
+}
+
+// idleBody ends a response whose body goes quiet for longer than idle: a stalled upstream stream fails
+// (retryable, or an error event after output) instead of hanging the run or the client. Close releases
+// the request's context.
+type idleBody struct {
+	rc      io.ReadCloser
+	idle    time.Duration
+	timer   *time.Timer
+	cancel  context.CancelFunc
+	expired atomic.Bool
+}
+
+var errUpstreamIdle = errors.New("the provider sent nothing")
+
+func newIdleBody(rc io.ReadCloser, idle time.Duration, cancel context.CancelFunc) *idleBody {
+	b := &idleBody{rc: rc, idle: idle, cancel: cancel}
+	b.timer = time.AfterFunc(idle, func() { b.expired.Store(true); cancel() })
+	return b
+}
+
+func (b *idleBody) Read(p []byte) (int, error) {
+	n, err := b.rc.Read(p)
+	if err != nil && b.expired.Load() {
+		return n, fmt.Errorf("%w for %s", errUpstreamIdle, b.idle)
+	}
+	if n > 0 {
+		b.timer.Reset(b.idle)
+	}
+	return n, err
+}
+
+func (b *idleBody) Close() error {
+	b.timer.Stop()
+	err := b.rc.Close()
+	b.cancel()
+	return err
 }
 
 // parseRetryAfter reads Retry-After (seconds or an HTTP date) and the millisecond variant some
@@ -184,6 +227,9 @@ func streamBroken(provider, what string) error {
 func readErr(ctx context.Context, provider string, err error) error {
 	if err == bufio.ErrTooLong {
 		return streamBroken(provider, "unparseable stream: a line exceeds 16 MB")
+	}
+	if errors.Is(err, errUpstreamIdle) && ctx.Err() == nil {
+		return streamBroken(provider, "stream stalled: "+err.Error())
 	}
 	return netError(ctx, provider, fmt.Errorf("stream interrupted: %w", err))
 }

@@ -186,3 +186,19 @@ func TestSSEReader(t *testing.T) {
 		t.Fatal("want EOF")
 	}
 }
+
+func TestStalledStreamIsAbandoned(t *testing.T) {
+	f := newFake(t, func(w http.ResponseWriter, n int, r recorded) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(200)
+		w.Write([]byte(wireSpecs[0].before))
+		w.(http.Flusher).Flush()
+		<-r.Ctx.Done() // then silence until agentd gives up
+	})
+	m, rec := newTestModels(t, openaiEnv(f), nil)
+	m.streamIdle = 50 * time.Millisecond
+	_, err := m.Stream(context.Background(), ChatRequest{Model: "openai/gpt-4o", Messages: []ModelMessage{userMsg("x")}}, chatOptions{MaxCostUSD: -1}, func(StreamEvent) {})
+	if apiCode(err) != codeModelError || !strings.Contains(err.Error(), "stalled") || len(f.chatRequests()) != 3 || len(rec.get()) != 2 {
+		t.Fatalf("err %v, %d calls, sleeps %v", err, len(f.chatRequests()), rec.get())
+	}
+}

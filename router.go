@@ -56,7 +56,7 @@ type candidate struct {
 // chatPlan is a resolved request: the candidates in order and the warnings gathered while planning.
 type chatPlan struct {
 	cands    []candidate
-	warnings []string
+	warnings []StreamEvent // emitted before the first call
 }
 
 // Stream sends one request through the router, calling emit for every StreamEvent (emit may be nil),
@@ -105,9 +105,12 @@ func (m *modelService) plan(ctx context.Context, req ChatRequest, opts chatOptio
 			if ae := asAPIError(err); ae.Code == codeConfig {
 				return nil, err
 			}
-			if i > 0 {
-				p.warnings = append(p.warnings, fmt.Sprintf("fallback %q skipped: %s", n, asAPIError(err).Message))
+			what := "fallback"
+			if i == 0 {
+				what = "model"
 			}
+			p.warnings = append(p.warnings, StreamEvent{Type: "warning", Code: "fallback",
+				Message: fmt.Sprintf("%s %q skipped: %s", what, n, asAPIError(err).Message)})
 			continue
 		}
 		for _, id := range ids {
@@ -133,7 +136,9 @@ func (m *modelService) plan(ctx context.Context, req ChatRequest, opts chatOptio
 			if cheapest == nil || c.cost < cheapest.cost {
 				cheapest = &p.cands[i]
 			}
-			p.warnings = append(p.warnings, fmt.Sprintf("%s skipped: estimated cost $%.4f exceeds the ceiling $%.4f", c.info.ID, c.cost, opts.MaxCostUSD))
+			p.warnings = append(p.warnings, StreamEvent{Type: "warning", Code: "budget",
+				Message: fmt.Sprintf("%s skipped: estimated cost $%.4f exceeds the ceiling $%.4f", c.info.ID, c.cost, opts.MaxCostUSD),
+				Detail:  map[string]any{"model": c.info.ID, "estimatedUsd": c.cost, "maxCostUsd": opts.MaxCostUSD}})
 		}
 		if len(kept) == 0 {
 			return nil, errorf(codeBudgetExceeded, "estimated cost $%.4f of %s exceeds the ceiling $%.4f", cheapest.cost, cheapest.info.ID, opts.MaxCostUSD).
@@ -150,6 +155,14 @@ func (m *modelService) candidateFor(id string, req ChatRequest) candidate {
 	pid, name, _ := strings.Cut(id, "/")
 	prov := providerByID(pid)
 	c := candidate{prov: prov, info: infoFor(prov, name)}
+	_, known := lookupModel(id)
+	if prov.Local { // what /api/show told the last probe: context window and capabilities
+		m.mu.Lock()
+		if mi, ok := m.probes[prov.ID].Infos[name]; ok {
+			c.info, known = mi, true
+		}
+		m.mu.Unlock()
+	}
 	c.key, c.base = prov.key(m.getenv), prov.baseURL(m.getenv)
 	if prov.keyed() && c.key == "" {
 		c.err = errorf(codeNoCredentials, "%s needs an API key for %s", prov.DisplayName, id).
@@ -157,7 +170,7 @@ func (m *modelService) candidateFor(id string, req ChatRequest) candidate {
 	}
 	c.cost = estimateCost(c.info, req)
 	if c.err == nil {
-		if _, known := lookupModel(id); known {
+		if known {
 			switch {
 			case hasImages(req) && !c.info.SupportsVision:
 				c.err = errorf(codeProviderUnavailable, "%s cannot take images", id).withHint("pick a vision model (GET /v1/models: supportsVision)")
@@ -398,9 +411,10 @@ func (m *modelService) run(ctx context.Context, p *chatPlan, req ChatRequest, em
 		send(StreamEvent{Type: "error", Error: ae})
 		return nil, ae
 	}
-	warnings := append([]string(nil), p.warnings...)
+	var warnings []string
 	for _, w := range p.warnings {
-		send(StreamEvent{Type: "warning", Message: w, Code: "budget"})
+		warnings = append(warnings, w.Message)
+		send(w)
 	}
 	start := time.Now()
 	var failures []*apiError

@@ -264,3 +264,26 @@ func TestRouterCapabilityMismatchSkipsCandidate(t *testing.T) {
 		t.Fatalf("fallback to a vision model: %+v %v", resp, err)
 	}
 }
+
+func TestRouterAutoEndToEnd(t *testing.T) {
+	f := newFake(t, func(w http.ResponseWriter, n int, r recorded) {
+		if r.Method == http.MethodGet {
+			replay(t, w, 200, "openai", "models.json")
+			return
+		}
+		replay(t, w, 200, "openai", "chat_plain.json")
+	})
+	m, _ := newTestModels(t, openaiEnv(f), nil)
+	resp, err := m.Chat(context.Background(), ChatRequest{Messages: []ModelMessage{userMsg("x")}}, chatOptions{MaxCostUSD: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The live list has gpt-4o, gpt-4o-mini and gpt-4.1: auto takes the best of those by quality.
+	if resp.Model != "openai/gpt-4.1" || !strings.Contains(string(f.chatRequests()[0].Body), `"model":"gpt-4.1"`) {
+		t.Fatalf("auto chose %s", resp.Model)
+	}
+	model, usd, err := m.EstimateCost(ChatRequest{Model: "auto", Messages: []ModelMessage{userMsg("x")}})
+	if err != nil || model != "openai/gpt-4.1" || usd <= 0 {
+		t.Fatalf("estimate: %s %v %v", model, usd, err)
+	}
+}
