@@ -373,6 +373,12 @@ func (ar *activeRun) loop(st *loopState) (string, *apiError) {
 		st.convo = append(st.convo, msg)
 		ar.emit(runEvent{Type: "message", Message: ar.shownMessage(msg)})
 		if len(calls) == 0 {
+			switch resp.FinishReason {
+			case "length":
+				ar.warn("length", "the model stopped at its output limit; the answer may be cut short")
+			case "content_filter":
+				ar.warn("content_filter", "the provider's content filter stopped the answer")
+			}
 			return "complete", nil
 		}
 
