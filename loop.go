@@ -124,6 +124,17 @@ func (ar *activeRun) recordSummary() {
 	ar.rs.rec.sync(runWrite{RunID: ar.id, Agent: ar.agent, Status: sum.Status, Summary: b, Started: sum.StartedAt})
 }
 
+// safeLoop turns a bug in the loop into a recorded `error` run instead of a crashed server.
+func (ar *activeRun) safeLoop(st *loopState) (stop string, e *apiError) {
+	defer func() {
+		if v := recover(); v != nil {
+			ar.rs.log.Error("run loop panicked", "run", ar.id, "panic", fmt.Sprint(v))
+			stop, e = "error", errorf(codeInternal, "the run failed unexpectedly: %v", v).withHint("this is a bug in agentd")
+		}
+	}()
+	return ar.loop(st)
+}
+
 // recordProgress updates the in-flight row (steps, tokens, cost) so listings show live progress.
 func (ar *activeRun) recordProgress() {
 	sum := ar.summary()
@@ -140,7 +151,7 @@ func (ar *activeRun) run() {
 	}
 
 	st := &loopState{}
-	stop, apiErr := ar.loop(st)
+	stop, apiErr := ar.safeLoop(st)
 	ar.cancel(nil) // run end: pending approvals are denied, in-flight work released
 	ar.stopTimer()
 

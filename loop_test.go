@@ -303,3 +303,18 @@ func TestThreeConcurrentRunsShareTheComputer(t *testing.T) {
 		t.Fatal("reference still held after the runs ended")
 	}
 }
+
+func TestLoopPanicIsARecordedError(t *testing.T) {
+	m := &fakeModel{script: func(ctx context.Context, n int, req ChatRequest) (*ChatResponse, error) {
+		panic("boom")
+	}}
+	te := newRunEnv(t, m, nil)
+	te.putAgent(testSpec("buggy", nil))
+	res := te.run("buggy", map[string]any{"input": "x"})
+	if res["stopReason"] != "error" || res["error"].(map[string]any)["code"] != "E_INTERNAL" {
+		t.Fatalf("result %v", res)
+	}
+	if r := te.run("buggy", map[string]any{"input": "again"}); r["stopReason"] != "error" {
+		t.Fatal("the service did not survive")
+	}
+}
