@@ -181,6 +181,9 @@ func scriptToolCalls(calls []ToolCall, indexed bool) []any {
 	var out []any
 	for i, c := range calls {
 		args, _ := json.Marshal(c.Args)
+		if c.Args == nil {
+			args = []byte("{}") // what OpenAI sends for a call without arguments
+		}
 		tc := map[string]any{"id": c.ID, "type": "function", "function": map[string]any{"name": c.Name, "arguments": string(args)}}
 		if indexed {
 			tc["index"] = i
@@ -264,10 +267,15 @@ func tc(id, name string, args map[string]any) ToolCall {
 	return ToolCall{Type: "tool_call", ID: id, Name: name, Args: args}
 }
 
-// stepwise answers from a list by the number of tool results in the current turn, then "done".
+// stepwise answers from a list by the number of assistant turns since the last user message, then "done".
 func stepwise(replies ...scriptReply) func(r scriptReq) scriptReply {
 	return func(r scriptReq) scriptReply {
-		n := len(r.toolResults())
+		n := 0
+		for i := len(r.Messages) - 1; i >= 0 && r.Messages[i].Role != "user"; i-- {
+			if r.Messages[i].Role == "assistant" {
+				n++
+			}
+		}
 		if n < len(replies) {
 			return replies[n]
 		}
@@ -281,6 +289,15 @@ func TestE2EMultiStepShellAndFiles(t *testing.T) {
 		scriptReply{calls: []ToolCall{tc("c2", "shell", map[string]any{"command": "wc -l < hello.txt && echo from-shell"})}},
 		scriptReply{calls: []ToolCall{tc("c3", "edit_file", map[string]any{"path": "hello.txt", "old_string": "two", "new_string": "TWO"})}},
 		scriptReply{calls: []ToolCall{tc("c4", "read_file", map[string]any{"path": "hello.txt", "start_line": 2, "end_line": 2})}},
+		scriptReply{calls: []ToolCall{ // calls of one turn run concurrently: these two are independent
+			tc("c5", "search_files", map[string]any{"pattern": "T[W]O"}),
+			tc("c9", "computer_info", nil),
+		}},
+		scriptReply{calls: []ToolCall{tc("c6", "move", map[string]any{"from": "hello.txt", "to": "sub/dir/hello2.txt"})}},
+		scriptReply{calls: []ToolCall{tc("c7", "list_dir", map[string]any{"recursive": true})}},
+		scriptReply{calls: []ToolCall{tc("c8", "move", map[string]any{"from": "sub", "to": "moved"})}},
+		scriptReply{calls: []ToolCall{tc("c10", "delete", map[string]any{"path": "moved", "recursive": true})}},
+		scriptReply{calls: []ToolCall{tc("c11", "list_dir", map[string]any{})}},
 		scriptReply{text: "The file has three lines."},
 	))
 	te := newE2E(t, so, "")
@@ -289,7 +306,7 @@ func TestE2EMultiStepShellAndFiles(t *testing.T) {
 	evs := s.all()
 	start, end := evs[0], evs[len(evs)-1]
 	res := end["result"].(map[string]any)
-	if start["type"] != "run_start" || res["stopReason"] != "complete" || res["text"] != "The file has three lines." || res["steps"].(float64) != 5 {
+	if start["type"] != "run_start" || res["stopReason"] != "complete" || res["text"] != "The file has three lines." || res["steps"].(float64) != 11 {
 		t.Fatalf("run: %v", res)
 	}
 	var computerID string
@@ -305,13 +322,15 @@ func TestE2EMultiStepShellAndFiles(t *testing.T) {
 			}
 		}
 	}
-	if !strings.Contains(outputs["c2"], "3\nfrom-shell") || !strings.Contains(outputs["c4"], "TWO") {
+	if !strings.Contains(outputs["c2"], "3\nfrom-shell") || !strings.Contains(outputs["c4"], "TWO") ||
+		!strings.Contains(outputs["c5"], "/work/hello.txt:2:TWO") || !strings.Contains(outputs["c7"], "/work/sub/dir/hello2.txt") ||
+		!strings.Contains(outputs["c9"], "e2e-files") || !strings.Contains(outputs["c11"], "is empty") {
 		t.Fatalf("outputs %v", outputs)
 	}
 	// The tool results reached the model in its own wire format.
 	reqs := so.requests()
 	last := reqs[len(reqs)-1]
-	if len(last.toolResults()) != 4 || last.toolResults()[1].ToolCallID != "c2" || !strings.Contains(last.toolResults()[1].text(), "from-shell") {
+	if len(last.toolResults()) != 11 || last.toolResults()[1].ToolCallID != "c2" || !strings.Contains(last.toolResults()[1].text(), "from-shell") {
 		t.Fatalf("last request %s", last.all())
 	}
 	// The computer is named after the agent and left running.
