@@ -429,9 +429,30 @@ func TestE2EApprovals(t *testing.T) {
 	mt := injectTimer(te)
 	te.createAgent(map[string]any{"name": "e2e-ask", "guardrails": map[string]any{"approvalMode": "ask"}})
 
+	ws := dialEvents(t, te.ts.URL+"/v1/events", "")
+	if hello := frame(t, ws); hello["type"] != "hello" || hello["payload"].(map[string]any)["activeRuns"] == nil {
+		t.Fatalf("hello %v", hello)
+	}
+	sendFrame(t, ws, map[string]any{"type": "subscribe", "topics": []string{"runs"}})
+	if sub := frame(t, ws); sub["type"] != "subscribed" {
+		t.Fatalf("subscribed %v", sub)
+	}
+
 	// approve
 	s := te.stream("e2e-ask", map[string]any{"input": "approved run"})
 	ap := s.until(t, "approval_required")
+	// The events socket carries the same approval on the runs topic (after run_started).
+	for seen := []string{}; ; {
+		f := frame(t, ws)
+		seen = append(seen, fmt.Sprint(f["type"]))
+		if f["type"] == "approval_required" {
+			p := f["payload"].(map[string]any)
+			if f["topic"] != "runs" || p["approvalId"] != ap["approvalId"] || p["call"].(map[string]any)["name"] != "shell" || strings.Join(seen, ",") != "run_started,approval_required" {
+				t.Fatalf("socket approval %v after %v", f, seen)
+			}
+			break
+		}
+	}
 	code, ans := te.do("POST", "/v1/approvals/"+ap["approvalId"].(string), map[string]any{"approve": true})
 	if code != 200 || ans["approved"] != true {
 		t.Fatalf("approve %d %v", code, ans)
