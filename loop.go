@@ -26,7 +26,7 @@ const (
 	maxParallelTools = 4
 	nudgeAfter       = 3
 	loopAfter        = 5
-	stepOutputTokens = 8192 // output allowance asked per step (bounded by the tokens left)
+	stepOutputTokens = 8192 // below this many tokens left, the output allowance is capped explicitly
 	previewChars     = 200
 )
 
@@ -315,8 +315,12 @@ func (ar *activeRun) loop(st *loopState) (string, *apiError) {
 		ar.mu.Lock()
 		used, spent := ar.usage.InputTokens+ar.usage.OutputTokens, ar.usage.CostUSD
 		ar.mu.Unlock()
-		req := ChatRequest{Model: ar.model, System: system, Tools: ar.defs, Temperature: ar.spec.Temperature,
-			MaxTokens: min(stepOutputTokens, max(ar.lim.MaxTokens-used, 1))}
+		req := ChatRequest{Model: ar.model, System: system, Tools: ar.defs, Temperature: ar.spec.Temperature}
+		if left := ar.lim.MaxTokens - used; left < stepOutputTokens {
+			// Near the token ceiling, ask for no more than is left (and no more than any model gives);
+			// otherwise the router picks the model's own output allowance.
+			req.MaxTokens = min(max(left, 1), 4096)
+		}
 		req.Messages = append(append([]ModelMessage{}, st.prefix...), ar.window(st)...)
 		if ar.ctx.Err() != nil {
 			return ar.stopCause()
