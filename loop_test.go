@@ -219,7 +219,7 @@ func TestParallelToolsBoundedAndOrdered(t *testing.T) {
 		}
 		select { // hold until four run together (or they never will: then the check below fails)
 		case <-gate:
-		case <-time.After(2 * time.Second):
+		case <-time.After(20 * time.Second):
 		}
 		running.Add(-1)
 	}

@@ -407,7 +407,7 @@ func (s *sseStream) all() []map[string]any {
 // waitFor polls cond until it holds or the deadline passes.
 func pollUntil(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
