@@ -13,6 +13,7 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -317,6 +318,9 @@ func (m *modelService) openaiChat(ctx context.Context, c candidate, req ChatRequ
 	return out, nil
 }
 
+// maxStreamToolCalls bounds the tool call index a stream may use (OpenAI allows 128 tools a request).
+const maxStreamToolCalls = 1024
+
 // openaiReadStream assembles a streamed answer.
 func (m *modelService) openaiReadStream(ctx context.Context, name string, body io.Reader, emit func(StreamEvent)) (*ChatResponse, error) {
 	rd := newSSEReader(body)
@@ -370,6 +374,9 @@ func (m *modelService) openaiReadStream(ctx context.Context, name string, body i
 				idx := i
 				if tc.Index != nil {
 					idx = *tc.Index
+				}
+				if idx < 0 || idx >= maxStreamToolCalls { // a hostile index must not panic or allocate without bound
+					return nil, streamBroken(name, fmt.Sprintf("unparseable stream: tool call index %d out of range", idx))
 				}
 				for len(calls) <= idx {
 					calls = append(calls, &partial{})

@@ -276,3 +276,17 @@ func TestMissingUsageIsEstimated(t *testing.T) {
 		t.Fatalf("usage %+v warnings %v", resp.Usage, resp.Warnings)
 	}
 }
+
+// A tool call delta whose index is negative or absurd is a broken stream, not a panic or a huge allocation.
+func TestOpenAIStreamToolCallIndexOutOfRange(t *testing.T) {
+	m := &modelService{s: &server{}}
+	for _, idx := range []string{"-1", "2000000000"} {
+		body := `data: {"choices":[{"index":0,"delta":{"tool_calls":[{"index":` + idx + `,"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]}}]}` + "\n\n" +
+			`data: {"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}` + "\n\ndata: [DONE]\n\n"
+		_, err := m.openaiReadStream(context.Background(), "OpenAI", strings.NewReader(body), func(StreamEvent) {})
+		ue, ok := err.(*upstreamError)
+		if !ok || ue.status != 0 || !strings.Contains(ue.msg, "out of range") {
+			t.Fatalf("index %s: %v", idx, err)
+		}
+	}
+}
