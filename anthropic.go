@@ -13,11 +13,13 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 )
 
@@ -115,6 +117,15 @@ func anthropicBody(c candidate, req ChatRequest, stream bool) map[string]any {
 		}
 		add(role, blocks)
 	}
+	// Merging turns can put a user's text ahead of the results that answer the previous tool_use
+	// (a user note sent between a call and its result); the API wants every tool_result first.
+	for i := range msgs {
+		if msgs[i].Role == "user" {
+			slices.SortStableFunc(msgs[i].Content, func(a, b anBlock) int {
+				return cmp.Compare(toolResultRank(a), toolResultRank(b))
+			})
+		}
+	}
 	if kind, schema, _ := responseFormatOf(req.ResponseFormat); kind != "" {
 		instr := "Respond with one valid JSON value and nothing else: no prose, no code fences."
 		if schema != nil {
@@ -185,6 +196,13 @@ func anthropicBody(c candidate, req ChatRequest, stream bool) map[string]any {
 		body["stop_sequences"] = req.Stop
 	}
 	return body
+}
+
+func toolResultRank(b anBlock) int {
+	if b.Type == "tool_result" {
+		return 0
+	}
+	return 1
 }
 
 // anthropicChat makes one call.

@@ -137,3 +137,23 @@ func TestAnthropicErrorEventAfterOutput(t *testing.T) {
 		t.Fatalf("events: %s", got)
 	}
 }
+
+// A user note sent between a tool call and its result merges into one user turn; the API requires the
+// tool_result blocks first in that turn, text after.
+func TestAnthropicToolResultsFirstInMergedUserTurn(t *testing.T) {
+	body := anthropicBody(candidate{prov: providerByID("anthropic"), info: infoFor(providerByID("anthropic"), "claude-sonnet-4-5")},
+		ChatRequest{Messages: []ModelMessage{
+			userMsg("weather?"),
+			{Role: "assistant", Content: []ContentPart{{Type: "tool_call", ID: "toolu_1", Name: "get_weather", Args: map[string]any{}}}},
+			userMsg("in celsius please"),
+			{Role: "tool", Content: []ContentPart{{Type: "tool_result", ToolCallID: "toolu_1", Content: "18C"}}},
+		}}, false)
+	msgs := body["messages"].([]anMessage)
+	if len(msgs) != 3 || msgs[2].Role != "user" {
+		t.Fatalf("messages: %+v", msgs)
+	}
+	last := msgs[2].Content
+	if len(last) != 2 || last[0].Type != "tool_result" || last[0].ToolUseID != "toolu_1" || last[1].Type != "text" || last[1].Text != "in celsius please" {
+		t.Fatalf("last user turn: %+v", last)
+	}
+}
