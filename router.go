@@ -136,9 +136,10 @@ func (m *modelService) plan(ctx context.Context, req ChatRequest, opts chatOptio
 			if cheapest == nil || c.cost < cheapest.cost {
 				cheapest = &p.cands[i]
 			}
-			p.warnings = append(p.warnings, StreamEvent{Type: "warning", Code: "budget",
+			// Skipping a candidate is a switch: DESIGN §5 makes every switch a `fallback` warning.
+			p.warnings = append(p.warnings, StreamEvent{Type: "warning", Code: "fallback",
 				Message: fmt.Sprintf("%s skipped: estimated cost $%.4f exceeds the ceiling $%.4f", c.info.ID, c.cost, opts.MaxCostUSD),
-				Detail:  map[string]any{"model": c.info.ID, "estimatedUsd": c.cost, "maxCostUsd": opts.MaxCostUSD}})
+				Detail:  map[string]any{"model": c.info.ID, "reason": "budget", "estimatedUsd": c.cost, "maxCostUsd": opts.MaxCostUSD}})
 		}
 		if len(kept) == 0 {
 			return nil, errorf(codeBudgetExceeded, "estimated cost $%.4f of %s exceeds the ceiling $%.4f", cheapest.cost, cheapest.info.ID, opts.MaxCostUSD).
