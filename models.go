@@ -385,6 +385,10 @@ func (s *server) handleChatStream(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	if err := plan.refusal(); err != nil { // no candidate can be called (missing key, capability)
+		writeError(w, err)
+		return
+	}
 	sse := newSSE(w, ssePingEvery)
 	defer sse.close()
 	ctx, cancel := context.WithCancel(r.Context())

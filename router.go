@@ -59,6 +59,23 @@ type chatPlan struct {
 	warnings []StreamEvent // emitted before the first call
 }
 
+// refusal is the error of a plan none of whose candidates can be called (each failed its pre-flight
+// check: missing key, capability), or nil. The stream handler answers it as plain JSON with its status,
+// exactly as the non-streamed endpoint would, instead of opening a stream only to fail it.
+func (p *chatPlan) refusal() error {
+	var failures []*apiError
+	for _, c := range p.cands {
+		if c.err == nil {
+			return nil
+		}
+		failures = append(failures, c.err)
+	}
+	if len(failures) == 0 {
+		return nil
+	}
+	return summariseFailures(failures)
+}
+
 // Stream sends one request through the router, calling emit for every StreamEvent (emit may be nil),
 // and returns the assembled answer. Events: start, text_delta, thinking_delta, tool_call, warning,
 // usage, then done — or error. A failure before any output may switch candidate; after output the
