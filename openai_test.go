@@ -290,3 +290,18 @@ func TestOpenAIStreamToolCallIndexOutOfRange(t *testing.T) {
 		}
 	}
 }
+
+// {type:"json_schema"} without a schema is JSON mode, not a null schema every provider rejects with 400.
+func TestOpenAIJSONSchemaWithoutSchemaIsJSONMode(t *testing.T) {
+	c := candidate{prov: providerByID("openai"), info: infoFor(providerByID("openai"), "gpt-4o")}
+	body := openaiBody(c, ChatRequest{Messages: []ModelMessage{userMsg("x")}, ResponseFormat: map[string]any{"type": "json_schema"}}, false)
+	b, _ := json.Marshal(body["response_format"])
+	if string(b) != `{"type":"json_object"}` {
+		t.Fatalf("response_format %s", b)
+	}
+	ob := ollamaBody(candidate{prov: providerByID("ollama"), info: infoFor(providerByID("ollama"), "llama3.2")},
+		ChatRequest{Messages: []ModelMessage{userMsg("x")}, ResponseFormat: map[string]any{"type": "json_schema"}}, false)
+	if ob["format"] != "json" {
+		t.Fatalf("ollama format %#v", ob["format"])
+	}
+}

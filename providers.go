@@ -346,6 +346,9 @@ func responseFormatOf(v any) (kind string, schema map[string]any, name string) {
 				js = inner
 			}
 			s, _ := js["schema"].(map[string]any)
+			if s == nil { // no schema to enforce: plain JSON mode (providers answer 400 to a null schema)
+				return "json", nil, ""
+			}
 			n, _ := js["name"].(string)
 			return "json_schema", s, firstNonEmpty(n, "response")
 		}
