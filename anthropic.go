@@ -5,7 +5,8 @@
 // Rules: max_tokens is required (defaults to the model's allowance, above the thinking budget); system
 // messages are lifted into `system`; tool results travel as tool_result blocks in a user turn;
 // consecutive turns of one role are merged; thinking blocks go back only with their signature;
-// temperature/top_p are dropped with thinking (the API refuses them); there is no JSON mode, so a
+// temperature/top_p are dropped with thinking (the API refuses them), and thinking is dropped with a
+// forced tool choice (refused too); there is no JSON mode, so a
 // responseFormat becomes a system instruction; cache breakpoints go after the system prompt and on the
 // last block. Stream: message_start (input usage), content_block_*
 // (text_delta, input_json_delta pieces, thinking_delta, signature_delta), message_delta (stop reason,
@@ -141,6 +142,12 @@ func anthropicBody(c candidate, req ChatRequest, stream bool) map[string]any {
 	}
 	body := map[string]any{"model": c.info.Name, "messages": msgs}
 	on, budget, _ := thinkingOf(req.Thinking)
+	mode, toolName := toolChoiceOf(req.ToolChoice)
+	if len(req.Tools) > 0 && (mode == "required" || mode == "tool") {
+		// The API refuses thinking with a forced tool choice ("Thinking may not be enabled when
+		// tool_choice forces tool use"): the forced call is what the caller depends on, so thinking goes.
+		on = false
+	}
 	if on {
 		budget = max(budget, 1024)                     // the API's minimum
 		if req.MaxTokens <= 0 || maxTokens <= budget { // the budget counts inside max_tokens
@@ -176,13 +183,13 @@ func anthropicBody(c candidate, req ChatRequest, stream bool) map[string]any {
 		}
 		body["tools"] = tools
 	}
-	switch mode, name := toolChoiceOf(req.ToolChoice); mode {
+	switch mode {
 	case "auto", "none":
 		body["tool_choice"] = map[string]any{"type": mode}
 	case "required":
 		body["tool_choice"] = map[string]any{"type": "any"}
 	case "tool":
-		body["tool_choice"] = map[string]any{"type": "tool", "name": name}
+		body["tool_choice"] = map[string]any{"type": "tool", "name": toolName}
 	}
 	if !on {
 		if req.Temperature != nil {

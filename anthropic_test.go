@@ -26,7 +26,7 @@ func TestAnthropicStreamToolsExactRequest(t *testing.T) {
 			userMsg("Try again"),
 		},
 		Tools:       []ToolDef{{Name: "get_weather", Description: "Weather for a place", Parameters: map[string]any{"type": "object", "properties": map[string]any{"location": map[string]any{"type": "string"}}}}},
-		ToolChoice:  "required",
+		ToolChoice:  "auto",
 		Temperature: &temp, // dropped: the API refuses temperature with thinking
 		Stop:        []string{"END"},
 		Thinking:    map[string]any{"budgetTokens": float64(2048)},
@@ -155,5 +155,26 @@ func TestAnthropicToolResultsFirstInMergedUserTurn(t *testing.T) {
 	last := msgs[2].Content
 	if len(last) != 2 || last[0].Type != "tool_result" || last[0].ToolUseID != "toolu_1" || last[1].Type != "text" || last[1].Text != "in celsius please" {
 		t.Fatalf("last user turn: %+v", last)
+	}
+}
+
+// The Messages API refuses thinking together with a forced tool choice (any, or a named tool): the
+// forced call wins and thinking is left out, so the request is one the API accepts.
+func TestAnthropicForcedToolChoiceDropsThinking(t *testing.T) {
+	c := candidate{prov: providerByID("anthropic"), info: infoFor(providerByID("anthropic"), "claude-sonnet-4-5")}
+	tools := []ToolDef{{Name: "get_weather", Description: "w"}}
+	for _, choice := range []any{"required", "get_weather"} {
+		body := anthropicBody(c, ChatRequest{Messages: []ModelMessage{userMsg("x")}, Tools: tools, ToolChoice: choice,
+			Thinking: true, MaxTokens: 1000}, false)
+		if _, ok := body["thinking"]; ok {
+			t.Fatalf("%v: thinking sent with a forced tool choice: %v", choice, body["tool_choice"])
+		}
+		if body["max_tokens"] != 1000 || body["tool_choice"] == nil {
+			t.Fatalf("%v: %v %v", choice, body["max_tokens"], body["tool_choice"])
+		}
+	}
+	body := anthropicBody(c, ChatRequest{Messages: []ModelMessage{userMsg("x")}, Tools: tools, ToolChoice: "auto", Thinking: true}, false)
+	if _, ok := body["thinking"]; !ok {
+		t.Fatal("thinking dropped with tool_choice auto")
 	}
 }
