@@ -153,7 +153,7 @@ func openaiBody(c candidate, req ChatRequest, stream bool) map[string]any {
 	if req.MaxTokens > 0 {
 		body[q.maxTokensField] = req.MaxTokens
 	}
-	if len(req.Stop) > 0 {
+	if len(req.Stop) > 0 && !reasoning { // reasoning models answer 400 "Unsupported parameter: 'stop'"
 		body["stop"] = req.Stop
 	}
 	if on, _, effort := thinkingOf(req.Thinking); on {

@@ -305,3 +305,22 @@ func TestOpenAIJSONSchemaWithoutSchemaIsJSONMode(t *testing.T) {
 		t.Fatalf("ollama format %#v", ob["format"])
 	}
 }
+
+// OpenAI's reasoning models (gpt-5*, o3, o4-mini) refuse `stop` with a 400, like temperature and top_p.
+func TestOpenAIReasoningModelGetsNoStop(t *testing.T) {
+	temp := 0.5
+	req := ChatRequest{Messages: []ModelMessage{userMsg("x")}, Stop: []string{"END"}, Temperature: &temp}
+	for _, name := range []string{"gpt-5", "o3", "o4-mini"} {
+		body := openaiBody(candidate{prov: providerByID("openai"), info: infoFor(providerByID("openai"), name)}, req, false)
+		if _, ok := body["stop"]; ok {
+			t.Fatalf("%s: stop sent", name)
+		}
+		if _, ok := body["temperature"]; ok {
+			t.Fatalf("%s: temperature sent", name)
+		}
+	}
+	body := openaiBody(candidate{prov: providerByID("openai"), info: infoFor(providerByID("openai"), "gpt-4o")}, req, false)
+	if _, ok := body["stop"]; !ok {
+		t.Fatal("gpt-4o: stop dropped")
+	}
+}
