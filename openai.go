@@ -330,7 +330,8 @@ func (m *modelService) openaiReadStream(ctx context.Context, name string, body i
 		id, name string
 		args     strings.Builder
 	}
-	var calls []*partial
+	var calls []*partial          // in order of appearance
+	byIndex := map[int]*partial{} // the call a delta index currently continues
 	finish := ""
 	sawDone := false
 	for {
@@ -378,10 +379,14 @@ func (m *modelService) openaiReadStream(ctx context.Context, name string, body i
 				if idx < 0 || idx >= maxStreamToolCalls { // a hostile index must not panic or allocate without bound
 					return nil, streamBroken(name, fmt.Sprintf("unparseable stream: tool call index %d out of range", idx))
 				}
-				for len(calls) <= idx {
-					calls = append(calls, &partial{})
+				p := byIndex[idx]
+				// Some OpenAI-compatible servers send every parallel call at index 0: a new id at an
+				// index that already has one starts a new call instead of merging the arguments.
+				if p == nil || (tc.ID != "" && p.id != "" && tc.ID != p.id) {
+					p = &partial{}
+					byIndex[idx] = p
+					calls = append(calls, p)
 				}
-				p := calls[idx]
 				if tc.ID != "" {
 					p.id = tc.ID
 				}

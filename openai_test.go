@@ -324,3 +324,22 @@ func TestOpenAIReasoningModelGetsNoStop(t *testing.T) {
 		t.Fatal("gpt-4o: stop dropped")
 	}
 }
+
+// Parallel calls that all arrive at index 0 (as some OpenAI-compatible servers send them) stay separate
+// calls, told apart by their ids; fragments without an id continue the call at their index.
+func TestOpenAIStreamParallelCallsAtSameIndex(t *testing.T) {
+	m := &modelService{s: &server{}}
+	chunk := func(delta string) string { return `data: {"choices":[{"index":0,"delta":` + delta + `}]}` + "\n\n" }
+	body := chunk(`{"tool_calls":[{"index":0,"id":"call_a","type":"function","function":{"name":"get_weather","arguments":"{\"city\":"}}]}`) +
+		chunk(`{"tool_calls":[{"index":0,"function":{"arguments":"\"Paris\"}"}}]}`) +
+		chunk(`{"tool_calls":[{"index":0,"id":"call_b","type":"function","function":{"name":"get_time","arguments":"{\"tz\":\"UTC\"}"}}]}`) +
+		`data: {"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}` + "\n\ndata: [DONE]\n\n"
+	resp, err := m.openaiReadStream(context.Background(), "LM Studio", strings.NewReader(body), func(StreamEvent) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.ToolCalls) != 2 || resp.ToolCalls[0].ID != "call_a" || resp.ToolCalls[0].Args["city"] != "Paris" ||
+		resp.ToolCalls[1].ID != "call_b" || resp.ToolCalls[1].Name != "get_time" || resp.ToolCalls[1].Args["tz"] != "UTC" {
+		t.Fatalf("tool calls: %+v", resp.ToolCalls)
+	}
+}
