@@ -100,6 +100,8 @@ func TestChatEndpointValidation(t *testing.T) {
 		`{"model":"openai/gpt-4o","messages":[{"role":"user","content":[{"type":"video"}]}]}`,
 		`{"model":"openai/gpt-4o","messages":[{"role":"user","content":[{"type":"image","data":"x"}]}]}`,
 		`not json`,
+		`{"model":"openai/gpt-4o","messages":[{"role":"user","content":"x"}],"stop":["END"," "]}`,
+		`{"model":"openai/gpt-4o","messages":[{"role":"user","content":"x"}],"tools":[{"name":"ls","description":"a"},{"name":"ls","description":"b"}]}`,
 	} {
 		for _, path := range []string{"/v1/models/chat", "/v1/models/chat/stream"} {
 			resp := postJSON(t, ts.URL+path, body)
