@@ -4,7 +4,8 @@
 // Entry points: anthropicChat (one call), anthropicModels (GET /v1/models, the probe).
 // Rules: max_tokens is required (defaults to the model's allowance, above the thinking budget); system
 // messages are lifted into `system`; tool results travel as tool_result blocks in a user turn;
-// consecutive turns of one role are merged; thinking blocks go back only with their signature;
+// consecutive turns of one role are merged; thinking blocks go back only with their signature, and
+// redacted_thinking blocks (a thinking part carrying `data`) go back unmodified, as the API requires;
 // temperature/top_p are dropped with thinking (the API refuses them), and thinking is dropped with a
 // forced tool choice (refused too); there is no JSON mode, so a
 // responseFormat becomes a system instruction; cache breakpoints go after the system prompt and on the
@@ -111,8 +112,12 @@ func anthropicBody(c candidate, req ChatRequest, stream bool) map[string]any {
 			case "tool_result":
 				add("user", []anBlock{{Type: "tool_result", ToolUseID: p.ToolCallID, Content: p.Content, IsError: p.IsError}})
 			case "thinking":
-				if role == "assistant" && p.Signature != "" {
+				switch {
+				case role != "assistant":
+				case p.Signature != "":
 					blocks = append(blocks, anBlock{Type: "thinking", Thinking: p.Text, Signature: p.Signature})
+				case p.Data != "": // a redacted block goes back as it came: its encrypted data
+					blocks = append(blocks, anBlock{Type: "redacted_thinking", Data: p.Data})
 				}
 			}
 		}
@@ -165,7 +170,7 @@ func anthropicBody(c candidate, req ChatRequest, stream bool) map[string]any {
 	}
 	if n := len(msgs); n > 0 {
 		last := msgs[n-1].Content
-		if i := len(last) - 1; i >= 0 && last[i].Type != "thinking" {
+		if i := len(last) - 1; i >= 0 && last[i].Type != "thinking" && last[i].Type != "redacted_thinking" {
 			last[i].CacheControl = ephemeral
 		}
 	}
@@ -248,6 +253,8 @@ func (m *modelService) anthropicChat(ctx context.Context, c candidate, req ChatR
 		case "thinking":
 			thinking.WriteString(bl.Thinking)
 			out.thinkingParts = append(out.thinkingParts, ContentPart{Type: "thinking", Text: bl.Thinking, Signature: bl.Signature})
+		case "redacted_thinking":
+			out.thinkingParts = append(out.thinkingParts, ContentPart{Type: "thinking", Data: bl.Data})
 		case "tool_use":
 			args, _ := bl.Input.(map[string]any)
 			if args == nil {
@@ -270,6 +277,7 @@ func (m *modelService) anthropicReadStream(ctx context.Context, name string, bod
 		typ, id, name string
 		json          strings.Builder // tool input pieces, or the thinking text
 		signature     string
+		data          string // redacted_thinking: the encrypted block
 	}
 	blocks := map[int]*block{}
 	var usage anUsage
@@ -317,7 +325,7 @@ func (m *modelService) anthropicReadStream(ctx context.Context, name string, bod
 			}
 		case "content_block_start":
 			if ev.ContentBlock != nil {
-				b := &block{typ: ev.ContentBlock.Type, id: ev.ContentBlock.ID, name: ev.ContentBlock.Name}
+				b := &block{typ: ev.ContentBlock.Type, id: ev.ContentBlock.ID, name: ev.ContentBlock.Name, data: ev.ContentBlock.Data}
 				blocks[ev.Index] = b
 				if b.typ == "text" && ev.ContentBlock.Text != "" {
 					text.WriteString(ev.ContentBlock.Text)
@@ -350,6 +358,9 @@ func (m *modelService) anthropicReadStream(ctx context.Context, name string, bod
 		case "content_block_stop":
 			if b := blocks[ev.Index]; b != nil && b.typ == "thinking" {
 				out.thinkingParts = append(out.thinkingParts, ContentPart{Type: "thinking", Text: b.json.String(), Signature: b.signature})
+			}
+			if b := blocks[ev.Index]; b != nil && b.typ == "redacted_thinking" && b.data != "" {
+				out.thinkingParts = append(out.thinkingParts, ContentPart{Type: "thinking", Data: b.data})
 			}
 			if b := blocks[ev.Index]; b != nil && b.typ == "tool_use" {
 				tc := ToolCall{Type: "tool_call", ID: b.id, Name: b.name, Args: parseArgs(b.json.String())}

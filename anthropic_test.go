@@ -178,3 +178,27 @@ func TestAnthropicForcedToolChoiceDropsThinking(t *testing.T) {
 		t.Fatal("thinking dropped with tool_choice auto")
 	}
 }
+
+// A redacted_thinking block must travel back unmodified with the tool_use turn it preceded: it is kept in
+// resp.Message as a thinking part carrying its encrypted data, and sent back as redacted_thinking.
+func TestAnthropicRedactedThinkingRoundTrips(t *testing.T) {
+	m := &modelService{s: &server{}}
+	sse := "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":5}}}\n\n" +
+		"event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"redacted_thinking\",\"data\":\"EmwKAhgBEgy3va3pzix\"}}\n\n" +
+		"event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n" +
+		"event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":1,\"content_block\":{\"type\":\"tool_use\",\"id\":\"toolu_1\",\"name\":\"ls\",\"input\":{}}}\n\n" +
+		"event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":1}\n\n" +
+		"event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"tool_use\"},\"usage\":{\"output_tokens\":9}}\n\n" +
+		"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
+	resp, err := m.anthropicReadStream(context.Background(), "Anthropic", strings.NewReader(sse), func(StreamEvent) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := resp.assistantMessage()
+	body := anthropicBody(candidate{prov: providerByID("anthropic"), info: infoFor(providerByID("anthropic"), "claude-sonnet-4-5")},
+		ChatRequest{Messages: []ModelMessage{userMsg("q"), msg}, Thinking: true}, false)
+	blocks := body["messages"].([]anMessage)[1].Content
+	if len(blocks) != 2 || blocks[0].Type != "redacted_thinking" || blocks[0].Data != "EmwKAhgBEgy3va3pzix" || blocks[1].Type != "tool_use" {
+		t.Fatalf("history blocks: %+v", blocks)
+	}
+}
