@@ -34,6 +34,7 @@ type openaiQuirks struct {
 	appHeaders         bool   // openrouter: X-Title / HTTP-Referer attribution
 	shortToolIDs       bool   // mistral: tool call ids must be exactly 9 characters [a-zA-Z0-9]
 	toolChoiceAutoOnly bool   // cerebras: tool_choice only "auto" or "none"
+	schemaOnlyJSON     bool   // lmstudio: response_format type must be json_schema or text (no json_object)
 }
 
 type oaMessage struct {
@@ -170,6 +171,9 @@ func openaiBody(c candidate, req ChatRequest, stream bool) map[string]any {
 	case kind == "json_schema" && q.jsonSchema:
 		body["response_format"] = map[string]any{"type": "json_schema",
 			"json_schema": map[string]any{"name": name, "schema": schema}}
+	case kind != "" && q.schemaOnlyJSON: // JSON mode as the loosest schema the server accepts
+		body["response_format"] = map[string]any{"type": "json_schema",
+			"json_schema": map[string]any{"name": "response", "schema": map[string]any{"type": "object"}}}
 	case kind != "":
 		body["response_format"] = map[string]any{"type": "json_object"}
 	}

@@ -343,3 +343,20 @@ func TestOpenAIStreamParallelCallsAtSameIndex(t *testing.T) {
 		t.Fatalf("tool calls: %+v", resp.ToolCalls)
 	}
 }
+
+// LM Studio answers 400 "'response_format.type' must be 'json_schema' or 'text'" to json_object: JSON
+// mode goes to it as the loosest json_schema; a real schema passes unchanged.
+func TestLMStudioJSONModeIsJSONSchema(t *testing.T) {
+	c := candidate{prov: providerByID("lmstudio"), info: infoFor(providerByID("lmstudio"), "qwen2.5-7b-instruct")}
+	body := openaiBody(c, ChatRequest{Messages: []ModelMessage{userMsg("x")}, ResponseFormat: "json"}, false)
+	b, _ := json.Marshal(body["response_format"])
+	if string(b) != `{"json_schema":{"name":"response","schema":{"type":"object"}},"type":"json_schema"}` {
+		t.Fatalf("response_format %s", b)
+	}
+	body = openaiBody(c, ChatRequest{Messages: []ModelMessage{userMsg("x")},
+		ResponseFormat: map[string]any{"type": "json_schema", "name": "pt", "schema": map[string]any{"type": "array"}}}, false)
+	b, _ = json.Marshal(body["response_format"])
+	if string(b) != `{"json_schema":{"name":"pt","schema":{"type":"array"}},"type":"json_schema"}` {
+		t.Fatalf("response_format %s", b)
+	}
+}
