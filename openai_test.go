@@ -346,7 +346,7 @@ func TestOpenAIStreamParallelCallsAtSameIndex(t *testing.T) {
 
 // LM Studio answers 400 "'response_format.type' must be 'json_schema' or 'text'" to json_object: JSON
 // mode goes to it as the loosest json_schema; a real schema passes unchanged.
-func TestLMStudioJSONModeIsJSONSchema(t *testing.T) {
+func TestOpenAICompatLMStudioJSONModeIsJSONSchema(t *testing.T) {
 	c := candidate{prov: providerByID("lmstudio"), info: infoFor(providerByID("lmstudio"), "qwen2.5-7b-instruct")}
 	body := openaiBody(c, ChatRequest{Messages: []ModelMessage{userMsg("x")}, ResponseFormat: "json"}, false)
 	b, _ := json.Marshal(body["response_format"])
