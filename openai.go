@@ -161,7 +161,7 @@ func openaiBody(c candidate, req ChatRequest, stream bool) map[string]any {
 		switch {
 		case q.reasoningEffort && reasoning:
 			body["reasoning_effort"] = effort
-		case q.reasoningFormat:
+		case q.reasoningFormat && groqParsesReasoning(c.info.Name):
 			body["reasoning_format"] = "parsed"
 		case c.prov.ID == "openrouter":
 			body["reasoning"] = map[string]any{"effort": effort}
@@ -242,6 +242,14 @@ func openaiMessages(req ChatRequest) []oaMessage {
 		out = append(out, om)
 	}
 	return out
+}
+
+// groqParsesReasoning: Groq answers 400 "`reasoning_format` is not supported with this model" to its
+// non-reasoning models (llama...), and its gpt-oss models put reasoning in message.reasoning unasked;
+// only the qwen3 and deepseek-r1 families take reasoning_format.
+func groqParsesReasoning(model string) bool {
+	m := strings.ToLower(model)
+	return strings.Contains(m, "qwen") || strings.Contains(m, "deepseek-r1")
 }
 
 func hasResults(msg ModelMessage) bool {

@@ -360,3 +360,16 @@ func TestOpenAICompatLMStudioJSONModeIsJSONSchema(t *testing.T) {
 		t.Fatalf("response_format %s", b)
 	}
 }
+
+// Groq refuses reasoning_format on models that do not reason (400 "`reasoning_format` is not supported
+// with this model"): thinking asks for parsed reasoning only from its reasoning families.
+func TestOpenAICompatGroqReasoningFormatOnlyForReasoningModels(t *testing.T) {
+	req := ChatRequest{Messages: []ModelMessage{userMsg("x")}, Thinking: true}
+	groq := providerByID("groq")
+	if b := openaiBody(candidate{prov: groq, info: infoFor(groq, "llama-3.3-70b-versatile")}, req, false); b["reasoning_format"] != nil {
+		t.Fatalf("llama: %v", b["reasoning_format"])
+	}
+	if b := openaiBody(candidate{prov: groq, info: infoFor(groq, "qwen/qwen3-32b")}, req, false); b["reasoning_format"] != "parsed" {
+		t.Fatalf("qwen3: %v", b["reasoning_format"])
+	}
+}
