@@ -148,7 +148,10 @@ func anthropicBody(c candidate, req ChatRequest, stream bool) map[string]any {
 	body := map[string]any{"model": c.info.Name, "messages": msgs}
 	on, budget, _ := thinkingOf(req.Thinking)
 	mode, toolName := toolChoiceOf(req.ToolChoice)
-	if len(req.Tools) > 0 && (mode == "required" || mode == "tool") {
+	if len(req.Tools) == 0 { // a tool choice without tools is refused, and means nothing
+		mode = ""
+	}
+	if mode == "required" || mode == "tool" {
 		// The API refuses thinking with a forced tool choice ("Thinking may not be enabled when
 		// tool_choice forces tool use"): the forced call is what the caller depends on, so thinking goes.
 		on = false

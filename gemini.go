@@ -147,7 +147,11 @@ func geminiBody(model string, req ChatRequest) map[string]any {
 		}
 		body["tools"] = []map[string]any{{"functionDeclarations": decls}}
 	}
-	switch mode, name := toolChoiceOf(req.ToolChoice); mode {
+	mode, name := toolChoiceOf(req.ToolChoice)
+	if len(req.Tools) == 0 { // no functions to configure
+		mode = ""
+	}
+	switch mode {
 	case "auto":
 		body["toolConfig"] = map[string]any{"functionCallingConfig": map[string]any{"mode": "AUTO"}}
 	case "none":

@@ -130,6 +130,9 @@ func openaiBody(c candidate, req ChatRequest, stream bool) map[string]any {
 		body["tools"] = tools
 	}
 	mode, name := toolChoiceOf(req.ToolChoice)
+	if len(req.Tools) == 0 { // "'tool_choice' is only allowed when 'tools' are specified" (400)
+		mode = ""
+	}
 	if q.toolChoiceAutoOnly && (mode == "required" || mode == "tool") {
 		mode = "auto" // cerebras rejects anything else; the model still sees the tools
 	}

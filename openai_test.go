@@ -373,3 +373,20 @@ func TestOpenAICompatGroqReasoningFormatOnlyForReasoningModels(t *testing.T) {
 		t.Fatalf("qwen3: %v", b["reasoning_format"])
 	}
 }
+
+// A run step with no tools may still carry toolChoice "auto": the providers refuse a tool choice without
+// tools (OpenAI: "'tool_choice' is only allowed when 'tools' are specified"), so none is sent.
+func TestOpenAIToolChoiceWithoutToolsIsNotSent(t *testing.T) {
+	req := ChatRequest{Messages: []ModelMessage{userMsg("x")}, ToolChoice: "auto"}
+	oa := providerByID("openai")
+	if b := openaiBody(candidate{prov: oa, info: infoFor(oa, "gpt-4o")}, req, false); b["tool_choice"] != nil {
+		t.Fatalf("openai: %v", b["tool_choice"])
+	}
+	an := providerByID("anthropic")
+	if b := anthropicBody(candidate{prov: an, info: infoFor(an, "claude-sonnet-4-5")}, req, false); b["tool_choice"] != nil {
+		t.Fatalf("anthropic: %v", b["tool_choice"])
+	}
+	if b := geminiBody("gemini-2.5-flash", req); b["toolConfig"] != nil {
+		t.Fatalf("gemini: %v", b["toolConfig"])
+	}
+}
