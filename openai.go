@@ -327,7 +327,8 @@ func (m *modelService) openaiChat(ctx context.Context, c candidate, req ChatRequ
 	}
 	out.Thinking = firstNonEmpty(ch.Message.ReasoningContent, ch.Message.Reasoning)
 	for _, tc := range ch.Message.ToolCalls {
-		out.ToolCalls = append(out.ToolCalls, ToolCall{Type: "tool_call", ID: tc.ID, Name: tc.Function.Name, Args: parseArgs(tc.Function.Arguments)})
+		// Some compatible servers send calls without ids; the history needs one to pair the result.
+		out.ToolCalls = append(out.ToolCalls, ToolCall{Type: "tool_call", ID: firstNonEmpty(tc.ID, newCallID()), Name: tc.Function.Name, Args: parseArgs(tc.Function.Arguments)})
 	}
 	out.FinishReason = openaiFinish(ch.FinishReason, len(out.ToolCalls) > 0)
 	return out, nil
@@ -422,7 +423,7 @@ func (m *modelService) openaiReadStream(ctx context.Context, name string, body i
 		if p.name == "" {
 			continue
 		}
-		tc := ToolCall{Type: "tool_call", ID: p.id, Name: p.name, Args: parseArgs(p.args.String())}
+		tc := ToolCall{Type: "tool_call", ID: firstNonEmpty(p.id, newCallID()), Name: p.name, Args: parseArgs(p.args.String())}
 		out.ToolCalls = append(out.ToolCalls, tc)
 		emit(StreamEvent{Type: "tool_call", Call: &tc})
 	}

@@ -390,3 +390,22 @@ func TestOpenAIToolChoiceWithoutToolsIsNotSent(t *testing.T) {
 		t.Fatalf("gemini: %v", b["toolConfig"])
 	}
 }
+
+// A compatible server that sends tool calls without ids still yields calls with ids, so the tool result
+// can be paired with its call in the next request.
+func TestOpenAIToolCallsWithoutIDsGetOne(t *testing.T) {
+	m := &modelService{s: &server{}}
+	sse := `data: {"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"name":"ls","arguments":"{}"}}]},"finish_reason":"tool_calls"}]}` + "\n\ndata: [DONE]\n\n"
+	resp, err := m.openaiReadStream(context.Background(), "LM Studio", strings.NewReader(sse), func(StreamEvent) {})
+	if err != nil || len(resp.ToolCalls) != 1 || resp.ToolCalls[0].ID == "" {
+		t.Fatalf("stream: %+v %v", resp, err)
+	}
+	f := newFake(t, func(w http.ResponseWriter, n int, r recorded) {
+		w.Write([]byte(`{"choices":[{"message":{"role":"assistant","content":null,"tool_calls":[{"type":"function","function":{"name":"ls","arguments":"{}"}}]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":5,"completion_tokens":3}}`))
+	})
+	ms, _ := newTestModels(t, openaiEnv(f), nil)
+	resp, err = ms.Chat(context.Background(), ChatRequest{Model: "openai/gpt-4o", Messages: []ModelMessage{userMsg("x")}}, chatOptions{MaxCostUSD: -1})
+	if err != nil || len(resp.ToolCalls) != 1 || resp.ToolCalls[0].ID == "" {
+		t.Fatalf("plain: %+v %v", resp, err)
+	}
+}
