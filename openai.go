@@ -244,6 +244,34 @@ func openaiMessages(req ChatRequest) []oaMessage {
 		}
 		out = append(out, om)
 	}
+	return pairToolResults(out)
+}
+
+// pairToolResults moves each tool message up to directly after the assistant message whose call it
+// answers, past any user text sent in between: the API answers 400 ("An assistant message with
+// 'tool_calls' must be followed by tool messages responding to each 'tool_call_id'") otherwise.
+func pairToolResults(msgs []oaMessage) []oaMessage {
+	out := make([]oaMessage, 0, len(msgs))
+	moved := make([]bool, len(msgs))
+	for i, m := range msgs {
+		if moved[i] {
+			continue
+		}
+		out = append(out, m)
+		if m.Role != "assistant" || len(m.ToolCalls) == 0 {
+			continue
+		}
+		ids := map[string]bool{}
+		for _, tc := range m.ToolCalls {
+			ids[tc.ID] = true
+		}
+		for j := i + 1; j < len(msgs) && msgs[j].Role != "assistant"; j++ {
+			if msgs[j].Role == "tool" && ids[msgs[j].ToolCallID] {
+				out = append(out, msgs[j])
+				moved[j] = true
+			}
+		}
+	}
 	return out
 }
 

@@ -409,3 +409,21 @@ func TestOpenAIToolCallsWithoutIDsGetOne(t *testing.T) {
 		t.Fatalf("plain: %+v %v", resp, err)
 	}
 }
+
+// A user note sent between a tool call and its result: the tool message must directly follow the
+// assistant message with the call, so it moves up past the note.
+func TestOpenAIToolResultsFollowTheirCall(t *testing.T) {
+	msgs := openaiMessages(ChatRequest{Messages: []ModelMessage{
+		userMsg("weather?"),
+		{Role: "assistant", Content: []ContentPart{{Type: "tool_call", ID: "call_1", Name: "get_weather", Args: map[string]any{}}}},
+		userMsg("in celsius please"),
+		{Role: "tool", Content: []ContentPart{{Type: "tool_result", ToolCallID: "call_1", Content: "18C"}}},
+	}})
+	var roles []string
+	for _, m := range msgs {
+		roles = append(roles, m.Role)
+	}
+	if strings.Join(roles, ",") != "user,assistant,tool,user" || msgs[2].ToolCallID != "call_1" || msgs[3].Content != "in celsius please" {
+		t.Fatalf("order: %v %+v", roles, msgs)
+	}
+}
