@@ -203,7 +203,9 @@ func anthropicBody(c candidate, req ChatRequest, stream bool) map[string]any {
 		if req.Temperature != nil {
 			body["temperature"] = min(*req.Temperature, 1) // Anthropic's range is 0-1
 		}
-		if req.TopP != nil {
+		// Current models refuse both ("`temperature` and `top_p` cannot both be specified for this
+		// model"): temperature wins.
+		if req.TopP != nil && req.Temperature == nil {
 			body["top_p"] = *req.TopP
 		}
 	}

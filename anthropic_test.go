@@ -202,3 +202,17 @@ func TestAnthropicRedactedThinkingRoundTrips(t *testing.T) {
 		t.Fatalf("history blocks: %+v", blocks)
 	}
 }
+
+// Claude 4.5 models answer 400 when both temperature and top_p are given: only temperature goes.
+func TestAnthropicTemperatureAndTopPNotBoth(t *testing.T) {
+	c := candidate{prov: providerByID("anthropic"), info: infoFor(providerByID("anthropic"), "claude-sonnet-4-5")}
+	temp, topP := 0.3, 0.9
+	body := anthropicBody(c, ChatRequest{Messages: []ModelMessage{userMsg("x")}, Temperature: &temp, TopP: &topP}, false)
+	if body["temperature"] != 0.3 || body["top_p"] != nil {
+		t.Fatalf("temperature %v top_p %v", body["temperature"], body["top_p"])
+	}
+	body = anthropicBody(c, ChatRequest{Messages: []ModelMessage{userMsg("x")}, TopP: &topP}, false)
+	if body["top_p"] != 0.9 || body["temperature"] != nil {
+		t.Fatalf("top_p alone: %v %v", body["temperature"], body["top_p"])
+	}
+}
