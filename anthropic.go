@@ -4,8 +4,10 @@
 // Entry points: anthropicChat (one call), anthropicModels (GET /v1/models, the probe).
 // Rules: max_tokens is required (defaults to the model's allowance, above the thinking budget); system
 // messages are lifted into `system`; tool results travel as tool_result blocks in a user turn;
-// consecutive turns of one role are merged; thinking blocks go back only with their signature;
-// temperature/top_p are dropped with thinking (the API refuses them); there is no JSON mode, so a
+// consecutive turns of one role are merged; thinking blocks go back only with their signature, and
+// redacted_thinking blocks (a thinking part carrying `data`) go back unmodified, as the API requires;
+// temperature/top_p are dropped with thinking (the API refuses them), and thinking is dropped with a
+// forced tool choice (refused too); there is no JSON mode, so a
 // responseFormat becomes a system instruction; cache breakpoints go after the system prompt and on the
 // last block. Stream: message_start (input usage), content_block_*
 // (text_delta, input_json_delta pieces, thinking_delta, signature_delta), message_delta (stop reason,
@@ -13,11 +15,13 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 )
 
@@ -108,12 +112,25 @@ func anthropicBody(c candidate, req ChatRequest, stream bool) map[string]any {
 			case "tool_result":
 				add("user", []anBlock{{Type: "tool_result", ToolUseID: p.ToolCallID, Content: p.Content, IsError: p.IsError}})
 			case "thinking":
-				if role == "assistant" && p.Signature != "" {
+				switch {
+				case role != "assistant":
+				case p.Signature != "":
 					blocks = append(blocks, anBlock{Type: "thinking", Thinking: p.Text, Signature: p.Signature})
+				case p.Data != "": // a redacted block goes back as it came: its encrypted data
+					blocks = append(blocks, anBlock{Type: "redacted_thinking", Data: p.Data})
 				}
 			}
 		}
 		add(role, blocks)
+	}
+	// Merging turns can put a user's text ahead of the results that answer the previous tool_use
+	// (a user note sent between a call and its result); the API wants every tool_result first.
+	for i := range msgs {
+		if msgs[i].Role == "user" {
+			slices.SortStableFunc(msgs[i].Content, func(a, b anBlock) int {
+				return cmp.Compare(toolResultRank(a), toolResultRank(b))
+			})
+		}
 	}
 	if kind, schema, _ := responseFormatOf(req.ResponseFormat); kind != "" {
 		instr := "Respond with one valid JSON value and nothing else: no prose, no code fences."
@@ -130,6 +147,15 @@ func anthropicBody(c candidate, req ChatRequest, stream bool) map[string]any {
 	}
 	body := map[string]any{"model": c.info.Name, "messages": msgs}
 	on, budget, _ := thinkingOf(req.Thinking)
+	mode, toolName := toolChoiceOf(req.ToolChoice)
+	if len(req.Tools) == 0 { // a tool choice without tools is refused, and means nothing
+		mode = ""
+	}
+	if mode == "required" || mode == "tool" {
+		// The API refuses thinking with a forced tool choice ("Thinking may not be enabled when
+		// tool_choice forces tool use"): the forced call is what the caller depends on, so thinking goes.
+		on = false
+	}
 	if on {
 		budget = max(budget, 1024)                     // the API's minimum
 		if req.MaxTokens <= 0 || maxTokens <= budget { // the budget counts inside max_tokens
@@ -147,7 +173,7 @@ func anthropicBody(c candidate, req ChatRequest, stream bool) map[string]any {
 	}
 	if n := len(msgs); n > 0 {
 		last := msgs[n-1].Content
-		if i := len(last) - 1; i >= 0 && last[i].Type != "thinking" {
+		if i := len(last) - 1; i >= 0 && last[i].Type != "thinking" && last[i].Type != "redacted_thinking" {
 			last[i].CacheControl = ephemeral
 		}
 	}
@@ -165,19 +191,21 @@ func anthropicBody(c candidate, req ChatRequest, stream bool) map[string]any {
 		}
 		body["tools"] = tools
 	}
-	switch mode, name := toolChoiceOf(req.ToolChoice); mode {
+	switch mode {
 	case "auto", "none":
 		body["tool_choice"] = map[string]any{"type": mode}
 	case "required":
 		body["tool_choice"] = map[string]any{"type": "any"}
 	case "tool":
-		body["tool_choice"] = map[string]any{"type": "tool", "name": name}
+		body["tool_choice"] = map[string]any{"type": "tool", "name": toolName}
 	}
 	if !on {
 		if req.Temperature != nil {
 			body["temperature"] = min(*req.Temperature, 1) // Anthropic's range is 0-1
 		}
-		if req.TopP != nil {
+		// Current models refuse both ("`temperature` and `top_p` cannot both be specified for this
+		// model"): temperature wins.
+		if req.TopP != nil && req.Temperature == nil {
 			body["top_p"] = *req.TopP
 		}
 	}
@@ -185,6 +213,13 @@ func anthropicBody(c candidate, req ChatRequest, stream bool) map[string]any {
 		body["stop_sequences"] = req.Stop
 	}
 	return body
+}
+
+func toolResultRank(b anBlock) int {
+	if b.Type == "tool_result" {
+		return 0
+	}
+	return 1
 }
 
 // anthropicChat makes one call.
@@ -223,6 +258,8 @@ func (m *modelService) anthropicChat(ctx context.Context, c candidate, req ChatR
 		case "thinking":
 			thinking.WriteString(bl.Thinking)
 			out.thinkingParts = append(out.thinkingParts, ContentPart{Type: "thinking", Text: bl.Thinking, Signature: bl.Signature})
+		case "redacted_thinking":
+			out.thinkingParts = append(out.thinkingParts, ContentPart{Type: "thinking", Data: bl.Data})
 		case "tool_use":
 			args, _ := bl.Input.(map[string]any)
 			if args == nil {
@@ -245,6 +282,7 @@ func (m *modelService) anthropicReadStream(ctx context.Context, name string, bod
 		typ, id, name string
 		json          strings.Builder // tool input pieces, or the thinking text
 		signature     string
+		data          string // redacted_thinking: the encrypted block
 	}
 	blocks := map[int]*block{}
 	var usage anUsage
@@ -292,7 +330,7 @@ func (m *modelService) anthropicReadStream(ctx context.Context, name string, bod
 			}
 		case "content_block_start":
 			if ev.ContentBlock != nil {
-				b := &block{typ: ev.ContentBlock.Type, id: ev.ContentBlock.ID, name: ev.ContentBlock.Name}
+				b := &block{typ: ev.ContentBlock.Type, id: ev.ContentBlock.ID, name: ev.ContentBlock.Name, data: ev.ContentBlock.Data}
 				blocks[ev.Index] = b
 				if b.typ == "text" && ev.ContentBlock.Text != "" {
 					text.WriteString(ev.ContentBlock.Text)
@@ -325,6 +363,9 @@ func (m *modelService) anthropicReadStream(ctx context.Context, name string, bod
 		case "content_block_stop":
 			if b := blocks[ev.Index]; b != nil && b.typ == "thinking" {
 				out.thinkingParts = append(out.thinkingParts, ContentPart{Type: "thinking", Text: b.json.String(), Signature: b.signature})
+			}
+			if b := blocks[ev.Index]; b != nil && b.typ == "redacted_thinking" && b.data != "" {
+				out.thinkingParts = append(out.thinkingParts, ContentPart{Type: "thinking", Data: b.data})
 			}
 			if b := blocks[ev.Index]; b != nil && b.typ == "tool_use" {
 				tc := ToolCall{Type: "tool_call", ID: b.id, Name: b.name, Args: parseArgs(b.json.String())}

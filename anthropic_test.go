@@ -26,7 +26,7 @@ func TestAnthropicStreamToolsExactRequest(t *testing.T) {
 			userMsg("Try again"),
 		},
 		Tools:       []ToolDef{{Name: "get_weather", Description: "Weather for a place", Parameters: map[string]any{"type": "object", "properties": map[string]any{"location": map[string]any{"type": "string"}}}}},
-		ToolChoice:  "required",
+		ToolChoice:  "auto",
 		Temperature: &temp, // dropped: the API refuses temperature with thinking
 		Stop:        []string{"END"},
 		Thinking:    map[string]any{"budgetTokens": float64(2048)},
@@ -135,5 +135,84 @@ func TestAnthropicErrorEventAfterOutput(t *testing.T) {
 	}
 	if got := strings.Join(col.types(), ","); got != "start,text_delta,error" {
 		t.Fatalf("events: %s", got)
+	}
+}
+
+// A user note sent between a tool call and its result merges into one user turn; the API requires the
+// tool_result blocks first in that turn, text after.
+func TestAnthropicToolResultsFirstInMergedUserTurn(t *testing.T) {
+	body := anthropicBody(candidate{prov: providerByID("anthropic"), info: infoFor(providerByID("anthropic"), "claude-sonnet-4-5")},
+		ChatRequest{Messages: []ModelMessage{
+			userMsg("weather?"),
+			{Role: "assistant", Content: []ContentPart{{Type: "tool_call", ID: "toolu_1", Name: "get_weather", Args: map[string]any{}}}},
+			userMsg("in celsius please"),
+			{Role: "tool", Content: []ContentPart{{Type: "tool_result", ToolCallID: "toolu_1", Content: "18C"}}},
+		}}, false)
+	msgs := body["messages"].([]anMessage)
+	if len(msgs) != 3 || msgs[2].Role != "user" {
+		t.Fatalf("messages: %+v", msgs)
+	}
+	last := msgs[2].Content
+	if len(last) != 2 || last[0].Type != "tool_result" || last[0].ToolUseID != "toolu_1" || last[1].Type != "text" || last[1].Text != "in celsius please" {
+		t.Fatalf("last user turn: %+v", last)
+	}
+}
+
+// The Messages API refuses thinking together with a forced tool choice (any, or a named tool): the
+// forced call wins and thinking is left out, so the request is one the API accepts.
+func TestAnthropicForcedToolChoiceDropsThinking(t *testing.T) {
+	c := candidate{prov: providerByID("anthropic"), info: infoFor(providerByID("anthropic"), "claude-sonnet-4-5")}
+	tools := []ToolDef{{Name: "get_weather", Description: "w"}}
+	for _, choice := range []any{"required", "get_weather"} {
+		body := anthropicBody(c, ChatRequest{Messages: []ModelMessage{userMsg("x")}, Tools: tools, ToolChoice: choice,
+			Thinking: true, MaxTokens: 1000}, false)
+		if _, ok := body["thinking"]; ok {
+			t.Fatalf("%v: thinking sent with a forced tool choice: %v", choice, body["tool_choice"])
+		}
+		if body["max_tokens"] != 1000 || body["tool_choice"] == nil {
+			t.Fatalf("%v: %v %v", choice, body["max_tokens"], body["tool_choice"])
+		}
+	}
+	body := anthropicBody(c, ChatRequest{Messages: []ModelMessage{userMsg("x")}, Tools: tools, ToolChoice: "auto", Thinking: true}, false)
+	if _, ok := body["thinking"]; !ok {
+		t.Fatal("thinking dropped with tool_choice auto")
+	}
+}
+
+// A redacted_thinking block must travel back unmodified with the tool_use turn it preceded: it is kept in
+// resp.Message as a thinking part carrying its encrypted data, and sent back as redacted_thinking.
+func TestAnthropicRedactedThinkingRoundTrips(t *testing.T) {
+	m := &modelService{s: &server{}}
+	sse := "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":5}}}\n\n" +
+		"event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"redacted_thinking\",\"data\":\"EmwKAhgBEgy3va3pzix\"}}\n\n" +
+		"event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n" +
+		"event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":1,\"content_block\":{\"type\":\"tool_use\",\"id\":\"toolu_1\",\"name\":\"ls\",\"input\":{}}}\n\n" +
+		"event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":1}\n\n" +
+		"event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"tool_use\"},\"usage\":{\"output_tokens\":9}}\n\n" +
+		"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
+	resp, err := m.anthropicReadStream(context.Background(), "Anthropic", strings.NewReader(sse), func(StreamEvent) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := resp.assistantMessage()
+	body := anthropicBody(candidate{prov: providerByID("anthropic"), info: infoFor(providerByID("anthropic"), "claude-sonnet-4-5")},
+		ChatRequest{Messages: []ModelMessage{userMsg("q"), msg}, Thinking: true}, false)
+	blocks := body["messages"].([]anMessage)[1].Content
+	if len(blocks) != 2 || blocks[0].Type != "redacted_thinking" || blocks[0].Data != "EmwKAhgBEgy3va3pzix" || blocks[1].Type != "tool_use" {
+		t.Fatalf("history blocks: %+v", blocks)
+	}
+}
+
+// Claude 4.5 models answer 400 when both temperature and top_p are given: only temperature goes.
+func TestAnthropicTemperatureAndTopPNotBoth(t *testing.T) {
+	c := candidate{prov: providerByID("anthropic"), info: infoFor(providerByID("anthropic"), "claude-sonnet-4-5")}
+	temp, topP := 0.3, 0.9
+	body := anthropicBody(c, ChatRequest{Messages: []ModelMessage{userMsg("x")}, Temperature: &temp, TopP: &topP}, false)
+	if body["temperature"] != 0.3 || body["top_p"] != nil {
+		t.Fatalf("temperature %v top_p %v", body["temperature"], body["top_p"])
+	}
+	body = anthropicBody(c, ChatRequest{Messages: []ModelMessage{userMsg("x")}, TopP: &topP}, false)
+	if body["top_p"] != 0.9 || body["temperature"] != nil {
+		t.Fatalf("top_p alone: %v %v", body["temperature"], body["top_p"])
 	}
 }

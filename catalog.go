@@ -54,7 +54,7 @@ var providerTable = []providerDef{
 		Quirks: openaiQuirks{maxTokensField: "max_tokens", usageAlways: true, jsonSchema: true}},
 	{ID: "lmstudio", DisplayName: "LM Studio", Priority: 42, HostEnv: "LMSTUDIO_HOST", BaseEnv: "LMSTUDIO_BASE_URL",
 		DefaultBase: "http://127.0.0.1:1234/v1", Wire: "openai", Local: true,
-		Quirks: openaiQuirks{maxTokensField: "max_tokens", jsonSchema: true}},
+		Quirks: openaiQuirks{maxTokensField: "max_tokens", jsonSchema: true, schemaOnlyJSON: true}},
 	{ID: "ollama", DisplayName: "Ollama", Priority: 40, HostEnv: "OLLAMA_HOST", BaseEnv: "OLLAMA_BASE_URL",
 		DefaultBase: "http://127.0.0.1:11434", Wire: "ollama", Local: true},
 }

@@ -6,7 +6,7 @@
 // (arguments arrive whole, several calls may come in separate chunks; Gemini gives no ids, so agentd
 // makes them) and results functionResponse parts named after the call they answer; a part's
 // thoughtSignature travels back with its call; thinking is thinkingConfig with includeThoughts, thought
-// parts carry `thought: true`; JSON mode is responseMimeType (+ responseJsonSchema). Output usage counts
+// parts carry `thought: true`; JSON mode is responseMimeType (+ responseJsonSchema); tool schemas go as parametersJsonSchema. Output usage counts
 // candidates plus thoughts tokens (both are billed as output). A stream has no terminator: it is complete
 // when a chunk carried a finishReason.
 package main
@@ -139,13 +139,19 @@ func geminiBody(model string, req ChatRequest) map[string]any {
 		for i, t := range req.Tools {
 			d := map[string]any{"name": t.Name, "description": t.Description}
 			if t.Parameters != nil {
-				d["parameters"] = t.Parameters
+				// parametersJsonSchema takes plain JSON Schema; `parameters` takes only Google's OpenAPI
+				// subset and rejects common keys such as additionalProperties or $schema.
+				d["parametersJsonSchema"] = t.Parameters
 			}
 			decls[i] = d
 		}
 		body["tools"] = []map[string]any{{"functionDeclarations": decls}}
 	}
-	switch mode, name := toolChoiceOf(req.ToolChoice); mode {
+	mode, name := toolChoiceOf(req.ToolChoice)
+	if len(req.Tools) == 0 { // no functions to configure
+		mode = ""
+	}
+	switch mode {
 	case "auto":
 		body["toolConfig"] = map[string]any{"functionCallingConfig": map[string]any{"mode": "AUTO"}}
 	case "none":

@@ -85,3 +85,19 @@ func TestGeminiPlainAndStreamText(t *testing.T) {
 		t.Fatalf("events: %s", got)
 	}
 }
+
+// Tool schemas are plain JSON Schema (additionalProperties, $schema...): they must travel in
+// parametersJsonSchema, since the `parameters` field accepts only Google's OpenAPI subset and answers 400.
+func TestGeminiToolSchemaIsJSONSchema(t *testing.T) {
+	schema := map[string]any{"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object",
+		"properties": map[string]any{"path": map[string]any{"type": "string"}}, "additionalProperties": false}
+	body := geminiBody("gemini-2.5-flash", ChatRequest{Messages: []ModelMessage{userMsg("x")},
+		Tools: []ToolDef{{Name: "read_file", Description: "read", Parameters: schema}}})
+	decl := body["tools"].([]map[string]any)[0]["functionDeclarations"].([]map[string]any)[0]
+	if _, ok := decl["parameters"]; ok {
+		t.Fatalf("JSON Schema sent in the OpenAPI-subset field: %+v", decl)
+	}
+	if got, ok := decl["parametersJsonSchema"].(map[string]any); !ok || got["additionalProperties"] != false {
+		t.Fatalf("declaration: %+v", decl)
+	}
+}

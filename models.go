@@ -337,10 +337,20 @@ func validateChat(req *ChatRequest) error {
 	if len(req.Stop) > 16 {
 		return bad("stop: Array must contain at most 16 element(s)")
 	}
+	for i, s := range req.Stop { // providers answer 400 to a blank stop sequence
+		if strings.TrimSpace(s) == "" {
+			return bad("stop.%d: a stop sequence must contain a non-whitespace character", i)
+		}
+	}
+	names := map[string]bool{}
 	for i, t := range req.Tools {
 		if t.Name == "" {
 			return bad("tools.%d.name: Required", i)
 		}
+		if names[t.Name] { // providers answer 400 to duplicate tool names
+			return bad("tools.%d.name: duplicate tool name '%s'", i, t.Name)
+		}
+		names[t.Name] = true
 	}
 	return nil
 }
@@ -382,6 +392,10 @@ func (s *server) handleChatStream(w http.ResponseWriter, r *http.Request) {
 	}
 	plan, err := s.models.plan(r.Context(), req, opts)
 	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if err := plan.refusal(); err != nil { // no candidate can be called (missing key, capability)
 		writeError(w, err)
 		return
 	}

@@ -100,6 +100,8 @@ func TestChatEndpointValidation(t *testing.T) {
 		`{"model":"openai/gpt-4o","messages":[{"role":"user","content":[{"type":"video"}]}]}`,
 		`{"model":"openai/gpt-4o","messages":[{"role":"user","content":[{"type":"image","data":"x"}]}]}`,
 		`not json`,
+		`{"model":"openai/gpt-4o","messages":[{"role":"user","content":"x"}],"stop":["END"," "]}`,
+		`{"model":"openai/gpt-4o","messages":[{"role":"user","content":"x"}],"tools":[{"name":"ls","description":"a"},{"name":"ls","description":"b"}]}`,
 	} {
 		for _, path := range []string{"/v1/models/chat", "/v1/models/chat/stream"} {
 			resp := postJSON(t, ts.URL+path, body)
@@ -248,5 +250,24 @@ func TestListModelsEndpoint(t *testing.T) {
 	}
 	if _, ok := ids["openai/gpt-5"]; ok {
 		t.Fatal("a catalog model the provider does not list must not be offered")
+	}
+}
+
+// A stream request that no candidate can serve before any upstream call (here: no key) is refused with
+// the same status and JSON envelope as the non-streamed endpoint, not a 200 stream carrying an error.
+func TestChatStreamEndpointPreflightRefusalIsPlainError(t *testing.T) {
+	f := openaiFake(t)
+	_, ts := newTestAPI(t, openaiEnv(f), nil)
+	body := `{"model":"anthropic/claude-sonnet-4-5","messages":[{"role":"user","content":"hi"}]}`
+	for _, path := range []string{"/v1/models/chat", "/v1/models/chat/stream"} {
+		resp := postJSON(t, ts.URL+path, body)
+		var e struct{ Error apiError }
+		decodeResp(t, resp, &e)
+		if resp.StatusCode != 401 || e.Error.Code != codeNoCredentials || resp.Header.Get("Content-Type") != "application/json" {
+			t.Fatalf("%s: %d %s %+v", path, resp.StatusCode, resp.Header.Get("Content-Type"), e)
+		}
+	}
+	if n := len(f.chatRequests()); n != 0 {
+		t.Fatalf("%d upstream calls", n)
 	}
 }

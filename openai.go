@@ -13,6 +13,7 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -33,6 +34,7 @@ type openaiQuirks struct {
 	appHeaders         bool   // openrouter: X-Title / HTTP-Referer attribution
 	shortToolIDs       bool   // mistral: tool call ids must be exactly 9 characters [a-zA-Z0-9]
 	toolChoiceAutoOnly bool   // cerebras: tool_choice only "auto" or "none"
+	schemaOnlyJSON     bool   // lmstudio: response_format type must be json_schema or text (no json_object)
 }
 
 type oaMessage struct {
@@ -128,6 +130,9 @@ func openaiBody(c candidate, req ChatRequest, stream bool) map[string]any {
 		body["tools"] = tools
 	}
 	mode, name := toolChoiceOf(req.ToolChoice)
+	if len(req.Tools) == 0 { // "'tool_choice' is only allowed when 'tools' are specified" (400)
+		mode = ""
+	}
 	if q.toolChoiceAutoOnly && (mode == "required" || mode == "tool") {
 		mode = "auto" // cerebras rejects anything else; the model still sees the tools
 	}
@@ -152,14 +157,14 @@ func openaiBody(c candidate, req ChatRequest, stream bool) map[string]any {
 	if req.MaxTokens > 0 {
 		body[q.maxTokensField] = req.MaxTokens
 	}
-	if len(req.Stop) > 0 {
+	if len(req.Stop) > 0 && !reasoning { // reasoning models answer 400 "Unsupported parameter: 'stop'"
 		body["stop"] = req.Stop
 	}
 	if on, _, effort := thinkingOf(req.Thinking); on {
 		switch {
 		case q.reasoningEffort && reasoning:
 			body["reasoning_effort"] = effort
-		case q.reasoningFormat:
+		case q.reasoningFormat && groqParsesReasoning(c.info.Name):
 			body["reasoning_format"] = "parsed"
 		case c.prov.ID == "openrouter":
 			body["reasoning"] = map[string]any{"effort": effort}
@@ -169,6 +174,9 @@ func openaiBody(c candidate, req ChatRequest, stream bool) map[string]any {
 	case kind == "json_schema" && q.jsonSchema:
 		body["response_format"] = map[string]any{"type": "json_schema",
 			"json_schema": map[string]any{"name": name, "schema": schema}}
+	case kind != "" && q.schemaOnlyJSON: // JSON mode as the loosest schema the server accepts
+		body["response_format"] = map[string]any{"type": "json_schema",
+			"json_schema": map[string]any{"name": "response", "schema": map[string]any{"type": "object"}}}
 	case kind != "":
 		body["response_format"] = map[string]any{"type": "json_object"}
 	}
@@ -236,7 +244,43 @@ func openaiMessages(req ChatRequest) []oaMessage {
 		}
 		out = append(out, om)
 	}
+	return pairToolResults(out)
+}
+
+// pairToolResults moves each tool message up to directly after the assistant message whose call it
+// answers, past any user text sent in between: the API answers 400 ("An assistant message with
+// 'tool_calls' must be followed by tool messages responding to each 'tool_call_id'") otherwise.
+func pairToolResults(msgs []oaMessage) []oaMessage {
+	out := make([]oaMessage, 0, len(msgs))
+	moved := make([]bool, len(msgs))
+	for i, m := range msgs {
+		if moved[i] {
+			continue
+		}
+		out = append(out, m)
+		if m.Role != "assistant" || len(m.ToolCalls) == 0 {
+			continue
+		}
+		ids := map[string]bool{}
+		for _, tc := range m.ToolCalls {
+			ids[tc.ID] = true
+		}
+		for j := i + 1; j < len(msgs) && msgs[j].Role != "assistant"; j++ {
+			if msgs[j].Role == "tool" && ids[msgs[j].ToolCallID] {
+				out = append(out, msgs[j])
+				moved[j] = true
+			}
+		}
+	}
 	return out
+}
+
+// groqParsesReasoning: Groq answers 400 "`reasoning_format` is not supported with this model" to its
+// non-reasoning models (llama...), and its gpt-oss models put reasoning in message.reasoning unasked;
+// only the qwen3 and deepseek-r1 families take reasoning_format.
+func groqParsesReasoning(model string) bool {
+	m := strings.ToLower(model)
+	return strings.Contains(m, "qwen") || strings.Contains(m, "deepseek-r1")
 }
 
 func hasResults(msg ModelMessage) bool {
@@ -311,11 +355,15 @@ func (m *modelService) openaiChat(ctx context.Context, c candidate, req ChatRequ
 	}
 	out.Thinking = firstNonEmpty(ch.Message.ReasoningContent, ch.Message.Reasoning)
 	for _, tc := range ch.Message.ToolCalls {
-		out.ToolCalls = append(out.ToolCalls, ToolCall{Type: "tool_call", ID: tc.ID, Name: tc.Function.Name, Args: parseArgs(tc.Function.Arguments)})
+		// Some compatible servers send calls without ids; the history needs one to pair the result.
+		out.ToolCalls = append(out.ToolCalls, ToolCall{Type: "tool_call", ID: firstNonEmpty(tc.ID, newCallID()), Name: tc.Function.Name, Args: parseArgs(tc.Function.Arguments)})
 	}
 	out.FinishReason = openaiFinish(ch.FinishReason, len(out.ToolCalls) > 0)
 	return out, nil
 }
+
+// maxStreamToolCalls bounds the tool call index a stream may use (OpenAI allows 128 tools a request).
+const maxStreamToolCalls = 1024
 
 // openaiReadStream assembles a streamed answer.
 func (m *modelService) openaiReadStream(ctx context.Context, name string, body io.Reader, emit func(StreamEvent)) (*ChatResponse, error) {
@@ -326,7 +374,8 @@ func (m *modelService) openaiReadStream(ctx context.Context, name string, body i
 		id, name string
 		args     strings.Builder
 	}
-	var calls []*partial
+	var calls []*partial          // in order of appearance
+	byIndex := map[int]*partial{} // the call a delta index currently continues
 	finish := ""
 	sawDone := false
 	for {
@@ -371,10 +420,17 @@ func (m *modelService) openaiReadStream(ctx context.Context, name string, body i
 				if tc.Index != nil {
 					idx = *tc.Index
 				}
-				for len(calls) <= idx {
-					calls = append(calls, &partial{})
+				if idx < 0 || idx >= maxStreamToolCalls { // a hostile index must not panic or allocate without bound
+					return nil, streamBroken(name, fmt.Sprintf("unparseable stream: tool call index %d out of range", idx))
 				}
-				p := calls[idx]
+				p := byIndex[idx]
+				// Some OpenAI-compatible servers send every parallel call at index 0: a new id at an
+				// index that already has one starts a new call instead of merging the arguments.
+				if p == nil || (tc.ID != "" && p.id != "" && tc.ID != p.id) {
+					p = &partial{}
+					byIndex[idx] = p
+					calls = append(calls, p)
+				}
 				if tc.ID != "" {
 					p.id = tc.ID
 				}
@@ -395,7 +451,7 @@ func (m *modelService) openaiReadStream(ctx context.Context, name string, body i
 		if p.name == "" {
 			continue
 		}
-		tc := ToolCall{Type: "tool_call", ID: p.id, Name: p.name, Args: parseArgs(p.args.String())}
+		tc := ToolCall{Type: "tool_call", ID: firstNonEmpty(p.id, newCallID()), Name: p.name, Args: parseArgs(p.args.String())}
 		out.ToolCalls = append(out.ToolCalls, tc)
 		emit(StreamEvent{Type: "tool_call", Call: &tc})
 	}

@@ -276,3 +276,154 @@ func TestMissingUsageIsEstimated(t *testing.T) {
 		t.Fatalf("usage %+v warnings %v", resp.Usage, resp.Warnings)
 	}
 }
+
+// A tool call delta whose index is negative or absurd is a broken stream, not a panic or a huge allocation.
+func TestOpenAIStreamToolCallIndexOutOfRange(t *testing.T) {
+	m := &modelService{s: &server{}}
+	for _, idx := range []string{"-1", "2000000000"} {
+		body := `data: {"choices":[{"index":0,"delta":{"tool_calls":[{"index":` + idx + `,"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]}}]}` + "\n\n" +
+			`data: {"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}` + "\n\ndata: [DONE]\n\n"
+		_, err := m.openaiReadStream(context.Background(), "OpenAI", strings.NewReader(body), func(StreamEvent) {})
+		ue, ok := err.(*upstreamError)
+		if !ok || ue.status != 0 || !strings.Contains(ue.msg, "out of range") {
+			t.Fatalf("index %s: %v", idx, err)
+		}
+	}
+}
+
+// {type:"json_schema"} without a schema is JSON mode, not a null schema every provider rejects with 400.
+func TestOpenAIJSONSchemaWithoutSchemaIsJSONMode(t *testing.T) {
+	c := candidate{prov: providerByID("openai"), info: infoFor(providerByID("openai"), "gpt-4o")}
+	body := openaiBody(c, ChatRequest{Messages: []ModelMessage{userMsg("x")}, ResponseFormat: map[string]any{"type": "json_schema"}}, false)
+	b, _ := json.Marshal(body["response_format"])
+	if string(b) != `{"type":"json_object"}` {
+		t.Fatalf("response_format %s", b)
+	}
+	ob := ollamaBody(candidate{prov: providerByID("ollama"), info: infoFor(providerByID("ollama"), "llama3.2")},
+		ChatRequest{Messages: []ModelMessage{userMsg("x")}, ResponseFormat: map[string]any{"type": "json_schema"}}, false)
+	if ob["format"] != "json" {
+		t.Fatalf("ollama format %#v", ob["format"])
+	}
+}
+
+// OpenAI's reasoning models (gpt-5*, o3, o4-mini) refuse `stop` with a 400, like temperature and top_p.
+func TestOpenAIReasoningModelGetsNoStop(t *testing.T) {
+	temp := 0.5
+	req := ChatRequest{Messages: []ModelMessage{userMsg("x")}, Stop: []string{"END"}, Temperature: &temp}
+	for _, name := range []string{"gpt-5", "o3", "o4-mini"} {
+		body := openaiBody(candidate{prov: providerByID("openai"), info: infoFor(providerByID("openai"), name)}, req, false)
+		if _, ok := body["stop"]; ok {
+			t.Fatalf("%s: stop sent", name)
+		}
+		if _, ok := body["temperature"]; ok {
+			t.Fatalf("%s: temperature sent", name)
+		}
+	}
+	body := openaiBody(candidate{prov: providerByID("openai"), info: infoFor(providerByID("openai"), "gpt-4o")}, req, false)
+	if _, ok := body["stop"]; !ok {
+		t.Fatal("gpt-4o: stop dropped")
+	}
+}
+
+// Parallel calls that all arrive at index 0 (as some OpenAI-compatible servers send them) stay separate
+// calls, told apart by their ids; fragments without an id continue the call at their index.
+func TestOpenAIStreamParallelCallsAtSameIndex(t *testing.T) {
+	m := &modelService{s: &server{}}
+	chunk := func(delta string) string { return `data: {"choices":[{"index":0,"delta":` + delta + `}]}` + "\n\n" }
+	body := chunk(`{"tool_calls":[{"index":0,"id":"call_a","type":"function","function":{"name":"get_weather","arguments":"{\"city\":"}}]}`) +
+		chunk(`{"tool_calls":[{"index":0,"function":{"arguments":"\"Paris\"}"}}]}`) +
+		chunk(`{"tool_calls":[{"index":0,"id":"call_b","type":"function","function":{"name":"get_time","arguments":"{\"tz\":\"UTC\"}"}}]}`) +
+		`data: {"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}` + "\n\ndata: [DONE]\n\n"
+	resp, err := m.openaiReadStream(context.Background(), "LM Studio", strings.NewReader(body), func(StreamEvent) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.ToolCalls) != 2 || resp.ToolCalls[0].ID != "call_a" || resp.ToolCalls[0].Args["city"] != "Paris" ||
+		resp.ToolCalls[1].ID != "call_b" || resp.ToolCalls[1].Name != "get_time" || resp.ToolCalls[1].Args["tz"] != "UTC" {
+		t.Fatalf("tool calls: %+v", resp.ToolCalls)
+	}
+}
+
+// LM Studio answers 400 "'response_format.type' must be 'json_schema' or 'text'" to json_object: JSON
+// mode goes to it as the loosest json_schema; a real schema passes unchanged.
+func TestOpenAICompatLMStudioJSONModeIsJSONSchema(t *testing.T) {
+	c := candidate{prov: providerByID("lmstudio"), info: infoFor(providerByID("lmstudio"), "qwen2.5-7b-instruct")}
+	body := openaiBody(c, ChatRequest{Messages: []ModelMessage{userMsg("x")}, ResponseFormat: "json"}, false)
+	b, _ := json.Marshal(body["response_format"])
+	if string(b) != `{"json_schema":{"name":"response","schema":{"type":"object"}},"type":"json_schema"}` {
+		t.Fatalf("response_format %s", b)
+	}
+	body = openaiBody(c, ChatRequest{Messages: []ModelMessage{userMsg("x")},
+		ResponseFormat: map[string]any{"type": "json_schema", "name": "pt", "schema": map[string]any{"type": "array"}}}, false)
+	b, _ = json.Marshal(body["response_format"])
+	if string(b) != `{"json_schema":{"name":"pt","schema":{"type":"array"}},"type":"json_schema"}` {
+		t.Fatalf("response_format %s", b)
+	}
+}
+
+// Groq refuses reasoning_format on models that do not reason (400 "`reasoning_format` is not supported
+// with this model"): thinking asks for parsed reasoning only from its reasoning families.
+func TestOpenAICompatGroqReasoningFormatOnlyForReasoningModels(t *testing.T) {
+	req := ChatRequest{Messages: []ModelMessage{userMsg("x")}, Thinking: true}
+	groq := providerByID("groq")
+	if b := openaiBody(candidate{prov: groq, info: infoFor(groq, "llama-3.3-70b-versatile")}, req, false); b["reasoning_format"] != nil {
+		t.Fatalf("llama: %v", b["reasoning_format"])
+	}
+	if b := openaiBody(candidate{prov: groq, info: infoFor(groq, "qwen/qwen3-32b")}, req, false); b["reasoning_format"] != "parsed" {
+		t.Fatalf("qwen3: %v", b["reasoning_format"])
+	}
+}
+
+// A run step with no tools may still carry toolChoice "auto": the providers refuse a tool choice without
+// tools (OpenAI: "'tool_choice' is only allowed when 'tools' are specified"), so none is sent.
+func TestOpenAIToolChoiceWithoutToolsIsNotSent(t *testing.T) {
+	req := ChatRequest{Messages: []ModelMessage{userMsg("x")}, ToolChoice: "auto"}
+	oa := providerByID("openai")
+	if b := openaiBody(candidate{prov: oa, info: infoFor(oa, "gpt-4o")}, req, false); b["tool_choice"] != nil {
+		t.Fatalf("openai: %v", b["tool_choice"])
+	}
+	an := providerByID("anthropic")
+	if b := anthropicBody(candidate{prov: an, info: infoFor(an, "claude-sonnet-4-5")}, req, false); b["tool_choice"] != nil {
+		t.Fatalf("anthropic: %v", b["tool_choice"])
+	}
+	if b := geminiBody("gemini-2.5-flash", req); b["toolConfig"] != nil {
+		t.Fatalf("gemini: %v", b["toolConfig"])
+	}
+}
+
+// A compatible server that sends tool calls without ids still yields calls with ids, so the tool result
+// can be paired with its call in the next request.
+func TestOpenAIToolCallsWithoutIDsGetOne(t *testing.T) {
+	m := &modelService{s: &server{}}
+	sse := `data: {"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"name":"ls","arguments":"{}"}}]},"finish_reason":"tool_calls"}]}` + "\n\ndata: [DONE]\n\n"
+	resp, err := m.openaiReadStream(context.Background(), "LM Studio", strings.NewReader(sse), func(StreamEvent) {})
+	if err != nil || len(resp.ToolCalls) != 1 || resp.ToolCalls[0].ID == "" {
+		t.Fatalf("stream: %+v %v", resp, err)
+	}
+	f := newFake(t, func(w http.ResponseWriter, n int, r recorded) {
+		w.Write([]byte(`{"choices":[{"message":{"role":"assistant","content":null,"tool_calls":[{"type":"function","function":{"name":"ls","arguments":"{}"}}]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":5,"completion_tokens":3}}`))
+	})
+	ms, _ := newTestModels(t, openaiEnv(f), nil)
+	resp, err = ms.Chat(context.Background(), ChatRequest{Model: "openai/gpt-4o", Messages: []ModelMessage{userMsg("x")}}, chatOptions{MaxCostUSD: -1})
+	if err != nil || len(resp.ToolCalls) != 1 || resp.ToolCalls[0].ID == "" {
+		t.Fatalf("plain: %+v %v", resp, err)
+	}
+}
+
+// A user note sent between a tool call and its result: the tool message must directly follow the
+// assistant message with the call, so it moves up past the note.
+func TestOpenAIToolResultsFollowTheirCall(t *testing.T) {
+	msgs := openaiMessages(ChatRequest{Messages: []ModelMessage{
+		userMsg("weather?"),
+		{Role: "assistant", Content: []ContentPart{{Type: "tool_call", ID: "call_1", Name: "get_weather", Args: map[string]any{}}}},
+		userMsg("in celsius please"),
+		{Role: "tool", Content: []ContentPart{{Type: "tool_result", ToolCallID: "call_1", Content: "18C"}}},
+	}})
+	var roles []string
+	for _, m := range msgs {
+		roles = append(roles, m.Role)
+	}
+	if strings.Join(roles, ",") != "user,assistant,tool,user" || msgs[2].ToolCallID != "call_1" || msgs[3].Content != "in celsius please" {
+		t.Fatalf("order: %v %+v", roles, msgs)
+	}
+}

@@ -105,18 +105,21 @@ func (b *idleBody) Close() error {
 
 // parseRetryAfter reads Retry-After (seconds or an HTTP date) and the millisecond variant some
 // providers send.
+// Values are clamped to an hour before conversion: a huge (or infinite) value would overflow
+// time.Duration into a negative wait and be ignored, when it means "wait as long as you may".
 func parseRetryAfter(h http.Header, now time.Time) time.Duration {
+	const most = float64(time.Hour)
 	if v := h.Get("Retry-After-Ms"); v != "" {
-		if ms, err := strconv.ParseFloat(v, 64); err == nil && ms > 0 {
-			return time.Duration(ms * float64(time.Millisecond))
+		if ms, err := strconv.ParseFloat(v, 64); (err == nil || errors.Is(err, strconv.ErrRange)) && ms > 0 {
+			return time.Duration(min(ms*float64(time.Millisecond), most))
 		}
 	}
 	v := strings.TrimSpace(h.Get("Retry-After"))
 	if v == "" {
 		return 0
 	}
-	if s, err := strconv.ParseFloat(v, 64); err == nil && s > 0 {
-		return time.Duration(s * float64(time.Second))
+	if s, err := strconv.ParseFloat(v, 64); (err == nil || errors.Is(err, strconv.ErrRange)) && s > 0 {
+		return time.Duration(min(s*float64(time.Second), most))
 	}
 	if t, err := http.ParseTime(v); err == nil && t.After(now) {
 		return t.Sub(now)
@@ -343,6 +346,9 @@ func responseFormatOf(v any) (kind string, schema map[string]any, name string) {
 				js = inner
 			}
 			s, _ := js["schema"].(map[string]any)
+			if s == nil { // no schema to enforce: plain JSON mode (providers answer 400 to a null schema)
+				return "json", nil, ""
+			}
 			n, _ := js["name"].(string)
 			return "json_schema", s, firstNonEmpty(n, "response")
 		}

@@ -170,6 +170,19 @@ func TestParseRetryAfter(t *testing.T) {
 	if d := parseRetryAfter(h, now); d != 250*time.Millisecond {
 		t.Fatal(d)
 	}
+	// Absurd values mean "as long as you may", not an overflowed negative wait that is ignored.
+	for _, v := range []string{"99999999999", "1e400"} {
+		h := http.Header{}
+		h.Set("Retry-After", v)
+		if d := parseRetryAfter(h, now); d != time.Hour {
+			t.Fatalf("Retry-After %s: %v", v, d)
+		}
+		h = http.Header{}
+		h.Set("Retry-After-Ms", v+"0000")
+		if d := parseRetryAfter(h, now); d != time.Hour {
+			t.Fatalf("Retry-After-Ms %s: %v", v, d)
+		}
+	}
 }
 
 func TestSSEReader(t *testing.T) {

@@ -59,6 +59,23 @@ type chatPlan struct {
 	warnings []StreamEvent // emitted before the first call
 }
 
+// refusal is the error of a plan none of whose candidates can be called (each failed its pre-flight
+// check: missing key, capability), or nil. The stream handler answers it as plain JSON with its status,
+// exactly as the non-streamed endpoint would, instead of opening a stream only to fail it.
+func (p *chatPlan) refusal() error {
+	var failures []*apiError
+	for _, c := range p.cands {
+		if c.err == nil {
+			return nil
+		}
+		failures = append(failures, c.err)
+	}
+	if len(failures) == 0 {
+		return nil
+	}
+	return summariseFailures(failures)
+}
+
 // Stream sends one request through the router, calling emit for every StreamEvent (emit may be nil),
 // and returns the assembled answer. Events: start, text_delta, thinking_delta, tool_call, warning,
 // usage, then done — or error. A failure before any output may switch candidate; after output the
@@ -136,9 +153,10 @@ func (m *modelService) plan(ctx context.Context, req ChatRequest, opts chatOptio
 			if cheapest == nil || c.cost < cheapest.cost {
 				cheapest = &p.cands[i]
 			}
-			p.warnings = append(p.warnings, StreamEvent{Type: "warning", Code: "budget",
+			// Skipping a candidate is a switch: DESIGN §5 makes every switch a `fallback` warning.
+			p.warnings = append(p.warnings, StreamEvent{Type: "warning", Code: "fallback",
 				Message: fmt.Sprintf("%s skipped: estimated cost $%.4f exceeds the ceiling $%.4f", c.info.ID, c.cost, opts.MaxCostUSD),
-				Detail:  map[string]any{"model": c.info.ID, "estimatedUsd": c.cost, "maxCostUsd": opts.MaxCostUSD}})
+				Detail:  map[string]any{"model": c.info.ID, "reason": "budget", "estimatedUsd": c.cost, "maxCostUsd": opts.MaxCostUSD}})
 		}
 		if len(kept) == 0 {
 			return nil, errorf(codeBudgetExceeded, "estimated cost $%.4f of %s exceeds the ceiling $%.4f", cheapest.cost, cheapest.info.ID, opts.MaxCostUSD).

@@ -244,7 +244,7 @@ func TestRouterBudgetSkipsExpensiveCandidate(t *testing.T) {
 	if err != nil || resp.Model != "openai/gpt-4o-mini" || len(fa.chatRequests()) != 0 || len(fo.chatRequests()) != 1 {
 		t.Fatalf("resp %+v err %v", resp, err)
 	}
-	if w := col.ofType("warning"); len(w) != 1 || !strings.Contains(w[0].Message, "exceeds the ceiling") {
+	if w := col.ofType("warning"); len(w) != 1 || !strings.Contains(w[0].Message, "exceeds the ceiling") || w[0].Code != "fallback" {
 		t.Fatalf("warnings %+v", w)
 	}
 }
