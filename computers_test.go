@@ -296,6 +296,47 @@ func conformance(t *testing.T, prov string, portBase int) {
 		e.wantError("GET", "/v1/computers/cmp_nope", nil, 404, codeComputerNotFound)
 	})
 
+	t.Run("setup", func(t *testing.T) {
+		e := e.with(t)
+		ok := e.create(map[string]any{"provider": prov, "setup": "echo provisioned > setup.txt"})
+		if r := e.exec(ok.ID, map[string]any{"cmd": "cat setup.txt"}); r.Stdout != "provisioned\n" {
+			t.Fatalf("setup: %+v", r)
+		}
+		e.json("DELETE", "/v1/computers/"+ok.ID, nil, 204, nil)
+		env := e.wantError("POST", "/v1/computers", map[string]any{"provider": prov, "setup": "echo broken >&2; exit 3"}, 500, codeComputerFailed)
+		d, _ := env["details"].(map[string]any)
+		var bad ComputerInfo
+		e.json("GET", "/v1/computers/"+fmt.Sprint(d["computerId"]), nil, 200, &bad)
+		if bad.State != "error" || !strings.Contains(bad.Error, "broken") {
+			t.Fatalf("failed setup: %+v", bad)
+		}
+		e.json("DELETE", "/v1/computers/"+bad.ID, nil, 204, nil)
+		if isLocal {
+			e.wantError("POST", "/v1/computers", map[string]any{"provider": prov, "packages": []string{"jq"}}, 501, codeNotImplemented)
+			return
+		}
+		// persist keeps /work across stop and start; without it /work is a tmpfs.
+		p := e.create(map[string]any{"provider": prov, "persist": true, "workdir": "/work/proj"})
+		e.exec(p.ID, map[string]any{"cmd": "pwd > where && echo kept > f"})
+		e.json("POST", "/v1/computers/"+p.ID+"/stop", nil, 200, nil)
+		e.json("POST", "/v1/computers/"+p.ID+"/start", nil, 200, nil)
+		if r := e.exec(p.ID, map[string]any{"cmd": "cat f where"}); r.Stdout != "kept\n/work/proj\n" {
+			t.Fatalf("persist: %+v", r)
+		}
+		e.json("DELETE", "/v1/computers/"+p.ID, nil, 204, nil)
+		// The container's hardening is real.
+		n := e.create(map[string]any{"provider": prov, "network": map[string]any{"mode": "none"}})
+		r := e.exec(n.ID, map[string]any{"cmd": "id -u; touch /etc/x 2>/dev/null && echo root-writable; grep CapEff /proc/self/status"})
+		if !strings.HasPrefix(r.Stdout, "1000\n") || strings.Contains(r.Stdout, "root-writable") || !strings.Contains(r.Stdout, "0000000000000000") {
+			t.Fatalf("hardening: %+v", r)
+		}
+		env = e.wantError("POST", "/v1/computers/"+n.ID+"/ports", map[string]any{"port": 80}, 500, codeComputerFailed)
+		if !strings.Contains(env["message"].(string), "network mode none") {
+			t.Fatalf("ports with network none: %v", env)
+		}
+		e.json("DELETE", "/v1/computers/"+n.ID, nil, 204, nil)
+	})
+
 	t.Run("exec", func(t *testing.T) {
 		e := e.with(t)
 		if r := e.exec(id, map[string]any{"cmd": "echo out; echo err >&2; exit 3"}); r.ExitCode != 3 || r.Stdout != "out\n" || r.Stderr != "err\n" || r.TimedOut {

@@ -244,6 +244,9 @@ func (c *computerService) runProc(ctx context.Context, p provider, m *ComputerIn
 	if ps.token == "" {
 		ps.token = randomID(8)
 	}
+	if ps.cwd == "" {
+		ps.cwd = m.Workdir
+	}
 	tctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 
