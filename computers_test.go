@@ -297,6 +297,7 @@ func conformance(t *testing.T, prov string, portBase int) {
 	})
 
 	t.Run("setup", func(t *testing.T) {
+		t.Parallel()
 		e := e.with(t)
 		ok := e.create(map[string]any{"provider": prov, "setup": "echo provisioned > setup.txt"})
 		if r := e.exec(ok.ID, map[string]any{"cmd": "cat setup.txt"}); r.Stdout != "provisioned\n" {
@@ -697,6 +698,7 @@ func conformance(t *testing.T, prov string, portBase int) {
 	})
 
 	t.Run("quota", func(t *testing.T) {
+		t.Parallel()
 		q := newTestEnv(t, "", func(c *config) { c.MaxComputers = 2 })
 		a := q.create(map[string]any{"provider": prov})
 		b := q.create(map[string]any{"provider": prov})
@@ -713,6 +715,7 @@ func conformance(t *testing.T, prov string, portBase int) {
 	})
 
 	t.Run("reaper", func(t *testing.T) {
+		t.Parallel()
 		r := newTestEnv(t, "", nil)
 		idle := r.create(map[string]any{"provider": prov, "idleTimeoutSec": 5})
 		life := r.create(map[string]any{"provider": prov, "idleTimeoutSec": 0, "maxLifetimeSec": 30})
@@ -750,6 +753,7 @@ func conformance(t *testing.T, prov string, portBase int) {
 	})
 
 	t.Run("restart", func(t *testing.T) {
+		t.Parallel()
 		home := t.TempDir()
 		a := newTestEnv(t, home, nil)
 		a.keep = true
