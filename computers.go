@@ -123,6 +123,8 @@ type provider interface {
 	command(ctx context.Context, m *ComputerInfo, p *procSpec) (*procHandle, error)
 	killTree(ctx context.Context, m *ComputerInfo, p *procSpec)
 	fs(m *ComputerInfo) machineFS
+	// supports refuses a spec the provider cannot honour (never silently ignored).
+	supports(sp ComputerSpec) error
 	// guestAddr is the host-reachable address of a guest port.
 	guestAddr(ctx context.Context, m *ComputerInfo, port int) (string, error)
 }
@@ -524,7 +526,7 @@ func (c *computerService) create(ctx context.Context, sp ComputerSpec) (*Compute
 	if err != nil {
 		return nil, err
 	}
-	if err := p.(interface{ supports(ComputerSpec) error }).supports(sp); err != nil {
+	if err := p.supports(sp); err != nil {
 		return nil, err
 	}
 	now := c.now()
@@ -734,6 +736,18 @@ func (c *computerService) destroy(ctx context.Context, idOrName, reason string) 
 		c.s.hub.publish("reaper", "computer_reaped", map[string]any{"computerId": m.ID, "name": m.Name, "reason": reason})
 	}
 	return nil
+}
+
+// markGone records that a machine vanished behind agentd's back: its record becomes destroyed and the
+// caller gets E_COMPUTER_NOT_FOUND.
+func (c *computerService) markGone(ctx context.Context, m *ComputerInfo) error {
+	rt := c.runtime(m.ID)
+	c.closePorts(rt)
+	m.State, m.Ports, m.Error = stateDestroyed, map[string]PortBinding{}, "the machine disappeared"
+	c.save(ctx, m)
+	c.s.hub.publish("computers", "computer_destroyed", map[string]any{"computerId": m.ID, "name": m.Name, "reason": "gone"})
+	return errorf(codeComputerNotFound, "the machine of computer %s no longer exists", m.ID).
+		withHint("create a new computer")
 }
 
 // EnsureForAgent returns the running computer named after the agent, creating it from spec if needed.

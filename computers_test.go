@@ -785,6 +785,12 @@ func conformance(t *testing.T, prov string, portBase int) {
 			t.Fatalf("after restart: %+v", r)
 		}
 		b.wantError("GET", "/v1/computers/"+gone.ID, nil, 404, codeComputerNotFound)
+		if !isLocal { // a machine removed behind agentd's back while it runs
+			vanish := b.create(map[string]any{"provider": prov})
+			p.destroy(context.Background(), &vanish)
+			b.wantError("POST", "/v1/computers/"+vanish.ID+"/exec", map[string]any{"cmd": "true"}, 404, codeComputerNotFound)
+			b.wantError("GET", "/v1/computers/"+vanish.ID, nil, 404, codeComputerNotFound)
+		}
 		if !isLocal {
 			_, _, warnings := b.s.computers.doctor(context.Background())
 			if !slices.ContainsFunc(warnings, func(w string) bool { return strings.Contains(w, orphan.ID) }) {
@@ -835,8 +841,9 @@ func streamExec(t *testing.T, e *testEnv, id string, body map[string]any, stopAt
 		if d, ok := strings.CutPrefix(line, "data: "); ok {
 			var f map[string]any
 			if json.Unmarshal([]byte(d), &f) == nil && f["type"] != nil {
-				frames = append(frames, f)
-				if stopAt != nil && stopAt(f) {
+				if stopAt == nil {
+					frames = append(frames, f)
+				} else if stopAt(f) {
 					return frames, false
 				}
 			}

@@ -316,7 +316,10 @@ func (c *computerService) runProc(ctx context.Context, p provider, m *ComputerIn
 		res.ExitCode = markers.code
 		return res, nil
 	case h.endMarker:
-		// The wrapper never reported: the engine could not run it (or the machine went away).
+		// The wrapper never reported: the engine could not run it, or the machine went away.
+		if st, err := p.status(context.WithoutCancel(ctx), m); err == nil && st == "missing" {
+			return nil, c.markGone(ctx, m)
+		}
 		msg := strings.TrimSpace(res.Stderr)
 		if msg == "" && werr != nil {
 			msg = werr.Error()
