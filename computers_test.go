@@ -394,6 +394,17 @@ func conformance(t *testing.T, prov string, portBase int) {
 				t.Fatalf("utf-8 with cap %d: %q", capN, r.Stdout)
 			}
 		}
+		if isLocal {
+			e.wantError("POST", "/v1/computers/"+id+"/exec", map[string]any{"cmd": "true", "tty": true}, 501, codeNotImplemented)
+			e.wantError("POST", "/v1/computers/"+id+"/exec", map[string]any{"cmd": "true", "user": "root"}, 501, codeNotImplemented)
+		} else {
+			if r := e.exec(id, map[string]any{"cmd": "test -t 1 && echo tty; exit 4", "tty": true}); r.ExitCode != 4 || !strings.HasPrefix(r.Stdout, "tty") {
+				t.Fatalf("tty: %+v", r)
+			}
+			if r := e.exec(id, map[string]any{"cmd": "id -u", "user": "0"}); r.Stdout != "0\n" {
+				t.Fatalf("user: %+v", r)
+			}
+		}
 		// The command policy.
 		env := e.wantError("POST", "/v1/computers/"+id+"/exec", map[string]any{"cmd": "sudo ls"}, 403, codeExecDenied)
 		if d, _ := env["details"].(map[string]any); d["rule"] != "sudo" {
@@ -748,6 +759,29 @@ func conformance(t *testing.T, prov string, portBase int) {
 		}
 		if reasons[idle.ID] != "idle" || reasons[life.ID] != "lifetime" {
 			t.Fatalf("reaper events: %v", reasons)
+		}
+		// A running exec counts as activity.
+		busy := r.create(map[string]any{"provider": prov, "idleTimeoutSec": 5})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			cs.Exec(ctx, busy.ID, ExecRequest{Cmd: execCommand{Shell: "sleep 600"}}, nil)
+		}()
+		eventually(t, "the exec to start", func() bool {
+			cs.mu.Lock()
+			defer cs.mu.Unlock()
+			return cs.rt[busy.ID] != nil && cs.rt[busy.ID].active == 1
+		})
+		cs.now = func() time.Time { return base.Add(time.Hour) }
+		if got := cs.sweep(context.Background()); got[busy.ID] != "" {
+			t.Fatalf("a machine with a running exec was reaped: %v", got)
+		}
+		cancel()
+		<-done
+		cs.now = func() time.Time { return base.Add(time.Hour + 6*time.Second) } // idle since the exec ended
+		if got := cs.sweep(context.Background()); got[busy.ID] != "idle" {
+			t.Fatalf("idle after the exec: %v", got)
 		}
 		r.json("DELETE", "/v1/computers/"+keep.ID, nil, 204, nil)
 	})
