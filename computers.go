@@ -504,8 +504,10 @@ func applyComputerDefaults(sp *ComputerSpec) {
 }
 
 // defaultImages are the flavor images of DESIGN §4; config `images` overrides them.
+// They are fully qualified so podman, which refuses ambiguous short names, pulls them too.
 var defaultImages = map[string]string{
-	"base": "debian:bookworm-slim", "python": "python:3.12-slim", "node": "node:22-slim", "full": "debian:bookworm",
+	"base": "docker.io/library/debian:bookworm-slim", "python": "docker.io/library/python:3.12-slim",
+	"node": "docker.io/library/node:22-slim", "full": "docker.io/library/debian:bookworm",
 }
 
 func (c *computerService) imageFor(sp ComputerSpec) string {

@@ -49,6 +49,11 @@ func newTestEnv(t *testing.T, home string, mod func(*config)) *testEnv {
 	if home == "" {
 		home = t.TempDir()
 	}
+	// Owner ids carry this test process's pid, so the leak check sees only what this run created even
+	// when another run shares the engine.
+	if _, err := os.Stat(home + "/instance-id"); err != nil {
+		os.WriteFile(home+"/instance-id", []byte(testOwnerPrefix()+randomID(4)+"\n"), 0o600)
+	}
 	cfg := defaultConfig()
 	cfg.Home = home
 	cfg.getenv = os.Getenv
@@ -229,18 +234,30 @@ func TestComputerConformance(t *testing.T) {
 	t.Cleanup(func() { checkNoLeaks(t) })
 }
 
+func testOwnerPrefix() string { return fmt.Sprintf("agdtest%d-", os.Getpid()) }
+
 // checkNoLeaks: the suite ends with no agentd container left on any engine.
 func checkNoLeaks(t *testing.T) {
 	for _, eng := range []string{"docker", "podman"} {
 		if _, err := exec.LookPath(eng); err != nil {
 			continue
 		}
-		out, err := exec.Command(eng, "ps", "-a", "--filter", "label=agentd.id", "--format", "{{.Names}}").CombinedOutput()
-		if err != nil {
-			continue // engine not running: nothing could leak
+		format := `{{.Names}} {{.Label "agentd.owner"}}`
+		if eng == "podman" {
+			format = `{{.Names}} {{index .Labels "agentd.owner"}}`
 		}
-		if s := strings.TrimSpace(string(out)); s != "" {
-			t.Errorf("%s: leaked containers: %s", eng, s)
+		out, err := exec.Command(eng, "ps", "-a", "--filter", "label=agentd.id", "--format", format).CombinedOutput()
+		if err != nil {
+			if eng == "docker" && exec.Command(eng, "info").Run() != nil {
+				continue // daemon not running: nothing could leak
+			}
+			t.Errorf("%s ps: %v: %s", eng, err, out)
+			continue
+		}
+		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			if f := strings.Fields(line); len(f) == 2 && strings.HasPrefix(f[1], testOwnerPrefix()) {
+				t.Errorf("%s: leaked container: %s", eng, line)
+			}
 		}
 	}
 }
@@ -265,7 +282,9 @@ func conformance(t *testing.T, prov string, portBase int) {
 		if got.ID != id {
 			t.Fatalf("by name: %+v", got)
 		}
-		m2 := e.create(map[string]any{"provider": prov, "idleTimeoutSec": 0})
+		sub, _ := e.s.hub.subscribe()
+		defer e.s.hub.unsubscribe(sub)
+		m2 := e.create(map[string]any{"provider": prov, "idleTimeoutSec": 0, "labels": map[string]string{"team": "a"}})
 		var list struct{ Computers []ComputerInfo }
 		e.json("POST", "/v1/computers/"+m2.ID+"/stop", nil, 200, &got)
 		if got.State != "stopped" {
@@ -291,6 +310,30 @@ func conformance(t *testing.T, prov string, portBase int) {
 			t.Fatalf("delete: %d %s", st, b)
 		}
 		e.wantError("GET", "/v1/computers/"+m2.ID, nil, 404, codeComputerNotFound)
+		var seen []string
+		for len(seen) < 4 {
+			select {
+			case ev := <-sub.ch:
+				if ev.Topic != "computers" {
+					continue
+				}
+				var id string
+				switch p := ev.Payload.(type) {
+				case *ComputerInfo:
+					id = p.ID
+				case map[string]any:
+					id, _ = p["computerId"].(string)
+				}
+				if id == m2.ID {
+					seen = append(seen, ev.Type)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("computers events: %v", seen)
+			}
+		}
+		if want := []string{"computer_created", "computer_stopped", "computer_started", "computer_destroyed"}; !slices.Equal(seen, want) {
+			t.Fatalf("computers events %v, want %v", seen, want)
+		}
 		e.wantError("POST", "/v1/computers/"+m2.ID+"/exec", map[string]any{"cmd": "true"}, 404, codeComputerNotFound)
 		e.wantError("DELETE", "/v1/computers/"+m2.ID, nil, 404, codeComputerNotFound)
 		e.wantError("GET", "/v1/computers/cmp_nope", nil, 404, codeComputerNotFound)
