@@ -201,7 +201,14 @@ func newComputerService(s *server) (*computerService, error) {
 		c.reapInterval = 30 * time.Second
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
-	c.reconcile(c.ctx)
+	// Providers holding records are reconciled before the server answers; the others are only scanned
+	// for orphans, in the background, so a start never waits on an engine it does not use.
+	done := c.reconcile(c.ctx, nil)
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		c.reconcile(c.ctx, done)
+	}()
 	c.wg.Add(1)
 	go c.reaperLoop()
 	return c, nil
@@ -503,6 +510,34 @@ func applyComputerDefaults(sp *ComputerSpec) {
 	}
 }
 
+var imageRE = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9._/:@+-]*$`)
+
+// checkEngineArgs refuses values that would be read as engine flags or break the argv: the spec also
+// arrives from agent specs, not only from the strict create body.
+func checkEngineArgs(sp ComputerSpec, image string) error {
+	bad := func(field, v string) error {
+		return errorf(codeSpecInvalid, "%s: invalid value %q", field, v).withHint("fix the computer spec")
+	}
+	if image != "" && !imageRE.MatchString(image) {
+		return bad("image", image)
+	}
+	if !strings.HasPrefix(sp.Workdir, "/") || strings.ContainsAny(sp.Workdir, "\x00\n:") {
+		return bad("workdir", sp.Workdir)
+	}
+	if strings.HasPrefix(sp.User, "-") {
+		return bad("user", sp.User)
+	}
+	for i, m := range sp.Mounts {
+		if !strings.HasPrefix(m.Source, "/") || strings.Contains(m.Source, ":") {
+			return bad(fmt.Sprintf("mounts.%d.source", i), m.Source)
+		}
+		if !strings.HasPrefix(m.Target, "/") || strings.Contains(m.Target, ":") {
+			return bad(fmt.Sprintf("mounts.%d.target", i), m.Target)
+		}
+	}
+	return nil
+}
+
 // defaultImages are the flavor images of DESIGN §4; config `images` overrides them.
 // They are fully qualified so podman, which refuses ambiguous short names, pulls them too.
 var defaultImages = map[string]string{
@@ -524,6 +559,9 @@ func (c *computerService) imageFor(sp ComputerSpec) string {
 // context: a client that goes away mid-create leaves a consistent record, not a half machine.
 func (c *computerService) create(ctx context.Context, sp ComputerSpec) (*ComputerInfo, error) {
 	applyComputerDefaults(&sp)
+	if err := checkEngineArgs(sp, c.imageFor(sp)); err != nil {
+		return nil, err
+	}
 	p, err := c.selectProvider(ctx, sp.Provider)
 	if err != nil {
 		return nil, err
@@ -795,19 +833,26 @@ func (c *computerService) EnsureForAgent(ctx context.Context, agent string, spec
 
 // ---- reconciliation ----
 
-// reconcile runs once at start: records whose machine is gone become destroyed; live machines are
-// adopted (state follows the engine); containers of this owner without a record are orphans.
-func (c *computerService) reconcile(ctx context.Context) {
+// reconcile runs at start: records whose machine is gone become destroyed; live machines are adopted
+// (state follows the engine); containers of this owner without a record are orphans. With skip nil it
+// handles the providers that hold records and returns their names; otherwise it handles the rest.
+func (c *computerService) reconcile(ctx context.Context, skip map[string]bool) map[string]bool {
+	handled := map[string]bool{}
 	recs, err := c.s.store.ListComputers(ctx)
 	if err != nil {
 		c.s.log.Warn("computers: reconcile: list records", "err", err)
-		return
+		return handled
 	}
 	for _, p := range c.providers {
+		name := p.meta().name
+		hasRecords := slices.ContainsFunc(recs, func(m ComputerInfo) bool { return m.Provider == name })
+		if skip == nil && !hasRecords || skip != nil && skip[name] {
+			continue
+		}
+		handled[name] = true
 		if !c.probe(ctx, p).available {
 			continue
 		}
-		name := p.meta().name
 		live, err := p.owned(ctx)
 		if err != nil {
 			c.s.log.Warn("computers: reconcile", "provider", name, "err", err)
@@ -837,12 +882,15 @@ func (c *computerService) reconcile(ctx context.Context) {
 			m.Ports = map[string]PortBinding{} // forwarders died with the old process
 			c.save(ctx, m)
 		}
+		c.mu.Lock()
 		for id := range live {
 			if !known[id] {
 				c.orphans[name+"/"+id] = name
 			}
 		}
+		c.mu.Unlock()
 	}
+	return handled
 }
 
 // ---- HTTP ----
