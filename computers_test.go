@@ -359,6 +359,13 @@ func conformance(t *testing.T, prov string, portBase int) {
 			e.wantError("POST", "/v1/computers", map[string]any{"provider": prov, "packages": []string{"jq"}}, 501, codeNotImplemented)
 			return
 		}
+		if os.Getenv("AGENT_TEST_PACKAGES") == "1" { // needs a Debian mirror reachable from the machine
+			pk := e.create(map[string]any{"provider": prov, "packages": []string{"jq"}})
+			if r := e.exec(pk.ID, map[string]any{"cmd": "echo '{\"a\":7}' | jq .a; id -u"}); r.Stdout != "7\n1000\n" {
+				t.Fatalf("packages: %+v", r)
+			}
+			e.json("DELETE", "/v1/computers/"+pk.ID, nil, 204, nil)
+		}
 		// persist keeps /work across stop and start; without it /work is a tmpfs.
 		p := e.create(map[string]any{"provider": prov, "persist": true, "workdir": "/work/proj"})
 		e.exec(p.ID, map[string]any{"cmd": "pwd > where && echo kept > f"})
