@@ -162,6 +162,7 @@ type computerService struct {
 	// Limits a test may shrink.
 	downloadLimit int64 // compressed bytes of a download archive
 	uploadLimit   int64 // uncompressed bytes of an upload archive
+	readLimit     int64 // bytes of one file read (buffered, so a failure is still a clean envelope)
 	reapInterval  time.Duration
 
 	mu       sync.Mutex
@@ -179,7 +180,7 @@ type computerService struct {
 func newComputerService(s *server) (*computerService, error) {
 	c := &computerService{
 		s: s, now: s.store.now,
-		downloadLimit: 256 << 20, uploadLimit: 1 << 30,
+		downloadLimit: 256 << 20, uploadLimit: 1 << 30, readLimit: 256 << 20,
 		rt: map[string]*machineRT{}, probes: map[string]probeResult{}, ensure: map[string]*sync.Mutex{},
 		orphans: map[string]string{},
 	}

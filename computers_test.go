@@ -503,6 +503,9 @@ func conformance(t *testing.T, prov string, portBase int) {
 		if st != 200 || !bytes.Equal(got, bin) {
 			t.Fatalf("binary round trip: %d len %d", st, len(got))
 		}
+		e.s.computers.readLimit = 100
+		e.wantError("GET", "/v1/computers/"+id+"/fs/read?path=dir/bin.dat", nil, 429, codeQuota)
+		e.s.computers.readLimit = 256 << 20
 		if r := e.exec(id, map[string]any{"cmd": "wc -c < dir/bin.dat"}); strings.TrimSpace(r.Stdout) != "1024" {
 			t.Fatalf("written file seen by exec: %+v", r)
 		}
@@ -512,6 +515,7 @@ func conformance(t *testing.T, prov string, portBase int) {
 		if len(ls.Entries) != 1 || ls.Entries[0].Name != "bin.dat" || ls.Entries[0].Type != "file" || ls.Entries[0].Size != 1024 || ls.Entries[0].Path != "/work/dir/bin.dat" {
 			t.Fatalf("list: %+v", ls.Entries)
 		}
+		e.json("PUT", "/v1/computers/"+id+"/fs/write?path=a-file", []byte("a"), 204, nil) // sorts before "dir"
 		e.json("GET", "/v1/computers/"+id+"/fs?path=/work", nil, 200, &ls)
 		if len(ls.Entries) < 2 || ls.Entries[0].Type != "dir" {
 			t.Fatalf("directories first: %+v", ls.Entries)
