@@ -25,6 +25,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -155,7 +156,7 @@ type machineRT struct {
 // computerService owns machines and the reaper goroutine.
 type computerService struct {
 	s         *server
-	now       func() time.Time
+	clock     atomic.Pointer[func() time.Time] // injectable for tests (setNow)
 	owner     string
 	providers []provider // priority order, highest first
 
@@ -179,14 +180,16 @@ type computerService struct {
 
 func newComputerService(s *server) (*computerService, error) {
 	c := &computerService{
-		s: s, now: s.store.now,
+		s:             s,
 		downloadLimit: 256 << 20, uploadLimit: 1 << 30, readLimit: 256 << 20,
 		rt: map[string]*machineRT{}, probes: map[string]probeResult{}, ensure: map[string]*sync.Mutex{},
 		orphans: map[string]string{},
 	}
-	if c.now == nil {
-		c.now = time.Now
+	now := s.store.now
+	if now == nil {
+		now = time.Now
 	}
+	c.setNow(now)
 	owner, err := loadOwnerID(s.cfg.Home)
 	if err != nil {
 		return nil, err
@@ -231,6 +234,9 @@ func (c *computerService) Close() {
 		c.flushLastUsed(context.Background(), id)
 	}
 }
+
+func (c *computerService) now() time.Time            { return (*c.clock.Load())() }
+func (c *computerService) setNow(f func() time.Time) { c.clock.Store(&f) }
 
 // loadOwnerID returns this data directory's instance id (labels containers agentd.owner), creating it
 // once. It is per data directory, not per process, so a restart adopts its own machines and two servers

@@ -791,11 +791,11 @@ func conformance(t *testing.T, prov string, portBase int) {
 		defer r.s.hub.unsubscribe(sub)
 		base := time.Now()
 		cs := r.s.computers
-		cs.now = func() time.Time { return base.Add(10 * time.Second) }
+		cs.setNow(func() time.Time { return base.Add(10 * time.Second) })
 		if got := cs.sweep(context.Background()); got[idle.ID] != "idle" || len(got) != 1 {
 			t.Fatalf("first sweep: %v", got)
 		}
-		cs.now = func() time.Time { return base.Add(31 * time.Second) }
+		cs.setNow(func() time.Time { return base.Add(31 * time.Second) })
 		if got := cs.sweep(context.Background()); got[life.ID] != "lifetime" || len(got) != 1 {
 			t.Fatalf("second sweep: %v", got)
 		}
@@ -829,13 +829,13 @@ func conformance(t *testing.T, prov string, portBase int) {
 			defer cs.mu.Unlock()
 			return cs.rt[busy.ID] != nil && cs.rt[busy.ID].active == 1
 		})
-		cs.now = func() time.Time { return base.Add(time.Hour) }
+		cs.setNow(func() time.Time { return base.Add(time.Hour) })
 		if got := cs.sweep(context.Background()); got[busy.ID] != "" {
 			t.Fatalf("a machine with a running exec was reaped: %v", got)
 		}
 		cancel()
 		<-done
-		cs.now = func() time.Time { return base.Add(time.Hour + 6*time.Second) } // idle since the exec ended
+		cs.setNow(func() time.Time { return base.Add(time.Hour + 6*time.Second) }) // idle since the exec ended
 		if got := cs.sweep(context.Background()); got[busy.ID] != "idle" {
 			t.Fatalf("idle after the exec: %v", got)
 		}
