@@ -760,6 +760,7 @@ func conformance(t *testing.T, prov string, portBase int) {
 		}
 		e.wantError("POST", "/v1/computers", map[string]any{"provider": "nope"}, 503, codeProviderUnavailable)
 		e.wantError("GET", "/v1/computers/"+id+"/fs?path=", nil, 422, codeSpecInvalid)
+		e.wantError("GET", "/v1/computers/"+id+"/terminal", nil, 422, codeSpecInvalid)
 		e.wantError("DELETE", "/v1/computers/"+id+"/fs?path=/work/x&recursive=maybe", nil, 422, codeSpecInvalid)
 		e.wantError("POST", "/v1/computers/"+id+"/exec", map[string]any{"cmd": "pwd", "cwd": "/work/does/not/exist"}, 500, codeExecFailed)
 	})

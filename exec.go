@@ -382,6 +382,7 @@ type outputSink struct {
 	marker  []byte // full marker length is len(marker)+4
 	markers *endMarkers
 	ended   bool
+	closed  bool   // set by flush: a copier abandoned after WaitDelay must not emit after Exec returned
 	pending []byte // bytes that may start the marker
 	carry   []byte // incomplete UTF-8 sequence for emit
 	mu      sync.Mutex
@@ -399,7 +400,7 @@ func (s *outputSink) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := len(p)
-	if s.ended {
+	if s.ended || s.closed {
 		return n, nil
 	}
 	if s.marker == nil {
@@ -459,6 +460,7 @@ func (s *outputSink) flush() {
 		s.emit(s.stream, string(s.carry))
 		s.carry = nil
 	}
+	s.closed = true
 }
 
 func (s *outputSink) result() (string, bool) {
