@@ -821,12 +821,22 @@ func (c *computerService) EnsureForAgent(ctx context.Context, agent string, spec
 		switch m.State {
 		case stateRunning:
 			p := c.providerByName(m.Provider)
-			if p != nil {
-				if st, err := p.status(ctx, &m); err == nil && st == "running" {
-					return c.decorate(&m), nil
-				}
+			if p == nil {
+				c.destroy(ctx, m.ID, "")
+				continue
 			}
-			c.destroy(ctx, m.ID, "")
+			st, err := p.status(ctx, &m)
+			switch {
+			case err != nil: // the engine hiccuped: do not throw the agent's machine away
+				return nil, errorf(codeComputerFailed, "cannot check computer %s: %v", m.ID, err).withHint("check the engine and retry")
+			case st == "running":
+				return c.decorate(&m), nil
+			case st == "stopped":
+				m.State = stateStopped
+				c.save(ctx, &m)
+				return c.start(ctx, m.ID)
+			}
+			c.markGone(ctx, &m)
 		case stateStopped:
 			return c.start(ctx, m.ID)
 		default:
