@@ -25,6 +25,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -123,6 +124,8 @@ type provider interface {
 	command(ctx context.Context, m *ComputerInfo, p *procSpec) (*procHandle, error)
 	killTree(ctx context.Context, m *ComputerInfo, p *procSpec)
 	fs(m *ComputerInfo) machineFS
+	// supports refuses a spec the provider cannot honour (never silently ignored).
+	supports(sp ComputerSpec) error
 	// guestAddr is the host-reachable address of a guest port.
 	guestAddr(ctx context.Context, m *ComputerInfo, port int) (string, error)
 }
@@ -153,13 +156,14 @@ type machineRT struct {
 // computerService owns machines and the reaper goroutine.
 type computerService struct {
 	s         *server
-	now       func() time.Time
+	clock     atomic.Pointer[func() time.Time] // injectable for tests (setNow)
 	owner     string
 	providers []provider // priority order, highest first
 
 	// Limits a test may shrink.
 	downloadLimit int64 // compressed bytes of a download archive
 	uploadLimit   int64 // uncompressed bytes of an upload archive
+	readLimit     int64 // bytes of one file read (buffered, so a failure is still a clean envelope)
 	reapInterval  time.Duration
 
 	mu       sync.Mutex
@@ -176,14 +180,16 @@ type computerService struct {
 
 func newComputerService(s *server) (*computerService, error) {
 	c := &computerService{
-		s: s, now: s.store.now,
-		downloadLimit: 256 << 20, uploadLimit: 1 << 30,
+		s:             s,
+		downloadLimit: 256 << 20, uploadLimit: 1 << 30, readLimit: 256 << 20,
 		rt: map[string]*machineRT{}, probes: map[string]probeResult{}, ensure: map[string]*sync.Mutex{},
 		orphans: map[string]string{},
 	}
-	if c.now == nil {
-		c.now = time.Now
+	now := s.store.now
+	if now == nil {
+		now = time.Now
 	}
+	c.setNow(now)
 	owner, err := loadOwnerID(s.cfg.Home)
 	if err != nil {
 		return nil, err
@@ -199,7 +205,14 @@ func newComputerService(s *server) (*computerService, error) {
 		c.reapInterval = 30 * time.Second
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
-	c.reconcile(c.ctx)
+	// Providers holding records are reconciled before the server answers; the others are only scanned
+	// for orphans, in the background, so a start never waits on an engine it does not use.
+	done := c.reconcile(c.ctx, nil)
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		c.reconcile(c.ctx, done)
+	}()
 	c.wg.Add(1)
 	go c.reaperLoop()
 	return c, nil
@@ -221,6 +234,9 @@ func (c *computerService) Close() {
 		c.flushLastUsed(context.Background(), id)
 	}
 }
+
+func (c *computerService) now() time.Time            { return (*c.clock.Load())() }
+func (c *computerService) setNow(f func() time.Time) { c.clock.Store(&f) }
 
 // loadOwnerID returns this data directory's instance id (labels containers agentd.owner), creating it
 // once. It is per data directory, not per process, so a restart adopts its own machines and two servers
@@ -501,9 +517,39 @@ func applyComputerDefaults(sp *ComputerSpec) {
 	}
 }
 
+var imageRE = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9._/:@+-]*$`)
+
+// checkEngineArgs refuses values that would be read as engine flags or break the argv: the spec also
+// arrives from agent specs, not only from the strict create body.
+func checkEngineArgs(sp ComputerSpec, image string) error {
+	bad := func(field, v string) error {
+		return errorf(codeSpecInvalid, "%s: invalid value %q", field, v).withHint("fix the computer spec")
+	}
+	if image != "" && !imageRE.MatchString(image) {
+		return bad("image", image)
+	}
+	if !strings.HasPrefix(sp.Workdir, "/") || strings.ContainsAny(sp.Workdir, "\x00\n:") {
+		return bad("workdir", sp.Workdir)
+	}
+	if strings.HasPrefix(sp.User, "-") {
+		return bad("user", sp.User)
+	}
+	for i, m := range sp.Mounts {
+		if !strings.HasPrefix(m.Source, "/") || strings.Contains(m.Source, ":") {
+			return bad(fmt.Sprintf("mounts.%d.source", i), m.Source)
+		}
+		if !strings.HasPrefix(m.Target, "/") || strings.Contains(m.Target, ":") {
+			return bad(fmt.Sprintf("mounts.%d.target", i), m.Target)
+		}
+	}
+	return nil
+}
+
 // defaultImages are the flavor images of DESIGN §4; config `images` overrides them.
+// They are fully qualified so podman, which refuses ambiguous short names, pulls them too.
 var defaultImages = map[string]string{
-	"base": "debian:bookworm-slim", "python": "python:3.12-slim", "node": "node:22-slim", "full": "debian:bookworm",
+	"base": "docker.io/library/debian:bookworm-slim", "python": "docker.io/library/python:3.12-slim",
+	"node": "docker.io/library/node:22-slim", "full": "docker.io/library/debian:bookworm",
 }
 
 func (c *computerService) imageFor(sp ComputerSpec) string {
@@ -520,11 +566,14 @@ func (c *computerService) imageFor(sp ComputerSpec) string {
 // context: a client that goes away mid-create leaves a consistent record, not a half machine.
 func (c *computerService) create(ctx context.Context, sp ComputerSpec) (*ComputerInfo, error) {
 	applyComputerDefaults(&sp)
+	if err := checkEngineArgs(sp, c.imageFor(sp)); err != nil {
+		return nil, err
+	}
 	p, err := c.selectProvider(ctx, sp.Provider)
 	if err != nil {
 		return nil, err
 	}
-	if err := p.(interface{ supports(ComputerSpec) error }).supports(sp); err != nil {
+	if err := p.supports(sp); err != nil {
 		return nil, err
 	}
 	now := c.now()
@@ -736,6 +785,18 @@ func (c *computerService) destroy(ctx context.Context, idOrName, reason string) 
 	return nil
 }
 
+// markGone records that a machine vanished behind agentd's back: its record becomes destroyed and the
+// caller gets E_COMPUTER_NOT_FOUND.
+func (c *computerService) markGone(ctx context.Context, m *ComputerInfo) error {
+	rt := c.runtime(m.ID)
+	c.closePorts(rt)
+	m.State, m.Ports, m.Error = stateDestroyed, map[string]PortBinding{}, "the machine disappeared"
+	c.save(ctx, m)
+	c.s.hub.publish("computers", "computer_destroyed", map[string]any{"computerId": m.ID, "name": m.Name, "reason": "gone"})
+	return errorf(codeComputerNotFound, "the machine of computer %s no longer exists", m.ID).
+		withHint("create a new computer")
+}
+
 // EnsureForAgent returns the running computer named after the agent, creating it from spec if needed.
 // Concurrent runs of one agent share it.
 func (c *computerService) EnsureForAgent(ctx context.Context, agent string, spec ComputerSpec) (*ComputerInfo, error) {
@@ -760,12 +821,22 @@ func (c *computerService) EnsureForAgent(ctx context.Context, agent string, spec
 		switch m.State {
 		case stateRunning:
 			p := c.providerByName(m.Provider)
-			if p != nil {
-				if st, err := p.status(ctx, &m); err == nil && st == "running" {
-					return c.decorate(&m), nil
-				}
+			if p == nil {
+				c.destroy(ctx, m.ID, "")
+				continue
 			}
-			c.destroy(ctx, m.ID, "")
+			st, err := p.status(ctx, &m)
+			switch {
+			case err != nil: // the engine hiccuped: do not throw the agent's machine away
+				return nil, errorf(codeComputerFailed, "cannot check computer %s: %v", m.ID, err).withHint("check the engine and retry")
+			case st == "running":
+				return c.decorate(&m), nil
+			case st == "stopped":
+				m.State = stateStopped
+				c.save(ctx, &m)
+				return c.start(ctx, m.ID)
+			}
+			c.markGone(ctx, &m)
 		case stateStopped:
 			return c.start(ctx, m.ID)
 		default:
@@ -779,19 +850,26 @@ func (c *computerService) EnsureForAgent(ctx context.Context, agent string, spec
 
 // ---- reconciliation ----
 
-// reconcile runs once at start: records whose machine is gone become destroyed; live machines are
-// adopted (state follows the engine); containers of this owner without a record are orphans.
-func (c *computerService) reconcile(ctx context.Context) {
+// reconcile runs at start: records whose machine is gone become destroyed; live machines are adopted
+// (state follows the engine); containers of this owner without a record are orphans. With skip nil it
+// handles the providers that hold records and returns their names; otherwise it handles the rest.
+func (c *computerService) reconcile(ctx context.Context, skip map[string]bool) map[string]bool {
+	handled := map[string]bool{}
 	recs, err := c.s.store.ListComputers(ctx)
 	if err != nil {
 		c.s.log.Warn("computers: reconcile: list records", "err", err)
-		return
+		return handled
 	}
 	for _, p := range c.providers {
+		name := p.meta().name
+		hasRecords := slices.ContainsFunc(recs, func(m ComputerInfo) bool { return m.Provider == name })
+		if skip == nil && !hasRecords || skip != nil && skip[name] {
+			continue
+		}
+		handled[name] = true
 		if !c.probe(ctx, p).available {
 			continue
 		}
-		name := p.meta().name
 		live, err := p.owned(ctx)
 		if err != nil {
 			c.s.log.Warn("computers: reconcile", "provider", name, "err", err)
@@ -821,12 +899,15 @@ func (c *computerService) reconcile(ctx context.Context) {
 			m.Ports = map[string]PortBinding{} // forwarders died with the old process
 			c.save(ctx, m)
 		}
+		c.mu.Lock()
 		for id := range live {
 			if !known[id] {
 				c.orphans[name+"/"+id] = name
 			}
 		}
+		c.mu.Unlock()
 	}
+	return handled
 }
 
 // ---- HTTP ----

@@ -49,6 +49,11 @@ func newTestEnv(t *testing.T, home string, mod func(*config)) *testEnv {
 	if home == "" {
 		home = t.TempDir()
 	}
+	// Owner ids carry this test process's pid, so the leak check sees only what this run created even
+	// when another run shares the engine.
+	if _, err := os.Stat(home + "/instance-id"); err != nil {
+		os.WriteFile(home+"/instance-id", []byte(testOwnerPrefix()+randomID(4)+"\n"), 0o600)
+	}
 	cfg := defaultConfig()
 	cfg.Home = home
 	cfg.getenv = os.Getenv
@@ -229,18 +234,30 @@ func TestComputerConformance(t *testing.T) {
 	t.Cleanup(func() { checkNoLeaks(t) })
 }
 
+func testOwnerPrefix() string { return fmt.Sprintf("agdtest%d-", os.Getpid()) }
+
 // checkNoLeaks: the suite ends with no agentd container left on any engine.
 func checkNoLeaks(t *testing.T) {
 	for _, eng := range []string{"docker", "podman"} {
 		if _, err := exec.LookPath(eng); err != nil {
 			continue
 		}
-		out, err := exec.Command(eng, "ps", "-a", "--filter", "label=agentd.id", "--format", "{{.Names}}").CombinedOutput()
-		if err != nil {
-			continue // engine not running: nothing could leak
+		format := `{{.Names}} {{.Label "agentd.owner"}}`
+		if eng == "podman" {
+			format = `{{.Names}} {{index .Labels "agentd.owner"}}`
 		}
-		if s := strings.TrimSpace(string(out)); s != "" {
-			t.Errorf("%s: leaked containers: %s", eng, s)
+		out, err := exec.Command(eng, "ps", "-a", "--filter", "label=agentd.id", "--format", format).CombinedOutput()
+		if err != nil {
+			if eng == "docker" && exec.Command(eng, "info").Run() != nil {
+				continue // daemon not running: nothing could leak
+			}
+			t.Errorf("%s ps: %v: %s", eng, err, out)
+			continue
+		}
+		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			if f := strings.Fields(line); len(f) == 2 && strings.HasPrefix(f[1], testOwnerPrefix()) {
+				t.Errorf("%s: leaked container: %s", eng, line)
+			}
 		}
 	}
 }
@@ -265,7 +282,9 @@ func conformance(t *testing.T, prov string, portBase int) {
 		if got.ID != id {
 			t.Fatalf("by name: %+v", got)
 		}
-		m2 := e.create(map[string]any{"provider": prov, "idleTimeoutSec": 0})
+		sub := e.s.hub.subscribe()
+		defer e.s.hub.unsubscribe(sub)
+		m2 := e.create(map[string]any{"provider": prov, "idleTimeoutSec": 0, "labels": map[string]string{"team": "a"}})
 		var list struct{ Computers []ComputerInfo }
 		e.json("POST", "/v1/computers/"+m2.ID+"/stop", nil, 200, &got)
 		if got.State != "stopped" {
@@ -291,9 +310,82 @@ func conformance(t *testing.T, prov string, portBase int) {
 			t.Fatalf("delete: %d %s", st, b)
 		}
 		e.wantError("GET", "/v1/computers/"+m2.ID, nil, 404, codeComputerNotFound)
+		var seen []string
+		for len(seen) < 4 {
+			select {
+			case ev := <-sub.ch:
+				if ev.Topic != "computers" {
+					continue
+				}
+				var id string
+				switch p := ev.Payload.(type) {
+				case *ComputerInfo:
+					id = p.ID
+				case map[string]any:
+					id, _ = p["computerId"].(string)
+				}
+				if id == m2.ID {
+					seen = append(seen, ev.Type)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("computers events: %v", seen)
+			}
+		}
+		if want := []string{"computer_created", "computer_stopped", "computer_started", "computer_destroyed"}; !slices.Equal(seen, want) {
+			t.Fatalf("computers events %v, want %v", seen, want)
+		}
 		e.wantError("POST", "/v1/computers/"+m2.ID+"/exec", map[string]any{"cmd": "true"}, 404, codeComputerNotFound)
 		e.wantError("DELETE", "/v1/computers/"+m2.ID, nil, 404, codeComputerNotFound)
 		e.wantError("GET", "/v1/computers/cmp_nope", nil, 404, codeComputerNotFound)
+	})
+
+	t.Run("setup", func(t *testing.T) {
+		t.Parallel()
+		e := e.with(t)
+		ok := e.create(map[string]any{"provider": prov, "setup": "echo provisioned > setup.txt"})
+		if r := e.exec(ok.ID, map[string]any{"cmd": "cat setup.txt"}); r.Stdout != "provisioned\n" {
+			t.Fatalf("setup: %+v", r)
+		}
+		e.json("DELETE", "/v1/computers/"+ok.ID, nil, 204, nil)
+		env := e.wantError("POST", "/v1/computers", map[string]any{"provider": prov, "setup": "echo broken >&2; exit 3"}, 500, codeComputerFailed)
+		d, _ := env["details"].(map[string]any)
+		var bad ComputerInfo
+		e.json("GET", "/v1/computers/"+fmt.Sprint(d["computerId"]), nil, 200, &bad)
+		if bad.State != "error" || !strings.Contains(bad.Error, "broken") {
+			t.Fatalf("failed setup: %+v", bad)
+		}
+		e.json("DELETE", "/v1/computers/"+bad.ID, nil, 204, nil)
+		if isLocal {
+			e.wantError("POST", "/v1/computers", map[string]any{"provider": prov, "packages": []string{"jq"}}, 501, codeNotImplemented)
+			return
+		}
+		if os.Getenv("AGENT_TEST_PACKAGES") == "1" { // needs a Debian mirror reachable from the machine
+			pk := e.create(map[string]any{"provider": prov, "packages": []string{"jq"}})
+			if r := e.exec(pk.ID, map[string]any{"cmd": "echo '{\"a\":7}' | jq .a; id -u"}); r.Stdout != "7\n1000\n" {
+				t.Fatalf("packages: %+v", r)
+			}
+			e.json("DELETE", "/v1/computers/"+pk.ID, nil, 204, nil)
+		}
+		// persist keeps /work across stop and start; without it /work is a tmpfs.
+		p := e.create(map[string]any{"provider": prov, "persist": true, "workdir": "/work/proj"})
+		e.exec(p.ID, map[string]any{"cmd": "pwd > where && echo kept > f"})
+		e.json("POST", "/v1/computers/"+p.ID+"/stop", nil, 200, nil)
+		e.json("POST", "/v1/computers/"+p.ID+"/start", nil, 200, nil)
+		if r := e.exec(p.ID, map[string]any{"cmd": "cat f where"}); r.Stdout != "kept\n/work/proj\n" {
+			t.Fatalf("persist: %+v", r)
+		}
+		e.json("DELETE", "/v1/computers/"+p.ID, nil, 204, nil)
+		// The container's hardening is real.
+		n := e.create(map[string]any{"provider": prov, "network": map[string]any{"mode": "none"}})
+		r := e.exec(n.ID, map[string]any{"cmd": "id -u; touch /etc/x 2>/dev/null && echo root-writable; grep CapEff /proc/self/status"})
+		if !strings.HasPrefix(r.Stdout, "1000\n") || strings.Contains(r.Stdout, "root-writable") || !strings.Contains(r.Stdout, "0000000000000000") {
+			t.Fatalf("hardening: %+v", r)
+		}
+		env = e.wantError("POST", "/v1/computers/"+n.ID+"/ports", map[string]any{"port": 80}, 500, codeComputerFailed)
+		if !strings.Contains(env["message"].(string), "network mode none") {
+			t.Fatalf("ports with network none: %v", env)
+		}
+		e.json("DELETE", "/v1/computers/"+n.ID, nil, 204, nil)
 	})
 
 	t.Run("exec", func(t *testing.T) {
@@ -352,6 +444,17 @@ func conformance(t *testing.T, prov string, portBase int) {
 				t.Fatalf("utf-8 with cap %d: %q", capN, r.Stdout)
 			}
 		}
+		if isLocal {
+			e.wantError("POST", "/v1/computers/"+id+"/exec", map[string]any{"cmd": "true", "tty": true}, 501, codeNotImplemented)
+			e.wantError("POST", "/v1/computers/"+id+"/exec", map[string]any{"cmd": "true", "user": "root"}, 501, codeNotImplemented)
+		} else {
+			if r := e.exec(id, map[string]any{"cmd": "test -t 1 && echo tty; exit 4", "tty": true}); r.ExitCode != 4 || !strings.HasPrefix(r.Stdout, "tty") {
+				t.Fatalf("tty: %+v", r)
+			}
+			if r := e.exec(id, map[string]any{"cmd": "id -u", "user": "0"}); r.Stdout != "0\n" {
+				t.Fatalf("user: %+v", r)
+			}
+		}
 		// The command policy.
 		env := e.wantError("POST", "/v1/computers/"+id+"/exec", map[string]any{"cmd": "sudo ls"}, 403, codeExecDenied)
 		if d, _ := env["details"].(map[string]any); d["rule"] != "sudo" {
@@ -400,6 +503,9 @@ func conformance(t *testing.T, prov string, portBase int) {
 		if st != 200 || !bytes.Equal(got, bin) {
 			t.Fatalf("binary round trip: %d len %d", st, len(got))
 		}
+		e.s.computers.readLimit = 100
+		e.wantError("GET", "/v1/computers/"+id+"/fs/read?path=dir/bin.dat", nil, 429, codeQuota)
+		e.s.computers.readLimit = 256 << 20
 		if r := e.exec(id, map[string]any{"cmd": "wc -c < dir/bin.dat"}); strings.TrimSpace(r.Stdout) != "1024" {
 			t.Fatalf("written file seen by exec: %+v", r)
 		}
@@ -409,6 +515,7 @@ func conformance(t *testing.T, prov string, portBase int) {
 		if len(ls.Entries) != 1 || ls.Entries[0].Name != "bin.dat" || ls.Entries[0].Type != "file" || ls.Entries[0].Size != 1024 || ls.Entries[0].Path != "/work/dir/bin.dat" {
 			t.Fatalf("list: %+v", ls.Entries)
 		}
+		e.json("PUT", "/v1/computers/"+id+"/fs/write?path=a-file", []byte("a"), 204, nil) // sorts before "dir"
 		e.json("GET", "/v1/computers/"+id+"/fs?path=/work", nil, 200, &ls)
 		if len(ls.Entries) < 2 || ls.Entries[0].Type != "dir" {
 			t.Fatalf("directories first: %+v", ls.Entries)
@@ -525,6 +632,9 @@ func conformance(t *testing.T, prov string, portBase int) {
 
 	t.Run("ports", func(t *testing.T) {
 		e := e.with(t)
+		if _, err := exec.LookPath("python3"); isLocal && err != nil {
+			t.Skip("the local port test serves with python3, which this host lacks")
+		}
 		port := portBase + 1
 		if !isLocal {
 			port = 8000
@@ -646,16 +756,20 @@ func conformance(t *testing.T, prov string, portBase int) {
 			map[string]any{"provider": prov, "network": map[string]any{"mode": "none", "extra": 1}},
 			map[string]any{"provider": prov, "mounts": []any{map[string]any{"target": "/x"}}},
 			map[string]any{"provider": prov, "name": "bad name!"},
+			map[string]any{"provider": prov, "image": "--privileged"},
+			map[string]any{"provider": prov, "workdir": "relative"},
 		} {
 			e.wantError("POST", "/v1/computers", body, 422, codeSpecInvalid)
 		}
 		e.wantError("POST", "/v1/computers", map[string]any{"provider": "nope"}, 503, codeProviderUnavailable)
 		e.wantError("GET", "/v1/computers/"+id+"/fs?path=", nil, 422, codeSpecInvalid)
+		e.wantError("GET", "/v1/computers/"+id+"/terminal", nil, 422, codeSpecInvalid)
 		e.wantError("DELETE", "/v1/computers/"+id+"/fs?path=/work/x&recursive=maybe", nil, 422, codeSpecInvalid)
 		e.wantError("POST", "/v1/computers/"+id+"/exec", map[string]any{"cmd": "pwd", "cwd": "/work/does/not/exist"}, 500, codeExecFailed)
 	})
 
 	t.Run("quota", func(t *testing.T) {
+		t.Parallel()
 		q := newTestEnv(t, "", func(c *config) { c.MaxComputers = 2 })
 		a := q.create(map[string]any{"provider": prov})
 		b := q.create(map[string]any{"provider": prov})
@@ -672,6 +786,7 @@ func conformance(t *testing.T, prov string, portBase int) {
 	})
 
 	t.Run("reaper", func(t *testing.T) {
+		t.Parallel()
 		r := newTestEnv(t, "", nil)
 		idle := r.create(map[string]any{"provider": prov, "idleTimeoutSec": 5})
 		life := r.create(map[string]any{"provider": prov, "idleTimeoutSec": 0, "maxLifetimeSec": 30})
@@ -680,11 +795,11 @@ func conformance(t *testing.T, prov string, portBase int) {
 		defer r.s.hub.unsubscribe(sub)
 		base := time.Now()
 		cs := r.s.computers
-		cs.now = func() time.Time { return base.Add(10 * time.Second) }
+		cs.setNow(func() time.Time { return base.Add(10 * time.Second) })
 		if got := cs.sweep(context.Background()); got[idle.ID] != "idle" || len(got) != 1 {
 			t.Fatalf("first sweep: %v", got)
 		}
-		cs.now = func() time.Time { return base.Add(31 * time.Second) }
+		cs.setNow(func() time.Time { return base.Add(31 * time.Second) })
 		if got := cs.sweep(context.Background()); got[life.ID] != "lifetime" || len(got) != 1 {
 			t.Fatalf("second sweep: %v", got)
 		}
@@ -705,10 +820,34 @@ func conformance(t *testing.T, prov string, portBase int) {
 		if reasons[idle.ID] != "idle" || reasons[life.ID] != "lifetime" {
 			t.Fatalf("reaper events: %v", reasons)
 		}
+		// A running exec counts as activity.
+		busy := r.create(map[string]any{"provider": prov, "idleTimeoutSec": 5})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			cs.Exec(ctx, busy.ID, ExecRequest{Cmd: execCommand{Shell: "sleep 600"}}, nil)
+		}()
+		eventually(t, "the exec to start", func() bool {
+			cs.mu.Lock()
+			defer cs.mu.Unlock()
+			return cs.rt[busy.ID] != nil && cs.rt[busy.ID].active == 1
+		})
+		cs.setNow(func() time.Time { return base.Add(time.Hour) })
+		if got := cs.sweep(context.Background()); got[busy.ID] != "" {
+			t.Fatalf("a machine with a running exec was reaped: %v", got)
+		}
+		cancel()
+		<-done
+		cs.setNow(func() time.Time { return base.Add(time.Hour + 6*time.Second) }) // idle since the exec ended
+		if got := cs.sweep(context.Background()); got[busy.ID] != "idle" {
+			t.Fatalf("idle after the exec: %v", got)
+		}
 		r.json("DELETE", "/v1/computers/"+keep.ID, nil, 204, nil)
 	})
 
 	t.Run("restart", func(t *testing.T) {
+		t.Parallel()
 		home := t.TempDir()
 		a := newTestEnv(t, home, nil)
 		a.keep = true
@@ -740,11 +879,17 @@ func conformance(t *testing.T, prov string, portBase int) {
 			t.Fatalf("after restart: %+v", r)
 		}
 		b.wantError("GET", "/v1/computers/"+gone.ID, nil, 404, codeComputerNotFound)
+		if !isLocal { // a machine removed behind agentd's back while it runs
+			vanish := b.create(map[string]any{"provider": prov})
+			p.destroy(context.Background(), &vanish)
+			b.wantError("POST", "/v1/computers/"+vanish.ID+"/exec", map[string]any{"cmd": "true"}, 404, codeComputerNotFound)
+			b.wantError("GET", "/v1/computers/"+vanish.ID, nil, 404, codeComputerNotFound)
+		}
 		if !isLocal {
-			_, _, warnings := b.s.computers.doctor(context.Background())
-			if !slices.ContainsFunc(warnings, func(w string) bool { return strings.Contains(w, orphan.ID) }) {
-				t.Fatalf("orphan not in doctor warnings: %v", warnings)
-			}
+			eventually(t, "the orphan in the doctor's warnings", func() bool {
+				_, _, warnings := b.s.computers.doctor(context.Background())
+				return slices.ContainsFunc(warnings, func(w string) bool { return strings.Contains(w, orphan.ID) })
+			})
 			if got := b.s.computers.sweep(context.Background()); got[orphan.ID] != "orphan" {
 				t.Fatalf("orphan not reaped: %v", got)
 			}
@@ -790,8 +935,9 @@ func streamExec(t *testing.T, e *testEnv, id string, body map[string]any, stopAt
 		if d, ok := strings.CutPrefix(line, "data: "); ok {
 			var f map[string]any
 			if json.Unmarshal([]byte(d), &f) == nil && f["type"] != nil {
-				frames = append(frames, f)
-				if stopAt != nil && stopAt(f) {
+				if stopAt == nil {
+					frames = append(frames, f)
+				} else if stopAt(f) {
 					return frames, false
 				}
 			}

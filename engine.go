@@ -183,11 +183,10 @@ func (e *engineProvider) runArgs(m *ComputerInfo) []string {
 	} else {
 		a = append(a, "--tmpfs", fmt.Sprintf("/work:rw,exec,nosuid,nodev,size=%dm,mode=1777", sp.DiskMB))
 	}
-	user := sp.User
-	if user == "" {
-		user = "1000:1000"
-	}
-	a = append(a, "-u", user)
+	if len(sp.Packages) == 0 {
+		a = append(a, "-u", machineUser(m))
+	} // else the main process stays root so that the root exec installing packages keeps its capabilities
+	// (the engine derives an exec's capabilities from the main process); every exec names its user.
 	if _, ok := sp.Env["HOME"]; !ok {
 		a = append(a, "-e", "HOME=/work")
 	}
@@ -224,7 +223,7 @@ func (e *engineProvider) create(ctx context.Context, m *ComputerInfo) error {
 		e.call(ctx, nil, "exec", "-u", "0", e.container(m), "chmod", "1777", "/work")
 	}
 	if m.Workdir != "/work" && m.Workdir != "/tmp" {
-		if _, err := e.call(ctx, nil, "exec", e.container(m), "mkdir", "-p", "--", m.Workdir); err != nil {
+		if _, err := e.call(ctx, nil, "exec", "-u", machineUser(m), e.container(m), "mkdir", "-p", "--", m.Workdir); err != nil {
 			return errorf(codeComputerFailed, "cannot create the workdir %s: %s", m.Workdir, err.Error()).
 				withHint("use a workdir under /work or /tmp")
 		}
@@ -257,6 +256,14 @@ func (e *engineProvider) destroy(ctx context.Context, m *ComputerInfo) error {
 		e.call(ctx, nil, "volume", "rm", "-f", e.volume(m))
 	}
 	return nil
+}
+
+// machineUser is who commands run as by default: the spec's user, else 1000:1000.
+func machineUser(m *ComputerInfo) string {
+	if m.Spec.User != "" {
+		return m.Spec.User
+	}
+	return "1000:1000"
 }
 
 func isNoSuch(err error) bool {
@@ -321,9 +328,10 @@ func (e *engineProvider) execArgs(m *ComputerInfo, user, cwd string, env map[str
 	if tty {
 		a = append(a, "-t")
 	}
-	if user != "" {
-		a = append(a, "-u", user)
+	if user == "" {
+		user = machineUser(m)
 	}
+	a = append(a, "-u", user)
 	if cwd != "" {
 		a = append(a, "-w", cwd)
 	}

@@ -244,6 +244,9 @@ func (c *computerService) runProc(ctx context.Context, p provider, m *ComputerIn
 	if ps.token == "" {
 		ps.token = randomID(8)
 	}
+	if ps.cwd == "" {
+		ps.cwd = m.Workdir
+	}
 	tctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 
@@ -313,7 +316,10 @@ func (c *computerService) runProc(ctx context.Context, p provider, m *ComputerIn
 		res.ExitCode = markers.code
 		return res, nil
 	case h.endMarker:
-		// The wrapper never reported: the engine could not run it (or the machine went away).
+		// The wrapper never reported: the engine could not run it, or the machine went away.
+		if st, err := p.status(context.WithoutCancel(ctx), m); err == nil && st == "missing" {
+			return nil, c.markGone(ctx, m)
+		}
 		msg := strings.TrimSpace(res.Stderr)
 		if msg == "" && werr != nil {
 			msg = werr.Error()
@@ -376,6 +382,7 @@ type outputSink struct {
 	marker  []byte // full marker length is len(marker)+4
 	markers *endMarkers
 	ended   bool
+	closed  bool   // set by flush: a copier abandoned after WaitDelay must not emit after Exec returned
 	pending []byte // bytes that may start the marker
 	carry   []byte // incomplete UTF-8 sequence for emit
 	mu      sync.Mutex
@@ -393,7 +400,7 @@ func (s *outputSink) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := len(p)
-	if s.ended {
+	if s.ended || s.closed {
 		return n, nil
 	}
 	if s.marker == nil {
@@ -453,6 +460,7 @@ func (s *outputSink) flush() {
 		s.emit(s.stream, string(s.carry))
 		s.carry = nil
 	}
+	s.closed = true
 }
 
 func (s *outputSink) result() (string, bool) {

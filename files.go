@@ -152,7 +152,29 @@ func (c *computerService) readTo(ctx context.Context, id, p string, w io.Writer)
 	if err != nil {
 		return err
 	}
-	return fsys.read(ctx, rp, w)
+	lw := &limitWriter{w: w, left: c.readLimit}
+	err = fsys.read(ctx, rp, lw)
+	if lw.over {
+		return errorf(codeQuota, "%s is larger than %d bytes", rp, c.readLimit).
+			withHint("use the download endpoint for large files").withDetail("limit", c.readLimit)
+	}
+	return err
+}
+
+// limitWriter fails once more than left bytes were written.
+type limitWriter struct {
+	w    io.Writer
+	left int64
+	over bool
+}
+
+func (l *limitWriter) Write(p []byte) (int, error) {
+	if int64(len(p)) > l.left {
+		l.over = true
+		return 0, errors.New("read limit exceeded")
+	}
+	l.left -= int64(len(p))
+	return l.w.Write(p)
 }
 
 func (c *computerService) WriteFile(ctx context.Context, id, path string, data []byte) error {

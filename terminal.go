@@ -26,6 +26,11 @@ type terminalFrame struct {
 }
 
 func (s *server) handleTerminal(w http.ResponseWriter, r *http.Request) {
+	if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+		writeError(w, errorf(codeSpecInvalid, "the terminal speaks WebSocket; this request is not an upgrade").
+			withHint("connect with a WebSocket client (Upgrade: websocket)"))
+		return
+	}
 	m, _, err := s.computers.getLive(r.Context(), r.PathValue("id"))
 	if err != nil {
 		writeError(w, err)

@@ -1,0 +1,163 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestComputerBenchReport measures what BENCHMARKS.md reports, per provider, beside the raw engine in
+// the same run. It only runs with AGENT_BENCH=1:
+//
+//	AGENT_BENCH=1 go test -run TestComputerBenchReport -v -count=1 .
+func TestComputerBenchReport(t *testing.T) {
+	if os.Getenv("AGENT_BENCH") != "1" {
+		t.Skip("set AGENT_BENCH=1 to measure")
+	}
+	var report strings.Builder
+	for _, prov := range []string{"local", "docker", "podman"} {
+		if prov != "local" {
+			if _, err := exec.LookPath(prov); err != nil {
+				continue
+			}
+		}
+		benchProvider(t, prov, &report)
+	}
+	t.Log("\n" + report.String())
+}
+
+func pct(ds []time.Duration, p float64) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := int(p * float64(len(s)-1))
+	return s[i]
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d.Microseconds())/1000) }
+
+func benchProvider(t *testing.T, prov string, out *strings.Builder) {
+	e := newTestEnv(t, "", func(c *config) { c.MaxComputers = 32 })
+	fmt.Fprintf(out, "### %s\n", prov)
+
+	// create → first exec
+	var firsts []time.Duration
+	for i := 0; i < 5; i++ {
+		start := time.Now()
+		m := e.create(map[string]any{"provider": prov})
+		e.exec(m.ID, map[string]any{"cmd": "echo hi"})
+		firsts = append(firsts, time.Since(start))
+		e.json("DELETE", "/v1/computers/"+m.ID, nil, 204, nil)
+	}
+	fmt.Fprintf(out, "- create → first exec: p50 %s (n=5)\n", ms(pct(firsts, 0.5)))
+
+	m := e.create(map[string]any{"provider": prov})
+	n := 200
+	if prov != "local" {
+		n = 100
+	}
+	// Warm up, then the API round trip of `echo hi`.
+	for i := 0; i < 5; i++ {
+		e.exec(m.ID, map[string]any{"cmd": "echo hi"})
+	}
+	var api []time.Duration
+	for i := 0; i < n; i++ {
+		start := time.Now()
+		r := e.exec(m.ID, map[string]any{"cmd": "echo hi"})
+		api = append(api, time.Since(start))
+		if r.Stdout != "hi\n" {
+			t.Fatalf("exec: %+v", r)
+		}
+	}
+	fmt.Fprintf(out, "- exec `echo hi` through the API: p50 %s, p99 %s (n=%d)\n", ms(pct(api, 0.5)), ms(pct(api, 0.99)), n)
+	if prov != "local" {
+		var raw []time.Duration
+		for i := 0; i < n; i++ {
+			start := time.Now()
+			if b, err := exec.Command(prov, "exec", "agentd-"+m.ID, "echo", "hi").Output(); err != nil || string(b) != "hi\n" {
+				t.Fatalf("raw exec: %v %q", err, b)
+			}
+			raw = append(raw, time.Since(start))
+		}
+		fmt.Fprintf(out, "- raw `%s exec <ctr> echo hi`: p50 %s, p99 %s (n=%d) → API/raw p50 = %.2f×\n", prov,
+			ms(pct(raw, 0.5)), ms(pct(raw, 0.99)), n, float64(pct(api, 0.5))/float64(pct(raw, 0.5)))
+	}
+
+	// 100 MB through exec SSE.
+	start := time.Now()
+	var got int64
+	var mu sync.Mutex
+	_, err := e.s.computers.Exec(context.Background(), m.ID, ExecRequest{Cmd: execCommand{Shell: "head -c 100000000 /dev/zero | tr '\\0' a"}, TimeoutSec: 600}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	direct := time.Since(start)
+	start = time.Now()
+	frames, done := streamExecCount(t, e, m.ID, "head -c 100000000 /dev/zero | tr '\\0' a", &got, &mu)
+	sse := time.Since(start)
+	if !done || got != 100000000 {
+		t.Fatalf("sse: got %d bytes in %d frames (done=%v)", got, frames, done)
+	}
+	fmt.Fprintf(out, "- 100 MB stdout through exec SSE: %s, %.0f MB/s (%d frames); same command through Exec with no consumer: %s\n",
+		sse.Round(time.Millisecond), 100/sse.Seconds(), frames, direct.Round(time.Millisecond))
+
+	// 20 concurrent execs on one machine.
+	var wg sync.WaitGroup
+	lat := make([]time.Duration, 20)
+	start = time.Now()
+	for i := range lat {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := time.Now()
+			e.exec(m.ID, map[string]any{"cmd": "echo hi"})
+			lat[i] = time.Since(s)
+		}()
+	}
+	wg.Wait()
+	fmt.Fprintf(out, "- 20 concurrent `echo hi` on one machine: all done in %s, per exec p50 %s, max %s\n",
+		ms(time.Since(start)), ms(pct(lat, 0.5)), ms(pct(lat, 1)))
+	e.json("DELETE", "/v1/computers/"+m.ID, nil, 204, nil)
+
+	// 8 machines created in parallel.
+	ids := make([]string, 8)
+	start = time.Now()
+	for i := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ids[i] = e.create(map[string]any{"provider": prov}).ID
+		}()
+	}
+	wg.Wait()
+	fmt.Fprintf(out, "- 8 machines created in parallel: %s wall\n\n", ms(time.Since(start)))
+	for _, id := range ids {
+		e.json("DELETE", "/v1/computers/"+id, nil, 204, nil)
+	}
+}
+
+// streamExecCount counts stdout bytes of an exec/stream without keeping them.
+func streamExecCount(t *testing.T, e *testEnv, id, cmd string, got *int64, mu *sync.Mutex) (int, bool) {
+	frames := 0
+	done := false
+	fr, d := streamExec(t, e, id, map[string]any{"cmd": cmd, "timeoutSec": 600}, func(f map[string]any) bool {
+		if f["type"] == "stdout" {
+			mu.Lock()
+			*got += int64(len(f["data"].(string)))
+			mu.Unlock()
+		}
+		frames++
+		return false
+	})
+	_ = fr
+	done = d
+	return frames, done
+}
+
+var _ = io.Discard
