@@ -227,34 +227,48 @@ func yamlTree(text string) (v any, err error) {
 	if doc.Anchor != "" {
 		return nil, errYAMLAlias("")
 	}
-	return yamlValue(doc.Content[0], "", 0)
+	return yamlValue(doc.Content[0], 0)
 }
 
 func errYAMLAlias(path string) error {
 	return &specInputError{path, "YAML anchors and aliases are not supported; write the value out"}
 }
 
-func yamlValue(n *yaml.Node, path string, depth int) (any, error) {
+// underPath prefixes a tree-building error with the key or index it happened under. Paths are built
+// only on the error path, so a valid document pays nothing for them.
+func underPath(err error, seg string) error {
+	var ie *specInputError
+	if errors.As(err, &ie) {
+		if ie.path == "" {
+			ie.path = seg
+		} else {
+			ie.path = seg + "." + ie.path
+		}
+	}
+	return err
+}
+
+func yamlValue(n *yaml.Node, depth int) (any, error) {
 	if depth > maxSpecDepth {
-		return nil, &specInputError{path, fmt.Sprintf("document nests deeper than %d levels", maxSpecDepth)}
+		return nil, &specInputError{"", fmt.Sprintf("document nests deeper than %d levels", maxSpecDepth)}
 	}
 	if n.Kind == yaml.AliasNode || n.Anchor != "" {
-		return nil, errYAMLAlias(path)
+		return nil, errYAMLAlias("")
 	}
 	switch n.Kind {
 	case yaml.MappingNode:
-		o := &specObj{vals: make(map[string]any, len(n.Content)/2)}
+		o := &specObj{keys: make([]string, 0, len(n.Content)/2), vals: make(map[string]any, len(n.Content)/2)}
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k, val := n.Content[i], n.Content[i+1]
 			if k.Kind == yaml.AliasNode || k.Anchor != "" {
-				return nil, errYAMLAlias(path)
+				return nil, errYAMLAlias("")
 			}
 			if k.Kind != yaml.ScalarNode {
-				return nil, &specInputError{path, "object keys must be plain strings"}
+				return nil, &specInputError{"", "object keys must be plain strings"}
 			}
-			child, err := yamlValue(val, joinPath(path, k.Value), depth+1)
+			child, err := yamlValue(val, depth+1)
 			if err != nil {
-				return nil, err
+				return nil, underPath(err, k.Value)
 			}
 			o.set(k.Value, child)
 		}
@@ -262,17 +276,17 @@ func yamlValue(n *yaml.Node, path string, depth int) (any, error) {
 	case yaml.SequenceNode:
 		out := make([]any, 0, len(n.Content))
 		for i, c := range n.Content {
-			child, err := yamlValue(c, joinPath(path, strconv.Itoa(i)), depth+1)
+			child, err := yamlValue(c, depth+1)
 			if err != nil {
-				return nil, err
+				return nil, underPath(err, strconv.Itoa(i))
 			}
 			out = append(out, child)
 		}
 		return out, nil
 	case yaml.ScalarNode:
-		return yamlScalar(n, path)
+		return yamlScalar(n, "")
 	}
-	return nil, &specInputError{path, "unsupported YAML node"}
+	return nil, &specInputError{"", "unsupported YAML node"}
 }
 
 func yamlScalar(n *yaml.Node, path string) (any, error) {
@@ -328,12 +342,13 @@ func yamlScalar(n *yaml.Node, path string) (any, error) {
 }
 
 // jsonTree parses one JSON value into the neutral tree, keeping key order and catching duplicate keys
-// (encoding/json would silently keep the last one).
+// (encoding/json would silently keep the last one). The input is checked by json.Valid first (which also
+// bounds nesting), so the small parser below only walks well-formed JSON.
 func jsonTree(raw []byte) (any, error) {
 	if !utf8.Valid(raw) {
 		return nil, &specInputError{"", "JSON is not valid UTF-8"}
 	}
-	if !json.Valid(raw) { // also bounds nesting before the token walk below
+	if !json.Valid(raw) {
 		var x any
 		err := json.Unmarshal(raw, &x)
 		msg := "Invalid JSON"
@@ -342,71 +357,116 @@ func jsonTree(raw []byte) (any, error) {
 		}
 		return nil, &specInputError{"", msg}
 	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	v, err := jsonValue(dec, "", 0)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, &specInputError{"", "Invalid JSON: data after the value"}
-	}
-	return v, nil
+	p := &jsonParser{b: raw}
+	return p.value(0)
 }
 
-func jsonValue(dec *json.Decoder, path string, depth int) (any, error) {
-	if depth > maxSpecDepth {
-		return nil, &specInputError{path, fmt.Sprintf("document nests deeper than %d levels", maxSpecDepth)}
-	}
-	tok, err := dec.Token()
-	if err != nil {
-		return nil, &specInputError{path, "Invalid JSON: " + strings.TrimPrefix(err.Error(), "json: ")}
-	}
-	switch t := tok.(type) {
-	case json.Delim:
-		switch t {
-		case '{':
-			o := &specObj{vals: map[string]any{}}
-			for dec.More() {
-				kt, err := dec.Token()
-				if err != nil {
-					return nil, &specInputError{path, "Invalid JSON: " + strings.TrimPrefix(err.Error(), "json: ")}
-				}
-				k, _ := kt.(string)
-				child, err := jsonValue(dec, joinPath(path, k), depth+1)
-				if err != nil {
-					return nil, err
-				}
-				o.set(k, child)
-			}
-			if _, err := dec.Token(); err != nil {
-				return nil, &specInputError{path, "Invalid JSON: " + err.Error()}
-			}
-			return o, nil
-		case '[':
-			out := []any{}
-			for i := 0; dec.More(); i++ {
-				child, err := jsonValue(dec, joinPath(path, strconv.Itoa(i)), depth+1)
-				if err != nil {
-					return nil, err
-				}
-				out = append(out, child)
-			}
-			if _, err := dec.Token(); err != nil {
-				return nil, &specInputError{path, "Invalid JSON: " + err.Error()}
-			}
-			return out, nil
+type jsonParser struct {
+	b []byte
+	i int
+}
+
+func (p *jsonParser) skip() {
+	for p.i < len(p.b) {
+		switch p.b[p.i] {
+		case ' ', '\t', '\n', '\r':
+			p.i++
+		default:
+			return
 		}
-	case json.Number:
-		f, err := strconv.ParseFloat(string(t), 64)
+	}
+}
+
+func (p *jsonParser) value(depth int) (any, error) {
+	if depth > maxSpecDepth {
+		return nil, &specInputError{"", fmt.Sprintf("document nests deeper than %d levels", maxSpecDepth)}
+	}
+	p.skip()
+	switch c := p.b[p.i]; {
+	case c == '{':
+		p.i++
+		o := &specObj{vals: map[string]any{}}
+		for {
+			p.skip()
+			if p.b[p.i] == '}' {
+				p.i++
+				return o, nil
+			}
+			if p.b[p.i] == ',' {
+				p.i++
+				p.skip()
+			}
+			k := p.str()
+			p.skip()
+			p.i++ // ':'
+			v, err := p.value(depth + 1)
+			if err != nil {
+				return nil, underPath(err, k)
+			}
+			o.set(k, v)
+		}
+	case c == '[':
+		p.i++
+		out := []any{}
+		for {
+			p.skip()
+			if p.b[p.i] == ']' {
+				p.i++
+				return out, nil
+			}
+			if p.b[p.i] == ',' {
+				p.i++
+			}
+			v, err := p.value(depth + 1)
+			if err != nil {
+				return nil, underPath(err, strconv.Itoa(len(out)))
+			}
+			out = append(out, v)
+		}
+	case c == '"':
+		return p.str(), nil
+	case c == 't':
+		p.i += 4
+		return true, nil
+	case c == 'f':
+		p.i += 5
+		return false, nil
+	case c == 'n':
+		p.i += 4
+		return nil, nil
+	default:
+		start := p.i
+		for p.i < len(p.b) && strings.IndexByte("+-0123456789.eE", p.b[p.i]) >= 0 {
+			p.i++
+		}
+		lit := string(p.b[start:p.i])
+		f, err := strconv.ParseFloat(lit, 64)
 		if err != nil || math.IsInf(f, 0) {
-			return nil, &specInputError{path, fmt.Sprintf("number %s is out of range", t)}
+			return nil, &specInputError{"", fmt.Sprintf("number %s is out of range", lit)}
 		}
 		return newSpecNum(f), nil
-	case string, bool, nil:
-		return t, nil
 	}
-	return nil, &specInputError{path, "Invalid JSON"}
+}
+
+// str reads a string literal at p.i; escapes are decoded by encoding/json, plain strings are sliced.
+func (p *jsonParser) str() string {
+	start := p.i
+	p.i++
+	escaped := false
+	for p.b[p.i] != '"' {
+		if p.b[p.i] == '\\' {
+			escaped = true
+			p.i++
+		}
+		p.i++
+	}
+	p.i++
+	if !escaped {
+		return string(p.b[start+1 : p.i-1])
+	}
+	var s string
+	json.Unmarshal(p.b[start:p.i], &s)
+	return s
 }
 
 // plainValue turns a tree value into ordinary Go values (for metadata, carried through untouched).
@@ -494,6 +554,19 @@ func contains(list []string, s string) bool {
 	return false
 }
 
+// val is get without the path: paths are built only when an issue is reported, which keeps validating
+// a valid spec cheap.
+func (c *specCheck) val(o *specObj, path, key string, required bool) (any, bool) {
+	if o == nil {
+		return nil, false
+	}
+	v, ok := o.vals[key]
+	if !ok && required {
+		c.add(joinPath(path, key), "Required")
+	}
+	return v, ok
+}
+
 // get returns the value of key and whether it is present; a missing required key is reported.
 func (c *specCheck) get(o *specObj, path, key string, required bool) (any, string, bool) {
 	p := joinPath(path, key)
@@ -509,41 +582,41 @@ func (c *specCheck) get(o *specObj, path, key string, required bool) (any, strin
 
 // str reads a string field; max < 0 means no cap, nonEmpty requires at least one character.
 func (c *specCheck) str(o *specObj, path, key string, required bool, max int, nonEmpty bool, dst *string) {
-	v, p, ok := c.get(o, path, key, required)
+	v, ok := c.val(o, path, key, required)
 	if !ok {
 		return
 	}
 	s, isStr := v.(string)
 	if !isStr {
-		c.expected(p, "string", v)
+		c.expected(joinPath(path, key), "string", v)
 		return
 	}
 	if nonEmpty && s == "" {
-		c.add(p, "String must contain at least 1 character(s)")
+		c.add(joinPath(path, key), "String must contain at least 1 character(s)")
 		return
 	}
 	if max >= 0 && utf8.RuneCountInString(s) > max {
-		c.add(p, fmt.Sprintf("String must contain at most %d character(s)", max))
+		c.add(joinPath(path, key), fmt.Sprintf("String must contain at most %d character(s)", max))
 		return
 	}
 	*dst = s
 }
 
 func (c *specCheck) strList(o *specObj, path, key string, dst *[]string) {
-	v, p, ok := c.get(o, path, key, false)
+	v, ok := c.val(o, path, key, false)
 	if !ok {
 		return
 	}
 	list, isList := v.([]any)
 	if !isList {
-		c.expected(p, "array", v)
+		c.expected(joinPath(path, key), "array", v)
 		return
 	}
 	out := make([]string, 0, len(list))
 	for i, x := range list {
 		s, isStr := x.(string)
 		if !isStr {
-			c.expected(joinPath(p, strconv.Itoa(i)), "string", x)
+			c.expected(joinPath(joinPath(path, key), strconv.Itoa(i)), "string", x)
 			continue
 		}
 		out = append(out, s)
@@ -552,11 +625,11 @@ func (c *specCheck) strList(o *specObj, path, key string, dst *[]string) {
 }
 
 func (c *specCheck) strMap(o *specObj, path, key string, dst *map[string]string) {
-	v, p, ok := c.get(o, path, key, false)
+	v, ok := c.val(o, path, key, false)
 	if !ok {
 		return
 	}
-	m := c.object(p, v, nil)
+	m := c.object(joinPath(path, key), v, nil)
 	if m == nil {
 		return
 	}
@@ -564,7 +637,7 @@ func (c *specCheck) strMap(o *specObj, path, key string, dst *map[string]string)
 	for _, k := range m.keys {
 		s, isStr := m.vals[k].(string)
 		if !isStr {
-			c.expected(joinPath(p, k), "string", m.vals[k])
+			c.expected(joinPath(joinPath(path, key), k), "string", m.vals[k])
 			continue
 		}
 		out[k] = s
@@ -573,13 +646,13 @@ func (c *specCheck) strMap(o *specObj, path, key string, dst *map[string]string)
 }
 
 func (c *specCheck) boolean(o *specObj, path, key string, dst *bool) {
-	v, p, ok := c.get(o, path, key, false)
+	v, ok := c.val(o, path, key, false)
 	if !ok {
 		return
 	}
 	b, isBool := v.(bool)
 	if !isBool {
-		c.expected(p, "boolean", v)
+		c.expected(joinPath(path, key), "boolean", v)
 		return
 	}
 	*dst = b
@@ -638,38 +711,38 @@ func (c *specCheck) checkNum(p string, v any, b bounds) (specNum, bool) {
 func fmtNum(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
 
 func (c *specCheck) number(o *specObj, path, key string, b bounds, dst *float64) {
-	v, p, ok := c.get(o, path, key, false)
+	v, ok := c.val(o, path, key, false)
 	if !ok {
 		return
 	}
-	if n, good := c.checkNum(p, v, b); good {
+	if n, good := c.checkNum(joinPath(path, key), v, b); good {
 		*dst = n.f
 	}
 }
 
 func (c *specCheck) integer(o *specObj, path, key string, b bounds, dst *int) {
-	v, p, ok := c.get(o, path, key, false)
+	v, ok := c.val(o, path, key, false)
 	if !ok {
 		return
 	}
 	b.isInt = true
-	if n, good := c.checkNum(p, v, b); good {
+	if n, good := c.checkNum(joinPath(path, key), v, b); good {
 		*dst = int(n.f)
 	}
 }
 
 func (c *specCheck) enum(o *specObj, path, key string, values []string, dst *string) {
-	v, p, ok := c.get(o, path, key, false)
+	v, ok := c.val(o, path, key, false)
 	if !ok {
 		return
 	}
 	s, isStr := v.(string)
 	if !isStr {
-		c.expected(p, "string", v)
+		c.expected(joinPath(path, key), "string", v)
 		return
 	}
 	if !contains(values, s) {
-		c.add(p, fmt.Sprintf("Invalid enum value. Expected %s, received '%s'", quoteList(values), s))
+		c.add(joinPath(path, key), fmt.Sprintf("Invalid enum value. Expected %s, received '%s'", quoteList(values), s))
 		return
 	}
 	*dst = s
@@ -685,17 +758,17 @@ func quoteList(values []string) string {
 
 // objList walks an array of objects, calling each with the element's path and object.
 func (c *specCheck) objList(o *specObj, path, key string, allowed []string, each func(p string, e *specObj)) bool {
-	v, p, ok := c.get(o, path, key, false)
+	v, ok := c.val(o, path, key, false)
 	if !ok {
 		return false
 	}
 	list, isList := v.([]any)
 	if !isList {
-		c.expected(p, "array", v)
+		c.expected(joinPath(path, key), "array", v)
 		return false
 	}
 	for i, x := range list {
-		ep := joinPath(p, strconv.Itoa(i))
+		ep := joinPath(joinPath(path, key), strconv.Itoa(i))
 		if e := c.object(ep, x, allowed); e != nil {
 			each(ep, e)
 		}
