@@ -166,3 +166,27 @@ func TestAgentValidate(t *testing.T) {
 		t.Fatalf("validate stored an agent: %d", res.status)
 	}
 }
+
+func TestAgentListWithoutStoredSummary(t *testing.T) {
+	ts := newTestServer(t)
+	for _, n := range []string{"a", "b", "c"} {
+		ts.do("POST", "/v1/agents", map[string]any{"yaml": "name: " + n + "\nmodel: free\n"})
+	}
+	// Rows whose summary column is empty (older writers) are summarised from their spec.
+	if _, err := ts.s.store.db.Exec(`UPDATE agents SET summary = '' WHERE name IN ('a', 'c')`); err != nil {
+		t.Fatal(err)
+	}
+	res := ts.do("GET", "/v1/agents", nil)
+	var list struct{ Agents []AgentSummary }
+	if err := json.Unmarshal(res.body, &list); err != nil {
+		t.Fatalf("%v: %s", err, res.body)
+	}
+	if len(list.Agents) != 3 {
+		t.Fatalf("list %s", res.body)
+	}
+	for i, a := range list.Agents {
+		if a.Name != []string{"a", "b", "c"}[i] || a.Model != "free" || a.UpdatedAt == "" || a.Tools[0] != "computer" {
+			t.Fatalf("agent %d: %+v", i, a)
+		}
+	}
+}

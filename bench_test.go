@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"net/http/httptest"
+	"strconv"
 	"testing"
 )
 
@@ -26,6 +28,26 @@ func BenchmarkParseSpecJSON(b *testing.B) {
 	for b.Loop() {
 		if _, issues := parseSpecJSON(raw); len(issues) > 0 {
 			b.Fatal(issues)
+		}
+	}
+}
+
+// BenchmarkListAgents100 is GET /v1/agents with 100 stored agents, through the real handler and store.
+func BenchmarkListAgents100(b *testing.B) {
+	ts := newTestServer(b)
+	for i := 0; i < 100; i++ {
+		res := ts.do("POST", "/v1/agents", map[string]any{"yaml": "name: agent-" + strconv.Itoa(i) + "\ntriggers:\n  - type: http\n"})
+		if res.status != 201 {
+			b.Fatal(res.status)
+		}
+	}
+	h := ts.s.handler
+	b.ReportAllocs()
+	for b.Loop() {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", "/v1/agents", nil))
+		if rec.Code != 200 {
+			b.Fatal(rec.Code)
 		}
 	}
 }

@@ -10,6 +10,7 @@ package main
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
@@ -26,6 +27,7 @@ CREATE TABLE agents (
 	name       TEXT PRIMARY KEY,
 	yaml       TEXT NOT NULL,
 	spec       TEXT NOT NULL,       -- JSON of the spec with defaults applied
+	summary    TEXT NOT NULL DEFAULT '', -- JSON AgentSummary without updatedAt and runCount (fast listing)
 	created_at TEXT NOT NULL,
 	updated_at TEXT NOT NULL
 );
@@ -145,17 +147,30 @@ func (st *store) migrate(ctx context.Context) error {
 // ---- agents ----
 
 type agentRow struct {
-	Name      string
-	YAML      string
-	SpecJSON  string
-	CreatedAt string
-	UpdatedAt string
+	Name        string
+	YAML        string
+	SpecJSON    string
+	SummaryJSON string // filled by the store from SpecJSON when empty
+	CreatedAt   string
+	UpdatedAt   string
+}
+
+// withSummary fills SummaryJSON from SpecJSON, so every writer keeps the listing column right.
+func (a agentRow) withSummary() agentRow {
+	if a.SummaryJSON == "" {
+		var spec AgentSpec
+		if json.Unmarshal([]byte(a.SpecJSON), &spec) == nil {
+			a.SummaryJSON = agentSummaryJSON(&spec)
+		}
+	}
+	return a
 }
 
 // CreateAgent inserts a new agent; it reports false when the name is taken.
 func (st *store) CreateAgent(ctx context.Context, a agentRow) (bool, error) {
-	res, err := st.db.ExecContext(ctx, `INSERT INTO agents(name, yaml, spec, created_at, updated_at)
-		VALUES (?, ?, ?, ?, ?) ON CONFLICT(name) DO NOTHING`, a.Name, a.YAML, a.SpecJSON, a.CreatedAt, a.UpdatedAt)
+	a = a.withSummary()
+	res, err := st.db.ExecContext(ctx, `INSERT INTO agents(name, yaml, spec, summary, created_at, updated_at)
+		VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(name) DO NOTHING`, a.Name, a.YAML, a.SpecJSON, a.SummaryJSON, a.CreatedAt, a.UpdatedAt)
 	if err != nil {
 		return false, err
 	}
@@ -165,8 +180,9 @@ func (st *store) CreateAgent(ctx context.Context, a agentRow) (bool, error) {
 
 // UpdateAgent replaces an existing agent's spec; errNotFound when there is none.
 func (st *store) UpdateAgent(ctx context.Context, a agentRow) error {
-	res, err := st.db.ExecContext(ctx, `UPDATE agents SET yaml = ?, spec = ?, updated_at = ? WHERE name = ?`,
-		a.YAML, a.SpecJSON, a.UpdatedAt, a.Name)
+	a = a.withSummary()
+	res, err := st.db.ExecContext(ctx, `UPDATE agents SET yaml = ?, spec = ?, summary = ?, updated_at = ? WHERE name = ?`,
+		a.YAML, a.SpecJSON, a.SummaryJSON, a.UpdatedAt, a.Name)
 	if err != nil {
 		return err
 	}
@@ -196,6 +212,25 @@ func (st *store) ListAgents(ctx context.Context) ([]agentRow, error) {
 	for rows.Next() {
 		var a agentRow
 		if err := rows.Scan(&a.Name, &a.YAML, &a.SpecJSON, &a.CreatedAt, &a.UpdatedAt); err != nil {
+			return nil, err
+		}
+		out = append(out, a)
+	}
+	return out, rows.Err()
+}
+
+// ListAgentSummaries returns name, summary JSON and updatedAt of every agent, by name: the listing
+// reads no spec.
+func (st *store) ListAgentSummaries(ctx context.Context) ([]agentRow, error) {
+	rows, err := st.db.QueryContext(ctx, `SELECT name, summary, updated_at FROM agents ORDER BY name`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []agentRow
+	for rows.Next() {
+		var a agentRow
+		if err := rows.Scan(&a.Name, &a.SummaryJSON, &a.UpdatedAt); err != nil {
 			return nil, err
 		}
 		out = append(out, a)
