@@ -190,3 +190,37 @@ func TestAgentListWithoutStoredSummary(t *testing.T) {
 		}
 	}
 }
+
+// TestBadInputKeepsServing sends each kind of bad input of the issue's list and checks the envelope, that
+// nothing was stored, and that the server still answers.
+func TestBadInputKeepsServing(t *testing.T) {
+	ts := newTestServer(t)
+	cases := []struct {
+		name string
+		body any
+		want string
+	}{
+		{"malformed JSON", `{"yaml": "name: a"`, "malformed JSON"},
+		{"wrong type in the body", `{"yaml": 42}`, "yaml: Expected string, received number"},
+		{"wrong type in the spec", `{"spec": {"name": "a", "limits": {"maxSteps": "ten"}}}`, "limits.maxSteps: Expected number, received string"},
+		{"unknown top-level key", `{"spec": {"name": "a", "colour": "red"}}`, "(root): Unrecognized key(s) in object: 'colour'"},
+		{"unknown nested key", `{"spec": {"name": "a", "computer": {"network": {"mode": "none", "vpn": true}}}}`, "computer.network: Unrecognized key(s) in object: 'vpn'"},
+		{"invalid YAML", map[string]any{"yaml": "name: a\n\tlimits: {"}, "Invalid YAML"},
+		{"YAML alias bomb", map[string]any{"yaml": billionLaughs()}, "anchors and aliases are not supported"},
+		{"non-UTF-8 body", "{\"yaml\": \"name: \xfe\xff\"}", "not valid UTF-8"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			res := ts.do("POST", "/v1/agents", tc.body)
+			if res.status != 422 || res.errCode(t) != codeSpecInvalid || !strings.Contains(string(res.body), tc.want) {
+				t.Fatalf("%d %s", res.status, res.body)
+			}
+			if h := ts.do("GET", "/health", nil); h.status != 200 {
+				t.Fatal("the server stopped answering")
+			}
+		})
+	}
+	if res := ts.do("GET", "/v1/agents", nil); string(res.body) != "{\"agents\":[]}\n" {
+		t.Fatalf("bad input stored something: %s", res.body)
+	}
+}

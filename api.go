@@ -336,9 +336,9 @@ func asAPIError(err error) *apiError {
 			withHint("send a smaller body")
 	}
 	if errors.Is(err, context.Canceled) {
-		return errorf(codeAborted, "request cancelled")
+		return errorf(codeAborted, "request cancelled").withHint("the client went away or the server is shutting down; retry")
 	}
-	return errorf(codeInternal, "%s", err.Error())
+	return errorf(codeInternal, "%s", err.Error()).withHint("this is a bug in agentd or a failure of its data directory; the server is still serving")
 }
 
 // writeError writes the contract's envelope with the status derived from the code.
