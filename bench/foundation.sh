@@ -10,10 +10,12 @@ CONNS=${CONNS:-64}
 THREADS=${THREADS:-2}
 PORT=${PORT:-17377}
 work=$(mktemp -d)
-trap 'kill "$pid" 2>/dev/null || true; rm -rf "$work"' EXIT
+pid=; bpid=
+trap 'kill $pid $bpid 2>/dev/null || true; rm -rf "$work"' EXIT
 base="http://127.0.0.1:$PORT"
 
 go build -o "$work/agentd" .
+(cd bench/baseline && go build -o "$work/baseline" .)
 echo "machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg) before the run"
 
 # Time from process start to the first 200 on /health (median of 5 cold starts, each on a fresh AGENT_HOME).
@@ -56,6 +58,11 @@ run() {
   shift
   wrk -t"$THREADS" -c"$CONNS" -d"$DUR" --latency "$@" | grep -E 'Requests/sec|^ +(50|99)%|Non-2xx|Socket errors'
 }
+"$work/baseline" $((PORT + 1)) &
+bpid=$!
+until curl -fsS "http://127.0.0.1:$((PORT + 1))/health" >/dev/null 2>&1; do sleep 0.01; done
+run "baseline: bare net/http GET /health (bench/baseline)" "http://127.0.0.1:$((PORT + 1))/health"
+kill $bpid; bpid=
 run "GET /health" "$base/health"
 run "GET /v1/agents (100 agents)" "$base/v1/agents"
 BODY_FILE="$work/body.json" run "POST /v1/agents/validate (full spec, YAML)" -s bench/validate.lua "$base/v1/agents/validate"
@@ -63,4 +70,4 @@ echo "idle RSS after the load: $(awk '/VmRSS/ {printf "%.1f MB", $2/1024}' /proc
 echo "load average after the run: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 echo "== Go benchmarks"
-go test -run '^$' -bench 'ParseSpec' -benchtime=2s -count=3 . | grep -E '^Benchmark'
+go test -run '^$' -bench 'ParseSpec|ListAgents' -benchtime=2s -count=3 . | grep -E '^Benchmark'
