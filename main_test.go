@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -468,3 +469,62 @@ func httpClientPost(url string, body io.Reader) (int, error) {
 }
 
 var crashClient = &http.Client{Timeout: 30 * time.Second}
+
+// TestSIGTERMShutsDownCleanly runs the real main in a child, holds a WebSocket open, sends SIGTERM and
+// expects exit code 0 after the shutdown sequence, with the socket closed.
+func TestSIGTERMShutsDownCleanly(t *testing.T) {
+	home := t.TempDir()
+	cmd := helperCommand(t, "main", "AGENTD_TEST_ARGS=serve --port 0", "AGENT_HOME="+home, "AGENT_TOKEN=")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	addrCh := make(chan string, 1)
+	var logMu sync.Mutex
+	var log strings.Builder
+	scanned := make(chan struct{})
+	go func() {
+		defer close(scanned)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			logMu.Lock()
+			log.WriteString(sc.Text() + "\n")
+			logMu.Unlock()
+			if addr, ok := listeningAddr(sc.Text() + "\n"); ok {
+				addrCh <- addr
+			}
+		}
+	}()
+	var addr string
+	select {
+	case addr = <-addrCh:
+	case <-time.After(60 * time.Second):
+		t.Fatal("child did not start")
+	}
+	base := "http://" + addr
+	ws, err := websocket.Dial(wsURL(base)+"/v1/events", "", base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close()
+	frame(t, ws)
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	<-scanned
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("exit after SIGTERM: %v\n%s", err, log.String())
+	}
+	if !strings.Contains(log.String(), "agentd stopped") {
+		t.Fatalf("no shutdown line:\n%s", log.String())
+	}
+	ws.SetReadDeadline(time.Now().Add(10 * time.Second))
+	var b []byte
+	if err := websocket.Message.Receive(ws, &b); err == nil || strings.Contains(err.Error(), "timeout") {
+		t.Fatalf("socket open after shutdown: %v", err)
+	}
+}
