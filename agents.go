@@ -131,8 +131,8 @@ func (s *server) handleListAgents(w http.ResponseWriter, r *http.Request) {
 		buf = strconv.AppendInt(buf, int64(counts[row.Name]), 10)
 		buf = append(buf, '}')
 	}
-	buf = append(buf, "]}"...)
-	writeJSON(w, http.StatusOK, json.RawMessage(buf))
+	buf = append(buf, "]}\n"...)
+	writeRawJSON(w, http.StatusOK, buf)
 }
 
 // agentSummaryJSON is the stored summary: AgentSummary without updatedAt and runCount, as a JSON object.

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"sync"
 	"time"
 
 	_ "modernc.org/sqlite"
@@ -85,6 +86,8 @@ CREATE TABLE transcripts (
 type store struct {
 	db  *sql.DB
 	now func() time.Time
+
+	agentList agentListCache // see ListAgentSummaries
 }
 
 // errNotFound is returned by store lookups that find nothing; callers map it to their domain's code.
@@ -171,6 +174,7 @@ func (st *store) CreateAgent(ctx context.Context, a agentRow) (bool, error) {
 	a = a.withSummary()
 	res, err := st.db.ExecContext(ctx, `INSERT INTO agents(name, yaml, spec, summary, created_at, updated_at)
 		VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(name) DO NOTHING`, a.Name, a.YAML, a.SpecJSON, a.SummaryJSON, a.CreatedAt, a.UpdatedAt)
+	st.invalidateAgentList()
 	if err != nil {
 		return false, err
 	}
@@ -183,6 +187,7 @@ func (st *store) UpdateAgent(ctx context.Context, a agentRow) error {
 	a = a.withSummary()
 	res, err := st.db.ExecContext(ctx, `UPDATE agents SET yaml = ?, spec = ?, summary = ?, updated_at = ? WHERE name = ?`,
 		a.YAML, a.SpecJSON, a.SummaryJSON, a.UpdatedAt, a.Name)
+	st.invalidateAgentList()
 	if err != nil {
 		return err
 	}
@@ -219,9 +224,36 @@ func (st *store) ListAgents(ctx context.Context) ([]agentRow, error) {
 	return out, rows.Err()
 }
 
+// agentListCache keeps the result of ListAgentSummaries between agent writes. gen changes on every write,
+// so a listing that raced a write is never kept.
+type agentListCache struct {
+	mu    sync.Mutex
+	gen   uint64
+	valid bool
+	rows  []agentRow
+}
+
+func (st *store) invalidateAgentList() {
+	c := &st.agentList
+	c.mu.Lock()
+	c.gen++
+	c.valid, c.rows = false, nil
+	c.mu.Unlock()
+}
+
 // ListAgentSummaries returns name, summary JSON and updatedAt of every agent, by name: the listing
-// reads no spec.
+// reads no spec, and is served from memory until the next agent write.
 func (st *store) ListAgentSummaries(ctx context.Context) ([]agentRow, error) {
+	c := &st.agentList
+	c.mu.Lock()
+	if c.valid {
+		rows := c.rows
+		c.mu.Unlock()
+		return rows, nil // shared: callers only read it
+	}
+	gen := c.gen
+	c.mu.Unlock()
+
 	rows, err := st.db.QueryContext(ctx, `SELECT name, summary, updated_at FROM agents ORDER BY name`)
 	if err != nil {
 		return nil, err
@@ -235,11 +267,20 @@ func (st *store) ListAgentSummaries(ctx context.Context) ([]agentRow, error) {
 		}
 		out = append(out, a)
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	if c.gen == gen {
+		c.valid, c.rows = true, out
+	}
+	c.mu.Unlock()
+	return out, nil
 }
 
 func (st *store) DeleteAgent(ctx context.Context, name string) error {
 	res, err := st.db.ExecContext(ctx, `DELETE FROM agents WHERE name = ?`, name)
+	st.invalidateAgentList()
 	if err != nil {
 		return err
 	}
