@@ -474,3 +474,23 @@ func TestPanicIsAnEnvelope(t *testing.T) {
 		t.Fatalf("panic: %d %s", res.status, res.body)
 	}
 }
+
+// A handler that panics is answered 500 by the recovery, and its key stays free: the retry runs afresh.
+func TestIdempotencyPanicNotRecorded(t *testing.T) {
+	ts := newTestServer(t)
+	calls := 0
+	ts.s.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls++
+		if calls == 1 {
+			panic("first attempt breaks")
+		}
+		w.WriteHeader(201)
+	})
+	if res := ts.do("POST", "/v1/x", "{}", "Idempotency-Key", "p"); res.status != 500 {
+		t.Fatalf("first: %d", res.status)
+	}
+	res := ts.do("POST", "/v1/x", "{}", "Idempotency-Key", "p")
+	if res.status != 201 || res.header.Get("Idempotency-Replayed") != "" || calls != 2 {
+		t.Fatalf("retry: %d %v calls=%d", res.status, res.header, calls)
+	}
+}
