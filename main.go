@@ -175,6 +175,9 @@ func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (co
 	if cfg.Port < 0 || cfg.Port > 65535 {
 		return config{}, errorf(codeConfig, "port %d is out of range 0-65535", cfg.Port)
 	}
+	if err := cfg.check(); err != nil {
+		return config{}, err
+	}
 	if cfg.Token == "" && !isLoopbackHost(cfg.Host) {
 		return config{}, errorf(codeConfig, "refusing to bind %s without a token: the API can execute shell commands on this host", cfg.Host).
 			withHint("set AGENT_TOKEN (or --token-file) or bind 127.0.0.1")
@@ -212,6 +215,25 @@ func parseConfigFile(b []byte, cfg *config) error {
 	}
 	if err := root.Decode(cfg); err != nil {
 		return errorf(codeConfig, "config.yaml: %s", strings.TrimPrefix(err.Error(), "yaml: ")).withHint(hint)
+	}
+	return nil
+}
+
+// check refuses values the services could not run with, naming the key.
+func (cfg config) check() error {
+	bad := func(key string, v any, want string) error {
+		return errorf(codeConfig, "config.yaml: %s is %v; it must be %s", key, v, want).
+			withHint("fix " + key + " in " + filepath.Join(cfg.Home, "config.yaml"))
+	}
+	switch {
+	case cfg.MaxComputers < 0:
+		return bad("maxComputers", cfg.MaxComputers, "0 or more")
+	case cfg.ReaperIntervalSec < 1:
+		return bad("reaperIntervalSec", cfg.ReaperIntervalSec, "at least 1")
+	case cfg.MaxCostUSD < 0:
+		return bad("maxCostUsd", cfg.MaxCostUSD, "0 or more")
+	case !slices.Contains([]string{"auto", "docker", "podman", "local"}, cfg.ComputerProvider):
+		return bad("computerProvider", fmt.Sprintf("%q", cfg.ComputerProvider), "one of auto, docker, podman, local")
 	}
 	return nil
 }

@@ -108,6 +108,10 @@ func TestConfigErrors(t *testing.T) {
 		{"non-loopback without token", "", []string{"--host", "0.0.0.0"}, nil, codeConfig, "the API can execute shell commands", []string{"AGENT_TOKEN", "127.0.0.1"}},
 		{"non-loopback from config file", "host: 192.168.1.10\n", nil, nil, codeConfig, "shell commands", []string{"AGENT_TOKEN", "127.0.0.1"}},
 		{"empty host", "host: ''\n", nil, nil, codeConfig, "shell commands", []string{"AGENT_TOKEN", "127.0.0.1"}},
+		{"reaper interval", "reaperIntervalSec: 0\n", nil, nil, codeConfig, "reaperIntervalSec is 0", nil},
+		{"negative machines", "maxComputers: -1\n", nil, nil, codeConfig, "maxComputers", nil},
+		{"negative cost", "maxCostUsd: -2\n", nil, nil, codeConfig, "maxCostUsd", nil},
+		{"unknown provider", "computerProvider: vmware\n", nil, nil, codeConfig, "one of auto, docker, podman, local", nil},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
