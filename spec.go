@@ -178,6 +178,30 @@ func newSpecNum(f float64) specNum {
 // maxSpecDepth bounds nesting so a hostile document cannot exhaust the stack.
 const maxSpecDepth = 200
 
+// maxSpecNodes bounds the values of one document, so memory stays bounded for any body under the 32 MB
+// cap: yaml.v3 spends ~270 bytes per node (a 2 MB flow list of a million numbers costs ~270 MB), so a YAML
+// text is measured before it is parsed (yamlNodeBound) and a JSON one while it is walked. A real spec has
+// a few hundred values; long text (knowledge, persona) is one value however long it is.
+const maxSpecNodes = 100_000
+
+func errTooManyNodes() error {
+	return &specInputError{"", fmt.Sprintf("document has more than %d values; agentd does not check specs that large", maxSpecNodes)}
+}
+
+// yamlNodeBound counts the bytes that can introduce a YAML node (flow separators, block entries, key
+// values, line breaks, tags, anchors, aliases). Every node but the root needs one of them, so the count
+// bounds the node count from above without parsing anything.
+func yamlNodeBound(text string) int {
+	n := 0
+	for i := 0; i < len(text); i++ {
+		switch text[i] {
+		case ',', '[', '{', '\n', '\r', '-', ':', '?', '!', '&', '*':
+			n++
+		}
+	}
+	return n
+}
+
 // specInputError is a document that could not become a tree; it is reported as one issue.
 type specInputError struct{ path, msg string }
 
@@ -201,6 +225,9 @@ func joinPath(path, key string) string {
 func yamlTree(text string) (v any, err error) {
 	if !utf8.ValidString(text) {
 		return nil, &specInputError{"", "YAML text is not valid UTF-8"}
+	}
+	if yamlNodeBound(text) > 2*maxSpecNodes {
+		return nil, &specInputError{"", fmt.Sprintf("YAML text is too large to check safely: more than %d values or line breaks; send very long text (knowledge) in a JSON spec, where a string is one value", 2*maxSpecNodes)}
 	}
 	defer func() {
 		if p := recover(); p != nil { // the YAML library must never take the server down
@@ -362,8 +389,9 @@ func jsonTree(raw []byte) (any, error) {
 }
 
 type jsonParser struct {
-	b []byte
-	i int
+	b     []byte
+	i     int
+	nodes int
 }
 
 func (p *jsonParser) skip() {
@@ -378,6 +406,9 @@ func (p *jsonParser) skip() {
 }
 
 func (p *jsonParser) value(depth int) (any, error) {
+	if p.nodes++; p.nodes > maxSpecNodes {
+		return nil, errTooManyNodes()
+	}
 	if depth > maxSpecDepth {
 		return nil, &specInputError{"", fmt.Sprintf("document nests deeper than %d levels", maxSpecDepth)}
 	}

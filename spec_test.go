@@ -277,3 +277,32 @@ func TestComputerCreateBody(t *testing.T) {
 		t.Fatalf("issues %q, want %q", issues, want)
 	}
 }
+
+// TestSpecMemoryBounded: a document of a million tiny values is refused before it costs its weight.
+func TestSpecMemoryBounded(t *testing.T) {
+	flow := "name: a\nmetadata:\n  x: [" + strings.Repeat("1,", 1_000_000) + "1]\n"
+	block := "name: a\nmetadata:\n  x:\n" + strings.Repeat("  - 1\n", 300_000)
+	jsonDoc := `{"name":"a","metadata":{"x":[` + strings.Repeat("1,", 1_000_000) + `1]}}`
+	for name, parse := range map[string]func() []string{
+		"yaml flow":  func() []string { _, is := parseSpecYAML(flow); return is },
+		"yaml block": func() []string { _, is := parseSpecYAML(block); return is },
+		"json":       func() []string { _, is := parseSpecJSON([]byte(jsonDoc)); return is },
+	} {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		issues := parse()
+		runtime.ReadMemStats(&after)
+		if len(issues) != 1 || !strings.Contains(issues[0], "more than") || !strings.Contains(issues[0], "values") {
+			t.Fatalf("%s: %q", name, issues)
+		}
+		if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 64<<20 {
+			t.Fatalf("%s: refusing it allocated %d MB", name, alloc>>20)
+		}
+	}
+	// Long text is one value: a 4 MB knowledge entry is fine.
+	big := "name: a\nknowledge:\n  - title: manual\n    content: |\n" + strings.Repeat("      a line of the manual that is long enough\n", 90_000)
+	if _, issues := parseSpecYAML(big); len(issues) > 0 {
+		t.Fatalf("large knowledge refused: %q", issues)
+	}
+}
