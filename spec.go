@@ -1117,17 +1117,83 @@ func parseComputerCreateJSON(raw []byte) (*ComputerSpec, []string) {
 // ---- rendering ----
 
 // renderSpecYAML renders a spec (defaults applied) as YAML that parseSpecYAML accepts back unchanged.
+// The node tree is built here from the spec's JSON (not by yaml.v3's Node.Encode, which loses some
+// multi-line strings), so every scalar's style is chosen on purpose: multi-line text as a readable
+// literal block unless its shape cannot survive one (blank-only, leading blanks, trailing spaces, CR),
+// in which case it is double-quoted.
 func renderSpecYAML(spec *AgentSpec) string {
+	raw, err := json.Marshal(spec)
+	if err != nil {
+		return ""
+	}
+	tree, err := jsonTree(raw)
+	if err != nil {
+		return string(raw) + "\n" // JSON is valid YAML
+	}
 	var b bytes.Buffer
 	enc := yaml.NewEncoder(&b)
 	enc.SetIndent(2)
-	if err := enc.Encode(spec); err != nil {
-		// Only a metadata value yaml cannot encode gets here; fall back to JSON, which is valid YAML.
-		j, _ := json.MarshalIndent(spec, "", "  ")
-		return string(j) + "\n"
+	if err := enc.Encode(yamlNodeOf(tree)); err != nil {
+		return string(raw) + "\n"
 	}
 	enc.Close()
 	return b.String()
+}
+
+func yamlNodeOf(v any) *yaml.Node {
+	switch t := v.(type) {
+	case *specObj:
+		n := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
+		if len(t.keys) == 0 {
+			n.Style = yaml.FlowStyle
+		}
+		for _, k := range t.keys {
+			key := &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: k}
+			if strings.ContainsAny(k, "\n\r\t") {
+				key.Style = yaml.DoubleQuotedStyle // a block scalar cannot be a simple key
+			}
+			n.Content = append(n.Content, key, yamlNodeOf(t.vals[k]))
+		}
+		return n
+	case []any:
+		n := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
+		if len(t) == 0 {
+			n.Style = yaml.FlowStyle
+		}
+		for _, x := range t {
+			n.Content = append(n.Content, yamlNodeOf(x))
+		}
+		return n
+	case string:
+		n := &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: t}
+		if strings.ContainsAny(t, "\n\r") {
+			n.Style = yaml.LiteralStyle
+			if blockUnsafe(t) {
+				n.Style = yaml.DoubleQuotedStyle
+			}
+		}
+		return n
+	case specNum:
+		if t.isInt {
+			return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!int", Value: strconv.FormatInt(int64(t.f), 10)}
+		}
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!float", Value: strconv.FormatFloat(t.f, 'g', -1, 64)}
+	case bool:
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!bool", Value: strconv.FormatBool(t)}
+	}
+	return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!null", Value: "null"}
+}
+
+// blockUnsafe reports text a literal block scalar would not carry back byte for byte.
+func blockUnsafe(v string) bool {
+	if strings.TrimSpace(v) == "" || strings.ContainsAny(v, "\r\t") {
+		return true
+	}
+	switch v[0] {
+	case ' ', '\n':
+		return true
+	}
+	return strings.Contains(v, " \n") || strings.HasSuffix(v, " ") || strings.Contains(v, "\n\n\n") && strings.HasSuffix(v, "\n\n")
 }
 
 // specIssuesError is the 422 for an invalid spec: the first issue in the message, all in details.issues.

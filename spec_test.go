@@ -306,3 +306,31 @@ func TestSpecMemoryBounded(t *testing.T) {
 		t.Fatalf("large knowledge refused: %q", issues)
 	}
 }
+
+// TestRenderTrickyStrings: text of every awkward shape survives spec → YAML → spec byte for byte.
+func TestRenderTrickyStrings(t *testing.T) {
+	tricky := []string{"", "\n", "\n\n", " ", " a", "a ", "a\n", "a\n\n", "a\n\n\n", "\na", " a\nb", "a \nb",
+		"a\n b", "\ta\n", "a\r\nb", "line1\nline2\n", "# not a comment\n", "- not a list\n", "key: value\n",
+		"'quoted'\n", "\"dq\"\n", "tab\there\n", "trailing\n ", "unicode ✓\n", "null", "true", "1.0", "0x10", "~",
+		"@at", "`tick", "a: b", "- x", "? q", "{a}", "[a]", "*alias", "&anchor", "!tag", "%dir", "|", ">", "---", "..."}
+	for _, s := range tricky {
+		spec := defaultSpec()
+		spec.Name = "a"
+		spec.Description = s
+		spec.Persona = s
+		spec.Knowledge = []Knowledge{{Title: s, Content: s}}
+		spec.Metadata = map[string]any{"v": s, s: 1}
+		enabled := true
+		spec.Computer.Enabled = &enabled
+		text := renderSpecYAML(&spec)
+		back, issues := parseSpecYAML(text)
+		if len(issues) > 0 {
+			t.Fatalf("%q: issues %q\n%s", s, issues, text)
+		}
+		want, _ := json.Marshal(spec)
+		got, _ := json.Marshal(back)
+		if string(want) != string(got) {
+			t.Fatalf("%q changed:\n%s\n%s\n%s", s, want, got, text)
+		}
+	}
+}
