@@ -256,11 +256,11 @@ func (s *server) agentRow(spec *AgentSpec, yamlText string) (agentRow, error) {
 
 // agentChanged re-synchronises triggers and publishes the change; it returns the agent's summary.
 func (s *server) agentChanged(ctx context.Context, typ string, spec *AgentSpec, updatedAt string) AgentSummary {
-	counts, err := s.store.RunCounts(ctx)
+	runs, err := s.store.RunCountOf(ctx, spec.Name)
 	if err != nil {
-		s.log.Warn("counting runs", "err", err)
+		s.log.Warn("counting runs", "agent", spec.Name, "err", err)
 	}
-	sum := summarise(spec, updatedAt, counts[spec.Name])
+	sum := summarise(spec, updatedAt, runs)
 	s.syncTriggers()
 	s.hub.publish("triggers", typ, sum)
 	return sum

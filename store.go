@@ -290,6 +290,13 @@ func (st *store) DeleteAgent(ctx context.Context, name string) error {
 	return nil
 }
 
+// RunCountOf returns the number of recorded runs of one agent (an index lookup, not a scan).
+func (st *store) RunCountOf(ctx context.Context, agent string) (int, error) {
+	var n int
+	err := st.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM runs WHERE agent = ?`, agent).Scan(&n)
+	return n, err
+}
+
 // RunCounts returns the number of recorded runs per agent.
 func (st *store) RunCounts(ctx context.Context) (map[string]int, error) {
 	rows, err := st.db.QueryContext(ctx, `SELECT agent, COUNT(*) FROM runs GROUP BY agent`)

@@ -98,4 +98,21 @@ func TestStoreAgents(t *testing.T) {
 	if counts, err := st.RunCounts(ctx); err != nil || len(counts) != 0 {
 		t.Fatalf("run counts %v %v", counts, err)
 	}
+	// Runs are the runs concern's rows; two of agent b, one of c.
+	for i, agent := range []string{"b", "b", "c"} {
+		if _, err := st.db.Exec(`INSERT INTO runs(id, agent, status, summary, started_at) VALUES (?, ?, 'complete', '{}', 't')`,
+			"run_"+string(rune('0'+i)), agent); err != nil {
+			t.Fatal(err)
+		}
+	}
+	counts, _ := st.RunCounts(ctx)
+	if counts["b"] != 2 || counts["c"] != 1 || len(counts) != 2 {
+		t.Fatalf("run counts %v", counts)
+	}
+	if n, err := st.RunCountOf(ctx, "b"); n != 2 || err != nil {
+		t.Fatalf("RunCountOf(b) = %d %v", n, err)
+	}
+	if n, _ := st.RunCountOf(ctx, "zz"); n != 0 {
+		t.Fatalf("RunCountOf(zz) = %d", n)
+	}
 }
