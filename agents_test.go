@@ -10,7 +10,7 @@ import (
 
 func TestAgentsCRUD(t *testing.T) {
 	ts := newTestServer(t)
-	sub := ts.s.hub.subscribe()
+	sub, _ := ts.s.hub.subscribe()
 	defer ts.s.hub.unsubscribe(sub)
 
 	yamlText := "# my agent\nname: notes\ndescription: takes notes\ntriggers:\n  - type: webhook\n    path: /gh\n    secret: shh\n"
