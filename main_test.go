@@ -532,3 +532,41 @@ func TestSIGTERMShutsDownCleanly(t *testing.T) {
 		t.Fatalf("socket open after shutdown: %v", err)
 	}
 }
+
+func TestValidateCommand(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.yaml")
+	bad := filepath.Join(dir, "bad.yaml")
+	js := filepath.Join(dir, "agent.json")
+	os.WriteFile(good, []byte("name: good\n"), 0o600)
+	os.WriteFile(bad, []byte("name: Bad\nlimits: {maxSteps: 0}\n"), 0o600)
+	os.WriteFile(js, []byte(`{"name":"j"}`), 0o600)
+
+	var out strings.Builder
+	if err := run(context.Background(), []string{"validate", good, js}, envOf(nil), &out, io.Discard); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	if out.String() != good+": ok\n"+js+": ok\n" {
+		t.Fatalf("output %q", out.String())
+	}
+	out.Reset()
+	err := run(context.Background(), []string{"validate", good, bad, filepath.Join(dir, "missing.yaml")}, envOf(nil), &out, io.Discard)
+	var ae *apiError
+	if !errors.As(err, &ae) || ae.Code != codeSpecInvalid || !strings.Contains(ae.Message, "2 of 3") {
+		t.Fatalf("err %v", err)
+	}
+	for _, want := range []string{bad + ": name: " + nameRuleMessage, bad + ": limits.maxSteps: Number must be greater than or equal to 1", "missing.yaml: (root): "} {
+		if !strings.Contains(out.String(), want) {
+			t.Fatalf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	out.Reset()
+	run(context.Background(), []string{"validate", "--json", bad}, envOf(nil), &out, io.Discard)
+	if !strings.Contains(out.String(), `"ok": false`) || !strings.Contains(out.String(), `"issues": [`) {
+		t.Fatalf("json output %s", out.String())
+	}
+	var ue usageError
+	if err := run(context.Background(), []string{"validate"}, envOf(nil), io.Discard, io.Discard); !errors.As(err, &ue) {
+		t.Fatalf("no files: %v", err)
+	}
+}
