@@ -140,6 +140,10 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			withHint("send Authorization: Bearer <AGENT_TOKEN>"))
 		return
 	}
+	if r.ContentLength > maxBodyBytes { // declared too large: refuse before reading a byte
+		writeError(w, &http.MaxBytesError{Limit: maxBodyBytes})
+		return
+	}
 	r.Body = http.MaxBytesReader(w, r.Body, maxBodyBytes)
 	s.idem.serve(w, r, s.handler)
 }

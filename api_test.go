@@ -137,6 +137,11 @@ func TestBodyCap(t *testing.T) {
 	if res.header.Get("X-Agent-Version") == "" {
 		t.Fatal("no version header on the cap error")
 	}
+	// Without a declared length (chunked), the cap still holds while reading.
+	res = ts.do("POST", "/v1/agents/validate", io.MultiReader(bytes.NewReader(body)))
+	if res.status != 422 || !strings.Contains(res.errMessage(t), "32 MB") {
+		t.Fatalf("33 MB chunked body: %d %s", res.status, res.body)
+	}
 	// Just under the cap is read whole (and fails only as a spec).
 	under := bytes.Repeat([]byte(" "), 32<<20-64)
 	copy(under, `{"yaml":"name: a"}`)
