@@ -229,6 +229,14 @@ func yamlTree(text string) (v any, err error) {
 	if yamlNodeBound(text) > 2*maxSpecNodes {
 		return nil, &specInputError{"", fmt.Sprintf("YAML text is too large to check safely: more than %d values or line breaks; send very long text (knowledge) in a JSON spec, where a string is one value", 2*maxSpecNodes)}
 	}
+	if v, ok := yamlFastTree(text); ok {
+		return v, nil
+	}
+	return yamlSlowTree(text)
+}
+
+// yamlSlowTree parses with yaml.v3: every YAML the fast path is not sure about.
+func yamlSlowTree(text string) (v any, err error) {
 	defer func() {
 		if p := recover(); p != nil { // the YAML library must never take the server down
 			v, err = nil, &specInputError{"", fmt.Sprintf("Invalid YAML: %v", p)}
