@@ -11,6 +11,7 @@ package main
 
 import (
 	"strings"
+	"unicode/utf8"
 
 	"gopkg.in/yaml.v3"
 )
@@ -23,7 +24,7 @@ type fastYAML struct {
 
 // yamlFastTree parses text when it has the common shape; ok=false means "use yaml.v3".
 func yamlFastTree(text string) (v any, ok bool) {
-	if strings.ContainsAny(text, "\t\r") || strings.HasPrefix(text, "\ufeff") {
+	if !fastChars(text) {
 		return nil, false
 	}
 	p := &fastYAML{lines: strings.Split(text, "\n")}
@@ -45,6 +46,27 @@ func yamlFastTree(text string) (v any, ok bool) {
 		return nil, false
 	}
 	return root, true
+}
+
+// fastChars: only printable text and '\n' (yaml.v3 refuses control characters, and treats tabs, CR, NEL
+// and the Unicode line separators specially).
+func fastChars(text string) bool {
+	for i := 0; i < len(text); {
+		c := text[i]
+		if c < utf8.RuneSelf {
+			if c < 0x20 && c != '\n' || c == 0x7f {
+				return false
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(text[i:])
+		if r == utf8.RuneError || r <= 0x9f || r == 0x2028 || r == 0x2029 || r == 0xfeff || r >= 0xfffe && r <= 0xffff {
+			return false
+		}
+		i += size
+	}
+	return true
 }
 
 func indentOf(l string) int {
