@@ -6,7 +6,8 @@
 // renderSpecYAML(spec); parseComputerCreateJSON(raw) for the POST /v1/computers body.
 // Rules: both inputs are first turned into one neutral value tree (objects keep key order and report
 // duplicate keys; numbers keep whether they are integral), then one validator walks it, so YAML and JSON
-// give the same issues. Unknown keys at any level are issues. YAML anchors and aliases are refused
+// give the same issues (YAML goes through specfast.go's fast path when it is sure, yaml.v3 otherwise).
+// Unknown keys at any level are issues. YAML anchors and aliases are refused
 // outright while building the tree, so an alias bomb costs no more than its text; non-UTF-8 is refused.
 // Defaults fill only keys that were absent; a spec with any issue is never returned.
 package main
