@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strconv"
 )
 
 // agentBody is the body of create, update and validate.
@@ -94,8 +95,10 @@ func (s *server) handleValidateAgent(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"ok": true})
 }
 
+// handleListAgents assembles the answer from the stored summaries without decoding any spec: each
+// summary is a JSON object to which updatedAt and runCount are appended.
 func (s *server) handleListAgents(w http.ResponseWriter, r *http.Request) {
-	rows, err := s.store.ListAgents(r.Context())
+	rows, err := s.store.ListAgentSummaries(r.Context())
 	if err != nil {
 		writeError(w, err)
 		return
@@ -105,16 +108,47 @@ func (s *server) handleListAgents(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	out := make([]AgentSummary, 0, len(rows))
-	for _, row := range rows {
-		var spec AgentSpec
-		if err := json.Unmarshal([]byte(row.SpecJSON), &spec); err != nil {
-			s.log.Warn("skipping an unreadable stored agent", "agent", row.Name, "err", err)
-			continue
+	buf := make([]byte, 0, 64+len(rows)*400)
+	buf = append(buf, `{"agents":[`...)
+	for i, row := range rows {
+		sum := row.SummaryJSON
+		if len(sum) < 2 || sum[len(sum)-1] != '}' {
+			// A row written before the summary column was filled: build it from the spec.
+			spec, err := s.loadAgent(r.Context(), row.Name)
+			if err != nil {
+				s.log.Warn("skipping an unreadable stored agent", "agent", row.Name, "err", err)
+				continue
+			}
+			sum = agentSummaryJSON(spec)
 		}
-		out = append(out, summarise(&spec, row.UpdatedAt, counts[row.Name]))
+		if i > 0 && buf[len(buf)-1] != '[' {
+			buf = append(buf, ',')
+		}
+		buf = append(buf, sum[:len(sum)-1]...)
+		buf = append(buf, `,"updatedAt":`...)
+		buf = strconv.AppendQuote(buf, row.UpdatedAt)
+		buf = append(buf, `,"runCount":`...)
+		buf = strconv.AppendInt(buf, int64(counts[row.Name]), 10)
+		buf = append(buf, '}')
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"agents": out})
+	buf = append(buf, "]}\n"...)
+	writeRawJSON(w, http.StatusOK, buf)
+}
+
+// agentSummaryJSON is the stored summary: AgentSummary without updatedAt and runCount, as a JSON object.
+func agentSummaryJSON(spec *AgentSpec) string {
+	sum := summarise(spec, "", 0)
+	b, _ := json.Marshal(struct {
+		Name        string          `json:"name"`
+		DisplayName string          `json:"displayName"`
+		Description string          `json:"description"`
+		Model       string          `json:"model"`
+		Version     string          `json:"version"`
+		Tools       []string        `json:"tools"`
+		Triggers    []TriggerSpec   `json:"triggers"`
+		Computer    agentComputerOf `json:"computer"`
+	}{sum.Name, sum.DisplayName, sum.Description, sum.Model, sum.Version, sum.Tools, sum.Triggers, sum.Computer})
+	return string(b)
 }
 
 func (s *server) handleCreateAgent(w http.ResponseWriter, r *http.Request) {
@@ -222,11 +256,11 @@ func (s *server) agentRow(spec *AgentSpec, yamlText string) (agentRow, error) {
 
 // agentChanged re-synchronises triggers and publishes the change; it returns the agent's summary.
 func (s *server) agentChanged(ctx context.Context, typ string, spec *AgentSpec, updatedAt string) AgentSummary {
-	counts, err := s.store.RunCounts(ctx)
+	runs, err := s.store.RunCountOf(ctx, spec.Name)
 	if err != nil {
-		s.log.Warn("counting runs", "err", err)
+		s.log.Warn("counting runs", "agent", spec.Name, "err", err)
 	}
-	sum := summarise(spec, updatedAt, counts[spec.Name])
+	sum := summarise(spec, updatedAt, runs)
 	s.syncTriggers()
 	s.hub.publish("triggers", typ, sum)
 	return sum

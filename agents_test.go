@@ -10,7 +10,7 @@ import (
 
 func TestAgentsCRUD(t *testing.T) {
 	ts := newTestServer(t)
-	sub := ts.s.hub.subscribe()
+	sub, _ := ts.s.hub.subscribe()
 	defer ts.s.hub.unsubscribe(sub)
 
 	yamlText := "# my agent\nname: notes\ndescription: takes notes\ntriggers:\n  - type: webhook\n    path: /gh\n    secret: shh\n"
@@ -164,5 +164,63 @@ func TestAgentValidate(t *testing.T) {
 	// Nothing was stored by validate.
 	if res := ts.do("GET", "/v1/agents/a", nil); res.status != 404 {
 		t.Fatalf("validate stored an agent: %d", res.status)
+	}
+}
+
+func TestAgentListWithoutStoredSummary(t *testing.T) {
+	ts := newTestServer(t)
+	for _, n := range []string{"a", "b", "c"} {
+		ts.do("POST", "/v1/agents", map[string]any{"yaml": "name: " + n + "\nmodel: free\n"})
+	}
+	// Rows whose summary column is empty (older writers) are summarised from their spec.
+	if _, err := ts.s.store.db.Exec(`UPDATE agents SET summary = '' WHERE name IN ('a', 'c')`); err != nil {
+		t.Fatal(err)
+	}
+	res := ts.do("GET", "/v1/agents", nil)
+	var list struct{ Agents []AgentSummary }
+	if err := json.Unmarshal(res.body, &list); err != nil {
+		t.Fatalf("%v: %s", err, res.body)
+	}
+	if len(list.Agents) != 3 {
+		t.Fatalf("list %s", res.body)
+	}
+	for i, a := range list.Agents {
+		if a.Name != []string{"a", "b", "c"}[i] || a.Model != "free" || a.UpdatedAt == "" || a.Tools[0] != "computer" {
+			t.Fatalf("agent %d: %+v", i, a)
+		}
+	}
+}
+
+// TestBadInputKeepsServing sends each kind of bad input of the issue's list and checks the envelope, that
+// nothing was stored, and that the server still answers.
+func TestBadInputKeepsServing(t *testing.T) {
+	ts := newTestServer(t)
+	cases := []struct {
+		name string
+		body any
+		want string
+	}{
+		{"malformed JSON", `{"yaml": "name: a"`, "malformed JSON"},
+		{"wrong type in the body", `{"yaml": 42}`, "yaml: Expected string, received number"},
+		{"wrong type in the spec", `{"spec": {"name": "a", "limits": {"maxSteps": "ten"}}}`, "limits.maxSteps: Expected number, received string"},
+		{"unknown top-level key", `{"spec": {"name": "a", "colour": "red"}}`, "(root): Unrecognized key(s) in object: 'colour'"},
+		{"unknown nested key", `{"spec": {"name": "a", "computer": {"network": {"mode": "none", "vpn": true}}}}`, "computer.network: Unrecognized key(s) in object: 'vpn'"},
+		{"invalid YAML", map[string]any{"yaml": "name: a\n\tlimits: {"}, "Invalid YAML"},
+		{"YAML alias bomb", map[string]any{"yaml": billionLaughs()}, "anchors and aliases are not supported"},
+		{"non-UTF-8 body", "{\"yaml\": \"name: \xfe\xff\"}", "not valid UTF-8"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			res := ts.do("POST", "/v1/agents", tc.body)
+			if res.status != 422 || res.errCode(t) != codeSpecInvalid || !strings.Contains(string(res.body), tc.want) {
+				t.Fatalf("%d %s", res.status, res.body)
+			}
+			if h := ts.do("GET", "/health", nil); h.status != 200 {
+				t.Fatal("the server stopped answering")
+			}
+		})
+	}
+	if res := ts.do("GET", "/v1/agents", nil); string(res.body) != "{\"agents\":[]}\n" {
+		t.Fatalf("bad input stored something: %s", res.body)
 	}
 }

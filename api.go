@@ -19,6 +19,7 @@ import (
 	"log/slog"
 	"net/http"
 	"reflect"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -139,6 +140,10 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			withHint("send Authorization: Bearer <AGENT_TOKEN>"))
 		return
 	}
+	if r.ContentLength > maxBodyBytes { // declared too large: refuse before reading a byte
+		writeError(w, &http.MaxBytesError{Limit: maxBodyBytes})
+		return
+	}
 	r.Body = http.MaxBytesReader(w, r.Body, maxBodyBytes)
 	s.idem.serve(w, r, s.handler)
 }
@@ -228,10 +233,17 @@ func writeRouteNotFound(w http.ResponseWriter, r *http.Request) {
 		withHint("see GET / for the list of endpoints"))
 }
 
+// handleHealth is the liveness probe; hot (load balancers poll it), so its body is appended by hand.
 func (s *server) handleHealth(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]any{
-		"ok": true, "version": version, "uptimeSec": int64(time.Since(s.startedAt).Seconds()),
-	})
+	b := make([]byte, 0, 64)
+	b = append(b, `{"ok":true,"uptimeSec":`...)
+	b = strconv.AppendInt(b, int64(time.Since(s.startedAt).Seconds()), 10)
+	b = append(b, `,"version":`...)
+	b = strconv.AppendQuote(b, version)
+	b = append(b, "}\n"...)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	w.Write(b)
 }
 
 // ---- errors ----
@@ -336,9 +348,9 @@ func asAPIError(err error) *apiError {
 			withHint("send a smaller body")
 	}
 	if errors.Is(err, context.Canceled) {
-		return errorf(codeAborted, "request cancelled")
+		return errorf(codeAborted, "request cancelled").withHint("the client went away or the server is shutting down; retry")
 	}
-	return errorf(codeInternal, "%s", err.Error())
+	return errorf(codeInternal, "%s", err.Error()).withHint("this is a bug in agentd or a failure of its data directory; the server is still serving")
 }
 
 // writeError writes the contract's envelope with the status derived from the code.
@@ -359,6 +371,14 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	w.Write(append(body, '\n'))
+}
+
+// writeRawJSON writes bytes that are already a JSON document (assembled by a hot handler); unlike
+// writeJSON with a json.RawMessage it does not re-scan them.
+func writeRawJSON(w http.ResponseWriter, status int, body []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(body)
 }
 
 // readBody reads the (already capped) request body whole.

@@ -137,6 +137,11 @@ func TestBodyCap(t *testing.T) {
 	if res.header.Get("X-Agent-Version") == "" {
 		t.Fatal("no version header on the cap error")
 	}
+	// Without a declared length (chunked), the cap still holds while reading.
+	res = ts.do("POST", "/v1/agents/validate", io.MultiReader(bytes.NewReader(body)))
+	if res.status != 422 || !strings.Contains(res.errMessage(t), "32 MB") {
+		t.Fatalf("33 MB chunked body: %d %s", res.status, res.body)
+	}
 	// Just under the cap is read whole (and fails only as a spec).
 	under := bytes.Repeat([]byte(" "), 32<<20-64)
 	copy(under, `{"yaml":"name: a"}`)
@@ -472,5 +477,25 @@ func TestPanicIsAnEnvelope(t *testing.T) {
 	res := ts.do("GET", "/v1/agents", nil)
 	if res.status != 500 || res.errCode(t) != codeInternal || strings.Contains(string(res.body), "boom") {
 		t.Fatalf("panic: %d %s", res.status, res.body)
+	}
+}
+
+// A handler that panics is answered 500 by the recovery, and its key stays free: the retry runs afresh.
+func TestIdempotencyPanicNotRecorded(t *testing.T) {
+	ts := newTestServer(t)
+	calls := 0
+	ts.s.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls++
+		if calls == 1 {
+			panic("first attempt breaks")
+		}
+		w.WriteHeader(201)
+	})
+	if res := ts.do("POST", "/v1/x", "{}", "Idempotency-Key", "p"); res.status != 500 {
+		t.Fatalf("first: %d", res.status)
+	}
+	res := ts.do("POST", "/v1/x", "{}", "Idempotency-Key", "p")
+	if res.status != 201 || res.header.Get("Idempotency-Replayed") != "" || calls != 2 {
+		t.Fatalf("retry: %d %v calls=%d", res.status, res.header, calls)
 	}
 }

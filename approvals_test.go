@@ -53,7 +53,7 @@ func TestApprovalApprove(t *testing.T) {
 	m := &fakeModel{script: shellThenDone("echo approved-ran")}
 	te := newRunEnv(t, m, nil)
 	te.putAgent(askSpec("asker"))
-	sub := te.s.hub.subscribe()
+	sub, _ := te.s.hub.subscribe()
 	defer te.s.hub.unsubscribe(sub)
 
 	s := te.stream("asker", map[string]any{"input": "x"})

@@ -282,7 +282,7 @@ func conformance(t *testing.T, prov string, portBase int) {
 		if got.ID != id {
 			t.Fatalf("by name: %+v", got)
 		}
-		sub := e.s.hub.subscribe()
+		sub, _ := e.s.hub.subscribe()
 		defer e.s.hub.unsubscribe(sub)
 		m2 := e.create(map[string]any{"provider": prov, "idleTimeoutSec": 0, "labels": map[string]string{"team": "a"}})
 		var list struct{ Computers []ComputerInfo }
@@ -791,7 +791,7 @@ func conformance(t *testing.T, prov string, portBase int) {
 		idle := r.create(map[string]any{"provider": prov, "idleTimeoutSec": 5})
 		life := r.create(map[string]any{"provider": prov, "idleTimeoutSec": 0, "maxLifetimeSec": 30})
 		keep := r.create(map[string]any{"provider": prov, "idleTimeoutSec": 0})
-		sub := r.s.hub.subscribe()
+		sub, _ := r.s.hub.subscribe()
 		defer r.s.hub.unsubscribe(sub)
 		base := time.Now()
 		cs := r.s.computers

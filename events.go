@@ -113,17 +113,23 @@ func (h *hub) history() ([]*event, uint64) {
 	return h.historyLocked(), h.seq
 }
 
-// subscribe registers a subscriber; it receives every event published from now on.
-func (h *hub) subscribe() *subscriber {
+// subscribe registers a subscriber and returns it with a copy of the history, atomically, so no event
+// falls between the two: the subscriber receives every event published after the last one returned.
+func (h *hub) subscribe() (*subscriber, []event) {
 	s := &subscriber{ch: make(chan *event, hubSubscriberBuf), dropped: make(chan struct{})}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
 		s.drop()
-		return s
+		return s, nil
 	}
 	h.subs[s] = struct{}{}
-	return s
+	hist := h.historyLocked()
+	out := make([]event, len(hist))
+	for i, ev := range hist {
+		out[i] = *ev
+	}
+	return s, out
 }
 
 func (h *hub) unsubscribe(s *subscriber) {
@@ -199,7 +205,7 @@ func (h *hub) serveSocket(c *websocket.Conn, activeRuns func() []map[string]any)
 	defer h.wg.Done()
 	c.MaxPayloadBytes = wsMaxClientFrame
 
-	sub := h.subscribe()
+	sub, _ := h.subscribe()
 	// The closer: a dropped subscriber or a closing hub closes the socket at once, which unblocks a
 	// write stuck on a client that does not read and ends the reader.
 	leaving := make(chan struct{})

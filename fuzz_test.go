@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // checkParse asserts the parser's contract on any input: a spec xor issues, every issue a
@@ -52,6 +53,7 @@ func FuzzParseSpecYAML(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, text string) {
+		checkFastPath(t, text)
 		spec, issues := parseSpecYAML(text)
 		checkParse(t, spec, issues)
 	})
@@ -71,4 +73,58 @@ func FuzzParseSpecJSON(f *testing.F) {
 		spec, issues := parseSpecJSON(raw)
 		checkParse(t, spec, issues)
 	})
+}
+
+// treesEqual compares two neutral trees exactly: key order, duplicates, value kinds and numbers.
+func treesEqual(a, b any) bool {
+	switch x := a.(type) {
+	case *specObj:
+		y, ok := b.(*specObj)
+		if !ok || len(x.keys) != len(y.keys) || len(x.dups) != len(y.dups) {
+			return false
+		}
+		for i, k := range x.keys {
+			if y.keys[i] != k || !treesEqual(x.vals[k], y.vals[k]) {
+				return false
+			}
+		}
+		for i := range x.dups {
+			if x.dups[i] != y.dups[i] {
+				return false
+			}
+		}
+		return true
+	case []any:
+		y, ok := b.([]any)
+		if !ok || len(x) != len(y) {
+			return false
+		}
+		for i := range x {
+			if !treesEqual(x[i], y[i]) {
+				return false
+			}
+		}
+		return true
+	}
+	return a == b
+}
+
+// checkFastPath: whenever the fast YAML path answers, yaml.v3 accepts the text and builds the same tree.
+func checkFastPath(t *testing.T, text string) {
+	if !utf8.ValidString(text) || yamlNodeBound(text) > 2*maxSpecNodes {
+		return // refused before either path runs
+	}
+	fast, ok := yamlFastTree(text)
+	if !ok {
+		return
+	}
+	slow, err := yamlSlowTree(text)
+	if err != nil {
+		t.Fatalf("fast path accepted what yaml.v3 refuses (%v):\n%q", err, text)
+	}
+	if !treesEqual(fast, slow) {
+		fj, _ := json.Marshal(plainValue(fast))
+		sj, _ := json.Marshal(plainValue(slow))
+		t.Fatalf("fast path disagrees with yaml.v3 on %q:\nfast %s\nslow %s", text, fj, sj)
+	}
 }

@@ -93,9 +93,10 @@ func (c *idempotencyCache) serve(w http.ResponseWriter, r *http.Request, next ht
 
 func (c *idempotencyCache) record(w http.ResponseWriter, r *http.Request, next http.Handler, ck string, e *idemEntry) {
 	rec := &idemRecorder{ResponseWriter: w, status: http.StatusOK}
+	completed := false // false when the handler panicked: nothing of it may be replayed
 	defer func() {
 		c.mu.Lock()
-		if rec.status < 400 && !rec.streaming && !rec.overflow {
+		if completed && rec.status < 400 && !rec.streaming && !rec.overflow {
 			e.ok, e.status, e.body = true, rec.status, rec.buf.Bytes()
 			e.header = w.Header().Clone()
 			// Set afresh on every response: the version, and CORS headers, which depend on the caller's Origin.
@@ -112,6 +113,7 @@ func (c *idempotencyCache) record(w http.ResponseWriter, r *http.Request, next h
 		close(e.done)
 	}()
 	next.ServeHTTP(rec, r)
+	completed = true
 }
 
 // evictLocked keeps the cache near its soft cap: expired entries go first, then the oldest finished ones.

@@ -6,6 +6,7 @@
 // Usage:
 //
 //	agentd serve [--host H] [--port P] [--home DIR] [--token-file F]
+//	agentd validate [--json] FILE...   (agent specs, YAML or .json; exit 1 when one is invalid)
 //	agentd version
 //
 // Configuration precedence: flag > environment (AGENT_HOME, AGENT_HOST, AGENT_PORT, AGENT_TOKEN) >
@@ -16,6 +17,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -64,19 +66,72 @@ func (e usageError) Error() string { return e.msg }
 // run is the whole program behind main: it parses args and runs one command until ctx ends.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return usageError{"usage: agentd serve|version (see README.md)"}
+		return usageError{"usage: agentd serve|validate|version (see README.md)"}
 	}
 	switch args[0] {
 	case "serve":
 		return runServe(ctx, args[1:], getenv, stdout, stderr)
+	case "validate":
+		return runValidate(args[1:], stdout)
 	case "version", "--version", "-v":
 		fmt.Fprintf(stdout, "agentd %s %s %s/%s\n", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 		return nil
 	case "help", "-h", "--help":
-		fmt.Fprintln(stdout, "usage: agentd serve [--host H] [--port P] [--home DIR] [--token-file F] | agentd version")
+		fmt.Fprintln(stdout, "usage: agentd serve [--host H] [--port P] [--home DIR] [--token-file F] | agentd validate [--json] FILE... | agentd version")
 		return nil
 	}
 	return usageError{fmt.Sprintf("unknown command %q (try: agentd serve)", args[0])}
+}
+
+// runValidate checks agent spec files offline with the server's own parser: every issue of every file,
+// and exit code 1 when any file is invalid.
+func runValidate(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	asJSON := fs.Bool("json", false, "print a JSON array of {file, ok, issues}")
+	if err := fs.Parse(args); err != nil || fs.NArg() == 0 {
+		return usageError{"usage: agentd validate [--json] FILE..."}
+	}
+	type result struct {
+		File   string   `json:"file"`
+		OK     bool     `json:"ok"`
+		Issues []string `json:"issues,omitempty"`
+	}
+	var results []result
+	bad := 0
+	for _, file := range fs.Args() {
+		b, err := os.ReadFile(file)
+		var issues []string
+		switch {
+		case err != nil:
+			issues = []string{"(root): " + err.Error()}
+		case strings.EqualFold(filepath.Ext(file), ".json"):
+			_, issues = parseSpecJSON(b)
+		default:
+			_, issues = parseSpecYAML(string(b))
+		}
+		if len(issues) > 0 {
+			bad++
+		}
+		results = append(results, result{File: file, OK: len(issues) == 0, Issues: issues})
+	}
+	if *asJSON {
+		b, _ := json.MarshalIndent(results, "", "  ")
+		fmt.Fprintln(stdout, string(b))
+	} else {
+		for _, r := range results {
+			if r.OK {
+				fmt.Fprintf(stdout, "%s: ok\n", r.File)
+			}
+			for _, is := range r.Issues {
+				fmt.Fprintf(stdout, "%s: %s\n", r.File, is)
+			}
+		}
+	}
+	if bad > 0 {
+		return errorf(codeSpecInvalid, "%d of %d spec file(s) invalid", bad, len(results)).withHint("fix the lines above")
+	}
+	return nil
 }
 
 // config is every setting of the server after precedence is applied.
@@ -175,6 +230,9 @@ func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (co
 	if cfg.Port < 0 || cfg.Port > 65535 {
 		return config{}, errorf(codeConfig, "port %d is out of range 0-65535", cfg.Port)
 	}
+	if err := cfg.check(); err != nil {
+		return config{}, err
+	}
 	if cfg.Token == "" && !isLoopbackHost(cfg.Host) {
 		return config{}, errorf(codeConfig, "refusing to bind %s without a token: the API can execute shell commands on this host", cfg.Host).
 			withHint("set AGENT_TOKEN (or --token-file) or bind 127.0.0.1")
@@ -212,6 +270,25 @@ func parseConfigFile(b []byte, cfg *config) error {
 	}
 	if err := root.Decode(cfg); err != nil {
 		return errorf(codeConfig, "config.yaml: %s", strings.TrimPrefix(err.Error(), "yaml: ")).withHint(hint)
+	}
+	return nil
+}
+
+// check refuses values the services could not run with, naming the key.
+func (cfg config) check() error {
+	bad := func(key string, v any, want string) error {
+		return errorf(codeConfig, "config.yaml: %s is %v; it must be %s", key, v, want).
+			withHint("fix " + key + " in " + filepath.Join(cfg.Home, "config.yaml"))
+	}
+	switch {
+	case cfg.MaxComputers < 0:
+		return bad("maxComputers", cfg.MaxComputers, "0 or more")
+	case cfg.ReaperIntervalSec < 1:
+		return bad("reaperIntervalSec", cfg.ReaperIntervalSec, "at least 1")
+	case cfg.MaxCostUSD < 0:
+		return bad("maxCostUsd", cfg.MaxCostUSD, "0 or more")
+	case !slices.Contains([]string{"auto", "docker", "podman", "local"}, cfg.ComputerProvider):
+		return bad("computerProvider", fmt.Sprintf("%q", cfg.ComputerProvider), "one of auto, docker, podman, local")
 	}
 	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -107,6 +108,10 @@ func TestConfigErrors(t *testing.T) {
 		{"non-loopback without token", "", []string{"--host", "0.0.0.0"}, nil, codeConfig, "the API can execute shell commands", []string{"AGENT_TOKEN", "127.0.0.1"}},
 		{"non-loopback from config file", "host: 192.168.1.10\n", nil, nil, codeConfig, "shell commands", []string{"AGENT_TOKEN", "127.0.0.1"}},
 		{"empty host", "host: ''\n", nil, nil, codeConfig, "shell commands", []string{"AGENT_TOKEN", "127.0.0.1"}},
+		{"reaper interval", "reaperIntervalSec: 0\n", nil, nil, codeConfig, "reaperIntervalSec is 0", nil},
+		{"negative machines", "maxComputers: -1\n", nil, nil, codeConfig, "maxComputers", nil},
+		{"negative cost", "maxCostUsd: -2\n", nil, nil, codeConfig, "maxCostUsd", nil},
+		{"unknown provider", "computerProvider: vmware\n", nil, nil, codeConfig, "one of auto, docker, podman, local", nil},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -468,3 +473,100 @@ func httpClientPost(url string, body io.Reader) (int, error) {
 }
 
 var crashClient = &http.Client{Timeout: 30 * time.Second}
+
+// TestSIGTERMShutsDownCleanly runs the real main in a child, holds a WebSocket open, sends SIGTERM and
+// expects exit code 0 after the shutdown sequence, with the socket closed.
+func TestSIGTERMShutsDownCleanly(t *testing.T) {
+	home := t.TempDir()
+	cmd := helperCommand(t, "main", "AGENTD_TEST_ARGS=serve --port 0", "AGENT_HOME="+home, "AGENT_TOKEN=")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	addrCh := make(chan string, 1)
+	var logMu sync.Mutex
+	var log strings.Builder
+	scanned := make(chan struct{})
+	go func() {
+		defer close(scanned)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			logMu.Lock()
+			log.WriteString(sc.Text() + "\n")
+			logMu.Unlock()
+			if addr, ok := listeningAddr(sc.Text() + "\n"); ok {
+				addrCh <- addr
+			}
+		}
+	}()
+	var addr string
+	select {
+	case addr = <-addrCh:
+	case <-time.After(60 * time.Second):
+		t.Fatal("child did not start")
+	}
+	base := "http://" + addr
+	ws, err := websocket.Dial(wsURL(base)+"/v1/events", "", base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close()
+	frame(t, ws)
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	<-scanned
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("exit after SIGTERM: %v\n%s", err, log.String())
+	}
+	if !strings.Contains(log.String(), "agentd stopped") {
+		t.Fatalf("no shutdown line:\n%s", log.String())
+	}
+	ws.SetReadDeadline(time.Now().Add(10 * time.Second))
+	var b []byte
+	if err := websocket.Message.Receive(ws, &b); err == nil || strings.Contains(err.Error(), "timeout") {
+		t.Fatalf("socket open after shutdown: %v", err)
+	}
+}
+
+func TestValidateCommand(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.yaml")
+	bad := filepath.Join(dir, "bad.yaml")
+	js := filepath.Join(dir, "agent.json")
+	os.WriteFile(good, []byte("name: good\n"), 0o600)
+	os.WriteFile(bad, []byte("name: Bad\nlimits: {maxSteps: 0}\n"), 0o600)
+	os.WriteFile(js, []byte(`{"name":"j"}`), 0o600)
+
+	var out strings.Builder
+	if err := run(context.Background(), []string{"validate", good, js}, envOf(nil), &out, io.Discard); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	if out.String() != good+": ok\n"+js+": ok\n" {
+		t.Fatalf("output %q", out.String())
+	}
+	out.Reset()
+	err := run(context.Background(), []string{"validate", good, bad, filepath.Join(dir, "missing.yaml")}, envOf(nil), &out, io.Discard)
+	var ae *apiError
+	if !errors.As(err, &ae) || ae.Code != codeSpecInvalid || !strings.Contains(ae.Message, "2 of 3") {
+		t.Fatalf("err %v", err)
+	}
+	for _, want := range []string{bad + ": name: " + nameRuleMessage, bad + ": limits.maxSteps: Number must be greater than or equal to 1", "missing.yaml: (root): "} {
+		if !strings.Contains(out.String(), want) {
+			t.Fatalf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	out.Reset()
+	run(context.Background(), []string{"validate", "--json", bad}, envOf(nil), &out, io.Discard)
+	if !strings.Contains(out.String(), `"ok": false`) || !strings.Contains(out.String(), `"issues": [`) {
+		t.Fatalf("json output %s", out.String())
+	}
+	var ue usageError
+	if err := run(context.Background(), []string{"validate"}, envOf(nil), io.Discard, io.Discard); !errors.As(err, &ue) {
+		t.Fatalf("no files: %v", err)
+	}
+}

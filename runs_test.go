@@ -846,7 +846,7 @@ func TestEventsSocketRunsTopic(t *testing.T) {
 	m := &fakeModel{script: scriptOf()}
 	te := newRunEnv(t, m, nil)
 	te.putAgent(testSpec("pub", nil))
-	sub := te.s.hub.subscribe()
+	sub, _ := te.s.hub.subscribe()
 	defer te.s.hub.unsubscribe(sub)
 	res := te.run("pub", map[string]any{"input": "x"})
 	var started, finished bool

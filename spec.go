@@ -1,25 +1,19 @@
-// spec.go — the agent spec: its types, strict parsing from YAML or JSON, defaults, validation that
-// reports every problem at once as `<dotted.path>: <message>` lines (API.md "Agent spec", DESIGN §3),
-// and rendering a spec back to YAML.
+// spec.go — the agent spec: its types, defaults, validation that reports every problem at once as
+// `<dotted.path>: <message>` lines (API.md "Agent spec", DESIGN §3), and rendering a spec back to YAML.
 //
 // Entry points: parseSpecYAML(text) and parseSpecJSON(raw) → (*AgentSpec with defaults, issues);
-// renderSpecYAML(spec); parseComputerCreateJSON(raw) for the POST /v1/computers body.
-// Rules: both inputs are first turned into one neutral value tree (objects keep key order and report
-// duplicate keys; numbers keep whether they are integral), then one validator walks it, so YAML and JSON
-// give the same issues. Unknown keys at any level are issues. YAML anchors and aliases are refused
-// outright while building the tree, so an alias bomb costs no more than its text; non-UTF-8 is refused.
-// Defaults fill only keys that were absent; a spec with any issue is never returned.
+// renderSpecYAML(spec); parseComputerCreateJSON(raw) for the POST /v1/computers body; specIssuesError.
+// Rules: both inputs first become one neutral value tree (spectree.go), then one validator walks it, so
+// YAML and JSON give the same issues. Unknown keys at any level are issues; integers and floats are told
+// apart; defaults fill only keys that were absent; a spec with any issue is never returned.
 package main
 
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"math"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -145,313 +139,6 @@ type TriggerSpec struct {
 	Allowlist   []string `json:"allowlist,omitempty" yaml:"allowlist,omitempty"`
 }
 
-// ---- the neutral value tree ----
-
-// Values of the tree: nil, bool, string, specNum, []any, *specObj.
-type specObj struct {
-	keys []string // document order
-	vals map[string]any
-	dups []string // keys that appeared more than once
-}
-
-func (o *specObj) set(k string, v any) {
-	if _, ok := o.vals[k]; ok {
-		o.dups = append(o.dups, k)
-	} else {
-		o.keys = append(o.keys, k)
-	}
-	o.vals[k] = v
-}
-
-// specNum is a finite number; isInt when it is integral and within JavaScript's safe range, so a
-// spec means the same to every client.
-type specNum struct {
-	f     float64
-	isInt bool
-}
-
-const maxSafeInt = 1<<53 - 1
-
-func newSpecNum(f float64) specNum {
-	return specNum{f: f, isInt: f == math.Trunc(f) && math.Abs(f) <= maxSafeInt}
-}
-
-// maxSpecDepth bounds nesting so a hostile document cannot exhaust the stack.
-const maxSpecDepth = 200
-
-// specInputError is a document that could not become a tree; it is reported as one issue.
-type specInputError struct{ path, msg string }
-
-func (e *specInputError) Error() string { return issueLine(e.path, e.msg) }
-
-func issueLine(path, msg string) string {
-	if path == "" {
-		path = "(root)"
-	}
-	return path + ": " + msg
-}
-
-func joinPath(path, key string) string {
-	if path == "" {
-		return key
-	}
-	return path + "." + key
-}
-
-// yamlTree parses one YAML document into the neutral tree.
-func yamlTree(text string) (v any, err error) {
-	if !utf8.ValidString(text) {
-		return nil, &specInputError{"", "YAML text is not valid UTF-8"}
-	}
-	defer func() {
-		if p := recover(); p != nil { // the YAML library must never take the server down
-			v, err = nil, &specInputError{"", fmt.Sprintf("Invalid YAML: %v", p)}
-		}
-	}()
-	dec := yaml.NewDecoder(strings.NewReader(text))
-	var doc yaml.Node
-	if err := dec.Decode(&doc); err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil, nil
-		}
-		return nil, &specInputError{"", "Invalid YAML: " + strings.TrimPrefix(err.Error(), "yaml: ")}
-	}
-	var second yaml.Node
-	if err := dec.Decode(&second); err == nil {
-		return nil, &specInputError{"", "YAML text holds more than one document; send one spec"}
-	} else if !errors.Is(err, io.EOF) {
-		return nil, &specInputError{"", "Invalid YAML: " + strings.TrimPrefix(err.Error(), "yaml: ")}
-	}
-	if len(doc.Content) == 0 {
-		return nil, nil
-	}
-	if doc.Anchor != "" {
-		return nil, errYAMLAlias("")
-	}
-	return yamlValue(doc.Content[0], "", 0)
-}
-
-func errYAMLAlias(path string) error {
-	return &specInputError{path, "YAML anchors and aliases are not supported; write the value out"}
-}
-
-func yamlValue(n *yaml.Node, path string, depth int) (any, error) {
-	if depth > maxSpecDepth {
-		return nil, &specInputError{path, fmt.Sprintf("document nests deeper than %d levels", maxSpecDepth)}
-	}
-	if n.Kind == yaml.AliasNode || n.Anchor != "" {
-		return nil, errYAMLAlias(path)
-	}
-	switch n.Kind {
-	case yaml.MappingNode:
-		o := &specObj{vals: make(map[string]any, len(n.Content)/2)}
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			k, val := n.Content[i], n.Content[i+1]
-			if k.Kind == yaml.AliasNode || k.Anchor != "" {
-				return nil, errYAMLAlias(path)
-			}
-			if k.Kind != yaml.ScalarNode {
-				return nil, &specInputError{path, "object keys must be plain strings"}
-			}
-			child, err := yamlValue(val, joinPath(path, k.Value), depth+1)
-			if err != nil {
-				return nil, err
-			}
-			o.set(k.Value, child)
-		}
-		return o, nil
-	case yaml.SequenceNode:
-		out := make([]any, 0, len(n.Content))
-		for i, c := range n.Content {
-			child, err := yamlValue(c, joinPath(path, strconv.Itoa(i)), depth+1)
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, child)
-		}
-		return out, nil
-	case yaml.ScalarNode:
-		return yamlScalar(n, path)
-	}
-	return nil, &specInputError{path, "unsupported YAML node"}
-}
-
-func yamlScalar(n *yaml.Node, path string) (any, error) {
-	switch tag := n.ShortTag(); tag {
-	case "!!str", "!!timestamp", "!!binary":
-		// A date-looking value (importedAt: 2026-11-22) is kept as the text the author wrote.
-		return n.Value, nil
-	case "!!null":
-		return nil, nil
-	case "!!bool":
-		switch strings.ToLower(n.Value) {
-		case "true":
-			return true, nil
-		case "false":
-			return false, nil
-		}
-		var b bool
-		if err := n.Decode(&b); err != nil {
-			return nil, &specInputError{path, fmt.Sprintf("invalid boolean %q", n.Value)}
-		}
-		return b, nil
-	case "!!int", "!!float":
-		plain := strings.ReplaceAll(n.Value, "_", "")
-		if i, err := strconv.ParseInt(plain, 0, 64); err == nil {
-			return newSpecNum(float64(i)), nil
-		}
-		f, err := strconv.ParseFloat(plain, 64)
-		if err != nil {
-			var x any
-			if derr := n.Decode(&x); derr != nil {
-				return nil, &specInputError{path, fmt.Sprintf("invalid number %q", n.Value)}
-			}
-			switch t := x.(type) {
-			case int:
-				f = float64(t)
-			case int64:
-				f = float64(t)
-			case uint64:
-				f = float64(t)
-			case float64:
-				f = t
-			default:
-				return nil, &specInputError{path, fmt.Sprintf("invalid number %q", n.Value)}
-			}
-		}
-		if math.IsInf(f, 0) || math.IsNaN(f) {
-			return nil, &specInputError{path, fmt.Sprintf("number %q is not finite", n.Value)}
-		}
-		return newSpecNum(f), nil
-	default:
-		return nil, &specInputError{path, fmt.Sprintf("unsupported YAML tag %q", tag)}
-	}
-}
-
-// jsonTree parses one JSON value into the neutral tree, keeping key order and catching duplicate keys
-// (encoding/json would silently keep the last one).
-func jsonTree(raw []byte) (any, error) {
-	if !utf8.Valid(raw) {
-		return nil, &specInputError{"", "JSON is not valid UTF-8"}
-	}
-	if !json.Valid(raw) { // also bounds nesting before the token walk below
-		var x any
-		err := json.Unmarshal(raw, &x)
-		msg := "Invalid JSON"
-		if err != nil {
-			msg += ": " + strings.TrimPrefix(err.Error(), "json: ")
-		}
-		return nil, &specInputError{"", msg}
-	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	v, err := jsonValue(dec, "", 0)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, &specInputError{"", "Invalid JSON: data after the value"}
-	}
-	return v, nil
-}
-
-func jsonValue(dec *json.Decoder, path string, depth int) (any, error) {
-	if depth > maxSpecDepth {
-		return nil, &specInputError{path, fmt.Sprintf("document nests deeper than %d levels", maxSpecDepth)}
-	}
-	tok, err := dec.Token()
-	if err != nil {
-		return nil, &specInputError{path, "Invalid JSON: " + strings.TrimPrefix(err.Error(), "json: ")}
-	}
-	switch t := tok.(type) {
-	case json.Delim:
-		switch t {
-		case '{':
-			o := &specObj{vals: map[string]any{}}
-			for dec.More() {
-				kt, err := dec.Token()
-				if err != nil {
-					return nil, &specInputError{path, "Invalid JSON: " + strings.TrimPrefix(err.Error(), "json: ")}
-				}
-				k, _ := kt.(string)
-				child, err := jsonValue(dec, joinPath(path, k), depth+1)
-				if err != nil {
-					return nil, err
-				}
-				o.set(k, child)
-			}
-			if _, err := dec.Token(); err != nil {
-				return nil, &specInputError{path, "Invalid JSON: " + err.Error()}
-			}
-			return o, nil
-		case '[':
-			out := []any{}
-			for i := 0; dec.More(); i++ {
-				child, err := jsonValue(dec, joinPath(path, strconv.Itoa(i)), depth+1)
-				if err != nil {
-					return nil, err
-				}
-				out = append(out, child)
-			}
-			if _, err := dec.Token(); err != nil {
-				return nil, &specInputError{path, "Invalid JSON: " + err.Error()}
-			}
-			return out, nil
-		}
-	case json.Number:
-		f, err := strconv.ParseFloat(string(t), 64)
-		if err != nil || math.IsInf(f, 0) {
-			return nil, &specInputError{path, fmt.Sprintf("number %s is out of range", t)}
-		}
-		return newSpecNum(f), nil
-	case string, bool, nil:
-		return t, nil
-	}
-	return nil, &specInputError{path, "Invalid JSON"}
-}
-
-// plainValue turns a tree value into ordinary Go values (for metadata, carried through untouched).
-func plainValue(v any) any {
-	switch t := v.(type) {
-	case *specObj:
-		m := make(map[string]any, len(t.keys))
-		for _, k := range t.keys {
-			m[k] = plainValue(t.vals[k])
-		}
-		return m
-	case []any:
-		out := make([]any, len(t))
-		for i, x := range t {
-			out[i] = plainValue(x)
-		}
-		return out
-	case specNum:
-		if t.isInt {
-			return int64(t.f)
-		}
-		return t.f
-	}
-	return v
-}
-
-func typeName(v any) string {
-	switch v.(type) {
-	case nil:
-		return "null"
-	case bool:
-		return "boolean"
-	case string:
-		return "string"
-	case specNum:
-		return "number"
-	case []any:
-		return "array"
-	case *specObj:
-		return "object"
-	}
-	return "unknown"
-}
-
 // ---- the validator ----
 
 // specCheck collects issues while it walks a tree; every accessor reports and carries on, so one pass
@@ -473,7 +160,7 @@ func (c *specCheck) object(path string, v any, allowed []string) *specObj {
 	}
 	var unknown []string
 	for _, k := range o.keys {
-		if allowed != nil && !slices.Contains(allowed, k) {
+		if allowed != nil && !contains(allowed, k) {
 			unknown = append(unknown, "'"+k+"'")
 		}
 	}
@@ -484,6 +171,28 @@ func (c *specCheck) object(path string, v any, allowed []string) *specObj {
 		c.add(joinPath(path, k), "Duplicate key")
 	}
 	return o
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// val is get without the path: paths are built only when an issue is reported, which keeps validating
+// a valid spec cheap.
+func (c *specCheck) val(o *specObj, path, key string, required bool) (any, bool) {
+	if o == nil {
+		return nil, false
+	}
+	v, ok := o.vals[key]
+	if !ok && required {
+		c.add(joinPath(path, key), "Required")
+	}
+	return v, ok
 }
 
 // get returns the value of key and whether it is present; a missing required key is reported.
@@ -501,41 +210,41 @@ func (c *specCheck) get(o *specObj, path, key string, required bool) (any, strin
 
 // str reads a string field; max < 0 means no cap, nonEmpty requires at least one character.
 func (c *specCheck) str(o *specObj, path, key string, required bool, max int, nonEmpty bool, dst *string) {
-	v, p, ok := c.get(o, path, key, required)
+	v, ok := c.val(o, path, key, required)
 	if !ok {
 		return
 	}
 	s, isStr := v.(string)
 	if !isStr {
-		c.expected(p, "string", v)
+		c.expected(joinPath(path, key), "string", v)
 		return
 	}
 	if nonEmpty && s == "" {
-		c.add(p, "String must contain at least 1 character(s)")
+		c.add(joinPath(path, key), "String must contain at least 1 character(s)")
 		return
 	}
 	if max >= 0 && utf8.RuneCountInString(s) > max {
-		c.add(p, fmt.Sprintf("String must contain at most %d character(s)", max))
+		c.add(joinPath(path, key), fmt.Sprintf("String must contain at most %d character(s)", max))
 		return
 	}
 	*dst = s
 }
 
 func (c *specCheck) strList(o *specObj, path, key string, dst *[]string) {
-	v, p, ok := c.get(o, path, key, false)
+	v, ok := c.val(o, path, key, false)
 	if !ok {
 		return
 	}
 	list, isList := v.([]any)
 	if !isList {
-		c.expected(p, "array", v)
+		c.expected(joinPath(path, key), "array", v)
 		return
 	}
 	out := make([]string, 0, len(list))
 	for i, x := range list {
 		s, isStr := x.(string)
 		if !isStr {
-			c.expected(joinPath(p, strconv.Itoa(i)), "string", x)
+			c.expected(joinPath(joinPath(path, key), strconv.Itoa(i)), "string", x)
 			continue
 		}
 		out = append(out, s)
@@ -544,11 +253,11 @@ func (c *specCheck) strList(o *specObj, path, key string, dst *[]string) {
 }
 
 func (c *specCheck) strMap(o *specObj, path, key string, dst *map[string]string) {
-	v, p, ok := c.get(o, path, key, false)
+	v, ok := c.val(o, path, key, false)
 	if !ok {
 		return
 	}
-	m := c.object(p, v, nil)
+	m := c.object(joinPath(path, key), v, nil)
 	if m == nil {
 		return
 	}
@@ -556,7 +265,7 @@ func (c *specCheck) strMap(o *specObj, path, key string, dst *map[string]string)
 	for _, k := range m.keys {
 		s, isStr := m.vals[k].(string)
 		if !isStr {
-			c.expected(joinPath(p, k), "string", m.vals[k])
+			c.expected(joinPath(joinPath(path, key), k), "string", m.vals[k])
 			continue
 		}
 		out[k] = s
@@ -565,13 +274,13 @@ func (c *specCheck) strMap(o *specObj, path, key string, dst *map[string]string)
 }
 
 func (c *specCheck) boolean(o *specObj, path, key string, dst *bool) {
-	v, p, ok := c.get(o, path, key, false)
+	v, ok := c.val(o, path, key, false)
 	if !ok {
 		return
 	}
 	b, isBool := v.(bool)
 	if !isBool {
-		c.expected(p, "boolean", v)
+		c.expected(joinPath(path, key), "boolean", v)
 		return
 	}
 	*dst = b
@@ -630,38 +339,38 @@ func (c *specCheck) checkNum(p string, v any, b bounds) (specNum, bool) {
 func fmtNum(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
 
 func (c *specCheck) number(o *specObj, path, key string, b bounds, dst *float64) {
-	v, p, ok := c.get(o, path, key, false)
+	v, ok := c.val(o, path, key, false)
 	if !ok {
 		return
 	}
-	if n, good := c.checkNum(p, v, b); good {
+	if n, good := c.checkNum(joinPath(path, key), v, b); good {
 		*dst = n.f
 	}
 }
 
 func (c *specCheck) integer(o *specObj, path, key string, b bounds, dst *int) {
-	v, p, ok := c.get(o, path, key, false)
+	v, ok := c.val(o, path, key, false)
 	if !ok {
 		return
 	}
 	b.isInt = true
-	if n, good := c.checkNum(p, v, b); good {
+	if n, good := c.checkNum(joinPath(path, key), v, b); good {
 		*dst = int(n.f)
 	}
 }
 
 func (c *specCheck) enum(o *specObj, path, key string, values []string, dst *string) {
-	v, p, ok := c.get(o, path, key, false)
+	v, ok := c.val(o, path, key, false)
 	if !ok {
 		return
 	}
 	s, isStr := v.(string)
 	if !isStr {
-		c.expected(p, "string", v)
+		c.expected(joinPath(path, key), "string", v)
 		return
 	}
-	if !slices.Contains(values, s) {
-		c.add(p, fmt.Sprintf("Invalid enum value. Expected %s, received '%s'", quoteList(values), s))
+	if !contains(values, s) {
+		c.add(joinPath(path, key), fmt.Sprintf("Invalid enum value. Expected %s, received '%s'", quoteList(values), s))
 		return
 	}
 	*dst = s
@@ -677,17 +386,17 @@ func quoteList(values []string) string {
 
 // objList walks an array of objects, calling each with the element's path and object.
 func (c *specCheck) objList(o *specObj, path, key string, allowed []string, each func(p string, e *specObj)) bool {
-	v, p, ok := c.get(o, path, key, false)
+	v, ok := c.val(o, path, key, false)
 	if !ok {
 		return false
 	}
 	list, isList := v.([]any)
 	if !isList {
-		c.expected(p, "array", v)
+		c.expected(joinPath(path, key), "array", v)
 		return false
 	}
 	for i, x := range list {
-		ep := joinPath(p, strconv.Itoa(i))
+		ep := joinPath(joinPath(path, key), strconv.Itoa(i))
 		if e := c.object(ep, x, allowed); e != nil {
 			each(ep, e)
 		}
@@ -1005,17 +714,83 @@ func parseComputerCreateJSON(raw []byte) (*ComputerSpec, []string) {
 // ---- rendering ----
 
 // renderSpecYAML renders a spec (defaults applied) as YAML that parseSpecYAML accepts back unchanged.
+// The node tree is built here from the spec's JSON (not by yaml.v3's Node.Encode, which loses some
+// multi-line strings), so every scalar's style is chosen on purpose: multi-line text as a readable
+// literal block unless its shape cannot survive one (blank-only, leading blanks, trailing spaces, CR),
+// in which case it is double-quoted.
 func renderSpecYAML(spec *AgentSpec) string {
+	raw, err := json.Marshal(spec)
+	if err != nil {
+		return ""
+	}
+	tree, err := jsonTree(raw)
+	if err != nil {
+		return string(raw) + "\n" // JSON is valid YAML
+	}
 	var b bytes.Buffer
 	enc := yaml.NewEncoder(&b)
 	enc.SetIndent(2)
-	if err := enc.Encode(spec); err != nil {
-		// Only a metadata value yaml cannot encode gets here; fall back to JSON, which is valid YAML.
-		j, _ := json.MarshalIndent(spec, "", "  ")
-		return string(j) + "\n"
+	if err := enc.Encode(yamlNodeOf(tree)); err != nil {
+		return string(raw) + "\n"
 	}
 	enc.Close()
 	return b.String()
+}
+
+func yamlNodeOf(v any) *yaml.Node {
+	switch t := v.(type) {
+	case *specObj:
+		n := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
+		if len(t.keys) == 0 {
+			n.Style = yaml.FlowStyle
+		}
+		for _, k := range t.keys {
+			key := &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: k}
+			if strings.ContainsAny(k, "\n\r\t") {
+				key.Style = yaml.DoubleQuotedStyle // a block scalar cannot be a simple key
+			}
+			n.Content = append(n.Content, key, yamlNodeOf(t.vals[k]))
+		}
+		return n
+	case []any:
+		n := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
+		if len(t) == 0 {
+			n.Style = yaml.FlowStyle
+		}
+		for _, x := range t {
+			n.Content = append(n.Content, yamlNodeOf(x))
+		}
+		return n
+	case string:
+		n := &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: t}
+		if strings.ContainsAny(t, "\n\r") {
+			n.Style = yaml.LiteralStyle
+			if blockUnsafe(t) {
+				n.Style = yaml.DoubleQuotedStyle
+			}
+		}
+		return n
+	case specNum:
+		if t.isInt {
+			return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!int", Value: strconv.FormatInt(int64(t.f), 10)}
+		}
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!float", Value: strconv.FormatFloat(t.f, 'g', -1, 64)}
+	case bool:
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!bool", Value: strconv.FormatBool(t)}
+	}
+	return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!null", Value: "null"}
+}
+
+// blockUnsafe reports text a literal block scalar would not carry back byte for byte.
+func blockUnsafe(v string) bool {
+	if strings.TrimSpace(v) == "" || strings.ContainsAny(v, "\r\t") {
+		return true
+	}
+	switch v[0] {
+	case ' ', '\n':
+		return true
+	}
+	return strings.Contains(v, " \n") || strings.HasSuffix(v, " ") || strings.Contains(v, "\n\n\n") && strings.HasSuffix(v, "\n\n")
 }
 
 // specIssuesError is the 422 for an invalid spec: the first issue in the message, all in details.issues.

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"os"
+	"path/filepath"
 	"reflect"
 	"runtime"
 	"slices"
@@ -275,5 +276,99 @@ func TestComputerCreateBody(t *testing.T) {
 	want := []string{"(root): Unrecognized key(s) in object: 'enabled'", "cpus: Number must be less than or equal to 64"}
 	if !slices.Equal(issues, want) {
 		t.Fatalf("issues %q, want %q", issues, want)
+	}
+}
+
+// TestSpecMemoryBounded: a document of a million tiny values is refused before it costs its weight.
+func TestSpecMemoryBounded(t *testing.T) {
+	flow := "name: a\nmetadata:\n  x: [" + strings.Repeat("1,", 1_000_000) + "1]\n"
+	block := "name: a\nmetadata:\n  x:\n" + strings.Repeat("  - 1\n", 300_000)
+	jsonDoc := `{"name":"a","metadata":{"x":[` + strings.Repeat("1,", 1_000_000) + `1]}}`
+	for name, parse := range map[string]func() []string{
+		"yaml flow":  func() []string { _, is := parseSpecYAML(flow); return is },
+		"yaml block": func() []string { _, is := parseSpecYAML(block); return is },
+		"json":       func() []string { _, is := parseSpecJSON([]byte(jsonDoc)); return is },
+	} {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		issues := parse()
+		runtime.ReadMemStats(&after)
+		if len(issues) != 1 || !strings.Contains(issues[0], "more than") || !strings.Contains(issues[0], "values") {
+			t.Fatalf("%s: %q", name, issues)
+		}
+		if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 64<<20 {
+			t.Fatalf("%s: refusing it allocated %d MB", name, alloc>>20)
+		}
+	}
+	// Long text is one value: a 4 MB knowledge entry is fine.
+	big := "name: a\nknowledge:\n  - title: manual\n    content: |\n" + strings.Repeat("      a line of the manual that is long enough\n", 90_000)
+	if _, issues := parseSpecYAML(big); len(issues) > 0 {
+		t.Fatalf("large knowledge refused: %q", issues)
+	}
+}
+
+// TestRenderTrickyStrings: text of every awkward shape survives spec → YAML → spec byte for byte.
+func TestRenderTrickyStrings(t *testing.T) {
+	tricky := []string{"", "\n", "\n\n", " ", " a", "a ", "a\n", "a\n\n", "a\n\n\n", "\na", " a\nb", "a \nb",
+		"a\n b", "\ta\n", "a\r\nb", "line1\nline2\n", "# not a comment\n", "- not a list\n", "key: value\n",
+		"'quoted'\n", "\"dq\"\n", "tab\there\n", "trailing\n ", "unicode ✓\n", "null", "true", "1.0", "0x10", "~",
+		"@at", "`tick", "a: b", "- x", "? q", "{a}", "[a]", "*alias", "&anchor", "!tag", "%dir", "|", ">", "---", "..."}
+	for _, s := range tricky {
+		spec := defaultSpec()
+		spec.Name = "a"
+		spec.Description = s
+		spec.Persona = s
+		spec.Knowledge = []Knowledge{{Title: s, Content: s}}
+		spec.Metadata = map[string]any{"v": s, s: 1}
+		enabled := true
+		spec.Computer.Enabled = &enabled
+		text := renderSpecYAML(&spec)
+		back, issues := parseSpecYAML(text)
+		if len(issues) > 0 {
+			t.Fatalf("%q: issues %q\n%s", s, issues, text)
+		}
+		want, _ := json.Marshal(spec)
+		got, _ := json.Marshal(back)
+		if string(want) != string(got) {
+			t.Fatalf("%q changed:\n%s\n%s\n%s", s, want, got, text)
+		}
+	}
+}
+
+// TestFastPathTakesRealSpecs: the usual spec shapes take the fast YAML path; every seed agrees with yaml.v3.
+func TestFastPathTakesRealSpecs(t *testing.T) {
+	paths, _ := filepath.Glob("testdata/specs/*.yaml")
+	paths = append(paths, "testdata/full-spec.yaml")
+	for _, p := range paths {
+		text := mustReadFile(t, p)
+		if _, ok := yamlFastTree(text); !ok && (strings.HasSuffix(p, "full-spec.yaml") || strings.HasSuffix(p, "minimal.yaml")) {
+			t.Errorf("%s does not take the fast path", p)
+		}
+		checkFastPath(t, text)
+	}
+}
+
+// TestFastPathAgreesWithYAMLv3 runs awkward shapes through both YAML paths.
+func TestFastPathAgreesWithYAMLv3(t *testing.T) {
+	cases := []string{
+		"name: a\n", "name: a", "name: a # c\n", "name: 'a # b'\n", "name: \"a\\tb\\n\"\n", "name: 'it''s'\n",
+		"a: |\n  x\n  y\n", "a: |\n  x\n\n  y\n\n\nb: 1\n", "a: |-\n  x\n", "a: |\n  x", "a: | # c\n  x\n",
+		"a: |\n    deep\n  shallow\n", "a: |\n\n  x\n", "a: |\n  x\n   \n  y\n", "a: |\n  x\n# c\nb: 2\n",
+		"a:\n- 1\n- 2\n", "a:\n  - 1\n  -   2\n", "- a\n- b: 1\n  c: 2\n", "a:\n  - b: 1\n    c:\n      - x\n",
+		"a: [1, 'x', \"y\", true, null, 1.5, -2, 0x10, 0o17, 1e3, 1_000, .inf, ~]\n", "a: []\nb: {}\n",
+		"a: {x: 1, y: two}\n", "a: [a, [b]]\n", "a: {x: {y: 1}}\n", "a: [a,]\n", "a: [ ]\n",
+		"a: 1\n  b: 2\n", "a:\n  b: 1\n c: 2\n", "a: b: c\n", "a:b\n", "a : b\n", "a: - b\n", "- - a\n",
+		"a: yes\nb: no\nc: on\nd: off\ne: Yes\nf: y\ng: n\n", "a: 2026-11-22\nb: 2026-11-22T10:00:00Z\n",
+		"a: 1.2.0\nb: 0755\nc: 08\nd: +1\ne: .5\nf: -.inf\ng: 1e400\n", "a: null\nb: Null\nc: ~\nd:\n",
+		"a: x, y [z]\n", "a: x #y\n", "a: x#y\n", "a: \"x\" y\n", "a: 'x'#y\n", "a: \"x\n", "a: 'x\n",
+		"a:\n\n  b: 1\n", "  a: 1\n  b: 2\n", "a: 1\n\n\n", "# only\na: 1\n", "a: @x\n", "a: `x\n", "a: %x\n",
+		"a: &x 1\nb: *x\n", "a: !!str 1\n", "? a\n: b\n", "a: >\n  x\n", "a: |+\n  x\n", "a: |2\n  x\n",
+		"\"a\": 1\n", "'a': 1\n", "a: 1\na: 2\n", "<<: {a: 1}\n", "a: \"\\u00e9\"\n", "a: \"\\x41\"\n",
+		"a:\n  -\n    b: 1\n", "a:\n  - \n  - x\n", "a: |\n  x\nb: |\n  y\n", "a: -1\nb: -x\nc: '-'\n",
+		"a: 'x' # c\n", "a: [x] # c\n", "a: {b: 1} # c\n", "a: é\nb: 日本\n", "é: 1\n", "a: ' lead'\n",
+	}
+	for _, c := range cases {
+		checkFastPath(t, c)
 	}
 }

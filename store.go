@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"sync"
 	"time"
 
 	_ "modernc.org/sqlite"
@@ -27,6 +28,7 @@ CREATE TABLE agents (
 	name       TEXT PRIMARY KEY,
 	yaml       TEXT NOT NULL,
 	spec       TEXT NOT NULL,       -- JSON of the spec with defaults applied
+	summary    TEXT NOT NULL DEFAULT '', -- JSON AgentSummary without updatedAt and runCount (fast listing)
 	created_at TEXT NOT NULL,
 	updated_at TEXT NOT NULL
 );
@@ -85,6 +87,8 @@ CREATE TABLE transcripts (
 type store struct {
 	db  *sql.DB
 	now func() time.Time
+
+	agentList agentListCache // see ListAgentSummaries
 }
 
 // errNotFound is returned by store lookups that find nothing; callers map it to their domain's code.
@@ -147,17 +151,31 @@ func (st *store) migrate(ctx context.Context) error {
 // ---- agents ----
 
 type agentRow struct {
-	Name      string
-	YAML      string
-	SpecJSON  string
-	CreatedAt string
-	UpdatedAt string
+	Name        string
+	YAML        string
+	SpecJSON    string
+	SummaryJSON string // filled by the store from SpecJSON when empty
+	CreatedAt   string
+	UpdatedAt   string
+}
+
+// withSummary fills SummaryJSON from SpecJSON, so every writer keeps the listing column right.
+func (a agentRow) withSummary() agentRow {
+	if a.SummaryJSON == "" {
+		var spec AgentSpec
+		if json.Unmarshal([]byte(a.SpecJSON), &spec) == nil {
+			a.SummaryJSON = agentSummaryJSON(&spec)
+		}
+	}
+	return a
 }
 
 // CreateAgent inserts a new agent; it reports false when the name is taken.
 func (st *store) CreateAgent(ctx context.Context, a agentRow) (bool, error) {
-	res, err := st.db.ExecContext(ctx, `INSERT INTO agents(name, yaml, spec, created_at, updated_at)
-		VALUES (?, ?, ?, ?, ?) ON CONFLICT(name) DO NOTHING`, a.Name, a.YAML, a.SpecJSON, a.CreatedAt, a.UpdatedAt)
+	a = a.withSummary()
+	res, err := st.db.ExecContext(ctx, `INSERT INTO agents(name, yaml, spec, summary, created_at, updated_at)
+		VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(name) DO NOTHING`, a.Name, a.YAML, a.SpecJSON, a.SummaryJSON, a.CreatedAt, a.UpdatedAt)
+	st.invalidateAgentList()
 	if err != nil {
 		return false, err
 	}
@@ -167,8 +185,10 @@ func (st *store) CreateAgent(ctx context.Context, a agentRow) (bool, error) {
 
 // UpdateAgent replaces an existing agent's spec; errNotFound when there is none.
 func (st *store) UpdateAgent(ctx context.Context, a agentRow) error {
-	res, err := st.db.ExecContext(ctx, `UPDATE agents SET yaml = ?, spec = ?, updated_at = ? WHERE name = ?`,
-		a.YAML, a.SpecJSON, a.UpdatedAt, a.Name)
+	a = a.withSummary()
+	res, err := st.db.ExecContext(ctx, `UPDATE agents SET yaml = ?, spec = ?, summary = ?, updated_at = ? WHERE name = ?`,
+		a.YAML, a.SpecJSON, a.SummaryJSON, a.UpdatedAt, a.Name)
+	st.invalidateAgentList()
 	if err != nil {
 		return err
 	}
@@ -205,8 +225,63 @@ func (st *store) ListAgents(ctx context.Context) ([]agentRow, error) {
 	return out, rows.Err()
 }
 
+// agentListCache keeps the result of ListAgentSummaries between agent writes. gen changes on every write,
+// so a listing that raced a write is never kept.
+type agentListCache struct {
+	mu    sync.Mutex
+	gen   uint64
+	valid bool
+	rows  []agentRow
+}
+
+func (st *store) invalidateAgentList() {
+	c := &st.agentList
+	c.mu.Lock()
+	c.gen++
+	c.valid, c.rows = false, nil
+	c.mu.Unlock()
+}
+
+// ListAgentSummaries returns name, summary JSON and updatedAt of every agent, by name: the listing
+// reads no spec, and is served from memory until the next agent write.
+func (st *store) ListAgentSummaries(ctx context.Context) ([]agentRow, error) {
+	c := &st.agentList
+	c.mu.Lock()
+	if c.valid {
+		rows := c.rows
+		c.mu.Unlock()
+		return rows, nil // shared: callers only read it
+	}
+	gen := c.gen
+	c.mu.Unlock()
+
+	rows, err := st.db.QueryContext(ctx, `SELECT name, summary, updated_at FROM agents ORDER BY name`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []agentRow
+	for rows.Next() {
+		var a agentRow
+		if err := rows.Scan(&a.Name, &a.SummaryJSON, &a.UpdatedAt); err != nil {
+			return nil, err
+		}
+		out = append(out, a)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	if c.gen == gen {
+		c.valid, c.rows = true, out
+	}
+	c.mu.Unlock()
+	return out, nil
+}
+
 func (st *store) DeleteAgent(ctx context.Context, name string) error {
 	res, err := st.db.ExecContext(ctx, `DELETE FROM agents WHERE name = ?`, name)
+	st.invalidateAgentList()
 	if err != nil {
 		return err
 	}
@@ -214,6 +289,13 @@ func (st *store) DeleteAgent(ctx context.Context, name string) error {
 		return errNotFound
 	}
 	return nil
+}
+
+// RunCountOf returns the number of recorded runs of one agent (an index lookup, not a scan).
+func (st *store) RunCountOf(ctx context.Context, agent string) (int, error) {
+	var n int
+	err := st.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM runs WHERE agent = ?`, agent).Scan(&n)
+	return n, err
 }
 
 // RunCounts returns the number of recorded runs per agent.

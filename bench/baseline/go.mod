@@ -1,0 +1,3 @@
+module agentd-bench-baseline
+
+go 1.26

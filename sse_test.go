@@ -1,0 +1,108 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestSSEFrames(t *testing.T) {
+	sawPing := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s := newSSE(w, 5*time.Millisecond)
+		s.send(map[string]any{"type": "a"})
+		select { // the client tells when a keep-alive arrived between the two events
+		case <-sawPing:
+		case <-time.After(30 * time.Second):
+		}
+		s.send(map[string]any{"type": "b"})
+		s.fail(errorf(codeModelError, "provider broke").withHint("retry"))
+		s.close()
+		s.close() // idempotent
+	}))
+	defer srv.Close()
+	res, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	for k, v := range map[string]string{"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"} {
+		if res.Header.Get(k) != v {
+			t.Fatalf("%s = %q", k, res.Header.Get(k))
+		}
+	}
+	var frames []string
+	sc := bufio.NewScanner(res.Body)
+	var cur []string
+	notify := sawPing
+	for sc.Scan() {
+		if sc.Text() == ": ping" && notify != nil {
+			close(notify)
+			notify = nil
+		}
+		if sc.Text() == "" {
+			frames = append(frames, strings.Join(cur, "\n"))
+			cur = nil
+			continue
+		}
+		cur = append(cur, sc.Text())
+	}
+	var events []string
+	pings := 0
+	for _, f := range frames {
+		if f == ": ping" {
+			pings++
+			continue
+		}
+		events = append(events, f)
+	}
+	want := []string{
+		"id: 1\ndata: {\"type\":\"a\"}",
+		"id: 2\ndata: {\"type\":\"b\"}",
+		"event: error\ndata: {\"error\":{\"code\":\"E_MODEL_ERROR\",\"message\":\"provider broke\",\"hint\":\"retry\"}}",
+		"event: done\ndata: {}",
+	}
+	if strings.Join(events, "|") != strings.Join(want, "|") {
+		t.Fatalf("frames:\n%q\nwant\n%q", events, want)
+	}
+	if pings == 0 {
+		t.Fatal("no keep-alive ping")
+	}
+}
+
+// A consumer that stops draining is detected: Done fires with errStreamStalled and the producer can abort.
+func TestSSEStalledConsumer(t *testing.T) {
+	stalled := make(chan error, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s := newSSE(w, time.Hour)
+		s.stall = 100 * time.Millisecond
+		big := strings.Repeat("x", 64<<10)
+		for i := 0; i < 100000; i++ {
+			if s.send(big) != nil {
+				break
+			}
+		}
+		<-s.Done()
+		stalled <- s.Err()
+	}))
+	defer srv.Close()
+	conn, err := net.Dial("tcp", strings.TrimPrefix(srv.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n")) // and never read
+	select {
+	case err := <-stalled:
+		if !errors.Is(err, errStreamStalled) {
+			t.Fatalf("err %v", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("a consumer that never reads was not detected")
+	}
+}
