@@ -591,15 +591,8 @@ func (s *server) handleExecStream(w http.ResponseWriter, r *http.Request) {
 	}
 	sse := newSSE(w, ssePingEvery)
 	defer sse.close()
-	ctx, cancel := context.WithCancel(r.Context())
+	ctx, cancel := sse.bind(r.Context()) // a consumer gone or stalled aborts the work
 	defer cancel()
-	go func() {
-		select {
-		case <-sse.Done(): // consumer gone or stalled: abort the exec
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	res, err := s.computers.runPrepared(ctx, x, func(stream, data string) {
 		sse.send(map[string]any{"type": stream, "data": data})
 	})

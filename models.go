@@ -401,15 +401,8 @@ func (s *server) handleChatStream(w http.ResponseWriter, r *http.Request) {
 	}
 	sse := newSSE(w, ssePingEvery)
 	defer sse.close()
-	ctx, cancel := context.WithCancel(r.Context())
+	ctx, cancel := sse.bind(r.Context()) // a consumer gone or stalled aborts the work
 	defer cancel()
-	go func() {
-		select {
-		case <-sse.Done():
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	s.models.run(ctx, plan, req, func(ev StreamEvent) {
 		if ev.Type == "error" {
 			sse.fail(ev.Error)

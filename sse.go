@@ -9,6 +9,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -70,6 +71,23 @@ func (s *sseWriter) pinger(every time.Duration) {
 			s.write([]byte(": ping\n\n"))
 		}
 	}
+}
+
+// bind returns a context derived from parent that is cancelled as soon as the consumer is gone (write
+// failed or stalled), so the producer behind the stream — an exec, a model call — stops with it. The
+// returned cancel also waits for the watcher goroutine, which it owns.
+func (s *sseWriter) bind(parent context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(parent)
+	watcher := make(chan struct{})
+	go func() {
+		defer close(watcher)
+		select {
+		case <-s.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() { cancel(); <-watcher }
 }
 
 // Done is closed when the consumer is gone (write failed or stalled past 60 s).

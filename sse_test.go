@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"net"
 	"net/http"
@@ -104,5 +105,35 @@ func TestSSEStalledConsumer(t *testing.T) {
 		}
 	case <-time.After(60 * time.Second):
 		t.Fatal("a consumer that never reads was not detected")
+	}
+}
+
+// A consumer that disconnects cancels the context bound to the stream, so the work behind it stops.
+func TestSSEBindCancelsWhenConsumerLeaves(t *testing.T) {
+	cancelled := make(chan error, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s := newSSE(w, time.Hour)
+		defer s.close()
+		ctx, cancel := s.bind(context.Background()) // not r.Context(): only the stream's death may cancel it
+		defer cancel()
+		for ctx.Err() == nil { // a producer that keeps writing until its consumer is gone
+			s.send(map[string]any{"type": "tick", "pad": strings.Repeat("x", 4096)})
+		}
+		cancelled <- ctx.Err()
+	}))
+	defer srv.Close()
+	res, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bufio.NewReader(res.Body).ReadString('\n') // the stream is live
+	res.Body.Close()
+	select {
+	case err := <-cancelled:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("bound context ended with %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the bound context was not cancelled after the consumer left")
 	}
 }
