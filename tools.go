@@ -353,8 +353,15 @@ func toolComputerInfo(ctx context.Context, env *toolEnv, args map[string]any) (s
 	if err != nil {
 		return "", err
 	}
-	b, _ := json.Marshal(map[string]any{"id": info.ID, "name": info.Name, "provider": info.Provider, "state": info.State,
-		"isolated": info.Isolated, "image": info.Image, "workdir": info.Workdir, "ports": info.Ports})
+	out := map[string]any{"id": info.ID, "name": info.Name, "provider": info.Provider, "state": info.State,
+		"isolated": info.Isolated, "image": info.Image, "workdir": info.Workdir, "ports": info.Ports}
+	if !info.Isolated {
+		// The local provider maps /work and /tmp only for cwd and the file tools, not inside commands.
+		out["note"] = "this computer is a guarded directory on the host, not a container: shell commands start in " +
+			"the working directory, but an absolute /work or /tmp inside a command names the host's own directory; " +
+			"use relative paths in commands (the file tools map /work and /tmp correctly)"
+	}
+	b, _ := json.Marshal(out)
 	return string(b), nil
 }
 

@@ -120,6 +120,8 @@ func TestShellToolOutputAndExpose(t *testing.T) {
 	}
 	if out, err := runTool(t, env, "computer_info", nil); err != nil || !strings.Contains(out, "cmp_tooly") {
 		t.Fatalf("info: %q %v", out, err)
+	} else if !strings.Contains(out, `"isolated":false`) || !strings.Contains(out, "use relative paths in commands") {
+		t.Fatalf("a non-isolated computer must tell the model how paths behave in commands: %q", out)
 	}
 }
 
