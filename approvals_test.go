@@ -283,3 +283,34 @@ func fmtEvents(evs []map[string]any) string {
 	}
 	return b.String()
 }
+
+// An approval asked for by a run that already ended is refused without being raised, and an approve
+// that races the run's end never lets the call run (fail closed).
+func TestApprovalAfterRunEndFailsClosed(t *testing.T) {
+	b := newApprovalBook(time.Now, nil)
+	b.timer = (&manualTimer{}).start
+	c := ToolCall{ID: "c1", Name: "shell", Args: map[string]any{"command": "rm -rf /work"}}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	raised := false
+	if ok, _ := b.request(ctx, "run_x", "a", c, c.Args, func(PendingApproval) { raised = true }); ok || raised {
+		t.Fatalf("approval after cancel: approved=%v raised=%v", ok, raised)
+	}
+	if n := len(b.list()); n != 0 {
+		t.Fatalf("%d approvals pending for a cancelled run", n)
+	}
+
+	for i := 0; i < 50; i++ { // the select would pick the approve half of the time
+		ctx, cancel := context.WithCancel(context.Background())
+		ok, reason := b.request(ctx, "run_x", "a", c, c.Args, func(p PendingApproval) {
+			cancel()
+			if _, err := b.answer(p.ApprovalID, true, false); err != nil {
+				t.Errorf("answer: %v", err)
+			}
+		})
+		if ok {
+			t.Fatalf("attempt %d: a call was approved after its run ended (%s)", i, reason)
+		}
+	}
+}
