@@ -887,7 +887,9 @@ func toolFetchURL(ctx context.Context, env *toolEnv, args map[string]any) (strin
 	}
 	req.Header.Set("User-Agent", "agentd/"+version)
 	req.Header.Set("Accept", "text/html,text/plain,application/json;q=0.9,*/*;q=0.5")
-	resp, err := np.httpClient(30 * time.Second).Do(req)
+	client := np.httpClient(30 * time.Second)
+	defer client.CloseIdleConnections() // the client is this call's: its kept-alive connections too
+	resp, err := client.Do(req)
 	if err != nil {
 		return "", fetchError(err)
 	}
@@ -1021,7 +1023,9 @@ func toolHTTPRequest(ctx context.Context, env *toolEnv, args map[string]any) (st
 			}
 		}
 	}
-	resp, err := np.httpClient(60 * time.Second).Do(req)
+	client := np.httpClient(60 * time.Second)
+	defer client.CloseIdleConnections()
+	resp, err := client.Do(req)
 	if err != nil {
 		return "", fetchError(err)
 	}
