@@ -271,3 +271,29 @@ func TestFetchURLLeavesNoIdleConnection(t *testing.T) {
 		}
 	}
 }
+
+// The dial-time check sees through the address spellings that reach a private host.
+func TestFetchURLNetworkPolicyAddressForms(t *testing.T) {
+	for _, s := range []string{"127.0.0.1", "::1", "::ffff:127.0.0.1", "::ffff:7f00:1", "::127.0.0.1", "64:ff9b::7f00:1",
+		"64:ff9b::a9fe:a9fe", "2002:7f00:1::", "2002:a00:1::1", "0.0.0.0", "0.1.2.3", "10.1.2.3", "169.254.169.254",
+		"fe80::1", "fc00::1", "100.64.0.1", "::"} {
+		if !privateIP(net.ParseIP(s)) {
+			t.Errorf("%s is not treated as private", s)
+		}
+	}
+	for _, s := range []string{"93.184.216.34", "2606:2800:220:1:248:1893:25c8:1946", "64:ff9b::5db8:d822", "2002:5db8:d822::1"} {
+		if privateIP(net.ParseIP(s)) {
+			t.Errorf("%s is treated as private", s)
+		}
+	}
+	page := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("secret")) }))
+	defer page.Close()
+	u, _ := url.Parse(page.URL)
+	env, _ := toolHarness(t, nil)
+	for _, host := range []string{"[::ffff:127.0.0.1]", "[::ffff:7f00:1]", "2130706433", "0x7f.1", "127.1", "localhost"} {
+		out, err := runTool(t, env, "fetch_url", map[string]any{"url": "http://" + host + ":" + u.Port() + "/"})
+		if err == nil || strings.Contains(out, "secret") {
+			t.Errorf("%s fetched: %q", host, out)
+		}
+	}
+}
