@@ -312,18 +312,20 @@ func (ar *activeRun) loop(st *loopState) (string, *apiError) {
 			ar.cancel(errRunTimeout)
 			return ar.stopCause()
 		}
+		req := ChatRequest{Model: ar.model, System: system, Tools: ar.defs, Temperature: ar.spec.Temperature}
+		// The window may summarise with a model call of its own: its cost and tokens count before the
+		// ceilings below are checked, so usage is read after it.
+		req.Messages = append(append([]ModelMessage{}, st.prefix...), ar.window(st)...)
+		if ar.ctx.Err() != nil {
+			return ar.stopCause()
+		}
 		ar.mu.Lock()
 		used, spent := ar.usage.InputTokens+ar.usage.OutputTokens, ar.usage.CostUSD
 		ar.mu.Unlock()
-		req := ChatRequest{Model: ar.model, System: system, Tools: ar.defs, Temperature: ar.spec.Temperature}
 		if left := ar.lim.MaxTokens - used; left < stepOutputTokens {
 			// Near the token ceiling, ask for no more than is left (and no more than any model gives);
 			// otherwise the router picks the model's own output allowance.
 			req.MaxTokens = min(max(left, 1), 4096)
-		}
-		req.Messages = append(append([]ModelMessage{}, st.prefix...), ar.window(st)...)
-		if ar.ctx.Err() != nil {
-			return ar.stopCause()
 		}
 		_, est, err := ar.rs.models.EstimateCost(req)
 		if err != nil {

@@ -116,3 +116,33 @@ func TestWindowSummarisedByModel(t *testing.T) {
 		t.Fatalf("windowed request: %s", got)
 	}
 }
+
+// The window's summarising call spends from the same budget: the step's model call that follows is
+// checked against the cost ceiling with that spend counted.
+func TestWindowSummaryCountsTowardsTheCostCeiling(t *testing.T) {
+	m := &fakeModel{cost: 0.3}
+	m.script = func(ctx context.Context, n int, req ChatRequest) (*ChatResponse, error) {
+		if strings.HasPrefix(req.System, "Summarise") {
+			return textResp("SUMMARY"), nil
+		}
+		return textResp("ok"), nil
+	}
+	te := newRunEnv(t, m, nil)
+	te.putAgent(testSpec("summing", func(sp *AgentSpec) {
+		sp.Limits.MaxCostUSD = 0.5
+		sp.Memory = MemorySpec{Enabled: true, Backend: "memory", WindowTurns: 1, Summarise: true}
+	}))
+	hist := []map[string]any{}
+	for i := 0; i < 4; i++ {
+		hist = append(hist, map[string]any{"role": "user", "content": fmt.Sprint("q", i)},
+			map[string]any{"role": "assistant", "content": fmt.Sprint("a", i)})
+	}
+	res := te.run("summing", map[string]any{"input": "now", "history": hist})
+	reqs := m.requests()
+	if len(reqs) != 1 || !strings.HasPrefix(reqs[0].System, "Summarise") {
+		t.Fatalf("%d model calls; the step's call should have been refused after the $0.3 summary", len(reqs))
+	}
+	if res["stopReason"] != "budget" || res["usage"].(map[string]any)["costUsd"].(float64) > 0.5 {
+		t.Fatalf("result %v", res)
+	}
+}
