@@ -327,7 +327,7 @@ func (ar *activeRun) loop(st *loopState) (string, *apiError) {
 			// otherwise the router picks the model's own output allowance.
 			req.MaxTokens = min(max(left, 1), 4096)
 		}
-		_, est, err := ar.rs.models.EstimateCost(req)
+		est, err := ar.estimate(req, ar.p.MaxCostUSD-spent)
 		if err != nil {
 			if ae := asAPIError(err); ae.Code == codeBudgetExceeded {
 				return "budget", ae
@@ -457,6 +457,35 @@ func assistantTurn(resp *ChatResponse, calls []ToolCall) ModelMessage {
 		msg.Content = append(msg.Content, ContentPart{Type: "tool_call", ID: c.ID, Name: c.Name, Args: c.Args, Signature: c.Signature})
 	}
 	return msg
+}
+
+// estimate prices the next call the way the router will make it: the first of the model and the spec's
+// fallbackModels that resolves and fits in what is left of the budget. When none fits, the cheapest
+// estimate is returned (the caller stops with `budget`); when none resolves, the model's own error.
+func (ar *activeRun) estimate(req ChatRequest, remaining float64) (float64, error) {
+	var firstErr error
+	cheapest, priced := 0.0, false
+	for _, name := range append([]string{req.Model}, ar.spec.FallbackModels...) {
+		r := req
+		r.Model = name
+		_, est, err := ar.rs.models.EstimateCost(r)
+		if err != nil {
+			if firstErr == nil {
+				firstErr = err
+			}
+			continue
+		}
+		if est <= remaining+1e-12 {
+			return est, nil
+		}
+		if !priced || est < cheapest {
+			cheapest, priced = est, true
+		}
+	}
+	if priced {
+		return cheapest, nil
+	}
+	return 0, firstErr
 }
 
 func (ar *activeRun) redactErr(err error) *apiError {

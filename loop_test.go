@@ -318,3 +318,42 @@ func TestLoopPanicIsARecordedError(t *testing.T) {
 		t.Fatal("the service did not survive")
 	}
 }
+
+// perModelCost prices models by name; an unknown name does not resolve (the primary is down).
+type perModelCost struct {
+	*fakeModel
+	cost map[string]float64
+}
+
+func (p perModelCost) EstimateCost(req ChatRequest) (string, float64, error) {
+	c, ok := p.cost[req.Model]
+	if !ok {
+		return "", 0, errorf(codeModelUnavailable, "model %q is not available", req.Model)
+	}
+	return req.Model, c, nil
+}
+
+// The ceiling check before a call prices it as the router will make it: fallbackModels count, so an
+// unavailable or over-budget primary does not end a run that a fallback can carry.
+func TestCeilingCheckHonoursFallbackModels(t *testing.T) {
+	m := &fakeModel{script: scriptOf(textResp("from the fallback"))}
+	te := newRunEnv(t, m, nil)
+	te.s.runs.models = perModelCost{fakeModel: m, cost: map[string]float64{"pricey/model": 5, "fake/model": 0}}
+	te.putAgent(testSpec("fallsback", func(sp *AgentSpec) {
+		sp.Model = "down/model"
+		sp.FallbackModels = []string{"pricey/model", "fake/model"}
+	}))
+	res := te.run("fallsback", map[string]any{"input": "hi"})
+	if res["stopReason"] != "complete" || res["text"] != "from the fallback" {
+		t.Fatalf("result %v", res)
+	}
+	// Nothing fits: budget, priced at the cheapest candidate that resolves.
+	te.putAgent(testSpec("toodear", func(sp *AgentSpec) {
+		sp.Model = "down/model"
+		sp.FallbackModels = []string{"pricey/model"}
+	}))
+	res = te.run("toodear", map[string]any{"input": "hi"})
+	if e, _ := res["error"].(map[string]any); res["stopReason"] != "budget" || e["code"] != codeBudgetExceeded {
+		t.Fatalf("result %v", res)
+	}
+}
