@@ -146,3 +146,32 @@ func TestWindowSummaryCountsTowardsTheCostCeiling(t *testing.T) {
 		t.Fatalf("result %v", res)
 	}
 }
+
+// Past the load cap the stored history is cut; what is loaded starts at a whole turn, never on a tool
+// result whose call was cut away.
+func TestMemoryLoadCapStartsAtATurn(t *testing.T) {
+	for _, backend := range []string{"sqlite", "file", "memory"} {
+		t.Run(backend, func(t *testing.T) {
+			te := newRunEnv(t, &fakeModel{}, nil)
+			ms := te.s.runs.memory
+			spec := MemorySpec{Enabled: true, Backend: backend, WindowTurns: 20}
+			var msgs []ModelMessage
+			for len(msgs) < memoryLoadCap+2 { // user, assistant tool call, tool result, assistant text
+				c := ContentPart{Type: "tool_call", ID: "c", Name: "shell", Args: map[string]any{"command": "ls"}}
+				msgs = append(msgs, textMessage("user", "q"), ModelMessage{Role: "assistant", Content: []ContentPart{c}},
+					toolResultMessage("c", "out", false), textMessage("assistant", "a"))
+			}
+			msgs = msgs[:memoryLoadCap+2] // the cap keeps the last 2000: the first starts after the user message, at the call's result
+			if err := ms.append(context.Background(), "capped", spec, msgs); err != nil {
+				t.Fatal(err)
+			}
+			got, err := ms.load(context.Background(), "capped", spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) == 0 || got[0].Role != "user" || isToolResultMessage(got[0]) {
+				t.Fatalf("loaded memory opens with %s %+v", got[0].Role, got[0].Content)
+			}
+		})
+	}
+}
