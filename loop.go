@@ -58,6 +58,8 @@ type activeRun struct {
 	steps    int
 	usage    Usage
 	lastText string
+	recorded bool // the end is in the store
+	deleted  bool // DELETE arrived before the end was recorded: remove the record once written
 
 	compMu     sync.Mutex
 	computerID string
@@ -185,6 +187,15 @@ func (ar *activeRun) run() {
 	sb, _ := json.Marshal(sum)
 	rb, _ := json.Marshal(res)
 	ar.rs.rec.sync(runWrite{RunID: ar.id, Agent: ar.agent, Status: stop, Summary: sb, Result: rb, Started: sum.StartedAt})
+	ar.mu.Lock()
+	ar.recorded = true
+	deleted := ar.deleted
+	ar.mu.Unlock()
+	if deleted {
+		if err := ar.rs.store.DeleteRun(context.Background(), ar.id); err != nil && !errors.Is(err, errNotFound) {
+			ar.rs.log.Warn("cannot delete a run deleted while in flight", "run", ar.id, "err", err)
+		}
+	}
 	ar.rs.releaseComputer(ar)
 	ar.rs.finished(ar)
 	if ar.rs.hub != nil {

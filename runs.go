@@ -144,6 +144,7 @@ type runService struct {
 	tools     map[string]toolImpl
 
 	streamStall time.Duration // 0: the contract's 60 s; tests shorten it
+	cancelWait  time.Duration // 0: 10 s, how long cancel and DELETE wait for a run to record its end
 
 	ctx    context.Context // cancelled by Close: every run derives from it
 	cancel context.CancelFunc
@@ -785,10 +786,16 @@ func (s *server) cancelAndWait(id string) bool {
 	if !ok {
 		return false
 	}
+	wait := s.runs.cancelWait
+	if wait <= 0 {
+		wait = 10 * time.Second
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
 	select {
 	case <-ar.done:
 		return ar.result.StopReason == "aborted"
-	case <-time.After(10 * time.Second):
+	case <-t.C:
 		return true // still winding down (a tool ignoring cancellation); it will record aborted
 	}
 }
@@ -813,6 +820,7 @@ func (s *server) handleCancelRun(w http.ResponseWriter, r *http.Request) {
 
 func (s *server) handleDeleteRun(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
+	ar := s.runs.get(id)
 	s.cancelAndWait(id)
 	if err := s.store.DeleteRun(r.Context(), id); err != nil {
 		if errors.Is(err, errNotFound) {
@@ -821,5 +829,22 @@ func (s *server) handleDeleteRun(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	// A run still winding down (a tool ignoring cancellation) records its end later; that record must
+	// not bring the deleted run back: the run deletes itself once recorded, or it already has been.
+	if ar != nil && ar.markDeleted() {
+		if err := s.store.DeleteRun(context.Background(), id); err != nil && !errors.Is(err, errNotFound) {
+			writeError(w, err)
+			return
+		}
+	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// markDeleted asks the run to delete its record once it is written; true when it already was written
+// (the caller deletes it again).
+func (ar *activeRun) markDeleted() (recorded bool) {
+	ar.mu.Lock()
+	defer ar.mu.Unlock()
+	ar.deleted = true
+	return ar.recorded
 }

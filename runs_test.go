@@ -979,3 +979,30 @@ func TestStalledConsumerAbortsRun(t *testing.T) {
 		t.Fatalf("abort reason %q", msg)
 	}
 }
+
+// DELETE of a run whose tool ignores cancellation answers 204 after its bounded wait; the run's late
+// end record must not bring the deleted run back.
+func TestDeleteOfSlowWindingRunStaysDeleted(t *testing.T) {
+	release := make(chan struct{})
+	m := &fakeModel{script: scriptOf(toolResp(call("s1", "shell", map[string]any{"command": "echo stuck"})))}
+	te := newRunEnv(t, m, nil)
+	entered := make(chan struct{}, 1)
+	te.comp.onExec = func(ctx context.Context, cmd string) {
+		entered <- struct{}{}
+		<-release // ignores ctx, as a wedged tool would
+	}
+	te.s.runs.cancelWait = time.Millisecond
+	te.putAgent(testSpec("wedged", nil))
+	s := te.stream("wedged", map[string]any{"input": "x"})
+	id := s.until(t, "run_start")["runId"].(string)
+	<-entered
+	ar := te.s.runs.get(id)
+	if code, _ := te.do("DELETE", "/v1/runs/"+id, nil); code != 204 {
+		t.Fatalf("delete: %d", code)
+	}
+	close(release)
+	ar.wait()
+	if code, out := te.do("GET", "/v1/runs/"+id, nil); code != 404 {
+		t.Fatalf("deleted run came back: %d %v", code, out)
+	}
+}
