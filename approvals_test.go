@@ -314,3 +314,28 @@ func TestApprovalAfterRunEndFailsClosed(t *testing.T) {
 		}
 	}
 }
+
+// The run's wall clock ends a step blocked on an approval: the run stops with `timeout` and the
+// approval is denied and gone.
+func TestRunTimeoutDeniesBlockedApproval(t *testing.T) {
+	m := &fakeModel{script: shellThenDone("echo never")}
+	te := newRunEnv(t, m, nil)
+	te.s.runs.approvals.timer = (&manualTimer{}).start // the 120 s timer never fires here
+	te.putAgent(testSpec("clockask", func(sp *AgentSpec) {
+		sp.Guardrails.ApprovalMode = "ask"
+		sp.Limits.TimeoutSec = 1
+	}))
+	s := te.stream("clockask", map[string]any{"input": "x"})
+	id := s.until(t, "approval_required")["approvalId"].(string)
+	denied := s.until(t, "tool_denied")
+	if r, _ := denied["reason"].(string); !strings.Contains(r, "run ended") {
+		t.Fatalf("tool_denied %v", denied)
+	}
+	res := s.until(t, "run_end")["result"].(map[string]any)
+	if res["stopReason"] != "timeout" || te.comp.execs.Load() != 0 {
+		t.Fatalf("end %v, execs %d", res, te.comp.execs.Load())
+	}
+	if code, _ := te.do("POST", "/v1/approvals/"+id, map[string]any{"approve": true}); code != 404 {
+		t.Fatalf("approval of a timed-out run answered %d", code)
+	}
+}
