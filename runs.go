@@ -443,10 +443,22 @@ func parseInput(raw json.RawMessage) ([]ModelMessage, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(msgs) == 0 {
-		return nil, errEmptyInput()
+	if !hasContent(msgs) {
+		return nil, errEmptyInput() // only blank text: nothing to run on, and providers refuse it with a 400
 	}
 	return msgs, nil
+}
+
+// hasContent reports whether any message carries something other than blank text.
+func hasContent(msgs []ModelMessage) bool {
+	for _, m := range msgs {
+		for _, p := range m.Content {
+			if p.Type != "text" || strings.TrimSpace(p.Text) != "" {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // wireMessage is a message as clients send it: content is a string or an array of parts.

@@ -557,6 +557,8 @@ func TestRunBadInput(t *testing.T) {
 		{"blank input", "/v1/agents/bad/run", map[string]any{"input": "   "}, 422, "E_SPEC_INVALID", "non-empty input"},
 		{"empty messages", "/v1/agents/bad/run", map[string]any{"input": []any{}}, 422, "E_SPEC_INVALID", "non-empty input"},
 		{"null input", "/v1/agents/bad/run", `{"input": null}`, 422, "E_SPEC_INVALID", "non-empty input"},
+		{"blank messages", "/v1/agents/bad/run", map[string]any{"input": []any{map[string]any{"role": "user", "content": " "},
+			map[string]any{"role": "user", "content": []any{map[string]any{"type": "text", "text": ""}}}}}, 422, "E_SPEC_INVALID", "non-empty input"},
 		{"no body", "/v1/agents/bad/run", "", 422, "E_SPEC_INVALID", "non-empty input"},
 		{"number input", "/v1/agents/bad/run", map[string]any{"input": 5}, 422, "E_SPEC_INVALID", "input"},
 		{"bad role", "/v1/agents/bad/run", map[string]any{"input": []any{map[string]any{"role": "boss", "content": "x"}}}, 422, "E_SPEC_INVALID", "role"},
