@@ -667,10 +667,19 @@ func (s *server) handleRun(w http.ResponseWriter, r *http.Request) {
 	select {
 	case <-ar.done:
 	case <-r.Context().Done():
-		ar.cancel(errClientGone)
+		ar.cancel(s.goneCause(errClientGone))
 		<-ar.done
 	}
 	writeJSON(w, http.StatusOK, ar.result)
+}
+
+// goneCause names why a request's context ended: at shutdown every request context is cancelled (the
+// server's base context), and the run should be recorded as stopped by the shutdown, not by its client.
+func (s *server) goneCause(def error) error {
+	if s.streamCtx != nil && s.streamCtx.Err() != nil {
+		return errServerShutdown
+	}
+	return def
 }
 
 func (s *server) handleRunStream(w http.ResponseWriter, r *http.Request) {
@@ -718,7 +727,7 @@ func (s *server) streamRun(w http.ResponseWriter, r *http.Request, spec *AgentSp
 	case <-sse.Done():
 	case <-r.Context().Done():
 	}
-	cause := errClientGone
+	cause := s.goneCause(errClientGone)
 	if err := sse.Err(); errors.Is(err, errStreamStalled) {
 		cause = errStreamStalled2
 	}

@@ -1008,3 +1008,30 @@ func TestDeleteOfSlowWindingRunStaysDeleted(t *testing.T) {
 		t.Fatalf("deleted run came back: %d %v", code, out)
 	}
 }
+
+// At shutdown the server cancels every request's context; the runs those requests drive are recorded
+// as stopped by the shutdown, not as if their clients had left.
+func TestShutdownCancelledRequestRecordsShutdown(t *testing.T) {
+	entered := make(chan struct{}, 2)
+	m := &fakeModel{script: func(ctx context.Context, n int, req ChatRequest) (*ChatResponse, error) {
+		entered <- struct{}{}
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}}
+	te := newRunEnv(t, m, nil)
+	te.putAgent(testSpec("down", nil))
+	s := te.stream("down", map[string]any{"input": "x"})
+	id := s.until(t, "run_start")["runId"].(string)
+	<-entered
+	te.s.cancelStream() // what the server does first on shutdown; it also ends every request context
+	s.cancel()
+	s.resp.Body.Close()
+	pollUntil(t, "the run to be recorded aborted", func() bool {
+		st, _, _, _ := te.s.store.GetRun(context.Background(), id)
+		return st == "aborted"
+	})
+	_, _, res, _ := te.s.store.GetRun(context.Background(), id)
+	if !strings.Contains(string(res), "shutting down") {
+		t.Fatalf("abort reason: %s", res)
+	}
+}
