@@ -80,9 +80,16 @@ func newActiveRun(rs *runService, spec *AgentSpec, p *runParams, sink func(runEv
 		ar.defs = append(ar.defs, rs.tools[name].def)
 	}
 	ctx, cancel := context.WithCancelCause(rs.ctx)
-	ar.ctx, ar.stopTimer = context.WithTimeoutCause(ctx, time.Duration(ar.lim.TimeoutSec)*time.Second, errRunTimeout)
+	ar.ctx, ar.stopTimer = context.WithTimeoutCause(ctx, runTimeout(ar.lim), errRunTimeout)
 	ar.cancel = cancel
 	return ar
+}
+
+// runTimeout is the run's wall clock. The spec only bounds timeoutSec below; a huge value would overflow
+// time.Duration into a negative one and time the run out at once, so it is held to 100 years.
+func runTimeout(l Limits) time.Duration {
+	const most = 100 * 365 * 24 * 3600
+	return time.Duration(min(max(l.TimeoutSec, 1), most)) * time.Second
 }
 
 // wait blocks until the run ended and returns its result.
@@ -319,7 +326,7 @@ func (ar *activeRun) loop(st *loopState) (string, *apiError) {
 		if step >= ar.p.MaxSteps {
 			return "step_limit", nil
 		}
-		if ar.rs.now().Sub(ar.startedAt) >= time.Duration(ar.lim.TimeoutSec)*time.Second {
+		if ar.rs.now().Sub(ar.startedAt) >= runTimeout(ar.lim) {
 			ar.cancel(errRunTimeout)
 			return ar.stopCause()
 		}

@@ -357,3 +357,14 @@ func TestCeilingCheckHonoursFallbackModels(t *testing.T) {
 		t.Fatalf("result %v", res)
 	}
 }
+
+// A huge timeoutSec (the spec bounds it only below) is a long wall clock, not an overflow that times
+// the run out before its first step.
+func TestHugeTimeoutSecDoesNotOverflow(t *testing.T) {
+	m := &fakeModel{script: scriptOf(textResp("fine"))}
+	te := newRunEnv(t, m, nil)
+	te.putAgent(testSpec("patient", func(sp *AgentSpec) { sp.Limits.TimeoutSec = 10_000_000_000 }))
+	if res := te.run("patient", map[string]any{"input": "x"}); res["stopReason"] != "complete" {
+		t.Fatalf("result %v", res)
+	}
+}
