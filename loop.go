@@ -438,6 +438,15 @@ func (ar *activeRun) loop(st *loopState) (string, *apiError) {
 			return "loop", nil
 		}
 
+		if ar.ctx.Err() != nil {
+			// Cancelled (or timed out) while the model answered: no tool runs after that — some (a file
+			// write) would not notice the cancelled context. Each call still gets its result, so the
+			// kept history stays well formed.
+			for _, c := range calls {
+				st.convo = append(st.convo, toolResultMessage(c.ID, "not run: the run was stopped", true))
+			}
+			return ar.stopCause()
+		}
 		results := ar.runTools(calls)
 		for i, r := range results {
 			if nudges[i] {

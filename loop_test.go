@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -366,5 +368,38 @@ func TestHugeTimeoutSecDoesNotOverflow(t *testing.T) {
 	te.putAgent(testSpec("patient", func(sp *AgentSpec) { sp.Limits.TimeoutSec = 10_000_000_000 }))
 	if res := te.run("patient", map[string]any{"input": "x"}); res["stopReason"] != "complete" {
 		t.Fatalf("result %v", res)
+	}
+}
+
+// A cancel that lands while the model is answering stops the run before the tools of that answer run:
+// a file write does not look at the cancelled context, so it must not be started at all.
+func TestCancelDuringModelCallRunsNoTool(t *testing.T) {
+	var te *runEnv
+	var runID atomic.Value
+	m := &fakeModel{script: func(ctx context.Context, n int, req ChatRequest) (*ChatResponse, error) {
+		te.s.runs.cancelRun(runID.Load().(string), errCancelled)
+		return toolResp(call("w", "write_file", map[string]any{"path": "after-cancel.txt", "content": "x"})), nil
+	}}
+	te = newRunEnv(t, m, nil)
+	sp := testSpec("late", nil)
+	ar, err := te.s.runs.start(sp, &runParams{Input: []ModelMessage{textMessage("user", "x")}, MaxSteps: 3, MaxCostUSD: 1, ApprovalMode: "auto"},
+		func(ev runEvent, _ []byte) {
+			if ev.Type == "run_start" {
+				runID.Store(ev.RunID)
+			}
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := ar.wait()
+	if r.StopReason != "aborted" {
+		t.Fatalf("result %+v", r)
+	}
+	if _, err := os.Stat(filepath.Join(te.comp.dir, "work", "after-cancel.txt")); err == nil {
+		t.Fatal("a tool ran after the run was cancelled")
+	}
+	last := r.Messages[len(r.Messages)-1]
+	if last.Role != "tool" || last.Content[0].ToolCallID != "w" {
+		t.Fatalf("the call has no result: %+v", r.Messages)
 	}
 }
