@@ -686,6 +686,10 @@ func (ar *activeRun) runTool(c ToolCall) (res toolOutcome) {
 			}
 		}
 	}
+	if ar.ctx.Err() != nil {
+		// The run stopped while this call waited for a slot (or for its approval): it must not start.
+		return toolOutcome{output: "E_ABORTED: not run: the run was stopped", isError: true}
+	}
 	// Output may arrive on stdout and stderr concurrently: one line-buffered redactor per stream.
 	var deltaMu sync.Mutex
 	deltas := map[string]*streamRedactor{}

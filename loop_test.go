@@ -403,3 +403,35 @@ func TestCancelDuringModelCallRunsNoTool(t *testing.T) {
 		t.Fatalf("the call has no result: %+v", r.Messages)
 	}
 }
+
+// Calls of one turn waiting for a parallel slot do not start once the run is cancelled.
+func TestCancelStopsQueuedToolCalls(t *testing.T) {
+	var calls []ToolCall
+	for i := 0; i < maxParallelTools; i++ {
+		calls = append(calls, call(fmt.Sprint("s", i), "shell", map[string]any{"command": fmt.Sprint("echo ", i)}))
+	}
+	calls = append(calls, call("w", "write_file", map[string]any{"path": "queued.txt", "content": "x"}))
+	m := &fakeModel{script: scriptOf(toolResp(calls...))}
+	te := newRunEnv(t, m, nil)
+	var runID atomic.Value
+	var once sync.Once
+	te.comp.onExec = func(ctx context.Context, cmd string) {
+		once.Do(func() { te.s.runs.cancelRun(runID.Load().(string), errCancelled) })
+		<-ctx.Done()
+	}
+	ar, err := te.s.runs.start(testSpec("queued", nil), &runParams{Input: []ModelMessage{textMessage("user", "x")}, MaxSteps: 3, MaxCostUSD: 1, ApprovalMode: "auto"},
+		func(ev runEvent, _ []byte) {
+			if ev.Type == "run_start" {
+				runID.Store(ev.RunID)
+			}
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := ar.wait(); r.StopReason != "aborted" {
+		t.Fatalf("result %+v", r)
+	}
+	if _, err := os.Stat(filepath.Join(te.comp.dir, "work", "queued.txt")); err == nil {
+		t.Fatal("a queued call started after the run was cancelled")
+	}
+}
