@@ -99,7 +99,11 @@ func (ar *activeRun) wait() *RunResult {
 }
 
 // emit persists an event and hands it to the stream, in one order for both.
-func (ar *activeRun) emit(ev runEvent) {
+func (ar *activeRun) emit(ev runEvent) { ar.emitThen(ev, nil) }
+
+// emitThen is emit that also writes row after the event and waits for both to be committed before the
+// stream gets the event.
+func (ar *activeRun) emitThen(ev runEvent, row *runWrite) {
 	ar.emitMu.Lock()
 	defer ar.emitMu.Unlock()
 	ar.seq++
@@ -108,6 +112,9 @@ func (ar *activeRun) emit(ev runEvent) {
 		b, _ = json.Marshal(runEvent{Type: "warning", Message: "an event could not be encoded: " + err.Error()})
 	}
 	ar.rs.rec.write(runWrite{RunID: ar.id, Seq: ar.seq, Event: b})
+	if row != nil {
+		ar.rs.rec.sync(*row)
+	}
 	if ar.sink != nil {
 		ar.sink(ev, b)
 	}
@@ -183,7 +190,6 @@ func (ar *activeRun) run() {
 		ar.warn("memory", "memory could not be saved: "+err.Error())
 	}
 	ar.result = res
-	ar.emit(runEvent{Type: "run_end", Result: res})
 
 	sum := ar.summary()
 	sum.Status, sum.Error = stop, res.Error
@@ -193,7 +199,10 @@ func (ar *activeRun) run() {
 	sum.Preview = preview(res.Text)
 	sb, _ := json.Marshal(sum)
 	rb, _ := json.Marshal(res)
-	ar.rs.rec.sync(runWrite{RunID: ar.id, Agent: ar.agent, Status: stop, Summary: sb, Result: rb, Started: sum.StartedAt})
+	// The end is committed before run_end reaches the stream: a client that reads run_end and then
+	// GETs the run finds it finished, with its run_end stored.
+	ar.emitThen(runEvent{Type: "run_end", Result: res},
+		&runWrite{RunID: ar.id, Agent: ar.agent, Status: stop, Summary: sb, Result: rb, Started: sum.StartedAt})
 	ar.mu.Lock()
 	ar.recorded = true
 	deleted := ar.deleted

@@ -1035,3 +1035,31 @@ func TestShutdownCancelledRequestRecordsShutdown(t *testing.T) {
 		t.Fatalf("abort reason: %s", res)
 	}
 }
+
+// By the time run_end reaches the stream the run is recorded finished, with its run_end stored: a
+// client that GETs the run on seeing run_end never finds it still running.
+func TestRunEndIsStoredBeforeItIsStreamed(t *testing.T) {
+	m := &fakeModel{script: scriptOf()}
+	te := newRunEnv(t, m, nil)
+	checked := make(chan string, 1)
+	ar, err := te.s.runs.start(testSpec("ordered", nil), &runParams{Input: []ModelMessage{textMessage("user", "x")}, MaxSteps: 2, MaxCostUSD: 1, ApprovalMode: "auto"},
+		func(ev runEvent, _ []byte) {
+			if ev.Type != "run_end" {
+				return
+			}
+			status, _, res, err := te.s.store.GetRun(context.Background(), ev.Result.RunID)
+			evs, _ := te.s.store.RunEvents(context.Background(), ev.Result.RunID)
+			last := ""
+			if len(evs) > 0 {
+				last = string(evs[len(evs)-1])
+			}
+			checked <- fmt.Sprintf("status=%s result=%v err=%v lastEventIsEnd=%v", status, len(res) > 0, err, strings.Contains(last, `"run_end"`))
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ar.wait()
+	if got := <-checked; got != "status=complete result=true err=<nil> lastEventIsEnd=true" {
+		t.Fatalf("when run_end was streamed: %s", got)
+	}
+}
