@@ -83,7 +83,13 @@ func (m *memoryService) append(ctx context.Context, agent string, spec MemorySpe
 	case "memory":
 		m.mu.Lock()
 		defer m.mu.Unlock()
-		m.procs[agent] = append(m.procs[agent], msgs...)
+		all := append(m.procs[agent], msgs...)
+		if len(all) > memoryLoadCap {
+			// Only the last memoryLoadCap messages are ever loaded: keep no more, or a long-lived
+			// process grows without bound.
+			all = append([]ModelMessage(nil), all[len(all)-memoryLoadCap:]...)
+		}
+		m.procs[agent] = all
 		return nil
 	case "file":
 		return m.appendFile(agent, msgs)

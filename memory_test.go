@@ -175,3 +175,28 @@ func TestMemoryLoadCapStartsAtATurn(t *testing.T) {
 		})
 	}
 }
+
+// The process-only backend keeps no more than a run can load.
+func TestMemoryBackendMemoryIsBounded(t *testing.T) {
+	ms := newMemoryService(nil, t.TempDir())
+	spec := MemorySpec{Enabled: true, Backend: "memory", WindowTurns: 20}
+	for i := 0; i < 3; i++ {
+		batch := make([]ModelMessage, memoryLoadCap)
+		for j := range batch {
+			batch[j] = textMessage("user", fmt.Sprint(i, "-", j))
+		}
+		if err := ms.append(context.Background(), "chatty", spec, batch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ms.mu.Lock()
+	n := len(ms.procs["chatty"])
+	ms.mu.Unlock()
+	if n > memoryLoadCap {
+		t.Fatalf("%d messages kept in process for a load cap of %d", n, memoryLoadCap)
+	}
+	got, _ := ms.load(context.Background(), "chatty", spec)
+	if len(got) != memoryLoadCap || got[len(got)-1].Content[0].Text != fmt.Sprint(2, "-", memoryLoadCap-1) {
+		t.Fatalf("loaded %d, last %+v", len(got), got[len(got)-1])
+	}
+}
