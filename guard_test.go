@@ -139,3 +139,23 @@ func msgTexts(res map[string]any) []string {
 	}
 	return out
 }
+
+// A line longer than the stream buffer is released in pieces; a secret straddling the piece boundary
+// is still caught (a one-line JSON answer from an API, say).
+func TestStreamRedactorLongLineSecretAtTheCut(t *testing.T) {
+	for name, key := range map[string]string{"key": planted["openai"], "bearer": "Bearer abcdefghijklmnopqrstuvwxyz012345"} {
+		for off := 1; off < len(key); off += 3 {
+			sr := newStreamRedactor(newRedactor(nil))
+			pad := strings.Repeat("x ", (sr.maxBuf-off)/2)
+			var out strings.Builder
+			out.WriteString(sr.write(pad + `{"token": "` + key[:off]))
+			out.WriteString(sr.write(key[off:] + `"} more`))
+			out.WriteString(sr.flush())
+			got := out.String()
+			tail := key[len(key)-8:]
+			if strings.Contains(got, tail) || !strings.HasSuffix(got, `"} more`) || !strings.HasPrefix(got, "x x") {
+				t.Fatalf("%s split at %d leaked: …%q", name, off, got[max(0, len(got)-120):])
+			}
+		}
+	}
+}
