@@ -159,3 +159,37 @@ func TestStreamRedactorLongLineSecretAtTheCut(t *testing.T) {
 		}
 	}
 }
+
+// Bounding an over-long result keeps head and tail; a secret (or a bearer credential) cut by either
+// edge is dropped whole rather than kept in halves the redactor cannot recognise.
+func TestBoundOutputDoesNotHalveSecrets(t *testing.T) {
+	r := newRedactor(nil)
+	const max = 3000
+	for name, key := range map[string]string{"key": planted["openai"], "bearer": "Authorization: Bearer abcdefghijklmnopqrstuvwxyz012345"} {
+		for pos := 1800; pos < 2100; pos++ { // around the head cut (2000)
+			s := strings.Repeat("a ", pos/2) + key + " " + strings.Repeat("b ", 4000)
+			if got := r.redact(boundOutput(s, max)); leaksPart(got, key) {
+				t.Fatalf("%s at %d (head cut) leaked", name, pos)
+			}
+		}
+		for pos := 1 + 8000 - 1000 - 60; pos < 8000-1000+60; pos++ { // around the tail cut (1000 from the end)
+			s := strings.Repeat("a", pos) + " " + key + " " + strings.Repeat("b", 8000-pos-len(key)-2)
+			if got := r.redact(boundOutput(s, max)); leaksPart(got, key) {
+				t.Fatalf("%s at %d (tail cut) leaked", name, pos)
+			}
+		}
+	}
+}
+
+// leaksPart reports whether any 6 characters of the secret value (after a scheme word) appear in out.
+func leaksPart(out, secret string) bool {
+	if i := strings.LastIndex(secret, " "); i >= 0 {
+		secret = secret[i+1:]
+	}
+	for i := 0; i+6 <= len(secret); i++ {
+		if strings.Contains(out, secret[i:i+6]) {
+			return true
+		}
+	}
+	return false
+}
