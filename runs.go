@@ -635,6 +635,13 @@ func (s *server) readRunRequest(r *http.Request) (*AgentSpec, *runParams, error)
 		return nil, nil, errEmptyInput()
 	}
 	if err := decodeBytes(raw, &b); err != nil {
+		if ae := asAPIError(err); strings.HasPrefix(ae.Message, "Unrecognized key") {
+			hint := "the run body accepts input, history, model, vars, maxSteps, maxCostUsd, approvalMode and computerId"
+			if strings.Contains(ae.Message, "maxTokens") || strings.Contains(ae.Message, "timeoutSec") {
+				hint = "maxTokens and timeoutSec come only from the agent spec's limits; change the spec to change them"
+			}
+			return nil, nil, errorf(ae.Code, "%s", ae.Message).withHint(hint)
+		}
 		return nil, nil, err
 	}
 	spec, err := s.loadAgent(r.Context(), r.PathValue("name"))

@@ -584,6 +584,13 @@ func TestRunBadInput(t *testing.T) {
 			}
 		})
 	}
+	// An unknown key names what the body accepts; maxTokens and timeoutSec say where they are set.
+	if _, out := te.do("POST", "/v1/agents/bad/run", map[string]any{"input": "x", "timeoutSec": 5}); !strings.Contains(out["error"].(map[string]any)["hint"].(string), "spec") {
+		t.Fatalf("timeoutSec hint: %v", out)
+	}
+	if _, out := te.do("POST", "/v1/agents/bad/run", map[string]any{"input": "x", "prompt": "y"}); !strings.Contains(out["error"].(map[string]any)["hint"].(string), "computerId") {
+		t.Fatalf("unknown key hint: %v", out)
+	}
 	// Nothing was recorded by the refused requests.
 	if _, list := te.do("GET", "/v1/runs", nil); len(list["runs"].([]any)) != 0 {
 		t.Fatalf("refused runs were recorded: %v", list)
