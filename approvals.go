@@ -79,6 +79,10 @@ func newApprovalBook(now func() time.Time, h *hub) *approvalBook {
 // call may run and, when not, why.
 func (b *approvalBook) request(ctx context.Context, runID, agent string, call ToolCall, shownArgs map[string]any,
 	raised func(PendingApproval)) (approved bool, reason string) {
+	if ctx.Err() != nil {
+		// Raised after cancel (or timeout, shutdown): nobody may approve a call of a run that is over.
+		return false, "the run ended before the call could be approved"
+	}
 	b.mu.Lock()
 	if b.remembered[agent+"\x00"+call.Name] {
 		b.mu.Unlock()
@@ -106,10 +110,7 @@ func (b *approvalBook) request(ctx context.Context, runID, agent string, call To
 	}
 	select {
 	case a := <-e.answer:
-		if a.approved {
-			return true, "approved"
-		}
-		return false, "denied by a human"
+		return settled(ctx, a)
 	case <-expired:
 		if b.remove(e.p.ApprovalID) {
 			b.published(e.p, false, false, "expired")
@@ -122,7 +123,15 @@ func (b *approvalBook) request(ctx context.Context, runID, agent string, call To
 		}
 	}
 	// Someone removed the entry first and wrote its answer.
-	a := <-e.answer
+	return settled(ctx, <-e.answer)
+}
+
+// settled turns a human's answer into the verdict. An approval that raced the run's end is denied: the
+// run is over (cancelled, timed out, shutting down), so the call must not run (fail closed).
+func settled(ctx context.Context, a approvalAnswer) (bool, string) {
+	if ctx.Err() != nil {
+		return false, "the run ended while waiting for approval"
+	}
 	if a.approved {
 		return true, "approved"
 	}

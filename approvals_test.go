@@ -283,3 +283,59 @@ func fmtEvents(evs []map[string]any) string {
 	}
 	return b.String()
 }
+
+// An approval asked for by a run that already ended is refused without being raised, and an approve
+// that races the run's end never lets the call run (fail closed).
+func TestApprovalAfterRunEndFailsClosed(t *testing.T) {
+	b := newApprovalBook(time.Now, nil)
+	b.timer = (&manualTimer{}).start
+	c := ToolCall{ID: "c1", Name: "shell", Args: map[string]any{"command": "rm -rf /work"}}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	raised := false
+	if ok, _ := b.request(ctx, "run_x", "a", c, c.Args, func(PendingApproval) { raised = true }); ok || raised {
+		t.Fatalf("approval after cancel: approved=%v raised=%v", ok, raised)
+	}
+	if n := len(b.list()); n != 0 {
+		t.Fatalf("%d approvals pending for a cancelled run", n)
+	}
+
+	for i := 0; i < 50; i++ { // the select would pick the approve half of the time
+		ctx, cancel := context.WithCancel(context.Background())
+		ok, reason := b.request(ctx, "run_x", "a", c, c.Args, func(p PendingApproval) {
+			cancel()
+			if _, err := b.answer(p.ApprovalID, true, false); err != nil {
+				t.Errorf("answer: %v", err)
+			}
+		})
+		if ok {
+			t.Fatalf("attempt %d: a call was approved after its run ended (%s)", i, reason)
+		}
+	}
+}
+
+// The run's wall clock ends a step blocked on an approval: the run stops with `timeout` and the
+// approval is denied and gone.
+func TestRunTimeoutDeniesBlockedApproval(t *testing.T) {
+	m := &fakeModel{script: shellThenDone("echo never")}
+	te := newRunEnv(t, m, nil)
+	te.s.runs.approvals.timer = (&manualTimer{}).start // the 120 s timer never fires here
+	te.putAgent(testSpec("clockask", func(sp *AgentSpec) {
+		sp.Guardrails.ApprovalMode = "ask"
+		sp.Limits.TimeoutSec = 1
+	}))
+	s := te.stream("clockask", map[string]any{"input": "x"})
+	id := s.until(t, "approval_required")["approvalId"].(string)
+	denied := s.until(t, "tool_denied")
+	if r, _ := denied["reason"].(string); !strings.Contains(r, "run ended") {
+		t.Fatalf("tool_denied %v", denied)
+	}
+	res := s.until(t, "run_end")["result"].(map[string]any)
+	if res["stopReason"] != "timeout" || te.comp.execs.Load() != 0 {
+		t.Fatalf("end %v, execs %d", res, te.comp.execs.Load())
+	}
+	if code, _ := te.do("POST", "/v1/approvals/"+id, map[string]any{"approve": true}); code != 404 {
+		t.Fatalf("approval of a timed-out run answered %d", code)
+	}
+}

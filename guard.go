@@ -168,12 +168,45 @@ func (s *streamRedactor) write(chunk string) string {
 		if len(text) < s.maxBuf {
 			return ""
 		}
-		cut = len(text) - 1 // a very long line: release it rather than hold output forever
+		// A very long line: release it rather than hold output forever, but only up to a point no
+		// secret crosses, so a key straddling the cut is not let out in two unrecognisable halves.
+		cut = safeCut(text)
 	}
 	ready, rest := text[:cut+1], text[cut+1:]
 	s.buf.Reset()
 	s.buf.WriteString(rest)
 	return s.lines(ready)
+}
+
+// safeCut returns the index of the last byte of text that can be released without splitting a
+// secret: the last byte that no secret shape contains, moved before a `bearer`/`basic` scheme word
+// whose value would follow it. With no such byte, all of text.
+func safeCut(text string) int {
+	i := len(text) - 1
+	for ; i >= 0; i-- {
+		if !secretByte(text[i]) {
+			break
+		}
+	}
+	if i < 0 {
+		return len(text) - 1
+	}
+	head := strings.TrimRight(text[:i+1], " \t")
+	lower := strings.ToLower(head)
+	for _, scheme := range []string{"bearer", "basic"} {
+		if strings.HasSuffix(lower, scheme) {
+			if j := len(head) - len(scheme) - 1; j >= 0 {
+				return j
+			}
+		}
+	}
+	return i
+}
+
+// secretByte reports whether b can be part of a secret the patterns recognise.
+func secretByte(b byte) bool {
+	return b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9' ||
+		strings.IndexByte("_-+/=.~:@", b) >= 0
 }
 
 // flush releases whatever is buffered.

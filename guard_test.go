@@ -139,3 +139,57 @@ func msgTexts(res map[string]any) []string {
 	}
 	return out
 }
+
+// A line longer than the stream buffer is released in pieces; a secret straddling the piece boundary
+// is still caught (a one-line JSON answer from an API, say).
+func TestStreamRedactorLongLineSecretAtTheCut(t *testing.T) {
+	for name, key := range map[string]string{"key": planted["openai"], "bearer": "Bearer abcdefghijklmnopqrstuvwxyz012345"} {
+		for off := 1; off < len(key); off += 3 {
+			sr := newStreamRedactor(newRedactor(nil))
+			pad := strings.Repeat("x ", (sr.maxBuf-off)/2)
+			var out strings.Builder
+			out.WriteString(sr.write(pad + `{"token": "` + key[:off]))
+			out.WriteString(sr.write(key[off:] + `"} more`))
+			out.WriteString(sr.flush())
+			got := out.String()
+			tail := key[len(key)-8:]
+			if strings.Contains(got, tail) || !strings.HasSuffix(got, `"} more`) || !strings.HasPrefix(got, "x x") {
+				t.Fatalf("%s split at %d leaked: …%q", name, off, got[max(0, len(got)-120):])
+			}
+		}
+	}
+}
+
+// Bounding an over-long result keeps head and tail; a secret (or a bearer credential) cut by either
+// edge is dropped whole rather than kept in halves the redactor cannot recognise.
+func TestBoundOutputDoesNotHalveSecrets(t *testing.T) {
+	r := newRedactor(nil)
+	const max = 3000
+	for name, key := range map[string]string{"key": planted["openai"], "bearer": "Authorization: Bearer abcdefghijklmnopqrstuvwxyz012345"} {
+		for pos := 1800; pos < 2100; pos++ { // around the head cut (2000)
+			s := strings.Repeat("a ", pos/2) + key + " " + strings.Repeat("b ", 4000)
+			if got := r.redact(boundOutput(s, max)); leaksPart(got, key) {
+				t.Fatalf("%s at %d (head cut) leaked", name, pos)
+			}
+		}
+		for pos := 1 + 8000 - 1000 - 60; pos < 8000-1000+60; pos++ { // around the tail cut (1000 from the end)
+			s := strings.Repeat("a", pos) + " " + key + " " + strings.Repeat("b", 8000-pos-len(key)-2)
+			if got := r.redact(boundOutput(s, max)); leaksPart(got, key) {
+				t.Fatalf("%s at %d (tail cut) leaked", name, pos)
+			}
+		}
+	}
+}
+
+// leaksPart reports whether any 6 characters of the secret value (after a scheme word) appear in out.
+func leaksPart(out, secret string) bool {
+	if i := strings.LastIndex(secret, " "); i >= 0 {
+		secret = secret[i+1:]
+	}
+	for i := 0; i+6 <= len(secret); i++ {
+		if strings.Contains(out, secret[i:i+6]) {
+			return true
+		}
+	}
+	return false
+}

@@ -58,6 +58,8 @@ type activeRun struct {
 	steps    int
 	usage    Usage
 	lastText string
+	recorded bool // the end is in the store
+	deleted  bool // DELETE arrived before the end was recorded: remove the record once written
 
 	compMu     sync.Mutex
 	computerID string
@@ -78,9 +80,16 @@ func newActiveRun(rs *runService, spec *AgentSpec, p *runParams, sink func(runEv
 		ar.defs = append(ar.defs, rs.tools[name].def)
 	}
 	ctx, cancel := context.WithCancelCause(rs.ctx)
-	ar.ctx, ar.stopTimer = context.WithTimeoutCause(ctx, time.Duration(ar.lim.TimeoutSec)*time.Second, errRunTimeout)
+	ar.ctx, ar.stopTimer = context.WithTimeoutCause(ctx, runTimeout(ar.lim), errRunTimeout)
 	ar.cancel = cancel
 	return ar
+}
+
+// runTimeout is the run's wall clock. The spec only bounds timeoutSec below; a huge value would overflow
+// time.Duration into a negative one and time the run out at once, so it is held to 100 years.
+func runTimeout(l Limits) time.Duration {
+	const most = 100 * 365 * 24 * 3600
+	return time.Duration(min(max(l.TimeoutSec, 1), most)) * time.Second
 }
 
 // wait blocks until the run ended and returns its result.
@@ -90,7 +99,11 @@ func (ar *activeRun) wait() *RunResult {
 }
 
 // emit persists an event and hands it to the stream, in one order for both.
-func (ar *activeRun) emit(ev runEvent) {
+func (ar *activeRun) emit(ev runEvent) { ar.emitThen(ev, nil) }
+
+// emitThen is emit that also writes row after the event and waits for both to be committed before the
+// stream gets the event.
+func (ar *activeRun) emitThen(ev runEvent, row *runWrite) {
 	ar.emitMu.Lock()
 	defer ar.emitMu.Unlock()
 	ar.seq++
@@ -99,6 +112,9 @@ func (ar *activeRun) emit(ev runEvent) {
 		b, _ = json.Marshal(runEvent{Type: "warning", Message: "an event could not be encoded: " + err.Error()})
 	}
 	ar.rs.rec.write(runWrite{RunID: ar.id, Seq: ar.seq, Event: b})
+	if row != nil {
+		ar.rs.rec.sync(*row)
+	}
 	if ar.sink != nil {
 		ar.sink(ev, b)
 	}
@@ -174,7 +190,6 @@ func (ar *activeRun) run() {
 		ar.warn("memory", "memory could not be saved: "+err.Error())
 	}
 	ar.result = res
-	ar.emit(runEvent{Type: "run_end", Result: res})
 
 	sum := ar.summary()
 	sum.Status, sum.Error = stop, res.Error
@@ -184,7 +199,19 @@ func (ar *activeRun) run() {
 	sum.Preview = preview(res.Text)
 	sb, _ := json.Marshal(sum)
 	rb, _ := json.Marshal(res)
-	ar.rs.rec.sync(runWrite{RunID: ar.id, Agent: ar.agent, Status: stop, Summary: sb, Result: rb, Started: sum.StartedAt})
+	// The end is committed before run_end reaches the stream: a client that reads run_end and then
+	// GETs the run finds it finished, with its run_end stored.
+	ar.emitThen(runEvent{Type: "run_end", Result: res},
+		&runWrite{RunID: ar.id, Agent: ar.agent, Status: stop, Summary: sb, Result: rb, Started: sum.StartedAt})
+	ar.mu.Lock()
+	ar.recorded = true
+	deleted := ar.deleted
+	ar.mu.Unlock()
+	if deleted {
+		if err := ar.rs.store.DeleteRun(context.Background(), ar.id); err != nil && !errors.Is(err, errNotFound) {
+			ar.rs.log.Warn("cannot delete a run deleted while in flight", "run", ar.id, "err", err)
+		}
+	}
 	ar.rs.releaseComputer(ar)
 	ar.rs.finished(ar)
 	if ar.rs.hub != nil {
@@ -308,24 +335,26 @@ func (ar *activeRun) loop(st *loopState) (string, *apiError) {
 		if step >= ar.p.MaxSteps {
 			return "step_limit", nil
 		}
-		if ar.rs.now().Sub(ar.startedAt) >= time.Duration(ar.lim.TimeoutSec)*time.Second {
+		if ar.rs.now().Sub(ar.startedAt) >= runTimeout(ar.lim) {
 			ar.cancel(errRunTimeout)
+			return ar.stopCause()
+		}
+		req := ChatRequest{Model: ar.model, System: system, Tools: ar.defs, Temperature: ar.spec.Temperature}
+		// The window may summarise with a model call of its own: its cost and tokens count before the
+		// ceilings below are checked, so usage is read after it.
+		req.Messages = append(append([]ModelMessage{}, st.prefix...), ar.window(st)...)
+		if ar.ctx.Err() != nil {
 			return ar.stopCause()
 		}
 		ar.mu.Lock()
 		used, spent := ar.usage.InputTokens+ar.usage.OutputTokens, ar.usage.CostUSD
 		ar.mu.Unlock()
-		req := ChatRequest{Model: ar.model, System: system, Tools: ar.defs, Temperature: ar.spec.Temperature}
 		if left := ar.lim.MaxTokens - used; left < stepOutputTokens {
 			// Near the token ceiling, ask for no more than is left (and no more than any model gives);
 			// otherwise the router picks the model's own output allowance.
 			req.MaxTokens = min(max(left, 1), 4096)
 		}
-		req.Messages = append(append([]ModelMessage{}, st.prefix...), ar.window(st)...)
-		if ar.ctx.Err() != nil {
-			return ar.stopCause()
-		}
-		_, est, err := ar.rs.models.EstimateCost(req)
+		est, err := ar.estimate(req, ar.p.MaxCostUSD-spent)
 		if err != nil {
 			if ae := asAPIError(err); ae.Code == codeBudgetExceeded {
 				return "budget", ae
@@ -418,6 +447,15 @@ func (ar *activeRun) loop(st *loopState) (string, *apiError) {
 			return "loop", nil
 		}
 
+		if ar.ctx.Err() != nil {
+			// Cancelled (or timed out) while the model answered: no tool runs after that — some (a file
+			// write) would not notice the cancelled context. Each call still gets its result, so the
+			// kept history stays well formed.
+			for _, c := range calls {
+				st.convo = append(st.convo, toolResultMessage(c.ID, "not run: the run was stopped", true))
+			}
+			return ar.stopCause()
+		}
 		results := ar.runTools(calls)
 		for i, r := range results {
 			if nudges[i] {
@@ -455,6 +493,35 @@ func assistantTurn(resp *ChatResponse, calls []ToolCall) ModelMessage {
 		msg.Content = append(msg.Content, ContentPart{Type: "tool_call", ID: c.ID, Name: c.Name, Args: c.Args, Signature: c.Signature})
 	}
 	return msg
+}
+
+// estimate prices the next call the way the router will make it: the first of the model and the spec's
+// fallbackModels that resolves and fits in what is left of the budget. When none fits, the cheapest
+// estimate is returned (the caller stops with `budget`); when none resolves, the model's own error.
+func (ar *activeRun) estimate(req ChatRequest, remaining float64) (float64, error) {
+	var firstErr error
+	cheapest, priced := 0.0, false
+	for _, name := range append([]string{req.Model}, ar.spec.FallbackModels...) {
+		r := req
+		r.Model = name
+		_, est, err := ar.rs.models.EstimateCost(r)
+		if err != nil {
+			if firstErr == nil {
+				firstErr = err
+			}
+			continue
+		}
+		if est <= remaining+1e-12 {
+			return est, nil
+		}
+		if !priced || est < cheapest {
+			cheapest, priced = est, true
+		}
+	}
+	if priced {
+		return cheapest, nil
+	}
+	return 0, firstErr
 }
 
 func (ar *activeRun) redactErr(err error) *apiError {
@@ -628,6 +695,10 @@ func (ar *activeRun) runTool(c ToolCall) (res toolOutcome) {
 			}
 		}
 	}
+	if ar.ctx.Err() != nil {
+		// The run stopped while this call waited for a slot (or for its approval): it must not start.
+		return toolOutcome{output: "E_ABORTED: not run: the run was stopped", isError: true}
+	}
 	// Output may arrive on stdout and stderr concurrently: one line-buffered redactor per stream.
 	var deltaMu sync.Mutex
 	deltas := map[string]*streamRedactor{}
@@ -690,14 +761,39 @@ func boundOutput(s string, max int) string {
 	for len(h) > 0 && !utf8RuneStart(s[len(h)]) {
 		h = h[:len(h)-1]
 	}
+	if len(h) > 0 && secretByte(h[len(h)-1]) && secretByte(s[len(h)]) {
+		h = h[:safeCut(h)+1] // not the first half of a secret the redactor would no longer recognise
+	}
 	t := s[len(s)-tail:]
 	for len(t) > 0 && !utf8RuneStart(t[0]) {
 		t = t[1:]
 	}
+	t = s[len(s)-tailAfterSecret(s, len(s)-len(t)):]
 	return fmt.Sprintf("%s\n[… %d bytes elided …]\n%s", h, len(s)-len(h)-len(t), t)
 }
 
 func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }
+
+// tailAfterSecret moves a tail cut at start forward past the second half of a secret, and past a
+// credential whose `bearer`/`basic` scheme word falls in the elided part; it returns the tail's length.
+func tailAfterSecret(s string, start int) int {
+	skipWord := func() {
+		for start < len(s) && secretByte(s[start]) {
+			start++
+		}
+	}
+	if start > 0 && start < len(s) && secretByte(s[start-1]) && secretByte(s[start]) {
+		skipWord()
+	}
+	before := strings.ToLower(strings.TrimRight(s[:start], " \t"))
+	if strings.HasSuffix(before, "bearer") || strings.HasSuffix(before, "basic") {
+		for start < len(s) && (s[start] == ' ' || s[start] == '\t') {
+			start++
+		}
+		skipWord()
+	}
+	return len(s) - start
+}
 
 // ---- the agent's computer ----
 

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -316,5 +318,120 @@ func TestLoopPanicIsARecordedError(t *testing.T) {
 	}
 	if r := te.run("buggy", map[string]any{"input": "again"}); r["stopReason"] != "error" {
 		t.Fatal("the service did not survive")
+	}
+}
+
+// perModelCost prices models by name; an unknown name does not resolve (the primary is down).
+type perModelCost struct {
+	*fakeModel
+	cost map[string]float64
+}
+
+func (p perModelCost) EstimateCost(req ChatRequest) (string, float64, error) {
+	c, ok := p.cost[req.Model]
+	if !ok {
+		return "", 0, errorf(codeModelUnavailable, "model %q is not available", req.Model)
+	}
+	return req.Model, c, nil
+}
+
+// The ceiling check before a call prices it as the router will make it: fallbackModels count, so an
+// unavailable or over-budget primary does not end a run that a fallback can carry.
+func TestCeilingCheckHonoursFallbackModels(t *testing.T) {
+	m := &fakeModel{script: scriptOf(textResp("from the fallback"))}
+	te := newRunEnv(t, m, nil)
+	te.s.runs.models = perModelCost{fakeModel: m, cost: map[string]float64{"pricey/model": 5, "fake/model": 0}}
+	te.putAgent(testSpec("fallsback", func(sp *AgentSpec) {
+		sp.Model = "down/model"
+		sp.FallbackModels = []string{"pricey/model", "fake/model"}
+	}))
+	res := te.run("fallsback", map[string]any{"input": "hi"})
+	if res["stopReason"] != "complete" || res["text"] != "from the fallback" {
+		t.Fatalf("result %v", res)
+	}
+	// Nothing fits: budget, priced at the cheapest candidate that resolves.
+	te.putAgent(testSpec("toodear", func(sp *AgentSpec) {
+		sp.Model = "down/model"
+		sp.FallbackModels = []string{"pricey/model"}
+	}))
+	res = te.run("toodear", map[string]any{"input": "hi"})
+	if e, _ := res["error"].(map[string]any); res["stopReason"] != "budget" || e["code"] != codeBudgetExceeded {
+		t.Fatalf("result %v", res)
+	}
+}
+
+// A huge timeoutSec (the spec bounds it only below) is a long wall clock, not an overflow that times
+// the run out before its first step.
+func TestHugeTimeoutSecDoesNotOverflow(t *testing.T) {
+	m := &fakeModel{script: scriptOf(textResp("fine"))}
+	te := newRunEnv(t, m, nil)
+	te.putAgent(testSpec("patient", func(sp *AgentSpec) { sp.Limits.TimeoutSec = 10_000_000_000 }))
+	if res := te.run("patient", map[string]any{"input": "x"}); res["stopReason"] != "complete" {
+		t.Fatalf("result %v", res)
+	}
+}
+
+// A cancel that lands while the model is answering stops the run before the tools of that answer run:
+// a file write does not look at the cancelled context, so it must not be started at all.
+func TestCancelDuringModelCallRunsNoTool(t *testing.T) {
+	var te *runEnv
+	var runID atomic.Value
+	m := &fakeModel{script: func(ctx context.Context, n int, req ChatRequest) (*ChatResponse, error) {
+		te.s.runs.cancelRun(runID.Load().(string), errCancelled)
+		return toolResp(call("w", "write_file", map[string]any{"path": "after-cancel.txt", "content": "x"})), nil
+	}}
+	te = newRunEnv(t, m, nil)
+	sp := testSpec("late", nil)
+	ar, err := te.s.runs.start(sp, &runParams{Input: []ModelMessage{textMessage("user", "x")}, MaxSteps: 3, MaxCostUSD: 1, ApprovalMode: "auto"},
+		func(ev runEvent, _ []byte) {
+			if ev.Type == "run_start" {
+				runID.Store(ev.RunID)
+			}
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := ar.wait()
+	if r.StopReason != "aborted" {
+		t.Fatalf("result %+v", r)
+	}
+	if _, err := os.Stat(filepath.Join(te.comp.dir, "work", "after-cancel.txt")); err == nil {
+		t.Fatal("a tool ran after the run was cancelled")
+	}
+	last := r.Messages[len(r.Messages)-1]
+	if last.Role != "tool" || last.Content[0].ToolCallID != "w" {
+		t.Fatalf("the call has no result: %+v", r.Messages)
+	}
+}
+
+// Calls of one turn waiting for a parallel slot do not start once the run is cancelled.
+func TestCancelStopsQueuedToolCalls(t *testing.T) {
+	var calls []ToolCall
+	for i := 0; i < maxParallelTools; i++ {
+		calls = append(calls, call(fmt.Sprint("s", i), "shell", map[string]any{"command": fmt.Sprint("echo ", i)}))
+	}
+	calls = append(calls, call("w", "write_file", map[string]any{"path": "queued.txt", "content": "x"}))
+	m := &fakeModel{script: scriptOf(toolResp(calls...))}
+	te := newRunEnv(t, m, nil)
+	var runID atomic.Value
+	var once sync.Once
+	te.comp.onExec = func(ctx context.Context, cmd string) {
+		once.Do(func() { te.s.runs.cancelRun(runID.Load().(string), errCancelled) })
+		<-ctx.Done()
+	}
+	ar, err := te.s.runs.start(testSpec("queued", nil), &runParams{Input: []ModelMessage{textMessage("user", "x")}, MaxSteps: 3, MaxCostUSD: 1, ApprovalMode: "auto"},
+		func(ev runEvent, _ []byte) {
+			if ev.Type == "run_start" {
+				runID.Store(ev.RunID)
+			}
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := ar.wait(); r.StopReason != "aborted" {
+		t.Fatalf("result %+v", r)
+	}
+	if _, err := os.Stat(filepath.Join(te.comp.dir, "work", "queued.txt")); err == nil {
+		t.Fatal("a queued call started after the run was cancelled")
 	}
 }

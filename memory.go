@@ -41,6 +41,24 @@ func (m *memoryService) load(ctx context.Context, agent string, spec MemorySpec)
 	if !spec.Enabled {
 		return nil, nil
 	}
+	msgs, err := m.loadRaw(ctx, agent, spec)
+	return fromTurnStart(msgs), err
+}
+
+// fromTurnStart drops what precedes the first whole turn: the load cap can cut the stored history
+// inside a turn, and a tool result without its call (or a conversation opening on the assistant) is
+// refused by providers — on every later run of the agent.
+func fromTurnStart(msgs []ModelMessage) []ModelMessage {
+	if starts := turnStarts(msgs); len(starts) > 0 {
+		return msgs[starts[0]:]
+	}
+	for len(msgs) > 0 && (msgs[0].Role != "user" || isToolResultMessage(msgs[0])) {
+		msgs = msgs[1:]
+	}
+	return msgs
+}
+
+func (m *memoryService) loadRaw(ctx context.Context, agent string, spec MemorySpec) ([]ModelMessage, error) {
 	switch spec.Backend {
 	case "memory":
 		m.mu.Lock()
@@ -65,7 +83,13 @@ func (m *memoryService) append(ctx context.Context, agent string, spec MemorySpe
 	case "memory":
 		m.mu.Lock()
 		defer m.mu.Unlock()
-		m.procs[agent] = append(m.procs[agent], msgs...)
+		all := append(m.procs[agent], msgs...)
+		if len(all) > memoryLoadCap {
+			// Only the last memoryLoadCap messages are ever loaded: keep no more, or a long-lived
+			// process grows without bound.
+			all = append([]ModelMessage(nil), all[len(all)-memoryLoadCap:]...)
+		}
+		m.procs[agent] = all
 		return nil
 	case "file":
 		return m.appendFile(agent, msgs)

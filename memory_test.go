@@ -116,3 +116,87 @@ func TestWindowSummarisedByModel(t *testing.T) {
 		t.Fatalf("windowed request: %s", got)
 	}
 }
+
+// The window's summarising call spends from the same budget: the step's model call that follows is
+// checked against the cost ceiling with that spend counted.
+func TestWindowSummaryCountsTowardsTheCostCeiling(t *testing.T) {
+	m := &fakeModel{cost: 0.3}
+	m.script = func(ctx context.Context, n int, req ChatRequest) (*ChatResponse, error) {
+		if strings.HasPrefix(req.System, "Summarise") {
+			return textResp("SUMMARY"), nil
+		}
+		return textResp("ok"), nil
+	}
+	te := newRunEnv(t, m, nil)
+	te.putAgent(testSpec("summing", func(sp *AgentSpec) {
+		sp.Limits.MaxCostUSD = 0.5
+		sp.Memory = MemorySpec{Enabled: true, Backend: "memory", WindowTurns: 1, Summarise: true}
+	}))
+	hist := []map[string]any{}
+	for i := 0; i < 4; i++ {
+		hist = append(hist, map[string]any{"role": "user", "content": fmt.Sprint("q", i)},
+			map[string]any{"role": "assistant", "content": fmt.Sprint("a", i)})
+	}
+	res := te.run("summing", map[string]any{"input": "now", "history": hist})
+	reqs := m.requests()
+	if len(reqs) != 1 || !strings.HasPrefix(reqs[0].System, "Summarise") {
+		t.Fatalf("%d model calls; the step's call should have been refused after the $0.3 summary", len(reqs))
+	}
+	if res["stopReason"] != "budget" || res["usage"].(map[string]any)["costUsd"].(float64) > 0.5 {
+		t.Fatalf("result %v", res)
+	}
+}
+
+// Past the load cap the stored history is cut; what is loaded starts at a whole turn, never on a tool
+// result whose call was cut away.
+func TestMemoryLoadCapStartsAtATurn(t *testing.T) {
+	for _, backend := range []string{"sqlite", "file", "memory"} {
+		t.Run(backend, func(t *testing.T) {
+			te := newRunEnv(t, &fakeModel{}, nil)
+			ms := te.s.runs.memory
+			spec := MemorySpec{Enabled: true, Backend: backend, WindowTurns: 20}
+			var msgs []ModelMessage
+			for len(msgs) < memoryLoadCap+2 { // user, assistant tool call, tool result, assistant text
+				c := ContentPart{Type: "tool_call", ID: "c", Name: "shell", Args: map[string]any{"command": "ls"}}
+				msgs = append(msgs, textMessage("user", "q"), ModelMessage{Role: "assistant", Content: []ContentPart{c}},
+					toolResultMessage("c", "out", false), textMessage("assistant", "a"))
+			}
+			msgs = msgs[:memoryLoadCap+2] // the cap keeps the last 2000: the first starts after the user message, at the call's result
+			if err := ms.append(context.Background(), "capped", spec, msgs); err != nil {
+				t.Fatal(err)
+			}
+			got, err := ms.load(context.Background(), "capped", spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) == 0 || got[0].Role != "user" || isToolResultMessage(got[0]) {
+				t.Fatalf("loaded memory opens with %s %+v", got[0].Role, got[0].Content)
+			}
+		})
+	}
+}
+
+// The process-only backend keeps no more than a run can load.
+func TestMemoryBackendMemoryIsBounded(t *testing.T) {
+	ms := newMemoryService(nil, t.TempDir())
+	spec := MemorySpec{Enabled: true, Backend: "memory", WindowTurns: 20}
+	for i := 0; i < 3; i++ {
+		batch := make([]ModelMessage, memoryLoadCap)
+		for j := range batch {
+			batch[j] = textMessage("user", fmt.Sprint(i, "-", j))
+		}
+		if err := ms.append(context.Background(), "chatty", spec, batch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ms.mu.Lock()
+	n := len(ms.procs["chatty"])
+	ms.mu.Unlock()
+	if n > memoryLoadCap {
+		t.Fatalf("%d messages kept in process for a load cap of %d", n, memoryLoadCap)
+	}
+	got, _ := ms.load(context.Background(), "chatty", spec)
+	if len(got) != memoryLoadCap || got[len(got)-1].Content[0].Text != fmt.Sprint(2, "-", memoryLoadCap-1) {
+		t.Fatalf("loaded %d, last %+v", len(got), got[len(got)-1])
+	}
+}

@@ -144,6 +144,7 @@ type runService struct {
 	tools     map[string]toolImpl
 
 	streamStall time.Duration // 0: the contract's 60 s; tests shorten it
+	cancelWait  time.Duration // 0: 10 s, how long cancel and DELETE wait for a run to record its end
 
 	ctx    context.Context // cancelled by Close: every run derives from it
 	cancel context.CancelFunc
@@ -442,10 +443,22 @@ func parseInput(raw json.RawMessage) ([]ModelMessage, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(msgs) == 0 {
-		return nil, errEmptyInput()
+	if !hasContent(msgs) {
+		return nil, errEmptyInput() // only blank text: nothing to run on, and providers refuse it with a 400
 	}
 	return msgs, nil
+}
+
+// hasContent reports whether any message carries something other than blank text.
+func hasContent(msgs []ModelMessage) bool {
+	for _, m := range msgs {
+		for _, p := range m.Content {
+			if p.Type != "text" || strings.TrimSpace(p.Text) != "" {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // wireMessage is a message as clients send it: content is a string or an array of parts.
@@ -622,6 +635,13 @@ func (s *server) readRunRequest(r *http.Request) (*AgentSpec, *runParams, error)
 		return nil, nil, errEmptyInput()
 	}
 	if err := decodeBytes(raw, &b); err != nil {
+		if ae := asAPIError(err); strings.HasPrefix(ae.Message, "Unrecognized key") {
+			hint := "the run body accepts input, history, model, vars, maxSteps, maxCostUsd, approvalMode and computerId"
+			if strings.Contains(ae.Message, "maxTokens") || strings.Contains(ae.Message, "timeoutSec") {
+				hint = "maxTokens and timeoutSec come only from the agent spec's limits; change the spec to change them"
+			}
+			return nil, nil, errorf(ae.Code, "%s", ae.Message).withHint(hint)
+		}
 		return nil, nil, err
 	}
 	spec, err := s.loadAgent(r.Context(), r.PathValue("name"))
@@ -654,10 +674,19 @@ func (s *server) handleRun(w http.ResponseWriter, r *http.Request) {
 	select {
 	case <-ar.done:
 	case <-r.Context().Done():
-		ar.cancel(errClientGone)
+		ar.cancel(s.goneCause(errClientGone))
 		<-ar.done
 	}
 	writeJSON(w, http.StatusOK, ar.result)
+}
+
+// goneCause names why a request's context ended: at shutdown every request context is cancelled (the
+// server's base context), and the run should be recorded as stopped by the shutdown, not by its client.
+func (s *server) goneCause(def error) error {
+	if s.streamCtx != nil && s.streamCtx.Err() != nil {
+		return errServerShutdown
+	}
+	return def
 }
 
 func (s *server) handleRunStream(w http.ResponseWriter, r *http.Request) {
@@ -705,7 +734,7 @@ func (s *server) streamRun(w http.ResponseWriter, r *http.Request, spec *AgentSp
 	case <-sse.Done():
 	case <-r.Context().Done():
 	}
-	cause := errClientGone
+	cause := s.goneCause(errClientGone)
 	if err := sse.Err(); errors.Is(err, errStreamStalled) {
 		cause = errStreamStalled2
 	}
@@ -785,10 +814,16 @@ func (s *server) cancelAndWait(id string) bool {
 	if !ok {
 		return false
 	}
+	wait := s.runs.cancelWait
+	if wait <= 0 {
+		wait = 10 * time.Second
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
 	select {
 	case <-ar.done:
 		return ar.result.StopReason == "aborted"
-	case <-time.After(10 * time.Second):
+	case <-t.C:
 		return true // still winding down (a tool ignoring cancellation); it will record aborted
 	}
 }
@@ -813,6 +848,7 @@ func (s *server) handleCancelRun(w http.ResponseWriter, r *http.Request) {
 
 func (s *server) handleDeleteRun(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
+	ar := s.runs.get(id)
 	s.cancelAndWait(id)
 	if err := s.store.DeleteRun(r.Context(), id); err != nil {
 		if errors.Is(err, errNotFound) {
@@ -821,5 +857,22 @@ func (s *server) handleDeleteRun(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	// A run still winding down (a tool ignoring cancellation) records its end later; that record must
+	// not bring the deleted run back: the run deletes itself once recorded, or it already has been.
+	if ar != nil && ar.markDeleted() {
+		if err := s.store.DeleteRun(context.Background(), id); err != nil && !errors.Is(err, errNotFound) {
+			writeError(w, err)
+			return
+		}
+	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// markDeleted asks the run to delete its record once it is written; true when it already was written
+// (the caller deletes it again).
+func (ar *activeRun) markDeleted() (recorded bool) {
+	ar.mu.Lock()
+	defer ar.mu.Unlock()
+	ar.deleted = true
+	return ar.recorded
 }

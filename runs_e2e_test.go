@@ -244,9 +244,9 @@ func newE2E(t testing.TB, so *scriptedOpenAI, home string) *runEnv {
 		ts.Close()
 		s.Close(context.Background())
 	})
-	if _, _, err := s.models.EstimateCost(ChatRequest{Model: "openai/gpt-4o-mini", Messages: []ModelMessage{textMessage("user", "x")}}); err != nil &&
-		asAPIError(err).Code == codeNotImplemented {
-		t.Skip("the model router has not landed in this branch yet")
+	// The router has landed: a router that cannot price the scripted model is a failure, not a skip.
+	if _, _, err := s.models.EstimateCost(ChatRequest{Model: "openai/gpt-4o-mini", Messages: []ModelMessage{textMessage("user", "x")}}); err != nil {
+		t.Fatalf("the model router cannot price the scripted model: %v", err)
 	}
 	return te
 }
@@ -640,5 +640,35 @@ func TestE2ERestartWithRunInFlight(t *testing.T) {
 	}
 	if r := b.run("e2e-restart", map[string]any{"input": "new run"}); r["stopReason"] != "complete" || r["text"] != "fresh" {
 		t.Fatalf("run after restart: %v", r)
+	}
+}
+
+// The wall clock aborts a long shell tool in flight on the real local provider: the run ends with
+// `timeout` without waiting for the command.
+func TestE2ETimeoutAbortsLongShell(t *testing.T) {
+	so := newScriptedOpenAI(t, func(r scriptReq) scriptReply {
+		if len(r.toolResults()) == 0 {
+			return scriptReply{calls: []ToolCall{tc("sl", "shell", map[string]any{"command": "sleep 600"})}}
+		}
+		return scriptReply{text: "done"}
+	})
+	te := newE2E(t, so, "")
+	te.createAgent(map[string]any{"name": "e2e-sleepy", "limits": map[string]any{"timeoutSec": 1, "execTimeoutSec": 900}})
+	type answer struct {
+		code int
+		body map[string]any
+	}
+	done := make(chan answer, 1)
+	go func() { // te.do, not te.run: no t.Fatal off the test goroutine
+		code, body := te.do("POST", "/v1/agents/e2e-sleepy/run", map[string]any{"input": "sleep"})
+		done <- answer{code, body}
+	}()
+	select {
+	case a := <-done:
+		if e, _ := a.body["error"].(map[string]any); a.code != 200 || a.body["stopReason"] != "timeout" || e["code"] != "E_ABORTED" {
+			t.Fatalf("%d %v", a.code, a.body)
+		}
+	case <-time.After(120 * time.Second): // far below the command's 600 s: the tool was not aborted
+		t.Fatal("the run waited for the shell command past its wall clock")
 	}
 }

@@ -557,6 +557,8 @@ func TestRunBadInput(t *testing.T) {
 		{"blank input", "/v1/agents/bad/run", map[string]any{"input": "   "}, 422, "E_SPEC_INVALID", "non-empty input"},
 		{"empty messages", "/v1/agents/bad/run", map[string]any{"input": []any{}}, 422, "E_SPEC_INVALID", "non-empty input"},
 		{"null input", "/v1/agents/bad/run", `{"input": null}`, 422, "E_SPEC_INVALID", "non-empty input"},
+		{"blank messages", "/v1/agents/bad/run", map[string]any{"input": []any{map[string]any{"role": "user", "content": " "},
+			map[string]any{"role": "user", "content": []any{map[string]any{"type": "text", "text": ""}}}}}, 422, "E_SPEC_INVALID", "non-empty input"},
 		{"no body", "/v1/agents/bad/run", "", 422, "E_SPEC_INVALID", "non-empty input"},
 		{"number input", "/v1/agents/bad/run", map[string]any{"input": 5}, 422, "E_SPEC_INVALID", "input"},
 		{"bad role", "/v1/agents/bad/run", map[string]any{"input": []any{map[string]any{"role": "boss", "content": "x"}}}, 422, "E_SPEC_INVALID", "role"},
@@ -581,6 +583,13 @@ func TestRunBadInput(t *testing.T) {
 				t.Fatal("no hint")
 			}
 		})
+	}
+	// An unknown key names what the body accepts; maxTokens and timeoutSec say where they are set.
+	if _, out := te.do("POST", "/v1/agents/bad/run", map[string]any{"input": "x", "timeoutSec": 5}); !strings.Contains(out["error"].(map[string]any)["hint"].(string), "spec") {
+		t.Fatalf("timeoutSec hint: %v", out)
+	}
+	if _, out := te.do("POST", "/v1/agents/bad/run", map[string]any{"input": "x", "prompt": "y"}); !strings.Contains(out["error"].(map[string]any)["hint"].(string), "computerId") {
+		t.Fatalf("unknown key hint: %v", out)
 	}
 	// Nothing was recorded by the refused requests.
 	if _, list := te.do("GET", "/v1/runs", nil); len(list["runs"].([]any)) != 0 {
@@ -977,5 +986,87 @@ func TestStalledConsumerAbortsRun(t *testing.T) {
 	_, got := te.do("GET", "/v1/runs/"+id, nil)
 	if msg := got["result"].(map[string]any)["error"].(map[string]any)["message"].(string); !strings.Contains(msg, "stalled") {
 		t.Fatalf("abort reason %q", msg)
+	}
+}
+
+// DELETE of a run whose tool ignores cancellation answers 204 after its bounded wait; the run's late
+// end record must not bring the deleted run back.
+func TestDeleteOfSlowWindingRunStaysDeleted(t *testing.T) {
+	release := make(chan struct{})
+	m := &fakeModel{script: scriptOf(toolResp(call("s1", "shell", map[string]any{"command": "echo stuck"})))}
+	te := newRunEnv(t, m, nil)
+	entered := make(chan struct{}, 1)
+	te.comp.onExec = func(ctx context.Context, cmd string) {
+		entered <- struct{}{}
+		<-release // ignores ctx, as a wedged tool would
+	}
+	te.s.runs.cancelWait = time.Millisecond
+	te.putAgent(testSpec("wedged", nil))
+	s := te.stream("wedged", map[string]any{"input": "x"})
+	id := s.until(t, "run_start")["runId"].(string)
+	<-entered
+	ar := te.s.runs.get(id)
+	if code, _ := te.do("DELETE", "/v1/runs/"+id, nil); code != 204 {
+		t.Fatalf("delete: %d", code)
+	}
+	close(release)
+	ar.wait()
+	if code, out := te.do("GET", "/v1/runs/"+id, nil); code != 404 {
+		t.Fatalf("deleted run came back: %d %v", code, out)
+	}
+}
+
+// At shutdown the server cancels every request's context; the runs those requests drive are recorded
+// as stopped by the shutdown, not as if their clients had left.
+func TestShutdownCancelledRequestRecordsShutdown(t *testing.T) {
+	entered := make(chan struct{}, 2)
+	m := &fakeModel{script: func(ctx context.Context, n int, req ChatRequest) (*ChatResponse, error) {
+		entered <- struct{}{}
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}}
+	te := newRunEnv(t, m, nil)
+	te.putAgent(testSpec("down", nil))
+	s := te.stream("down", map[string]any{"input": "x"})
+	id := s.until(t, "run_start")["runId"].(string)
+	<-entered
+	te.s.cancelStream() // what the server does first on shutdown; it also ends every request context
+	s.cancel()
+	s.resp.Body.Close()
+	pollUntil(t, "the run to be recorded aborted", func() bool {
+		st, _, _, _ := te.s.store.GetRun(context.Background(), id)
+		return st == "aborted"
+	})
+	_, _, res, _ := te.s.store.GetRun(context.Background(), id)
+	if !strings.Contains(string(res), "shutting down") {
+		t.Fatalf("abort reason: %s", res)
+	}
+}
+
+// By the time run_end reaches the stream the run is recorded finished, with its run_end stored: a
+// client that GETs the run on seeing run_end never finds it still running.
+func TestRunEndIsStoredBeforeItIsStreamed(t *testing.T) {
+	m := &fakeModel{script: scriptOf()}
+	te := newRunEnv(t, m, nil)
+	checked := make(chan string, 1)
+	ar, err := te.s.runs.start(testSpec("ordered", nil), &runParams{Input: []ModelMessage{textMessage("user", "x")}, MaxSteps: 2, MaxCostUSD: 1, ApprovalMode: "auto"},
+		func(ev runEvent, _ []byte) {
+			if ev.Type != "run_end" {
+				return
+			}
+			status, _, res, err := te.s.store.GetRun(context.Background(), ev.Result.RunID)
+			evs, _ := te.s.store.RunEvents(context.Background(), ev.Result.RunID)
+			last := ""
+			if len(evs) > 0 {
+				last = string(evs[len(evs)-1])
+			}
+			checked <- fmt.Sprintf("status=%s result=%v err=%v lastEventIsEnd=%v", status, len(res) > 0, err, strings.Contains(last, `"run_end"`))
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ar.wait()
+	if got := <-checked; got != "status=complete result=true err=<nil> lastEventIsEnd=true" {
+		t.Fatalf("when run_end was streamed: %s", got)
 	}
 }

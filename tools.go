@@ -810,9 +810,37 @@ func (np netPolicy) checkURL(u *url.URL) error {
 }
 
 func privateIP(ip net.IP) bool {
+	// IPv6 forms that carry an IPv4 address (::ffff:a.b.c.d is handled by the checks below):
+	// IPv4-compatible ::a.b.c.d, NAT64 64:ff9b::a.b.c.d and 6to4 2002:aabb:ccdd:: reach the embedded address.
+	if len(ip) == net.IPv6len && ip.To4() == nil {
+		var v4 net.IP
+		switch {
+		case isZero(ip[:12]) && !isZero(ip[12:]):
+			v4 = ip[12:16]
+		case ip[0] == 0x00 && ip[1] == 0x64 && ip[2] == 0xff && ip[3] == 0x9b && isZero(ip[4:12]):
+			v4 = ip[12:16]
+		case ip[0] == 0x20 && ip[1] == 0x02:
+			v4 = ip[2:6]
+		}
+		if v4 != nil && privateIP(net.IPv4(v4[0], v4[1], v4[2], v4[3])) {
+			return true
+		}
+	}
+	if ip4 := ip.To4(); ip4 != nil && ip4[0] == 0 { // 0.0.0.0/8 "this network" reaches the host itself
+		return true
+	}
 	return ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() ||
 		ip.IsUnspecified() || ip.IsMulticast() || ip.IsInterfaceLocalMulticast() ||
 		(ip.To4() != nil && ip.To4()[0] == 100 && ip.To4()[1]&0xC0 == 64) // carrier-grade NAT 100.64/10
+}
+
+func isZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // httpClient returns a client whose every connection (first request and redirects) is checked against
@@ -894,7 +922,9 @@ func toolFetchURL(ctx context.Context, env *toolEnv, args map[string]any) (strin
 	}
 	req.Header.Set("User-Agent", "agentd/"+version)
 	req.Header.Set("Accept", "text/html,text/plain,application/json;q=0.9,*/*;q=0.5")
-	resp, err := np.httpClient(30 * time.Second).Do(req)
+	client := np.httpClient(30 * time.Second)
+	defer client.CloseIdleConnections() // the client is this call's: its kept-alive connections too
+	resp, err := client.Do(req)
 	if err != nil {
 		return "", fetchError(err)
 	}
@@ -1028,7 +1058,9 @@ func toolHTTPRequest(ctx context.Context, env *toolEnv, args map[string]any) (st
 			}
 		}
 	}
-	resp, err := np.httpClient(60 * time.Second).Do(req)
+	client := np.httpClient(60 * time.Second)
+	defer client.CloseIdleConnections()
+	resp, err := client.Do(req)
 	if err != nil {
 		return "", fetchError(err)
 	}

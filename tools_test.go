@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // toolHarness runs tools directly against the temp-dir computer.
@@ -227,5 +229,73 @@ func TestWebSearch(t *testing.T) {
 	out, err := runTool(t, &toolEnv{ar: ar}, "web_search", map[string]any{"query": "golang"})
 	if err != nil || gotKey != "brave-key" || gotQ != "golang" || !strings.Contains(out, "1. Go\n   https://go.dev\n   The Go language") {
 		t.Fatalf("search: %q %v (key %q q %q)", out, err, gotKey, gotQ)
+	}
+}
+
+// fetch_url and http_request build a client per call; its kept-alive connection must not outlive the
+// call (it would hold two goroutines and a socket with no owner for the idle timeout).
+func TestFetchURLLeavesNoIdleConnection(t *testing.T) {
+	var mu sync.Mutex
+	open := map[net.Conn]bool{}
+	page := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte("ok"))
+	}))
+	page.Config.ConnState = func(c net.Conn, s http.ConnState) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch s {
+		case http.StateNew:
+			open[c] = true
+		case http.StateClosed, http.StateHijacked:
+			delete(open, c)
+		}
+	}
+	page.Start()
+	defer page.Close()
+	u, _ := url.Parse(page.URL)
+	env, _ := toolHarness(t, func(sp *AgentSpec) { sp.Computer.Network.Allow = []string{u.Hostname()} })
+	for _, tool := range []string{"fetch_url", "http_request"} {
+		if _, err := runTool(t, env, tool, map[string]any{"url": page.URL}); err != nil {
+			t.Fatalf("%s: %v", tool, err)
+		}
+		deadline := time.Now().Add(10 * time.Second) // far below the transport's 30 s idle timeout
+		for {
+			mu.Lock()
+			n := len(open)
+			mu.Unlock()
+			if n == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s left %d connection(s) open after it returned", tool, n)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+}
+
+// The dial-time check sees through the address spellings that reach a private host.
+func TestFetchURLNetworkPolicyAddressForms(t *testing.T) {
+	for _, s := range []string{"127.0.0.1", "::1", "::ffff:127.0.0.1", "::ffff:7f00:1", "::127.0.0.1", "64:ff9b::7f00:1",
+		"64:ff9b::a9fe:a9fe", "2002:7f00:1::", "2002:a00:1::1", "0.0.0.0", "0.1.2.3", "10.1.2.3", "169.254.169.254",
+		"fe80::1", "fc00::1", "100.64.0.1", "::"} {
+		if !privateIP(net.ParseIP(s)) {
+			t.Errorf("%s is not treated as private", s)
+		}
+	}
+	for _, s := range []string{"93.184.216.34", "2606:2800:220:1:248:1893:25c8:1946", "64:ff9b::5db8:d822", "2002:5db8:d822::1"} {
+		if privateIP(net.ParseIP(s)) {
+			t.Errorf("%s is treated as private", s)
+		}
+	}
+	page := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("secret")) }))
+	defer page.Close()
+	u, _ := url.Parse(page.URL)
+	env, _ := toolHarness(t, nil)
+	for _, host := range []string{"[::ffff:127.0.0.1]", "[::ffff:7f00:1]", "2130706433", "0x7f.1", "127.1", "localhost"} {
+		out, err := runTool(t, env, "fetch_url", map[string]any{"url": "http://" + host + ":" + u.Port() + "/"})
+		if err == nil || strings.Contains(out, "secret") {
+			t.Errorf("%s fetched: %q", host, out)
+		}
 	}
 }
