@@ -17,14 +17,22 @@ import (
 const redactedMark = "[REDACTED]"
 
 // secretPattern matches a credential by shape. Group 1, when present, is a prefix that is kept. The
-// regular expression runs only when one of the hints occurs in the text (a cheap substring test).
+// regular expression runs only when one of the hints occurs in the text (a cheap substring test; an
+// ASCII case-insensitive one when fold is set, for scheme words such as Bearer that any case spells).
 type secretPattern struct {
 	re    *regexp.Regexp
 	hints []string
+	fold  bool
 }
 
 func sp(expr string, hints ...string) secretPattern {
 	return secretPattern{re: regexp.MustCompile(expr), hints: hints}
+}
+
+func spFold(expr string, hints ...string) secretPattern {
+	p := sp(expr, hints...)
+	p.fold = true
+	return p
 }
 
 var secretPatterns = []secretPattern{
@@ -39,8 +47,8 @@ var secretPatterns = []secretPattern{
 	sp(`xox[abposr]-[A-Za-z0-9\-]{10,}`, "xox"),                              // Slack
 	sp(`npm_[A-Za-z0-9]{36}`, "npm_"),                                        // npm
 	sp(`\b(?:AKIA|ASIA)[0-9A-Z]{16}\b`, "AKIA", "ASIA"),                      // AWS access key ids
-	sp(`(?i)(\bbearer\s+)[A-Za-z0-9._~+/\-]{8,}=*`, "earer", "EARER"),        // bearer values
-	sp(`(?i)(\bbasic\s+)[A-Za-z0-9+/]{8,}=*`, "asic", "ASIC"),                // basic auth values
+	spFold(`(?i)(\bbearer\s+)[A-Za-z0-9._~+/\-]{8,}=*`, "bearer"),            // bearer values, any case
+	spFold(`(?i)(\bbasic\s+)[A-Za-z0-9+/]{8,}=*`, "basic"),                   // basic auth values, any case
 }
 
 // urlPassword matches the password of a user:password@host URL; the user and the @ are kept.
@@ -92,7 +100,7 @@ func (r *redactor) redact(s string) string {
 		s = pemBlock.ReplaceAllString(s, redactedMark)
 	}
 	for _, p := range secretPatterns {
-		if !containsAny(s, p.hints) {
+		if !p.fold && !containsAny(s, p.hints) || p.fold && !containsAnyFold(s, p.hints) {
 			continue
 		}
 		re := p.re
@@ -112,6 +120,18 @@ func containsAny(s string, subs []string) bool {
 	for _, sub := range subs {
 		if strings.Contains(s, sub) {
 			return true
+		}
+	}
+	return false
+}
+
+// containsAnyFold is containsAny ignoring ASCII case, without allocating a lowered copy of s.
+func containsAnyFold(s string, subs []string) bool {
+	for _, sub := range subs {
+		for i := 0; i+len(sub) <= len(s); i++ {
+			if s[i]|0x20 == sub[0]|0x20 && strings.EqualFold(s[i:i+len(sub)], sub) {
+				return true
+			}
 		}
 	}
 	return false

@@ -33,6 +33,8 @@ func TestRedactShapes(t *testing.T) {
 	cases := map[string]string{
 		"Authorization: Bearer abc.def-ghi_jkl":                                            "Authorization: Bearer " + redactedMark,
 		"authorization: Basic dXNlcjpwYXNzd29yZA==":                                        "authorization: Basic " + redactedMark,
+		"Authorization: BeArEr abc.def-ghi_jkl":                                            "Authorization: BeArEr " + redactedMark,
+		"auth: bAsIc dXNlcjpwYXNzd29yZA==":                                                 "auth: bAsIc " + redactedMark,
 		"git clone https://bob:hunter22@example.com/x":                                     "git clone https://bob:" + redactedMark + "@example.com/x",
 		"uses custom-gateway-key-123 here":                                                 "uses " + redactedMark + " here",
 		"-----BEGIN RSA PRIVATE KEY-----\nMIIE\nabc\n-----END RSA PRIVATE KEY-----\nafter": redactedMark + "\nafter",
