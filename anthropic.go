@@ -237,9 +237,9 @@ func (m *modelService) anthropicChat(ctx context.Context, c candidate, req ChatR
 	if stream {
 		return m.anthropicReadStream(ctx, name, resp.Body, emit)
 	}
-	b, err := io.ReadAll(resp.Body)
+	b, err := readAnswer(ctx, name, resp.Body)
 	if err != nil {
-		return nil, readErr(ctx, name, err)
+		return nil, err
 	}
 	var r struct {
 		Content    []anBlock `json:"content"`

@@ -209,9 +209,9 @@ func (m *modelService) geminiChat(ctx context.Context, c candidate, req ChatRequ
 	defer resp.Body.Close()
 	acc := &gmAccumulator{out: &ChatResponse{ToolCalls: []ToolCall{}}, emit: emit}
 	if !stream {
-		b, err := io.ReadAll(resp.Body)
+		b, err := readAnswer(ctx, name, resp.Body)
 		if err != nil {
-			return nil, readErr(ctx, name, err)
+			return nil, err
 		}
 		var r gmResponse
 		if err := json.Unmarshal(b, &r); err != nil {

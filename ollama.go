@@ -142,9 +142,9 @@ func (m *modelService) ollamaChat(ctx context.Context, c candidate, req ChatRequ
 	var body io.Reader = resp.Body
 	if !stream { // one (possibly pretty-printed) object: fold it onto one line for the scanner
 		emit = func(StreamEvent) {}
-		b, err := io.ReadAll(resp.Body)
+		b, err := readAnswer(ctx, name, resp.Body)
 		if err != nil {
-			return nil, readErr(ctx, name, err)
+			return nil, err
 		}
 		var buf bytes.Buffer
 		if err := json.Compact(&buf, b); err != nil {

@@ -322,9 +322,9 @@ func (m *modelService) openaiChat(ctx context.Context, c candidate, req ChatRequ
 		return nil, err
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
+	b, err := readAnswer(ctx, name, resp.Body)
 	if err != nil {
-		return nil, readErr(ctx, name, err)
+		return nil, err
 	}
 	var r struct {
 		Choices []struct {

@@ -226,6 +226,22 @@ func streamBroken(provider, what string) error {
 	return &upstreamError{msg: provider + ": " + what}
 }
 
+// maxAnswerBytes caps a non-streamed answer: far above any real completion (images included), low enough
+// that a broken or hostile upstream cannot exhaust the server's memory.
+const maxAnswerBytes = 64 << 20
+
+// readAnswer reads a whole non-streamed answer under maxAnswerBytes.
+func readAnswer(ctx context.Context, provider string, body io.Reader) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(body, maxAnswerBytes+1))
+	if err != nil {
+		return nil, readErr(ctx, provider, err)
+	}
+	if len(b) > maxAnswerBytes {
+		return nil, streamBroken(provider, fmt.Sprintf("answer larger than %d MB", maxAnswerBytes>>20))
+	}
+	return b, nil
+}
+
 // readErr maps an error while reading a streamed body.
 func readErr(ctx context.Context, provider string, err error) error {
 	if err == bufio.ErrTooLong {

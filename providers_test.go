@@ -215,3 +215,24 @@ func TestStalledStreamIsAbandoned(t *testing.T) {
 		t.Fatalf("err %v, %d calls, sleeps %v", err, len(f.chatRequests()), rec.get())
 	}
 }
+
+// endless is an upstream body that never ends.
+type endless struct{}
+
+func (endless) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = ' '
+	}
+	return len(p), nil
+}
+
+// A non-streamed answer that never ends is cut at maxAnswerBytes and reported, not read into memory forever.
+func TestReadAnswerIsBounded(t *testing.T) {
+	_, err := readAnswer(context.Background(), "OpenAI", endless{})
+	if err == nil || !strings.Contains(err.Error(), "answer larger than 64 MB") {
+		t.Fatalf("endless answer: %v", err)
+	}
+	if b, err := readAnswer(context.Background(), "OpenAI", strings.NewReader(`{"ok":true}`)); err != nil || string(b) != `{"ok":true}` {
+		t.Fatalf("small answer: %q %v", b, err)
+	}
+}
