@@ -199,6 +199,11 @@ func (ar *activeRun) run() {
 	sum.Preview = preview(res.Text)
 	sb, _ := json.Marshal(sum)
 	rb, _ := json.Marshal(res)
+	if stop == "error" && res.Error != nil {
+		// DESIGN §6's error event: a run that failed (not one stopped by a ceiling or a cancel, whose
+		// error object rides on run_end alone) says so as an event of its own before run_end.
+		ar.emit(runEvent{Type: "error", Error: res.Error})
+	}
 	// The end is committed before run_end reaches the stream: a client that reads run_end and then
 	// GETs the run finds it finished, with its run_end stored.
 	ar.emitThen(runEvent{Type: "run_end", Result: res},

@@ -192,6 +192,14 @@ func TestModelErrorEndsRunWithError(t *testing.T) {
 	if res["stopReason"] != "error" || e["code"] != "E_MODEL_ERROR" || strings.Contains(e["message"].(string), "sk-ant-") {
 		t.Fatalf("result %v", res)
 	}
+	// On the stream the failure is an `error` event (redacted) right before run_end.
+	evs := te.stream("broken", map[string]any{"input": "x"}).all()
+	if len(evs) < 2 || evs[len(evs)-2]["type"] != "error" || evs[len(evs)-1]["type"] != "run_end" {
+		t.Fatalf("stream of a failed run: %v", evs)
+	}
+	if ee := evs[len(evs)-2]["error"].(map[string]any); ee["code"] != "E_MODEL_ERROR" || strings.Contains(ee["message"].(string), "sk-ant-") {
+		t.Fatalf("error event %v", ee)
+	}
 }
 
 func TestParallelToolsBoundedAndOrdered(t *testing.T) {
