@@ -291,6 +291,9 @@ func plainScalar(s string) (any, bool) {
 	}
 	// yaml.v3 resolves a plain scalar only when its first byte hints a number, a bool or null (its
 	// resolveTable: sign, digit, '.', '~', and y n t f o in either case); everything else is a string.
+	if s == "<<" {
+		return nil, false // yaml.v3 resolves it as the merge key's tag, even as a value
+	}
 	if strings.IndexByte("+-.0123456789~yYnNtTfFoO", s[0]) < 0 {
 		return s, true
 	}
@@ -322,7 +325,7 @@ func doubleQuoted(t string) (s, rest string, ok bool) {
 			}
 			i++
 			switch t[i] {
-			case '\\', '"', '/':
+			case '\\', '"': // not '/': yaml.v3 refuses "\/" as an unknown escape
 				b.WriteByte(t[i])
 			case 'n':
 				b.WriteByte('\n')
