@@ -168,8 +168,16 @@ func (s *server) handleEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ws := websocket.Server{
-		Handshake: func(*websocket.Config, *http.Request) error { return nil },
-		Handler:   func(c *websocket.Conn) { s.hub.serveSocket(c, s.activeRuns) },
+		Handshake: func(cfg *websocket.Config, _ *http.Request) error {
+			// The 101 is written by x/net/websocket on the hijacked connection, past ServeHTTP's headers:
+			// the version goes in here. Several offered subprotocols would make it answer a bare 400.
+			cfg.Header = http.Header{versionHeader: {version}}
+			if len(cfg.Protocol) > 1 {
+				cfg.Protocol = cfg.Protocol[:1]
+			}
+			return nil
+		},
+		Handler: func(c *websocket.Conn) { s.hub.serveSocket(c, s.activeRuns) },
 	}
 	ws.ServeHTTP(w, r)
 }
@@ -181,11 +189,34 @@ func (s *server) websocketAllowed(w http.ResponseWriter, r *http.Request) bool {
 			withHint("connect with a WebSocket client (Upgrade: websocket)"))
 		return false
 	}
+	// What x/net/websocket would refuse with a bare 400 (no envelope, no version) is refused here.
+	if !headerHasToken(r.Header, "Connection", "upgrade") || r.Header.Get("Sec-WebSocket-Key") == "" {
+		writeError(w, errorf(codeSpecInvalid, "malformed WebSocket upgrade: Connection: Upgrade and Sec-WebSocket-Key are required").
+			withHint("connect with a WebSocket client"))
+		return false
+	}
+	if v := r.Header.Get("Sec-WebSocket-Version"); v != "13" {
+		w.Header().Set("Sec-WebSocket-Version", "13")
+		writeError(w, errorf(codeSpecInvalid, "unsupported WebSocket version %q", v).withHint("use WebSocket version 13"))
+		return false
+	}
 	if o := r.Header.Get("Origin"); o != "" && !s.originAllowed(o, r) {
 		writeError(w, errorf(codeExecDenied, "origin %q is not allowed", o).withHint("add the origin to corsOrigins"))
 		return false
 	}
 	return true
+}
+
+// headerHasToken reports whether a comma-separated header lists token (ASCII case-insensitive).
+func headerHasToken(h http.Header, name, token string) bool {
+	for _, v := range h.Values(name) {
+		for _, t := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(t), token) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 type wsClientFrame struct {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -271,5 +272,52 @@ func TestEventsThousandClients(t *testing.T) {
 	ts.s.hub.Close()
 	if ts.s.hub.subscribers() != 0 {
 		t.Fatal("subscribers left after Close")
+	}
+}
+
+// TestEventsUpgradeAnswersCarryTheVersion: the 101 and every refused upgrade carry X-Agent-Version, and a
+// refusal is the contract's envelope rather than x/net/websocket's bare 400.
+func TestEventsUpgradeAnswersCarryTheVersion(t *testing.T) {
+	ts := newTestServer(t)
+	upgrade := func(mod map[string]string) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequest("GET", ts.url+"/v1/events", nil)
+		h := map[string]string{"Upgrade": "websocket", "Connection": "Upgrade",
+			"Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==", "Sec-WebSocket-Version": "13"}
+		for k, v := range mod {
+			h[k] = v
+		}
+		for k, v := range h {
+			if v != "" {
+				req.Header.Set(k, v)
+			}
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { res.Body.Close() })
+		return res
+	}
+	for name, tc := range map[string]struct {
+		mod    map[string]string
+		status int
+	}{
+		"accepted":            {nil, http.StatusSwitchingProtocols},
+		"several subprotocol": {map[string]string{"Sec-WebSocket-Protocol": "a, b"}, http.StatusSwitchingProtocols},
+		"old version":         {map[string]string{"Sec-WebSocket-Version": "8"}, 422},
+		"no key":              {map[string]string{"Sec-WebSocket-Key": ""}, 422},
+		"no Connection":       {map[string]string{"Connection": ""}, 422},
+	} {
+		res := upgrade(tc.mod)
+		if res.StatusCode != tc.status || res.Header.Get(versionHeader) != version {
+			t.Errorf("%s: %d, %s=%q", name, res.StatusCode, versionHeader, res.Header.Get(versionHeader))
+		}
+		if tc.status == 422 {
+			b, _ := io.ReadAll(res.Body)
+			if r := (response{status: res.StatusCode, body: b}); r.errCode(t) != codeSpecInvalid {
+				t.Errorf("%s: %s", name, b)
+			}
+		}
 	}
 }
