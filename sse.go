@@ -106,11 +106,11 @@ func (s *sseWriter) send(v any) error {
 	if err != nil {
 		return err
 	}
+	// The id is taken under the same lock as the write, so concurrent senders' ids reach the wire in order.
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.seq++
-	seq := s.seq
-	s.mu.Unlock()
-	return s.write(fmt.Appendf(nil, "id: %d\ndata: %s\n\n", seq, b))
+	return s.writeLocked(fmt.Appendf(nil, "id: %d\ndata: %s\n\n", s.seq, b))
 }
 
 // fail writes an `event: error` frame carrying the contract's envelope.
@@ -133,6 +133,10 @@ func (s *sseWriter) close() {
 func (s *sseWriter) write(p []byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.writeLocked(p)
+}
+
+func (s *sseWriter) writeLocked(p []byte) error {
 	if s.err != nil {
 		return s.err
 	}

@@ -7,7 +7,9 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -135,5 +137,46 @@ func TestSSEBindCancelsWhenConsumerLeaves(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the bound context was not cancelled after the consumer left")
+	}
+}
+
+// Concurrent senders (a run's tool calls in parallel) put ids on the wire in increasing order.
+func TestSSEIdsInOrderUnderConcurrentSends(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s := newSSE(w, time.Hour)
+		var wg sync.WaitGroup
+		for g := 0; g < 8; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; i < 300; i++ {
+					s.send(map[string]any{"g": g})
+				}
+			}()
+		}
+		wg.Wait()
+		s.close()
+	}))
+	defer srv.Close()
+	res, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	sc := bufio.NewScanner(res.Body)
+	last, n := 0, 0
+	for sc.Scan() {
+		id, ok := strings.CutPrefix(sc.Text(), "id: ")
+		if !ok {
+			continue
+		}
+		v, err := strconv.Atoi(id)
+		if err != nil || v != last+1 {
+			t.Fatalf("id %q after %d", id, last)
+		}
+		last, n = v, n+1
+	}
+	if n != 8*300 {
+		t.Fatalf("%d events", n)
 	}
 }
