@@ -292,6 +292,9 @@ func (h *hub) serveSocket(c *websocket.Conn, activeRuns func() []map[string]any)
 	}
 	var filter []string // nil: every topic
 	var sentUpTo uint64 // events at or below this were replayed; the live stream skips them
+	// sent remembers which events this socket already carried, so a replay after live traffic (a
+	// subscribe sent after the hello) never repeats one.
+	var sent sentSet
 	for {
 		select {
 		case <-sub.dropped:
@@ -311,9 +314,13 @@ func (h *hub) serveSocket(c *websocket.Conn, activeRuns func() []map[string]any)
 				}
 				history, last := h.history()
 				for _, ev := range history {
-					if slices.Contains(filter, ev.Topic) && !sendRaw(ev.wire) {
+					if sent.has(ev.seq) || !slices.Contains(filter, ev.Topic) {
+						continue
+					}
+					if !sendRaw(ev.wire) {
 						return
 					}
+					sent.add(ev.seq)
 				}
 				sentUpTo = last
 			default:
@@ -329,8 +336,38 @@ func (h *hub) serveSocket(c *websocket.Conn, activeRuns func() []map[string]any)
 			if !sendRaw(ev.wire) {
 				return
 			}
+			sent.add(ev.seq)
 		}
 	}
+}
+
+// sentSet is a bitmap of the last sentWindow sequence numbers a socket carried (128 bytes). The window is
+// twice the ring, so every event a replay can still offer is inside it.
+const sentWindow = 2 * hubHistory
+
+type sentSet struct {
+	bits [sentWindow / 64]uint64
+	max  uint64 // highest seq added; bits cover (max-sentWindow, max]
+}
+
+func (s *sentSet) add(seq uint64) {
+	if seq > s.max {
+		if seq-s.max >= sentWindow {
+			s.bits = [sentWindow / 64]uint64{}
+		} else {
+			for q := s.max + 1; q < seq; q++ {
+				s.bits[q%sentWindow/64] &^= 1 << (q % 64)
+			}
+		}
+		s.max = seq
+	}
+	if s.max-seq < sentWindow {
+		s.bits[seq%sentWindow/64] |= 1 << (seq % 64)
+	}
+}
+
+func (s *sentSet) has(seq uint64) bool {
+	return seq <= s.max && s.max-seq < sentWindow && s.bits[seq%sentWindow/64]&(1<<(seq%64)) != 0
 }
 
 // validTopics keeps the known topics of a subscribe request; an empty list means every topic.

@@ -321,3 +321,47 @@ func TestEventsUpgradeAnswersCarryTheVersion(t *testing.T) {
 		}
 	}
 }
+
+// An event that reached the socket live before the client subscribed is not replayed a second time.
+func TestEventsSubscribeAfterLiveTrafficNoDuplicate(t *testing.T) {
+	ts := newTestServer(t)
+	ts.s.hub.publish("runs", "run_started", map[string]any{"runId": "run_old"})
+	c := dialEvents(t, ts.url+"/v1/events", "")
+	frame(t, c) // hello
+	waitFor(t, "subscriber", func() bool { return ts.s.hub.subscribers() == 1 })
+	ts.s.hub.publish("runs", "run_started", map[string]any{"runId": "run_live"})
+	if f := frame(t, c); f["payload"].(map[string]any)["runId"] != "run_live" {
+		t.Fatalf("live %v", f)
+	}
+	sendFrame(t, c, map[string]any{"type": "subscribe", "topics": []string{"runs"}})
+	if f := frame(t, c); f["type"] != "subscribed" {
+		t.Fatalf("subscribed %v", f)
+	}
+	if f := frame(t, c); f["payload"].(map[string]any)["runId"] != "run_old" {
+		t.Fatalf("replay %v", f)
+	}
+	ts.s.hub.publish("runs", "run_finished", map[string]any{"runId": "run_next"})
+	if f := frame(t, c); f["payload"].(map[string]any)["runId"] != "run_next" {
+		t.Fatalf("after the replay, got %v (an event sent twice?)", f)
+	}
+}
+
+func TestEventsSentSet(t *testing.T) {
+	var s sentSet
+	for _, q := range []uint64{1, 2, 5, 700, 3} {
+		s.add(q)
+	}
+	for q, want := range map[uint64]bool{1: true, 2: true, 3: true, 4: false, 5: true, 6: false, 699: false, 700: true, 701: false} {
+		if s.has(q) != want {
+			t.Errorf("has(%d) = %v", q, !want)
+		}
+	}
+	s.add(1030) // 5 falls out of the window; its bit slot is reused by 1029 and must not read as sent
+	if s.has(5) || s.has(1029) || !s.has(700) || !s.has(1030) {
+		t.Fatalf("window: 5=%v 1029=%v 700=%v 1030=%v", s.has(5), s.has(1029), s.has(700), s.has(1030))
+	}
+	s.add(5000)
+	if s.has(700) || s.has(1030) || !s.has(5000) {
+		t.Fatal("a jump past the window keeps old bits")
+	}
+}
