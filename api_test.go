@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -498,4 +499,43 @@ func TestIdempotencyPanicNotRecorded(t *testing.T) {
 	if res.status != 201 || res.header.Get("Idempotency-Replayed") != "" || calls != 2 {
 		t.Fatalf("retry: %d %v calls=%d", res.status, res.header, calls)
 	}
+}
+
+// A duplicate of a request whose answer is a stream runs at once: streams are never recorded, so waiting
+// for the first stream to end would only delay a retry that runs the work again anyway.
+func TestIdempotencyStreamingDuplicateDoesNotWait(t *testing.T) {
+	c := newIdempotencyCache(time.Now)
+	release := make(chan struct{})
+	streaming := make(chan struct{})
+	var calls atomic.Int32
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sse := newSSE(w, time.Hour)
+		defer sse.close()
+		if calls.Add(1) == 1 {
+			close(streaming)
+			<-release // the first stream is still going
+		}
+	})
+	serve := func() *httptest.ResponseRecorder {
+		rec := httptest.NewRecorder()
+		r := httptest.NewRequest("POST", "/v1/s", nil)
+		r.Header.Set("Idempotency-Key", "s")
+		c.serve(rec, r, h)
+		return rec
+	}
+	first := make(chan struct{})
+	go func() { defer close(first); serve() }()
+	<-streaming
+	second := make(chan *httptest.ResponseRecorder)
+	go func() { second <- serve() }()
+	select {
+	case rec := <-second:
+		if !strings.Contains(rec.Body.String(), "event: done") || rec.Header().Get("Idempotency-Replayed") != "" {
+			t.Fatalf("duplicate: %q", rec.Body)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the duplicate of a streaming request waited for the first stream to end")
+	}
+	close(release)
+	<-first
 }

@@ -30,12 +30,14 @@ type idempotencyCache struct {
 }
 
 type idemEntry struct {
-	done    chan struct{} // closed when the first request finished
-	ok      bool          // recorded: replayable
-	status  int
-	header  http.Header
-	body    []byte
-	created time.Time
+	done     chan struct{} // closed when the first request finished
+	streamed chan struct{} // closed when the first answer turned out to be a stream (never recorded)
+	once     sync.Once
+	ok       bool // recorded: replayable
+	status   int
+	header   http.Header
+	body     []byte
+	created  time.Time
 }
 
 func newIdempotencyCache(now func() time.Time) *idempotencyCache {
@@ -64,7 +66,7 @@ func (c *idempotencyCache) serve(w http.ResponseWriter, r *http.Request, next ht
 			found = false
 		}
 		if !found {
-			e = &idemEntry{done: make(chan struct{}), created: c.now()}
+			e = &idemEntry{done: make(chan struct{}), streamed: make(chan struct{}), created: c.now()}
 			c.entries[ck] = e
 			c.evictLocked()
 			c.mu.Unlock()
@@ -74,6 +76,11 @@ func (c *idempotencyCache) serve(w http.ResponseWriter, r *http.Request, next ht
 		c.mu.Unlock()
 		select {
 		case <-e.done:
+		case <-e.streamed:
+			// Streams are never recorded, so a duplicate runs again at once instead of waiting for the
+			// first stream to end.
+			next.ServeHTTP(w, r)
+			return
 		case <-r.Context().Done():
 			return
 		}
@@ -92,7 +99,7 @@ func (c *idempotencyCache) serve(w http.ResponseWriter, r *http.Request, next ht
 }
 
 func (c *idempotencyCache) record(w http.ResponseWriter, r *http.Request, next http.Handler, ck string, e *idemEntry) {
-	rec := &idemRecorder{ResponseWriter: w, status: http.StatusOK}
+	rec := &idemRecorder{ResponseWriter: w, status: http.StatusOK, entry: e}
 	completed := false // false when the handler panicked: nothing of it may be replayed
 	defer func() {
 		c.mu.Lock()
@@ -155,13 +162,19 @@ type idemRecorder struct {
 	streaming bool
 	overflow  bool
 	buf       bytes.Buffer
+	entry     *idemEntry
+}
+
+func (r *idemRecorder) markStreaming() {
+	r.streaming = true
+	r.entry.once.Do(func() { close(r.entry.streamed) })
 }
 
 func (r *idemRecorder) WriteHeader(code int) {
 	if !r.wrote {
 		r.status, r.wrote = code, true
 		if strings.HasPrefix(r.Header().Get("Content-Type"), "text/event-stream") {
-			r.streaming = true
+			r.markStreaming()
 		}
 	}
 	r.ResponseWriter.WriteHeader(code)
@@ -183,14 +196,14 @@ func (r *idemRecorder) Write(p []byte) (int, error) {
 }
 
 func (r *idemRecorder) Flush() {
-	r.streaming = true
+	r.markStreaming()
 	if f, ok := r.ResponseWriter.(http.Flusher); ok {
 		f.Flush()
 	}
 }
 
 func (r *idemRecorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
-	r.streaming = true
+	r.markStreaming()
 	return http.NewResponseController(r.ResponseWriter).Hijack()
 }
 
