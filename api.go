@@ -135,6 +135,15 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if s.cors(w, r) {
 		return
 	}
+	// A browser page from another origin can send a "simple" POST (text/plain, no preflight) that the
+	// server would run — on a token-less loopback server that is a shell for any website. Browsers always
+	// send Origin on such requests; CLIs send none. So a write carrying a foreign Origin is refused, as the
+	// WebSocket upgrade is (DESIGN §3).
+	if o := r.Header.Get("Origin"); o != "" && !safeMethod(r.Method) && !s.originAllowed(o, r) {
+		writeError(w, errorf(codeExecDenied, "origin %q is not allowed", o).
+			withHint("add the origin to corsOrigins in config.yaml"))
+		return
+	}
 	if r.URL.Path != "/health" && !s.authorized(r) {
 		writeError(w, errorf(codeNoCredentials, "missing or wrong bearer token").
 			withHint("send Authorization: Bearer <AGENT_TOKEN>"))
@@ -170,6 +179,10 @@ func (s *server) cors(w http.ResponseWriter, r *http.Request) bool {
 		return true
 	}
 	return false
+}
+
+func safeMethod(m string) bool {
+	return m == http.MethodGet || m == http.MethodHead || m == http.MethodOptions
 }
 
 // originAllowed: the server's own origin always; otherwise only origins listed in corsOrigins.

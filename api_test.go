@@ -539,3 +539,27 @@ func TestIdempotencyStreamingDuplicateDoesNotWait(t *testing.T) {
 	close(release)
 	<-first
 }
+
+// A cross-origin write from a browser page (a "simple" text/plain POST needs no preflight) is refused on a
+// token-less server unless the origin is the server's own or listed; CLIs send no Origin and pass.
+func TestForeignOriginWriteRefused(t *testing.T) {
+	ts := newTestServer(t, func(c *config) { c.CORSOrigins = []string{"https://app.example"} })
+	spec := `{"yaml":"name: csrf\n"}`
+	r := ts.do("POST", "/v1/agents", spec, "Origin", "https://evil.example", "Content-Type", "text/plain")
+	if r.status != 403 || r.errCode(t) != codeExecDenied || r.header.Get(versionHeader) == "" {
+		t.Fatalf("foreign origin write: %d %s", r.status, r.body)
+	}
+	if g := ts.do("GET", "/v1/agents/csrf", nil); g.status != 404 {
+		t.Fatalf("the refused write happened: %d", g.status)
+	}
+	for _, origin := range []string{"", "https://app.example", ts.url} {
+		name := fmt.Sprintf("ok%d", len(origin))
+		if r := ts.do("POST", "/v1/agents", `{"yaml":"name: `+name+`\n"}`, "Origin", origin); r.status != 201 {
+			t.Fatalf("origin %q: %d %s", origin, r.status, r.body)
+		}
+	}
+	// Reads stay open to any origin (the browser hides the answer without CORS headers).
+	if r := ts.do("GET", "/v1/agents", nil, "Origin", "https://evil.example"); r.status != 200 {
+		t.Fatalf("foreign origin read: %d", r.status)
+	}
+}
