@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"reflect"
 	"strconv"
@@ -144,6 +145,14 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			withHint("add the origin to corsOrigins in config.yaml"))
 		return
 	}
+	// DNS rebinding: a page on evil.example whose name is re-pointed at 127.0.0.1 becomes "same origin"
+	// with a token-less server. Such a server (only possible on a loopback bind) answers only to loopback
+	// names, which a rebinding page cannot present.
+	if s.cfg.Token == "" && r.URL.Path != "/health" && !loopbackHostHeader(r.Host) {
+		writeError(w, errorf(codeExecDenied, "host %q is not a loopback name; this server has no token", r.Host).
+			withHint("use http://127.0.0.1 or http://localhost, or set AGENT_TOKEN"))
+		return
+	}
 	if r.URL.Path != "/health" && !s.authorized(r) {
 		writeError(w, errorf(codeNoCredentials, "missing or wrong bearer token").
 			withHint("send Authorization: Bearer <AGENT_TOKEN>"))
@@ -179,6 +188,19 @@ func (s *server) cors(w http.ResponseWriter, r *http.Request) bool {
 		return true
 	}
 	return false
+}
+
+// loopbackHostHeader: the Host header names this machine's loopback (localhost, *.localhost, 127/8, ::1).
+func loopbackHostHeader(host string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.ToLower(strings.TrimSuffix(strings.Trim(host, "[]"), "."))
+	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 func safeMethod(m string) bool {

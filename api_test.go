@@ -563,3 +563,36 @@ func TestForeignOriginWriteRefused(t *testing.T) {
 		t.Fatalf("foreign origin read: %d", r.status)
 	}
 }
+
+// A token-less server answers only to loopback names, so a DNS-rebound page (Host: evil.example) cannot
+// use it; with a token the Host is not checked (the token is the defence), and /health always answers.
+func TestTokenlessServerRefusesForeignHost(t *testing.T) {
+	ts := newTestServer(t)
+	get := func(ts *testServer, host, path string) int {
+		req, _ := http.NewRequest("GET", ts.url+path, nil)
+		req.Host = host
+		req.Header.Set("Authorization", "Bearer sekret")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.Header.Get(versionHeader) == "" {
+			t.Fatalf("no %s", versionHeader)
+		}
+		return res.StatusCode
+	}
+	for host, want := range map[string]int{"evil.example:7377": 403, "evil.example": 403, "127.0.0.1:7377": 200,
+		"localhost:7377": 200, "LOCALHOST": 200, "app.localhost:1": 200, "[::1]:7377": 200, "127.1.2.3": 200} {
+		if got := get(ts, host, "/v1/agents"); got != want {
+			t.Errorf("Host %s: %d, want %d", host, got, want)
+		}
+	}
+	if got := get(ts, "evil.example", "/health"); got != 200 {
+		t.Errorf("/health: %d", got)
+	}
+	withToken := newTestServer(t, func(c *config) { c.Token = "sekret" })
+	if got := get(withToken, "agentd.internal:7377", "/v1/agents"); got != 200 {
+		t.Errorf("token server, other host: %d", got)
+	}
+}
