@@ -139,6 +139,24 @@ type TriggerSpec struct {
 	Allowlist   []string `json:"allowlist,omitempty" yaml:"allowlist,omitempty"`
 }
 
+// MarshalJSON keeps the defaulted empty lists of discord/slack `channels` and telegram `allowlist` (API.md
+// gives [] as their default), which omitempty would drop; other types still omit fields they do not have.
+func (t TriggerSpec) MarshalJSON() ([]byte, error) {
+	type plain TriggerSpec
+	out := struct {
+		plain
+		Channels  *[]string `json:"channels,omitempty"`
+		Allowlist *[]string `json:"allowlist,omitempty"`
+	}{plain: plain(t)}
+	if t.Channels != nil {
+		out.Channels = &t.Channels
+	}
+	if t.Allowlist != nil {
+		out.Allowlist = &t.Allowlist
+	}
+	return json.Marshal(out)
+}
+
 // ---- the validator ----
 
 // specCheck collects issues while it walks a tree; every accessor reports and carries on, so one pass

@@ -372,3 +372,21 @@ func TestFastPathAgreesWithYAMLv3(t *testing.T) {
 		checkFastPath(t, c)
 	}
 }
+
+// The chat triggers' list defaults are [] in the JSON form, as API.md's trigger table gives them.
+func TestSpecTriggerListDefaults(t *testing.T) {
+	spec, issues := parseSpecYAML("name: a\ntriggers:\n  - type: discord\n  - type: slack\n  - type: telegram\n  - type: http\n")
+	if len(issues) > 0 {
+		t.Fatal(issues)
+	}
+	b, _ := json.Marshal(spec.Triggers)
+	want := `[{"type":"discord","mentionOnly":true,"channels":[]},{"type":"slack","mentionOnly":true,"channels":[]},` +
+		`{"type":"telegram","allowlist":[]},{"type":"http","path":"/","auth":"token"}]`
+	if string(b) != want {
+		t.Fatalf("triggers\n%s\nwant\n%s", b, want)
+	}
+	var back []TriggerSpec
+	if err := json.Unmarshal(b, &back); err != nil || back[0].Channels == nil || back[2].Allowlist == nil {
+		t.Fatalf("round trip: %v %+v", err, back)
+	}
+}
