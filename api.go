@@ -20,6 +20,7 @@ import (
 	"net"
 	"net/http"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -452,7 +453,61 @@ func decodeBytes(b []byte, v any) error {
 		return errorf(codeSpecInvalid, "request body has data after the JSON value").
 			withHint("send exactly one JSON object")
 	}
-	return nil
+	return exactKeys(b, v)
+}
+
+// exactKeys refuses top-level keys that encoding/json matched only by folding case ("Input" for "input"):
+// a strict body knows its keys exactly. It checks only structs whose every field names its key in a tag.
+func exactKeys(b []byte, v any) error {
+	names := map[string]bool{}
+	if !jsonKeyNames(reflect.TypeOf(v), names) {
+		return nil
+	}
+	var top map[string]json.RawMessage
+	if json.Unmarshal(b, &top) != nil {
+		return nil
+	}
+	var bad []string
+	for k := range top {
+		if !names[k] {
+			bad = append(bad, "'"+k+"'")
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	slices.Sort(bad)
+	return errorf(codeSpecInvalid, "Unrecognized key(s) in object: %s", strings.Join(bad, ", ")).
+		withHint("keys are case-sensitive; see API.md for the accepted keys")
+}
+
+// jsonKeyNames collects the JSON keys of a struct type (through embedded structs); false when a key is
+// implicit (an untagged field) or the type decodes itself.
+func jsonKeyNames(t reflect.Type, names map[string]bool) bool {
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == nil || t.Kind() != reflect.Struct || reflect.PointerTo(t).Implements(reflect.TypeFor[json.Unmarshaler]()) {
+		return false
+	}
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		tag, hasTag := f.Tag.Lookup("json")
+		name, _, _ := strings.Cut(tag, ",")
+		switch {
+		case name == "-" && tag == "-":
+		case f.Anonymous && name == "":
+			if !jsonKeyNames(f.Type, names) {
+				return false
+			}
+		case !f.IsExported():
+		case !hasTag || name == "":
+			return false
+		default:
+			names[name] = true
+		}
+	}
+	return true
 }
 
 // jsonTypeName names a Go type the way a JSON client thinks of it.

@@ -596,3 +596,34 @@ func TestTokenlessServerRefusesForeignHost(t *testing.T) {
 		t.Errorf("token server, other host: %d", got)
 	}
 }
+
+// encoding/json folds key case; a strict body does not: "YAML" is not "yaml".
+func TestStrictJSONKeysAreCaseSensitive(t *testing.T) {
+	ts := newTestServer(t)
+	r := ts.do("POST", "/v1/agents/validate", `{"YAML":"name: a\n"}`)
+	if r.status != 422 || r.errCode(t) != codeSpecInvalid || !strings.Contains(r.errMessage(t), "'YAML'") {
+		t.Fatalf("wrong-case key: %d %s", r.status, r.body)
+	}
+	if r := ts.do("POST", "/v1/agents/validate", `{"yaml":"name: a\n"}`); r.status != 200 {
+		t.Fatalf("exact key: %d %s", r.status, r.body)
+	}
+	// Embedded structs' keys count; untagged or self-decoding types are left to encoding/json.
+	type inner struct {
+		A string `json:"a"`
+	}
+	var v struct {
+		inner
+		B int `json:"b,omitempty"`
+		c int
+	}
+	if err := decodeBytes([]byte(`{"a":"x","b":1}`), &v); err != nil {
+		t.Fatal(err)
+	}
+	if err := decodeBytes([]byte(`{"A":"x"}`), &v); err == nil {
+		t.Fatal("wrong case accepted through an embedded struct")
+	}
+	var loose struct{ Name string }
+	if err := decodeBytes([]byte(`{"name":"x"}`), &loose); err != nil || loose.Name != "x" {
+		t.Fatalf("untagged field: %v", err)
+	}
+}
