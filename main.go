@@ -217,9 +217,11 @@ func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (co
 	if *host != "" {
 		cfg.Host = *host
 	}
-	if *port >= 0 {
-		cfg.Port = *port
-	}
+	fs.Visit(func(f *flag.Flag) { // an explicit --port, even a negative one, is the user's and is checked
+		if f.Name == "port" {
+			cfg.Port = *port
+		}
+	})
 	if *tokenFile != "" {
 		b, err := os.ReadFile(*tokenFile)
 		if err != nil {

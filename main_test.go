@@ -105,6 +105,7 @@ func TestConfigErrors(t *testing.T) {
 		{"bad yaml", "port: [\n", nil, nil, codeConfig, "config.yaml", nil},
 		{"bad env port", "", nil, map[string]string{"AGENT_PORT": "x"}, codeConfig, "AGENT_PORT", nil},
 		{"port range", "", []string{"--port", "70000"}, nil, codeConfig, "out of range", nil},
+		{"negative port flag", "", []string{"--port", "-5"}, nil, codeConfig, "out of range", nil},
 		{"non-loopback without token", "", []string{"--host", "0.0.0.0"}, nil, codeConfig, "the API can execute shell commands", []string{"AGENT_TOKEN", "127.0.0.1"}},
 		{"non-loopback from config file", "host: 192.168.1.10\n", nil, nil, codeConfig, "shell commands", []string{"AGENT_TOKEN", "127.0.0.1"}},
 		{"empty host", "host: ''\n", nil, nil, codeConfig, "shell commands", []string{"AGENT_TOKEN", "127.0.0.1"}},
