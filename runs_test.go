@@ -806,6 +806,12 @@ func TestRestartMarksInFlightAborted(t *testing.T) {
 	}
 	<-entered
 	pollUntil(t, "the run row", func() bool { s, _, _, _ := st.GetRun(context.Background(), ar.id); return s == "running" })
+	// The run is blocked in its model call; wait until what it emitted before (step_start) is stored, as a
+	// crashed process writes nothing more — otherwise the old recorder's late flush could follow run_end.
+	pollUntil(t, "step_start stored", func() bool {
+		evs, _ := st.RunEvents(context.Background(), ar.id)
+		return len(evs) > 0 && strings.Contains(string(evs[len(evs)-1]), "step_start")
+	})
 	// A crash: the process is gone without Close. A new service on the same database marks it aborted.
 	rs2 := newRunServiceWith(runDeps{store: st, models: m, computers: newFakeComputer(t), home: home})
 	status, _, res, err := st.GetRun(context.Background(), ar.id)
