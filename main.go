@@ -360,8 +360,16 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		hs.Close()
 	}
 	<-serveErr
-	s.Close(sctx)
-	logger.Info("agentd stopped")
+	closed := make(chan struct{})
+	go func() { s.Close(sctx); close(closed) }()
+	select {
+	case <-closed:
+		logger.Info("agentd stopped")
+	case <-sctx.Done():
+		// A service that will not stop must not hold the process: it exits now, and SQLite's WAL keeps
+		// every committed write.
+		logger.Warn("shutdown timed out; exiting with services still closing")
+	}
 	return nil
 }
 
@@ -394,6 +402,7 @@ func newServer(cfg config, logger *slog.Logger, now func() time.Time) (*server, 
 
 // Close stops the services in a fixed order: triggers (no new runs), runs (abort and wait), computers
 // (reaper; machines are left running and adopted at the next start), models, events, store.
+// runServe bounds it with the shutdown timeout.
 func (s *server) Close(ctx context.Context) {
 	s.cancelStream()
 	s.triggers.Close()
