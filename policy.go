@@ -12,6 +12,7 @@
 package main
 
 import (
+	"path"
 	"regexp"
 	"strings"
 )
@@ -96,18 +97,30 @@ var forkBomb = regexp.MustCompile(`([A-Za-z_:][A-Za-z0-9_:]*)\s*\(\s*\)\s*\{[^}]
 // assignmentPrefix and wrapperPrefix are stripped from a segment before rules match.
 var (
 	assignmentPrefix = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*=(?:'[^']*'|"[^"]*"|\S*)\s+`)
-	wrapperPrefix    = regexp.MustCompile(`^(?:exec|nohup|time|command|builtin|nice(?:\s+-n\s*-?\d+)?|env(?:\s+-\S+)*|then|do|else|elif|if|while|until|!|\{|\()\s+`)
-	shellDashC       = regexp.MustCompile(`^(?:/usr)?(?:/bin/)?(?:sh|bash|zsh|dash|ksh|ash)\s+(?:-\S+\s+)*-[a-zA-Z]*c\s+`)
+	wrapperPrefix    = regexp.MustCompile(`^(?:exec(?:\s+-a\s*\S+|\s+-[cl]+)*|nohup|time(?:\s+-p)*|command(?:\s+-p)*|builtin|eval|busybox|setsid(?:\s+-\S+)*|stdbuf(?:\s+-\S+)*|xargs(?:\s+-\S+)*|nice(?:\s+-n\s*-?\d+|\s+-\d+)?|env(?:\s+(?:-u\s*|--unset[= ])\S+|\s+-\S+)*|timeout(?:\s+(?:-[sk]\s*|--signal[= ]|--kill-after[= ])\S+|\s+-\S+)*\s+\d\S*|then|do|else|elif|if|while|until|!|\{|\()\s+`)
+	// redirectPrefix: bash accepts redirections before the command word (`>/dev/null sudo id`).
+	redirectPrefix = regexp.MustCompile(`^(?:\d*|&)(?:>>|>&|<&|&>|>\||<>|>|<)\s*\S+\s+`)
+	shellDashC     = regexp.MustCompile(`^(?:/usr)?(?:/bin/)?(?:sh|bash|zsh|dash|ksh|ash)\s+(?:-\S+\s+)*-[a-zA-Z]*c\s+`)
 )
 
 // builtinDenied returns the first built-in rule cmd breaks, or nil.
 func builtinDenied(cmd string, depth int) *denyRule {
+	// A backslash-newline is a line continuation: `sud\<newline>o` runs sudo.
+	cmd = strings.ReplaceAll(cmd, "\\\n", "")
 	if m := forkBomb.FindStringSubmatch(cmd); m != nil && m[1] == m[2] {
 		return &denyRule{name: "fork-bomb", reason: "a fork bomb"}
 	}
 	for _, sg := range splitCommand(cmd) {
 		raw := stripPrefixes(sg.text)
-		text := unquoteWords(raw)
+		text := raw
+		// Quotes may hide a wrapper or a path (`"env" /usr/bin/sudo`): strip again on the unquoted words.
+		for range 8 {
+			t := stripPrefixes(unquoteWords(text))
+			if t == text {
+				break
+			}
+			text = t
+		}
 		for i := range builtinRules {
 			r := &builtinRules[i]
 			if r.afterPipe && sg.sep != "|" {
@@ -141,12 +154,30 @@ func stripPrefixes(s string) string {
 		if loc := wrapperPrefix.FindStringIndex(t); loc != nil {
 			t = t[loc[1]:]
 		}
+		if loc := redirectPrefix.FindStringIndex(t); loc != nil {
+			t = t[loc[1]:]
+		}
+		t = baseCommand(t)
 		t = strings.TrimLeft(t, " \t")
 		if t == s {
 			return s
 		}
 		s = t
 	}
+}
+
+// baseCommand reduces a command word given as a path (`/usr/bin/sudo`, `./../sbin/reboot`) to its
+// base name, so the list matches however the binary is reached. Quoted words are left to the caller.
+func baseCommand(s string) string {
+	end := strings.IndexAny(s, " \t")
+	if end < 0 {
+		end = len(s)
+	}
+	w := s[:end]
+	if !strings.Contains(w, "/") || strings.ContainsAny(w, "'\"\\<>=&") || strings.Trim(w, "/") == "" {
+		return s
+	}
+	return path.Base(w) + s[end:]
 }
 
 // unquoteWords removes quotes and backslashes so `r”m -rf /` and `"sudo" x` are seen as written.
