@@ -582,6 +582,11 @@ func conformance(t *testing.T, prov string, portBase int) {
 		// A link planted inside the machine does not redirect an upload.
 		e.exec(id, map[string]any{"cmd": "mkdir -p trap && ln -sfn /etc trap/sub"})
 		e.wantError("POST", "/v1/computers/"+id+"/fs/upload?path=/work/trap", tarGz(t, []tar.Header{{Name: "sub/evil", Typeflag: tar.TypeReg}}, nil), 403, codeFSDenied)
+		// A hard link naming a target through that planted link would share an inode outside the jail.
+		e.wantError("POST", "/v1/computers/"+id+"/fs/upload?path=/work/trap", tarGz(t, []tar.Header{{Name: "h", Typeflag: tar.TypeLink, Linkname: "sub/passwd"}}, nil), 403, codeFSDenied)
+		if r := e.exec(id, map[string]any{"cmd": "ls trap/h 2>/dev/null | wc -l"}); strings.TrimSpace(r.Stdout) != "0" {
+			t.Fatalf("hard link through a planted link was written: %+v", r)
+		}
 		e.wantError("POST", "/v1/computers/"+id+"/fs/upload?path=/work/x", []byte("not a tarball"), 422, codeSpecInvalid)
 		// A decompression bomb is stopped without writing anything.
 		e.s.computers.uploadLimit = 4 << 20
