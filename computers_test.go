@@ -1117,3 +1117,20 @@ func FuzzCheckArchive(f *testing.F) {
 }
 
 var _ = net.Dial
+
+// TestExecRefusesUnusableCwdAndUser: a NUL or newline in cwd or user, or a user read as an engine flag,
+// is the caller's mistake (422), not a failure of the mechanism (500).
+func TestExecRefusesUnusableCwdAndUser(t *testing.T) {
+	e := newTestEnv(t, "", nil)
+	defer e.close()
+	m := e.create(map[string]any{"provider": "local"})
+	for _, b := range []map[string]any{
+		{"cmd": "true", "cwd": "/work/a\x00b"},
+		{"cmd": "true", "cwd": "/work/a\nb"},
+		{"cmd": "true", "user": "-x"},
+		{"cmd": "true", "user": "1000\x00"},
+		{"cmd": "true", "user": "root\n"},
+	} {
+		e.wantError("POST", "/v1/computers/"+m.ID+"/exec", b, 422, codeSpecInvalid)
+	}
+}
