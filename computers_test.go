@@ -15,6 +15,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -1132,5 +1133,44 @@ func TestExecRefusesUnusableCwdAndUser(t *testing.T) {
 		{"cmd": "true", "user": "root\n"},
 	} {
 		e.wantError("POST", "/v1/computers/"+m.ID+"/exec", b, 422, codeSpecInvalid)
+	}
+}
+
+// TestExposePortAfterConcurrentStop: an expose that waited for a stop to finish must see the stopped
+// machine, not save its stale running record back (which resurrected the computer as running).
+func TestExposePortAfterConcurrentStop(t *testing.T) {
+	e := newTestEnv(t, "", nil)
+	defer e.close()
+	m := e.create(map[string]any{"provider": "local"})
+	c := e.s.computers
+	rt := c.runtime(m.ID)
+	rt.mu.Lock()
+	done := make(chan error, 1)
+	go func() { _, err := c.ExposePort(context.Background(), m.ID, 4555); done <- err }()
+	eventually(t, "ExposePort to wait for the machine's lifecycle lock", func() bool {
+		buf := make([]byte, 1<<20)
+		st := string(buf[:runtime.Stack(buf, true)])
+		for _, g := range strings.Split(st, "\n\n") {
+			if strings.Contains(g, ".ExposePort(") && strings.Contains(g, "sync.(*Mutex).Lock") {
+				return true
+			}
+		}
+		return false
+	})
+	// What a stop holding the lock does to the record.
+	cur, err := c.Get(context.Background(), m.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur.State = stateStopped
+	if err := c.save(context.Background(), cur); err != nil {
+		t.Fatal(err)
+	}
+	rt.mu.Unlock()
+	if err := <-done; err == nil {
+		t.Fatal("ExposePort on a machine stopped while it waited succeeded")
+	}
+	if got, _ := c.Get(context.Background(), m.ID); got.State != stateStopped {
+		t.Fatalf("state after the expose: %s, want stopped", got.State)
 	}
 }
