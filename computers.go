@@ -724,25 +724,29 @@ func (c *computerService) start(ctx context.Context, idOrName string) (*Computer
 	if pr := c.probe(ctx, p); !pr.available {
 		return nil, errorf(codeProviderUnavailable, "computer provider %q is unavailable: %s", m.Provider, pr.reason).withHint(pr.hint)
 	}
-	c.creating.Lock()
-	live, err := c.s.store.CountLiveComputers(ctx)
-	c.creating.Unlock()
-	if err != nil {
-		return nil, err
-	}
-	if live >= c.s.cfg.MaxComputers {
-		return nil, errorf(codeQuota, "machine limit reached: %d of %d live machines", live, c.s.cfg.MaxComputers).
-			withHint("delete or stop a computer, or raise maxComputers in config.yaml").
-			withDetail("live", live).withDetail("limit", c.s.cfg.MaxComputers)
-	}
-	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lifecycleTimout)
-	defer cancel()
-	if err := p.start(lctx, m); err != nil {
-		return nil, err
-	}
-	m.State = stateRunning
-	m.LastUsedAt = timestamp(c.now())
-	if err := c.save(lctx, m); err != nil {
+	// The count holds until the machine is saved running: a start racing another start or a create
+	// for the last slot would otherwise see this machine as stopped and pass too.
+	if err := func() error {
+		c.creating.Lock()
+		defer c.creating.Unlock()
+		live, err := c.s.store.CountLiveComputers(ctx)
+		if err != nil {
+			return err
+		}
+		if live >= c.s.cfg.MaxComputers {
+			return errorf(codeQuota, "machine limit reached: %d of %d live machines", live, c.s.cfg.MaxComputers).
+				withHint("delete or stop a computer, or raise maxComputers in config.yaml").
+				withDetail("live", live).withDetail("limit", c.s.cfg.MaxComputers)
+		}
+		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lifecycleTimout)
+		defer cancel()
+		if err := p.start(lctx, m); err != nil {
+			return err
+		}
+		m.State = stateRunning
+		m.LastUsedAt = timestamp(c.now())
+		return c.save(lctx, m)
+	}(); err != nil {
 		return nil, err
 	}
 	c.s.hub.publish("computers", "computer_started", c.decorate(m))

@@ -1174,3 +1174,63 @@ func TestExposePortAfterConcurrentStop(t *testing.T) {
 		t.Fatalf("state after the expose: %s, want stopped", got.State)
 	}
 }
+
+// gatedLocal is the local provider with a start that waits for the test.
+type gatedLocal struct {
+	*localProvider
+	entered chan string
+	release chan struct{}
+}
+
+func (g *gatedLocal) start(ctx context.Context, m *ComputerInfo) error {
+	g.entered <- m.ID
+	<-g.release
+	return g.localProvider.start(ctx, m)
+}
+
+// TestComputerStartQuotaIsAtomic: two starts racing for the last live slot cannot both pass the
+// maxComputers count (the first was still stopped in the record when the second counted).
+func TestComputerStartQuotaIsAtomic(t *testing.T) {
+	e := newTestEnv(t, "", func(c *config) { c.MaxComputers = 1 })
+	defer e.close()
+	c := e.s.computers
+	a := e.create(map[string]any{"provider": "local"})
+	e.json("POST", "/v1/computers/"+a.ID+"/stop", nil, 200, nil)
+	b := e.create(map[string]any{"provider": "local"})
+	e.json("POST", "/v1/computers/"+b.ID+"/stop", nil, 200, nil)
+	var g *gatedLocal
+	for i, p := range c.providers {
+		if lp, ok := p.(*localProvider); ok {
+			g = &gatedLocal{localProvider: lp, entered: make(chan string, 2), release: make(chan struct{})}
+			c.providers[i] = g
+		}
+	}
+	errs := make(chan error, 2)
+	go func() { _, err := c.start(context.Background(), a.ID); errs <- err }()
+	<-g.entered // a is starting and counted as stopped until it is saved running
+	go func() { _, err := c.start(context.Background(), b.ID); errs <- err }()
+	eventually(t, "the second start to count or wait for the count", func() bool {
+		if len(g.entered) > 0 {
+			return true
+		}
+		buf := make([]byte, 1<<20)
+		for _, gr := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+			if strings.Contains(gr, "(*computerService).start(") && strings.Contains(gr, "sync.(*Mutex).Lock") {
+				return true
+			}
+		}
+		return false
+	})
+	close(g.release)
+	ok := 0
+	for range 2 {
+		if err := <-errs; err == nil {
+			ok++
+		} else if asAPIError(err).Code != codeQuota {
+			t.Fatalf("start: %v", err)
+		}
+	}
+	if ok != 1 {
+		t.Fatalf("%d starts succeeded with maxComputers 1", ok)
+	}
+}
