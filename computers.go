@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -502,6 +503,9 @@ func applyComputerDefaults(sp *ComputerSpec) {
 	}
 	if sp.Workdir == "" {
 		sp.Workdir = "/work"
+	} else if strings.HasPrefix(sp.Workdir, "/") {
+		// `/work/../..` must be judged (and mapped) as where it lands, not as it is spelled.
+		sp.Workdir = path.Clean(sp.Workdir)
 	}
 	if sp.Network.Mode == "" {
 		sp.Network.Mode = "egress"

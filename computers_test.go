@@ -15,6 +15,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -1232,5 +1233,22 @@ func TestComputerStartQuotaIsAtomic(t *testing.T) {
 	}
 	if ok != 1 {
 		t.Fatalf("%d starts succeeded with maxComputers 1", ok)
+	}
+}
+
+// TestComputerLocalWorkdirDotDot: a workdir climbing out of /work with `..` is not mapped onto the host
+// (it created directories anywhere the server could write).
+func TestComputerLocalWorkdirDotDot(t *testing.T) {
+	e := newTestEnv(t, "", nil)
+	defer e.close()
+	outside := filepath.Join(t.TempDir(), "escaped")
+	wd := "/work/" + strings.Repeat("../", 30) + strings.TrimPrefix(outside, "/")
+	st, body := e.do("POST", "/v1/computers", map[string]any{"provider": "local", "workdir": wd})
+	if _, err := os.Stat(outside); err == nil {
+		t.Fatalf("workdir %s created %s on the host (answer %d %s)", wd, outside, st, body)
+	}
+	// It is judged where it lands: here inside the guest /tmp, mapped under the machine's directory.
+	if st != 201 || strings.Contains(string(body), "..") {
+		t.Fatalf("create with workdir %s: %d %s, want the cleaned workdir", wd, st, body)
 	}
 }
