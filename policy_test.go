@@ -157,6 +157,13 @@ func TestPolicyCommandPositionBypasses(t *testing.T) {
 		"echo ok\nsudo id":              "sudo",
 		"echo $(/usr/bin/sudo id)":      "sudo",
 		"x=`command sudo id`":           "sudo",
+		"$'\\x73udo' id":                "sudo",
+		"$'\\163udo' id":                "sudo",
+		"$'re'boot":                     "power",
+		`$"sudo" id`:                    "sudo",
+		"sudo${IFS}id":                  "sudo",
+		"{sudo,id}":                     "sudo",
+		"{reboot,}":                     "power",
 	}
 	for cmd, rule := range denied {
 		err := commandPolicy{}.check(cmd)
@@ -171,7 +178,8 @@ func TestPolicyCommandPositionBypasses(t *testing.T) {
 	for _, cmd := range []string{
 		"grep -r sudo .", "echo shutdown >> notes", "cat /usr/bin/sudo.md", "ls /sbin/reboot",
 		"time -p make", "env -u X go test ./...", "timeout 5 make test", "xargs grep reboot < files",
-		"command -v sudo", "echo 'sudo\nreboot'", "git log --grep=reboot",
+		"command -v sudo", "echo 'sudo\nreboot'", "git log --grep=reboot", "echo $'sudo'", "{ echo sudo; }",
+		"echo {sudo,reboot}", "printf '%s' $'\\x73udo'",
 	} {
 		if err := (commandPolicy{}).check(cmd); err != nil {
 			t.Errorf("%q: denied (%s), want allowed", cmd, err.Message)
