@@ -907,6 +907,16 @@ func (c *computerService) reconcile(ctx context.Context, skip map[string]bool) m
 			m.Ports = map[string]PortBinding{} // forwarders died with the old process
 			c.save(ctx, m)
 		}
+		// Judge orphans against the records as they are now: a machine created after recs was read
+		// (the background pass runs while the server answers) already has its record, inserted before
+		// the machine was made, and must not be reaped.
+		if now, err := c.s.store.ListComputers(ctx); err == nil {
+			for _, m := range now {
+				known[m.ID] = known[m.ID] || m.State != stateDestroyed
+			}
+		} else {
+			continue
+		}
 		c.mu.Lock()
 		for id := range live {
 			if !known[id] {

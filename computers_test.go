@@ -1252,3 +1252,47 @@ func TestComputerLocalWorkdirDotDot(t *testing.T) {
 		t.Fatalf("create with workdir %s: %d %s, want the cleaned workdir", wd, st, body)
 	}
 }
+
+// racingLocal creates a machine between reconcile's read of the records and its listing of machines,
+// as a create right after startup does while the background reconcile probes a slow engine.
+type racingLocal struct {
+	*localProvider
+	once    sync.Once
+	created *ComputerInfo
+}
+
+func (r *racingLocal) owned(ctx context.Context) (map[string]bool, error) {
+	r.once.Do(func() {
+		m, err := r.c.create(ctx, ComputerSpec{Provider: "local"})
+		if err != nil {
+			panic(err)
+		}
+		r.created = m
+	})
+	return r.localProvider.owned(ctx)
+}
+
+// TestReconcileDoesNotOrphanFreshMachines: a machine created while reconcile runs is not taken for an
+// orphan and reaped by the next sweep.
+func TestReconcileDoesNotOrphanFreshMachines(t *testing.T) {
+	e := newTestEnv(t, "", nil)
+	defer e.close()
+	c := e.s.computers
+	var r *racingLocal
+	for _, p := range c.providers {
+		if lp, ok := p.(*localProvider); ok {
+			r = &racingLocal{localProvider: lp}
+		}
+	}
+	c.providers = []provider{r}
+	c.reconcile(context.Background(), map[string]bool{})
+	if r.created == nil {
+		t.Fatal("the racing create did not run")
+	}
+	if got := c.sweep(context.Background()); len(got) != 0 {
+		t.Fatalf("sweep reaped %v; the machine %s was created while reconcile ran", got, r.created.ID)
+	}
+	if m, err := c.Get(context.Background(), r.created.ID); err != nil || m.State != stateRunning {
+		t.Fatalf("machine after the sweep: %+v %v", m, err)
+	}
+}
