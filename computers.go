@@ -545,6 +545,11 @@ func checkEngineArgs(sp ComputerSpec, image string) error {
 		if !strings.HasPrefix(m.Target, "/") || strings.Contains(m.Target, ":") {
 			return bad(fmt.Sprintf("mounts.%d.target", i), m.Target)
 		}
+		// agentd mounts these itself; the engine refuses a duplicate mount point.
+		if t := path.Clean(m.Target); t == "/" || t == "/work" || t == "/tmp" || t == "/run" {
+			return errorf(codeSpecInvalid, "mounts.%d.target: %s is the machine's own workspace or root", i, m.Target).
+				withHint("mount below it instead, e.g. /work/data")
+		}
 	}
 	return nil
 }

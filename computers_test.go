@@ -1296,3 +1296,21 @@ func TestReconcileDoesNotOrphanFreshMachines(t *testing.T) {
 		t.Fatalf("machine after the sweep: %+v %v", m, err)
 	}
 }
+
+// TestCheckEngineArgsMountTargets: a mount over a directory agentd itself mounts (the engine refuses a
+// duplicate mount point, a 500 from the engine) or over the root is the caller's mistake: 422.
+func TestCheckEngineArgsMountTargets(t *testing.T) {
+	for _, target := range []string{"/", "/work", "/tmp/", "/run", "/work/../tmp", "//work"} {
+		sp := ComputerSpec{Workdir: "/work", Mounts: []Mount{{Source: "/srv/data", Target: target}}}
+		err := checkEngineArgs(sp, "")
+		if err == nil || asAPIError(err).Code != codeSpecInvalid {
+			t.Errorf("target %q: %v, want E_SPEC_INVALID", target, err)
+		}
+	}
+	for _, target := range []string{"/data", "/work/data", "/opt/x"} {
+		sp := ComputerSpec{Workdir: "/work", Mounts: []Mount{{Source: "/srv/data", Target: target}}}
+		if err := checkEngineArgs(sp, ""); err != nil {
+			t.Errorf("target %q: %v, want accepted", target, err)
+		}
+	}
+}
