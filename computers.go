@@ -776,6 +776,10 @@ func (c *computerService) destroy(ctx context.Context, idOrName, reason string) 
 	if m, err = c.Get(ctx, m.ID); err != nil {
 		return err
 	}
+	// The reaper decided before it held the lock: an exec, a stop or a destroy may have come in between.
+	if reason != "" && reason != "orphan" && c.reapReason(m, c.now()) != reason {
+		return errReapCancelled
+	}
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lifecycleTimout)
 	defer cancel()
 	c.closePorts(rt)

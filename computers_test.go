@@ -1314,3 +1314,36 @@ func TestCheckEngineArgsMountTargets(t *testing.T) {
 		}
 	}
 }
+
+// TestReaperSparesMachineUsedWhileWaiting: an exec that starts while the reaper waits for the machine's
+// lifecycle lock keeps an idle machine alive.
+func TestReaperSparesMachineUsedWhileWaiting(t *testing.T) {
+	e := newTestEnv(t, "", nil)
+	defer e.close()
+	c := e.s.computers
+	m := e.create(map[string]any{"provider": "local", "idleTimeoutSec": 5})
+	base := time.Now()
+	c.setNow(func() time.Time { return base.Add(10 * time.Second) })
+	rt := c.runtime(m.ID)
+	rt.mu.Lock()
+	got := make(chan map[string]string, 1)
+	go func() { got <- c.sweep(context.Background()) }()
+	eventually(t, "the sweep to wait for the machine's lifecycle lock", func() bool {
+		buf := make([]byte, 1<<20)
+		for _, gr := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+			if strings.Contains(gr, "(*computerService).destroy(") && strings.Contains(gr, "sync.(*Mutex).Lock") {
+				return true
+			}
+		}
+		return false
+	})
+	c.beginUse(m.ID) // an exec starts
+	rt.mu.Unlock()
+	if r := <-got; len(r) != 0 {
+		t.Fatalf("reaped %v while an exec was running", r)
+	}
+	c.endUse(m.ID)
+	if cur, err := c.Get(context.Background(), m.ID); err != nil || cur.State != stateRunning {
+		t.Fatalf("machine after the sweep: %+v %v", cur, err)
+	}
+}
