@@ -589,6 +589,14 @@ func conformance(t *testing.T, prov string, portBase int) {
 		if r := e.exec(id, map[string]any{"cmd": "ls trap/h 2>/dev/null | wc -l"}); strings.TrimSpace(r.Stdout) != "0" {
 			t.Fatalf("hard link through a planted link was written: %+v", r)
 		}
+		// ... nor when the archive first adds its own (lexically inside) link to the planted one.
+		e.wantError("POST", "/v1/computers/"+id+"/fs/upload?path=/work/trap", tarGz(t, []tar.Header{
+			{Name: "x", Typeflag: tar.TypeSymlink, Linkname: "sub"},
+			{Name: "h2", Typeflag: tar.TypeLink, Linkname: "x/passwd"},
+		}, nil), 403, codeFSDenied)
+		if r := e.exec(id, map[string]any{"cmd": "ls trap/h2 trap/x 2>/dev/null | wc -l"}); strings.TrimSpace(r.Stdout) != "0" {
+			t.Fatalf("hard link through an archive link was written: %+v", r)
+		}
 		e.wantError("POST", "/v1/computers/"+id+"/fs/upload?path=/work/x", []byte("not a tarball"), 422, codeSpecInvalid)
 		// A decompression bomb is stopped without writing anything.
 		e.s.computers.uploadLimit = 4 << 20

@@ -311,6 +311,13 @@ func checkArchive(archive []byte, limit int64) (*checkedArchive, error) {
 			}
 			links[clean] = true
 			if hdr.Typeflag == tar.TypeLink {
+				// The unpacker opens the target through the links made so far: one of the archive's own
+				// links could lead it to a link planted in the machine, past the resolve in Upload.
+				for dir := path.Dir(path.Clean(t)); dir != "." && dir != "/"; dir = path.Dir(dir) {
+					if links[dir] {
+						return nil, errArchive("archive entry %q hard-links through the link %q", name, dir)
+					}
+				}
 				out.hard = append(out.hard, path.Clean(t))
 			}
 		default:
