@@ -1207,6 +1207,7 @@ func TestComputerStartQuotaIsAtomic(t *testing.T) {
 	e.json("POST", "/v1/computers/"+a.ID+"/stop", nil, 200, nil)
 	b := e.create(map[string]any{"provider": "local"})
 	e.json("POST", "/v1/computers/"+b.ID+"/stop", nil, 200, nil)
+	quiesce(c)
 	var g *gatedLocal
 	for i, p := range c.providers {
 		if lp, ok := p.(*localProvider); ok {
@@ -1216,7 +1217,11 @@ func TestComputerStartQuotaIsAtomic(t *testing.T) {
 	}
 	errs := make(chan error, 2)
 	go func() { _, err := c.start(context.Background(), a.ID); errs <- err }()
-	<-g.entered // a is starting and counted as stopped until it is saved running
+	select { // a is starting and counted as stopped until it is saved running
+	case <-g.entered:
+	case err := <-errs:
+		t.Fatalf("start a: %v", err)
+	}
 	go func() { _, err := c.start(context.Background(), b.ID); errs <- err }()
 	eventually(t, "the second start to count or wait for the count", func() bool {
 		if len(g.entered) > 0 {
@@ -1286,6 +1291,7 @@ func TestReconcileDoesNotOrphanFreshMachines(t *testing.T) {
 	e := newTestEnv(t, "", nil)
 	defer e.close()
 	c := e.s.computers
+	quiesce(c)
 	var r *racingLocal
 	for _, p := range c.providers {
 		if lp, ok := p.(*localProvider); ok {
@@ -1354,4 +1360,11 @@ func TestReaperSparesMachineUsedWhileWaiting(t *testing.T) {
 	if cur, err := c.Get(context.Background(), m.ID); err != nil || cur.State != stateRunning {
 		t.Fatalf("machine after the sweep: %+v %v", cur, err)
 	}
+}
+
+// quiesce stops the service's own goroutines (background reconcile, reaper) so a test may swap its
+// providers without racing them.
+func quiesce(c *computerService) {
+	c.cancel()
+	c.wg.Wait()
 }
