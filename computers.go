@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -502,6 +503,9 @@ func applyComputerDefaults(sp *ComputerSpec) {
 	}
 	if sp.Workdir == "" {
 		sp.Workdir = "/work"
+	} else if strings.HasPrefix(sp.Workdir, "/") {
+		// `/work/../..` must be judged (and mapped) as where it lands, not as it is spelled.
+		sp.Workdir = path.Clean(sp.Workdir)
 	}
 	if sp.Network.Mode == "" {
 		sp.Network.Mode = "egress"
@@ -540,6 +544,11 @@ func checkEngineArgs(sp ComputerSpec, image string) error {
 		}
 		if !strings.HasPrefix(m.Target, "/") || strings.Contains(m.Target, ":") {
 			return bad(fmt.Sprintf("mounts.%d.target", i), m.Target)
+		}
+		// agentd mounts these itself; the engine refuses a duplicate mount point.
+		if t := path.Clean(m.Target); t == "/" || t == "/work" || t == "/tmp" || t == "/run" {
+			return errorf(codeSpecInvalid, "mounts.%d.target: %s is the machine's own workspace or root", i, m.Target).
+				withHint("mount below it instead, e.g. /work/data")
 		}
 	}
 	return nil
@@ -724,25 +733,29 @@ func (c *computerService) start(ctx context.Context, idOrName string) (*Computer
 	if pr := c.probe(ctx, p); !pr.available {
 		return nil, errorf(codeProviderUnavailable, "computer provider %q is unavailable: %s", m.Provider, pr.reason).withHint(pr.hint)
 	}
-	c.creating.Lock()
-	live, err := c.s.store.CountLiveComputers(ctx)
-	c.creating.Unlock()
-	if err != nil {
-		return nil, err
-	}
-	if live >= c.s.cfg.MaxComputers {
-		return nil, errorf(codeQuota, "machine limit reached: %d of %d live machines", live, c.s.cfg.MaxComputers).
-			withHint("delete or stop a computer, or raise maxComputers in config.yaml").
-			withDetail("live", live).withDetail("limit", c.s.cfg.MaxComputers)
-	}
-	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lifecycleTimout)
-	defer cancel()
-	if err := p.start(lctx, m); err != nil {
-		return nil, err
-	}
-	m.State = stateRunning
-	m.LastUsedAt = timestamp(c.now())
-	if err := c.save(lctx, m); err != nil {
+	// The count holds until the machine is saved running: a start racing another start or a create
+	// for the last slot would otherwise see this machine as stopped and pass too.
+	if err := func() error {
+		c.creating.Lock()
+		defer c.creating.Unlock()
+		live, err := c.s.store.CountLiveComputers(ctx)
+		if err != nil {
+			return err
+		}
+		if live >= c.s.cfg.MaxComputers {
+			return errorf(codeQuota, "machine limit reached: %d of %d live machines", live, c.s.cfg.MaxComputers).
+				withHint("delete or stop a computer, or raise maxComputers in config.yaml").
+				withDetail("live", live).withDetail("limit", c.s.cfg.MaxComputers)
+		}
+		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lifecycleTimout)
+		defer cancel()
+		if err := p.start(lctx, m); err != nil {
+			return err
+		}
+		m.State = stateRunning
+		m.LastUsedAt = timestamp(c.now())
+		return c.save(lctx, m)
+	}(); err != nil {
 		return nil, err
 	}
 	c.s.hub.publish("computers", "computer_started", c.decorate(m))
@@ -762,6 +775,10 @@ func (c *computerService) destroy(ctx context.Context, idOrName, reason string) 
 	defer rt.mu.Unlock()
 	if m, err = c.Get(ctx, m.ID); err != nil {
 		return err
+	}
+	// The reaper decided before it held the lock: an exec, a stop or a destroy may have come in between.
+	if reason != "" && reason != "orphan" && c.reapReason(m, c.now()) != reason {
+		return errReapCancelled
 	}
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lifecycleTimout)
 	defer cancel()
@@ -898,6 +915,16 @@ func (c *computerService) reconcile(ctx context.Context, skip map[string]bool) m
 			}
 			m.Ports = map[string]PortBinding{} // forwarders died with the old process
 			c.save(ctx, m)
+		}
+		// Judge orphans against the records as they are now: a machine created after recs was read
+		// (the background pass runs while the server answers) already has its record, inserted before
+		// the machine was made, and must not be reaped.
+		if now, err := c.s.store.ListComputers(ctx); err == nil {
+			for _, m := range now {
+				known[m.ID] = known[m.ID] || m.State != stateDestroyed
+			}
+		} else {
+			continue
 		}
 		c.mu.Lock()
 		for id := range live {

@@ -15,6 +15,8 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -582,6 +584,19 @@ func conformance(t *testing.T, prov string, portBase int) {
 		// A link planted inside the machine does not redirect an upload.
 		e.exec(id, map[string]any{"cmd": "mkdir -p trap && ln -sfn /etc trap/sub"})
 		e.wantError("POST", "/v1/computers/"+id+"/fs/upload?path=/work/trap", tarGz(t, []tar.Header{{Name: "sub/evil", Typeflag: tar.TypeReg}}, nil), 403, codeFSDenied)
+		// A hard link naming a target through that planted link would share an inode outside the jail.
+		e.wantError("POST", "/v1/computers/"+id+"/fs/upload?path=/work/trap", tarGz(t, []tar.Header{{Name: "h", Typeflag: tar.TypeLink, Linkname: "sub/passwd"}}, nil), 403, codeFSDenied)
+		if r := e.exec(id, map[string]any{"cmd": "ls trap/h 2>/dev/null | wc -l"}); strings.TrimSpace(r.Stdout) != "0" {
+			t.Fatalf("hard link through a planted link was written: %+v", r)
+		}
+		// ... nor when the archive first adds its own (lexically inside) link to the planted one.
+		e.wantError("POST", "/v1/computers/"+id+"/fs/upload?path=/work/trap", tarGz(t, []tar.Header{
+			{Name: "x", Typeflag: tar.TypeSymlink, Linkname: "sub"},
+			{Name: "h2", Typeflag: tar.TypeLink, Linkname: "x/passwd"},
+		}, nil), 403, codeFSDenied)
+		if r := e.exec(id, map[string]any{"cmd": "ls trap/h2 trap/x 2>/dev/null | wc -l"}); strings.TrimSpace(r.Stdout) != "0" {
+			t.Fatalf("hard link through an archive link was written: %+v", r)
+		}
 		e.wantError("POST", "/v1/computers/"+id+"/fs/upload?path=/work/x", []byte("not a tarball"), 422, codeSpecInvalid)
 		// A decompression bomb is stopped without writing anything.
 		e.s.computers.uploadLimit = 4 << 20
@@ -1112,3 +1127,244 @@ func FuzzCheckArchive(f *testing.F) {
 }
 
 var _ = net.Dial
+
+// TestExecRefusesUnusableCwdAndUser: a NUL or newline in cwd or user, or a user read as an engine flag,
+// is the caller's mistake (422), not a failure of the mechanism (500).
+func TestExecRefusesUnusableCwdAndUser(t *testing.T) {
+	e := newTestEnv(t, "", nil)
+	defer e.close()
+	m := e.create(map[string]any{"provider": "local"})
+	for _, b := range []map[string]any{
+		{"cmd": "true", "cwd": "/work/a\x00b"},
+		{"cmd": "true", "cwd": "/work/a\nb"},
+		{"cmd": "true", "user": "-x"},
+		{"cmd": "true", "user": "1000\x00"},
+		{"cmd": "true", "user": "root\n"},
+	} {
+		e.wantError("POST", "/v1/computers/"+m.ID+"/exec", b, 422, codeSpecInvalid)
+	}
+}
+
+// TestExposePortAfterConcurrentStop: an expose that waited for a stop to finish must see the stopped
+// machine, not save its stale running record back (which resurrected the computer as running).
+func TestExposePortAfterConcurrentStop(t *testing.T) {
+	e := newTestEnv(t, "", nil)
+	defer e.close()
+	m := e.create(map[string]any{"provider": "local"})
+	c := e.s.computers
+	rt := c.runtime(m.ID)
+	rt.mu.Lock()
+	done := make(chan error, 1)
+	go func() { _, err := c.ExposePort(context.Background(), m.ID, 4555); done <- err }()
+	eventually(t, "ExposePort to wait for the machine's lifecycle lock", func() bool {
+		buf := make([]byte, 1<<20)
+		st := string(buf[:runtime.Stack(buf, true)])
+		for _, g := range strings.Split(st, "\n\n") {
+			if strings.Contains(g, ".ExposePort(") && strings.Contains(g, "sync.(*Mutex).Lock") {
+				return true
+			}
+		}
+		return false
+	})
+	// What a stop holding the lock does to the record.
+	cur, err := c.Get(context.Background(), m.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur.State = stateStopped
+	if err := c.save(context.Background(), cur); err != nil {
+		t.Fatal(err)
+	}
+	rt.mu.Unlock()
+	if err := <-done; err == nil {
+		t.Fatal("ExposePort on a machine stopped while it waited succeeded")
+	}
+	if got, _ := c.Get(context.Background(), m.ID); got.State != stateStopped {
+		t.Fatalf("state after the expose: %s, want stopped", got.State)
+	}
+}
+
+// gatedLocal is the local provider with a start that waits for the test.
+type gatedLocal struct {
+	*localProvider
+	entered chan string
+	release chan struct{}
+}
+
+func (g *gatedLocal) start(ctx context.Context, m *ComputerInfo) error {
+	g.entered <- m.ID
+	<-g.release
+	return g.localProvider.start(ctx, m)
+}
+
+// TestComputerStartQuotaIsAtomic: two starts racing for the last live slot cannot both pass the
+// maxComputers count (the first was still stopped in the record when the second counted).
+func TestComputerStartQuotaIsAtomic(t *testing.T) {
+	e := newTestEnv(t, "", func(c *config) { c.MaxComputers = 1 })
+	defer e.close()
+	c := e.s.computers
+	a := e.create(map[string]any{"provider": "local"})
+	e.json("POST", "/v1/computers/"+a.ID+"/stop", nil, 200, nil)
+	b := e.create(map[string]any{"provider": "local"})
+	e.json("POST", "/v1/computers/"+b.ID+"/stop", nil, 200, nil)
+	quiesce(c)
+	var g *gatedLocal
+	for i, p := range c.providers {
+		if lp, ok := p.(*localProvider); ok {
+			g = &gatedLocal{localProvider: lp, entered: make(chan string, 2), release: make(chan struct{})}
+			c.providers[i] = g
+		}
+	}
+	errs := make(chan error, 2)
+	go func() { _, err := c.start(context.Background(), a.ID); errs <- err }()
+	select { // a is starting and counted as stopped until it is saved running
+	case <-g.entered:
+	case err := <-errs:
+		t.Fatalf("start a: %v", err)
+	}
+	go func() { _, err := c.start(context.Background(), b.ID); errs <- err }()
+	eventually(t, "the second start to count or wait for the count", func() bool {
+		if len(g.entered) > 0 {
+			return true
+		}
+		buf := make([]byte, 1<<20)
+		for _, gr := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+			if strings.Contains(gr, "(*computerService).start(") && strings.Contains(gr, "sync.(*Mutex).Lock") {
+				return true
+			}
+		}
+		return false
+	})
+	close(g.release)
+	ok := 0
+	for range 2 {
+		if err := <-errs; err == nil {
+			ok++
+		} else if asAPIError(err).Code != codeQuota {
+			t.Fatalf("start: %v", err)
+		}
+	}
+	if ok != 1 {
+		t.Fatalf("%d starts succeeded with maxComputers 1", ok)
+	}
+}
+
+// TestComputerLocalWorkdirDotDot: a workdir climbing out of /work with `..` is not mapped onto the host
+// (it created directories anywhere the server could write).
+func TestComputerLocalWorkdirDotDot(t *testing.T) {
+	e := newTestEnv(t, "", nil)
+	defer e.close()
+	outside := filepath.Join(t.TempDir(), "escaped")
+	wd := "/work/" + strings.Repeat("../", 30) + strings.TrimPrefix(outside, "/")
+	st, body := e.do("POST", "/v1/computers", map[string]any{"provider": "local", "workdir": wd})
+	if _, err := os.Stat(outside); err == nil {
+		t.Fatalf("workdir %s created %s on the host (answer %d %s)", wd, outside, st, body)
+	}
+	// It is judged where it lands: here inside the guest /tmp, mapped under the machine's directory.
+	if st != 201 || strings.Contains(string(body), "..") {
+		t.Fatalf("create with workdir %s: %d %s, want the cleaned workdir", wd, st, body)
+	}
+}
+
+// racingLocal creates a machine between reconcile's read of the records and its listing of machines,
+// as a create right after startup does while the background reconcile probes a slow engine.
+type racingLocal struct {
+	*localProvider
+	once    sync.Once
+	created *ComputerInfo
+}
+
+func (r *racingLocal) owned(ctx context.Context) (map[string]bool, error) {
+	r.once.Do(func() {
+		m, err := r.c.create(ctx, ComputerSpec{Provider: "local"})
+		if err != nil {
+			panic(err)
+		}
+		r.created = m
+	})
+	return r.localProvider.owned(ctx)
+}
+
+// TestReconcileDoesNotOrphanFreshMachines: a machine created while reconcile runs is not taken for an
+// orphan and reaped by the next sweep.
+func TestReconcileDoesNotOrphanFreshMachines(t *testing.T) {
+	e := newTestEnv(t, "", nil)
+	defer e.close()
+	c := e.s.computers
+	quiesce(c)
+	var r *racingLocal
+	for _, p := range c.providers {
+		if lp, ok := p.(*localProvider); ok {
+			r = &racingLocal{localProvider: lp}
+		}
+	}
+	c.providers = []provider{r}
+	c.reconcile(context.Background(), map[string]bool{})
+	if r.created == nil {
+		t.Fatal("the racing create did not run")
+	}
+	if got := c.sweep(context.Background()); len(got) != 0 {
+		t.Fatalf("sweep reaped %v; the machine %s was created while reconcile ran", got, r.created.ID)
+	}
+	if m, err := c.Get(context.Background(), r.created.ID); err != nil || m.State != stateRunning {
+		t.Fatalf("machine after the sweep: %+v %v", m, err)
+	}
+}
+
+// TestCheckEngineArgsMountTargets: a mount over a directory agentd itself mounts (the engine refuses a
+// duplicate mount point, a 500 from the engine) or over the root is the caller's mistake: 422.
+func TestCheckEngineArgsMountTargets(t *testing.T) {
+	for _, target := range []string{"/", "/work", "/tmp/", "/run", "/work/../tmp", "//work"} {
+		sp := ComputerSpec{Workdir: "/work", Mounts: []Mount{{Source: "/srv/data", Target: target}}}
+		err := checkEngineArgs(sp, "")
+		if err == nil || asAPIError(err).Code != codeSpecInvalid {
+			t.Errorf("target %q: %v, want E_SPEC_INVALID", target, err)
+		}
+	}
+	for _, target := range []string{"/data", "/work/data", "/opt/x"} {
+		sp := ComputerSpec{Workdir: "/work", Mounts: []Mount{{Source: "/srv/data", Target: target}}}
+		if err := checkEngineArgs(sp, ""); err != nil {
+			t.Errorf("target %q: %v, want accepted", target, err)
+		}
+	}
+}
+
+// TestReaperSparesMachineUsedWhileWaiting: an exec that starts while the reaper waits for the machine's
+// lifecycle lock keeps an idle machine alive.
+func TestReaperSparesMachineUsedWhileWaiting(t *testing.T) {
+	e := newTestEnv(t, "", nil)
+	defer e.close()
+	c := e.s.computers
+	m := e.create(map[string]any{"provider": "local", "idleTimeoutSec": 5})
+	base := time.Now()
+	c.setNow(func() time.Time { return base.Add(10 * time.Second) })
+	rt := c.runtime(m.ID)
+	rt.mu.Lock()
+	got := make(chan map[string]string, 1)
+	go func() { got <- c.sweep(context.Background()) }()
+	eventually(t, "the sweep to wait for the machine's lifecycle lock", func() bool {
+		buf := make([]byte, 1<<20)
+		for _, gr := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+			if strings.Contains(gr, "(*computerService).destroy(") && strings.Contains(gr, "sync.(*Mutex).Lock") {
+				return true
+			}
+		}
+		return false
+	})
+	c.beginUse(m.ID) // an exec starts
+	rt.mu.Unlock()
+	if r := <-got; len(r) != 0 {
+		t.Fatalf("reaped %v while an exec was running", r)
+	}
+	c.endUse(m.ID)
+	if cur, err := c.Get(context.Background(), m.ID); err != nil || cur.State != stateRunning {
+		t.Fatalf("machine after the sweep: %+v %v", cur, err)
+	}
+}
+
+// quiesce stops the service's own goroutines (background reconcile, reaper) so a test may swap its
+// providers without racing them.
+func quiesce(c *computerService) {
+	c.cancel()
+	c.wg.Wait()
+}

@@ -133,6 +133,12 @@ func normaliseExec(req *ExecRequest) error {
 			return errorf(codeSpecInvalid, "cmd: contains a NUL byte").withHint("remove the NUL byte")
 		}
 	}
+	if strings.ContainsAny(req.Cwd, "\x00\n\r") {
+		return errorf(codeSpecInvalid, "cwd: contains a control character").withHint("use a plain path under /work or /tmp")
+	}
+	if strings.HasPrefix(req.User, "-") || strings.ContainsAny(req.User, "\x00\n\r \t") {
+		return errorf(codeSpecInvalid, "user: invalid value %q", req.User).withHint(`use a user name or uid[:gid], e.g. "1000:1000"`)
+	}
 	for k, v := range req.Env {
 		if k == "" || strings.ContainsAny(k, "=\x00") || strings.IndexByte(v, 0) >= 0 {
 			return errorf(codeSpecInvalid, "env: invalid variable name %q", k).withHint("names must be non-empty without '=' or NUL")

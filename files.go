@@ -244,6 +244,7 @@ func (c *computerService) DeletePath(ctx context.Context, id, path string, recur
 // checkedArchive is an upload that passed every check.
 type checkedArchive struct {
 	names   []string // cleaned relative entry names
+	hard    []string // cleaned hard link targets, relative to the target directory
 	entries int
 }
 
@@ -309,6 +310,16 @@ func checkArchive(archive []byte, limit int64) (*checkedArchive, error) {
 				return nil, errArchive("archive entry %q links outside the target (%q)", name, t)
 			}
 			links[clean] = true
+			if hdr.Typeflag == tar.TypeLink {
+				// The unpacker opens the target through the links made so far: one of the archive's own
+				// links could lead it to a link planted in the machine, past the resolve in Upload.
+				for dir := path.Dir(path.Clean(t)); dir != "." && dir != "/"; dir = path.Dir(dir) {
+					if links[dir] {
+						return nil, errArchive("archive entry %q hard-links through the link %q", name, dir)
+					}
+				}
+				out.hard = append(out.hard, path.Clean(t))
+			}
 		default:
 			return nil, errArchive("archive entry %q is a special file (type %q)", name, string(hdr.Typeflag))
 		}
@@ -348,7 +359,13 @@ func (c *computerService) Upload(ctx context.Context, id, dir string, archive []
 		for i, n := range ca.names {
 			paths[i] = joinGuest(rd, n)
 		}
-		res, err := fsys.resolve(ctx, parentsOf(paths))
+		// A hard link's target is opened by the unpacker through the machine's links: resolved in full,
+		// it must stay inside too, or the new name would share an inode outside the jail.
+		check := parentsOf(paths)
+		for _, h := range ca.hard {
+			check = append(check, joinGuest(rd, h))
+		}
+		res, err := fsys.resolve(ctx, check)
 		if err != nil {
 			return nil, err
 		}

@@ -17,6 +17,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -72,6 +73,7 @@ func (l *localProvider) dir(m *ComputerInfo) string { return filepath.Join(l.roo
 
 // hostPath maps a clean guest path under /work or /tmp to the host; ok is false outside them.
 func (l *localProvider) hostPath(m *ComputerInfo, guest string) (string, bool) {
+	guest = path.Clean("/" + guest) // a `..` must not climb out of the mapped directory
 	for _, top := range []string{"/work", "/tmp"} {
 		if guest == top || strings.HasPrefix(guest, top+"/") {
 			return filepath.Join(l.dir(m), top[1:], filepath.FromSlash(strings.TrimPrefix(guest, top))), true

@@ -12,6 +12,7 @@
 package main
 
 import (
+	"path"
 	"regexp"
 	"strings"
 )
@@ -96,18 +97,33 @@ var forkBomb = regexp.MustCompile(`([A-Za-z_:][A-Za-z0-9_:]*)\s*\(\s*\)\s*\{[^}]
 // assignmentPrefix and wrapperPrefix are stripped from a segment before rules match.
 var (
 	assignmentPrefix = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*=(?:'[^']*'|"[^"]*"|\S*)\s+`)
-	wrapperPrefix    = regexp.MustCompile(`^(?:exec|nohup|time|command|builtin|nice(?:\s+-n\s*-?\d+)?|env(?:\s+-\S+)*|then|do|else|elif|if|while|until|!|\{|\()\s+`)
-	shellDashC       = regexp.MustCompile(`^(?:/usr)?(?:/bin/)?(?:sh|bash|zsh|dash|ksh|ash)\s+(?:-\S+\s+)*-[a-zA-Z]*c\s+`)
+	wrapperPrefix    = regexp.MustCompile(`^(?:exec(?:\s+-a\s*\S+|\s+-[cl]+)*|nohup|time(?:\s+-p)*|command(?:\s+-p)*|builtin|eval|busybox|setsid(?:\s+-\S+)*|stdbuf(?:\s+-\S+)*|xargs(?:\s+-\S+)*|nice(?:\s+-n\s*-?\d+|\s+-\d+)?|env(?:\s+(?:-u\s*|--unset[= ])\S+|\s+-\S+)*|timeout(?:\s+(?:-[sk]\s*|--signal[= ]|--kill-after[= ])\S+|\s+-\S+)*\s+\d\S*|then|do|else|elif|if|while|until|!|\{|\()\s+`)
+	braceWord        = regexp.MustCompile(`^\{([^{}\s]*,[^{}\s]*)\}(\s|$)`)
+	// redirectPrefix: bash accepts redirections before the command word (`>/dev/null sudo id`).
+	redirectPrefix = regexp.MustCompile(`^(?:\d*|&)(?:>>|>&|<&|&>|>\||<>|>|<)\s*\S+\s+`)
+	shellDashC     = regexp.MustCompile(`^(?:/usr)?(?:/bin/)?(?:sh|bash|zsh|dash|ksh|ash)\s+(?:-\S+\s+)*-[a-zA-Z]*c\s+`)
 )
 
 // builtinDenied returns the first built-in rule cmd breaks, or nil.
 func builtinDenied(cmd string, depth int) *denyRule {
+	// A backslash-newline is a line continuation: `sud\<newline>o` runs sudo.
+	cmd = strings.ReplaceAll(cmd, "\\\n", "")
+	// $IFS is a field separator: `sudo${IFS}id` runs sudo.
+	cmd = strings.NewReplacer("${IFS}", " ", "$IFS", " ").Replace(cmd)
 	if m := forkBomb.FindStringSubmatch(cmd); m != nil && m[1] == m[2] {
 		return &denyRule{name: "fork-bomb", reason: "a fork bomb"}
 	}
 	for _, sg := range splitCommand(cmd) {
 		raw := stripPrefixes(sg.text)
-		text := unquoteWords(raw)
+		text := raw
+		// Quotes may hide a wrapper or a path (`"env" /usr/bin/sudo`): strip again on the unquoted words.
+		for range 8 {
+			t := stripPrefixes(unquoteWords(text))
+			if t == text {
+				break
+			}
+			text = t
+		}
 		for i := range builtinRules {
 			r := &builtinRules[i]
 			if r.afterPipe && sg.sep != "|" {
@@ -141,12 +157,33 @@ func stripPrefixes(s string) string {
 		if loc := wrapperPrefix.FindStringIndex(t); loc != nil {
 			t = t[loc[1]:]
 		}
+		if loc := redirectPrefix.FindStringIndex(t); loc != nil {
+			t = t[loc[1]:]
+		}
+		if m := braceWord.FindStringSubmatch(t); m != nil {
+			t = strings.ReplaceAll(m[1], ",", " ") + t[len(m[0])-len(m[2]):] // {sudo,id} runs `sudo id`
+		}
+		t = baseCommand(t)
 		t = strings.TrimLeft(t, " \t")
 		if t == s {
 			return s
 		}
 		s = t
 	}
+}
+
+// baseCommand reduces a command word given as a path (`/usr/bin/sudo`, `./../sbin/reboot`) to its
+// base name, so the list matches however the binary is reached. Quoted words are left to the caller.
+func baseCommand(s string) string {
+	end := strings.IndexAny(s, " \t")
+	if end < 0 {
+		end = len(s)
+	}
+	w := s[:end]
+	if !strings.Contains(w, "/") || strings.ContainsAny(w, "'\"\\<>=&") || strings.Trim(w, "/") == "" {
+		return s
+	}
+	return path.Base(w) + s[end:]
 }
 
 // unquoteWords removes quotes and backslashes so `r”m -rf /` and `"sudo" x` are seen as written.
@@ -156,6 +193,11 @@ func unquoteWords(s string) string {
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		switch {
+		case q == 0 && c == '$' && i+1 < len(s) && s[i+1] == '\'':
+			i = ansiC(s, i+2, &b) // $'\x73udo' is sudo
+		case q == 0 && c == '$' && i+1 < len(s) && s[i+1] == '"':
+			i++
+			q = '"'
 		case q == 0 && (c == '\'' || c == '"'):
 			q = c
 		case q != 0 && c == q:
@@ -168,6 +210,56 @@ func unquoteWords(s string) string {
 		}
 	}
 	return b.String()
+}
+
+// ansiC decodes the body of a $'...' word starting at i into b and returns the index of its closing
+// quote (or the end of s).
+func ansiC(s string, i int, b *strings.Builder) int {
+	for ; i < len(s); i++ {
+		c := s[i]
+		if c == '\'' {
+			return i
+		}
+		if c != '\\' || i+1 >= len(s) {
+			b.WriteByte(c)
+			continue
+		}
+		i++
+		digits := func(base, max int) {
+			v, n := 0, 0
+			for ; n < max && i+n < len(s); n++ {
+				d := strings.IndexByte("0123456789abcdef", s[i+n]|0x20)
+				if d < 0 || d >= base {
+					break
+				}
+				v = v*base + d
+			}
+			if n == 0 {
+				b.WriteByte(s[i-1])
+				i--
+				return
+			}
+			b.WriteRune(rune(v))
+			i += n - 1
+		}
+		switch e := s[i]; e {
+		case 'x':
+			i++
+			digits(16, 2)
+		case 'u', 'U':
+			i++
+			digits(16, 8)
+		case '0', '1', '2', '3', '4', '5', '6', '7':
+			digits(8, 3)
+		case 'n':
+			b.WriteByte('\n')
+		case 't':
+			b.WriteByte('\t')
+		default:
+			b.WriteByte(e)
+		}
+	}
+	return i
 }
 
 // firstWord returns the first shell word of s with its quotes removed.

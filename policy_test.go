@@ -129,3 +129,60 @@ func FuzzPolicyCheck(f *testing.F) {
 		commandPolicy{Deny: []string{"x"}}.check(s) // must not panic
 	})
 }
+
+// The built-in list must hold at command position however the command word is spelled or wrapped.
+func TestPolicyCommandPositionBypasses(t *testing.T) {
+	denied := map[string]string{
+		"/usr/bin/sudo id":              "sudo",
+		"/sbin/reboot":                  "power",
+		"./../../usr/sbin/shutdown now": "power",
+		`"/usr/bin/sudo" id`:            "sudo",
+		"command -p sudo id":            "sudo",
+		"exec -a x sudo id":             "sudo",
+		"env -u PATH sudo id":           "sudo",
+		"env -i FOO=1 /usr/bin/sudo id": "sudo",
+		"time -p reboot":                "power",
+		"timeout 5 sudo id":             "sudo",
+		"timeout -s KILL 5 reboot":      "power",
+		"setsid reboot":                 "power",
+		"busybox reboot":                "power",
+		"xargs sudo < list":             "sudo",
+		"find . | xargs -0 sudo rm":     "sudo",
+		"eval 'sudo id'":                "sudo",
+		">/dev/null sudo id":            "sudo",
+		"2>&1 reboot":                   "power",
+		"</dev/null 2>/dev/null sudo x": "sudo",
+		"sud\\\no id":                   "sudo",
+		"re\\\nboot":                    "power",
+		"echo ok\nsudo id":              "sudo",
+		"echo $(/usr/bin/sudo id)":      "sudo",
+		"x=`command sudo id`":           "sudo",
+		"$'\\x73udo' id":                "sudo",
+		"$'\\163udo' id":                "sudo",
+		"$'re'boot":                     "power",
+		`$"sudo" id`:                    "sudo",
+		"sudo${IFS}id":                  "sudo",
+		"{sudo,id}":                     "sudo",
+		"{reboot,}":                     "power",
+	}
+	for cmd, rule := range denied {
+		err := commandPolicy{}.check(cmd)
+		if err == nil {
+			t.Errorf("%q: allowed, want denied by %s", cmd, rule)
+			continue
+		}
+		if got := err.Details["rule"]; got != rule {
+			t.Errorf("%q: rule %v, want %s", cmd, got, rule)
+		}
+	}
+	for _, cmd := range []string{
+		"grep -r sudo .", "echo shutdown >> notes", "cat /usr/bin/sudo.md", "ls /sbin/reboot",
+		"time -p make", "env -u X go test ./...", "timeout 5 make test", "xargs grep reboot < files",
+		"command -v sudo", "echo 'sudo\nreboot'", "git log --grep=reboot", "echo $'sudo'", "{ echo sudo; }",
+		"echo {sudo,reboot}", "printf '%s' $'\\x73udo'",
+	} {
+		if err := (commandPolicy{}).check(cmd); err != nil {
+			t.Errorf("%q: denied (%s), want allowed", cmd, err.Message)
+		}
+	}
+}

@@ -127,13 +127,19 @@ func (c *computerService) ExposePort(ctx context.Context, id string, port int) (
 	if port < 1 || port > 65535 {
 		return nil, errorf(codeSpecInvalid, "port: must be between 1 and 65535, received %d", port).withHint("send {\"port\": 8080}")
 	}
-	m, p, err := c.getLive(ctx, id)
+	m, err := c.Get(ctx, id)
 	if err != nil {
 		return nil, err
 	}
 	rt := c.runtime(m.ID)
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
+	// Read the record again under the lock: a stop or destroy that held it meanwhile changed it, and
+	// saving the stale copy would bring the machine back as running (with a forwarder nobody closes).
+	m, p, err := c.getLive(ctx, m.ID)
+	if err != nil {
+		return nil, err
+	}
 	key := strconv.Itoa(port)
 	c.mu.Lock()
 	fw := rt.ports[port]

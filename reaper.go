@@ -12,6 +12,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -41,30 +42,14 @@ func (c *computerService) sweep(ctx context.Context) map[string]string {
 	for i := range recs {
 		m := &recs[i]
 		c.flushLastUsed(ctx, m.ID)
-		if m.State != stateRunning {
-			continue
-		}
-		c.mu.Lock()
-		active, lastUsed := 0, time.Time{}
-		if rt := c.rt[m.ID]; rt != nil {
-			active, lastUsed = rt.active, rt.lastUsed
-		}
-		c.mu.Unlock()
-		if t, err := time.Parse(time.RFC3339Nano, m.LastUsedAt); err == nil && t.After(lastUsed) {
-			lastUsed = t
-		}
-		created, _ := time.Parse(time.RFC3339Nano, m.CreatedAt)
-		reason := ""
-		switch {
-		case m.Spec.MaxLifetimeSec > 0 && now.Sub(created) >= time.Duration(m.Spec.MaxLifetimeSec)*time.Second:
-			reason = "lifetime"
-		case m.Spec.IdleTimeoutSec > 0 && active == 0 && now.Sub(lastUsed) >= time.Duration(m.Spec.IdleTimeoutSec)*time.Second:
-			reason = "idle"
-		}
+		reason := c.reapReason(m, now)
 		if reason == "" {
 			continue
 		}
 		if err := c.destroy(ctx, m.ID, reason); err != nil {
+			if errors.Is(err, errReapCancelled) {
+				continue
+			}
 			c.s.log.Warn("reaper: destroy", "computer", m.ID, "reason", reason, "err", err)
 			continue
 		}
@@ -89,6 +74,33 @@ func (c *computerService) sweep(ctx context.Context) map[string]string {
 		c.s.hub.publish("reaper", "computer_reaped", map[string]any{"computerId": id, "name": "", "reason": "orphan"})
 	}
 	return reaped
+}
+
+// errReapCancelled: the machine was used, stopped or destroyed while the reaper waited for it.
+var errReapCancelled = errors.New("the machine no longer qualifies for reaping")
+
+// reapReason says why a running machine is due for reaping at now ("idle", "lifetime"), or "".
+func (c *computerService) reapReason(m *ComputerInfo, now time.Time) string {
+	if m.State != stateRunning {
+		return ""
+	}
+	c.mu.Lock()
+	active, lastUsed := 0, time.Time{}
+	if rt := c.rt[m.ID]; rt != nil {
+		active, lastUsed = rt.active, rt.lastUsed
+	}
+	c.mu.Unlock()
+	if t, err := time.Parse(time.RFC3339Nano, m.LastUsedAt); err == nil && t.After(lastUsed) {
+		lastUsed = t
+	}
+	created, _ := time.Parse(time.RFC3339Nano, m.CreatedAt)
+	switch {
+	case m.Spec.MaxLifetimeSec > 0 && now.Sub(created) >= time.Duration(m.Spec.MaxLifetimeSec)*time.Second:
+		return "lifetime"
+	case m.Spec.IdleTimeoutSec > 0 && active == 0 && now.Sub(lastUsed) >= time.Duration(m.Spec.IdleTimeoutSec)*time.Second:
+		return "idle"
+	}
+	return ""
 }
 
 // flushLastUsed writes the in-memory last use of a machine to its record.
