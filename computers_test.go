@@ -693,6 +693,20 @@ func conformance(t *testing.T, prov string, portBase int) {
 
 	t.Run("terminal", func(t *testing.T) {
 		e := e.with(t)
+		// The 101 is written on the hijacked connection; it too carries the version header.
+		req, _ := http.NewRequest("GET", e.ts.URL+"/v1/computers/"+id+"/terminal", nil)
+		for k, v := range map[string]string{"Upgrade": "websocket", "Connection": "Upgrade",
+			"Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==", "Sec-WebSocket-Version": "13"} {
+			req.Header.Set(k, v)
+		}
+		if res, err := http.DefaultClient.Do(req); err != nil {
+			t.Fatal(err)
+		} else {
+			res.Body.Close()
+			if res.StatusCode != http.StatusSwitchingProtocols || res.Header.Get(versionHeader) != version {
+				t.Fatalf("terminal upgrade: %d, %s=%q", res.StatusCode, versionHeader, res.Header.Get(versionHeader))
+			}
+		}
 		wsURL := "ws" + strings.TrimPrefix(e.ts.URL, "http") + "/v1/computers/" + id + "/terminal"
 		conn, err := websocket.Dial(wsURL, "", e.ts.URL)
 		if err != nil {

@@ -167,6 +167,12 @@ func (s *server) handleEvents(w http.ResponseWriter, r *http.Request) {
 	if !s.websocketAllowed(w, r) {
 		return
 	}
+	serveWebsocket(w, r, func(c *websocket.Conn) { s.hub.serveSocket(c, s.activeRuns) })
+}
+
+// serveWebsocket completes an upgrade already checked by websocketAllowed; every socket of the API
+// (events, terminal) goes through it.
+func serveWebsocket(w http.ResponseWriter, r *http.Request, handler func(*websocket.Conn)) {
 	ws := websocket.Server{
 		Handshake: func(cfg *websocket.Config, _ *http.Request) error {
 			// The 101 is written by x/net/websocket on the hijacked connection, past ServeHTTP's headers:
@@ -177,7 +183,7 @@ func (s *server) handleEvents(w http.ResponseWriter, r *http.Request) {
 			}
 			return nil
 		},
-		Handler: func(c *websocket.Conn) { s.hub.serveSocket(c, s.activeRuns) },
+		Handler: handler,
 	}
 	ws.ServeHTTP(w, r)
 }

@@ -39,11 +39,7 @@ func (s *server) handleTerminal(w http.ResponseWriter, r *http.Request) {
 	if !s.websocketAllowed(w, r) {
 		return
 	}
-	ws := websocket.Server{
-		Handshake: func(*websocket.Config, *http.Request) error { return nil },
-		Handler:   func(conn *websocket.Conn) { s.serveTerminal(conn, m) },
-	}
-	ws.ServeHTTP(w, r)
+	serveWebsocket(w, r, func(conn *websocket.Conn) { s.serveTerminal(conn, m) })
 }
 
 func (s *server) serveTerminal(conn *websocket.Conn, m *ComputerInfo) {
