@@ -869,7 +869,8 @@ func (c *computerService) EnsureForAgent(ctx context.Context, agent string, spec
 
 // reconcile runs at start: records whose machine is gone become destroyed; live machines are adopted
 // (state follows the engine); containers of this owner without a record are orphans. With skip nil it
-// handles the providers that hold records and returns their names; otherwise it handles the rest.
+// handles the providers that hold records and returns their names (before the server answers);
+// otherwise it handles the rest in the background, where it only looks for orphans.
 func (c *computerService) reconcile(ctx context.Context, skip map[string]bool) map[string]bool {
 	handled := map[string]bool{}
 	recs, err := c.s.store.ListComputers(ctx)
@@ -899,6 +900,12 @@ func (c *computerService) reconcile(ctx context.Context, skip map[string]bool) m
 				continue
 			}
 			known[m.ID] = true
+			if skip != nil {
+				// The background pass covers providers that held no record at start, so this record was
+				// made by this process while the server answered: it is the API's, not the restart's, to
+				// judge (judging it here destroyed machines being created and undid concurrent stops).
+				continue
+			}
 			running, ok := live[m.ID]
 			switch {
 			case !ok:

@@ -1382,3 +1382,29 @@ func quiesce(c *computerService) {
 	c.cancel()
 	c.wg.Wait()
 }
+
+// TestComputerBackgroundReconcileLeavesNewRecordsAlone: the background reconcile pass (providers that
+// held no record at start) runs while the server answers, so every record it sees was made by this
+// process. It must neither destroy a machine being created nor undo a stop made meanwhile.
+func TestComputerBackgroundReconcileLeavesNewRecordsAlone(t *testing.T) {
+	e := newTestEnv(t, "", nil)
+	defer e.close()
+	c := e.s.computers
+	quiesce(c)
+	stopped := e.create(map[string]any{"provider": "local"})
+	e.json("POST", "/v1/computers/"+stopped.ID+"/stop", nil, 200, nil)
+	// A record inserted by a create whose machine does not exist yet.
+	now := timestamp(time.Now())
+	creating := ComputerInfo{ID: "cmp_beingcreated0001", Name: "new", Provider: "local", State: stateCreating,
+		Workdir: "/work", CreatedAt: now, LastUsedAt: now, Ports: map[string]PortBinding{}}
+	if err := e.s.store.InsertComputer(context.Background(), creating); err != nil {
+		t.Fatal(err)
+	}
+	c.reconcile(context.Background(), map[string]bool{"docker": true, "podman": true})
+	for id, want := range map[string]string{stopped.ID: stateStopped, creating.ID: stateCreating} {
+		got, err := e.s.store.GetComputer(context.Background(), id)
+		if err != nil || got.State != want {
+			t.Errorf("%s after the background pass: %q %v, want %s", id, got.State, err, want)
+		}
+	}
+}
