@@ -682,17 +682,11 @@ func lastLines(s string, n int) string {
 
 // stop stops a machine; its ports close. Stopping a stopped machine is a no-op.
 func (c *computerService) stop(ctx context.Context, idOrName string) (*ComputerInfo, error) {
-	m, err := c.Get(ctx, idOrName)
+	m, p, rt, err := c.lockMachine(ctx, idOrName)
 	if err != nil {
 		return nil, err
 	}
-	p := c.providerByName(m.Provider)
-	rt := c.runtime(m.ID)
-	rt.mu.Lock()
 	defer rt.mu.Unlock()
-	if m, err = c.Get(ctx, m.ID); err != nil {
-		return nil, err
-	}
 	if m.State == stateStopped {
 		return m, nil
 	}
@@ -712,17 +706,11 @@ func (c *computerService) stop(ctx context.Context, idOrName string) (*ComputerI
 
 // start starts a stopped machine. Starting a running machine is a no-op.
 func (c *computerService) start(ctx context.Context, idOrName string) (*ComputerInfo, error) {
-	m, err := c.Get(ctx, idOrName)
+	m, p, rt, err := c.lockMachine(ctx, idOrName)
 	if err != nil {
 		return nil, err
 	}
-	p := c.providerByName(m.Provider)
-	rt := c.runtime(m.ID)
-	rt.mu.Lock()
 	defer rt.mu.Unlock()
-	if m, err = c.Get(ctx, m.ID); err != nil {
-		return nil, err
-	}
 	if m.State == stateRunning {
 		return m, nil
 	}
@@ -765,17 +753,11 @@ func (c *computerService) start(ctx context.Context, idOrName string) (*Computer
 // destroy removes a machine and marks its record destroyed. reason is "" for an API delete, else the
 // reaper's reason.
 func (c *computerService) destroy(ctx context.Context, idOrName, reason string) error {
-	m, err := c.Get(ctx, idOrName)
+	m, p, rt, err := c.lockMachine(ctx, idOrName)
 	if err != nil {
 		return err
 	}
-	p := c.providerByName(m.Provider)
-	rt := c.runtime(m.ID)
-	rt.mu.Lock()
 	defer rt.mu.Unlock()
-	if m, err = c.Get(ctx, m.ID); err != nil {
-		return err
-	}
 	// The reaper decided before it held the lock: an exec, a stop or a destroy may have come in between.
 	if reason != "" && reason != "orphan" && c.reapReason(m, c.now()) != reason {
 		return errReapCancelled
@@ -800,6 +782,23 @@ func (c *computerService) destroy(ctx context.Context, idOrName, reason string) 
 		c.s.hub.publish("reaper", "computer_reaped", map[string]any{"computerId": m.ID, "name": m.Name, "reason": reason})
 	}
 	return nil
+}
+
+// lockMachine resolves idOrName, takes the machine's lifecycle lock and reads the record again under it
+// (a stop, start or destroy that held the lock meanwhile changed it). On success the caller owns the
+// lock and must release it with rt.mu.Unlock.
+func (c *computerService) lockMachine(ctx context.Context, idOrName string) (*ComputerInfo, provider, *machineRT, error) {
+	m, err := c.Get(ctx, idOrName)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	rt := c.runtime(m.ID)
+	rt.mu.Lock()
+	if m, err = c.Get(ctx, m.ID); err != nil {
+		rt.mu.Unlock()
+		return nil, nil, nil, err
+	}
+	return m, c.providerByName(m.Provider), rt, nil
 }
 
 // markGone records that a machine vanished behind agentd's back: its record becomes destroyed and the
