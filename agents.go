@@ -24,6 +24,14 @@ type agentBody struct {
 
 // AgentSummary is the list and write answer for an agent (API.md AgentSummary).
 type AgentSummary struct {
+	agentSummaryCore
+	UpdatedAt string `json:"updatedAt"`
+	RunCount  int    `json:"runCount"`
+}
+
+// agentSummaryCore is the part of a summary derived from the spec alone; it is what the store keeps in
+// the agents.summary column for fast listings (updatedAt and runCount are added when listing).
+type agentSummaryCore struct {
 	Name        string          `json:"name"`
 	DisplayName string          `json:"displayName"`
 	Description string          `json:"description"`
@@ -32,8 +40,6 @@ type AgentSummary struct {
 	Tools       []string        `json:"tools"`
 	Triggers    []TriggerSpec   `json:"triggers"`
 	Computer    agentComputerOf `json:"computer"`
-	UpdatedAt   string          `json:"updatedAt"`
-	RunCount    int             `json:"runCount"`
 }
 
 type agentComputerOf struct {
@@ -48,9 +54,11 @@ func summarise(spec *AgentSpec, updatedAt string, runCount int) AgentSummary {
 		triggers[i] = t
 	}
 	return AgentSummary{
-		Name: spec.Name, DisplayName: spec.DisplayName, Description: spec.Description, Model: spec.Model,
-		Version: spec.Version, Tools: spec.Tools, Triggers: triggers,
-		Computer:  agentComputerOf{Enabled: spec.Computer.IsEnabled(), Flavor: spec.Computer.Flavor},
+		agentSummaryCore: agentSummaryCore{
+			Name: spec.Name, DisplayName: spec.DisplayName, Description: spec.Description, Model: spec.Model,
+			Version: spec.Version, Tools: spec.Tools, Triggers: triggers,
+			Computer: agentComputerOf{Enabled: spec.Computer.IsEnabled(), Flavor: spec.Computer.Flavor},
+		},
 		UpdatedAt: updatedAt, RunCount: runCount,
 	}
 }
@@ -137,17 +145,7 @@ func (s *server) handleListAgents(w http.ResponseWriter, r *http.Request) {
 
 // agentSummaryJSON is the stored summary: AgentSummary without updatedAt and runCount, as a JSON object.
 func agentSummaryJSON(spec *AgentSpec) string {
-	sum := summarise(spec, "", 0)
-	b, _ := json.Marshal(struct {
-		Name        string          `json:"name"`
-		DisplayName string          `json:"displayName"`
-		Description string          `json:"description"`
-		Model       string          `json:"model"`
-		Version     string          `json:"version"`
-		Tools       []string        `json:"tools"`
-		Triggers    []TriggerSpec   `json:"triggers"`
-		Computer    agentComputerOf `json:"computer"`
-	}{sum.Name, sum.DisplayName, sum.Description, sum.Model, sum.Version, sum.Tools, sum.Triggers, sum.Computer})
+	b, _ := json.Marshal(summarise(spec, "", 0).agentSummaryCore)
 	return string(b)
 }
 
