@@ -149,7 +149,7 @@ func TestUpstreamErrorScrubsKeys(t *testing.T) {
 		if strings.Contains(s, "SECRET") || strings.Contains(s, "AIzaSy") {
 			t.Fatalf("key not scrubbed: %s", s)
 		}
-		if !strings.Contains(s, "[redacted]") {
+		if !strings.Contains(s, redactedMark) {
 			t.Fatalf("expected a redaction marker: %s", s)
 		}
 	}

@@ -14,7 +14,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -603,18 +602,9 @@ func (m *modelService) call(ctx context.Context, c candidate, req ChatRequest, s
 	return nil, errorf(codeNotImplemented, "wire format %q is not implemented", c.prov.Wire)
 }
 
-// keyPatterns catch provider keys that are not in this server's environment (echoed by a proxy, or
-// pasted into a prompt and reflected in an error).
-var keyPatterns = regexp.MustCompile(`(sk-(ant-|proj-|or-v1-)?[A-Za-z0-9_\-]{16,}|AIza[0-9A-Za-z_\-]{30,}|gsk_[A-Za-z0-9]{20,}|csk-[A-Za-z0-9]{20,}|(?i:bearer)\s+[A-Za-z0-9._\-]{12,})`)
-
-// scrub removes every configured provider key and anything shaped like one.
+// scrub removes every configured provider key and anything shaped like a credential (keys echoed by a
+// proxy, or pasted into a prompt and reflected in an error), with the same redactor runs use. Error paths
+// only, so building it per call is fine and sees the environment as it is now.
 func (m *modelService) scrub(s string) string {
-	for i := range providerTable {
-		for _, k := range providerTable[i].EnvKeys {
-			if v := strings.TrimSpace(m.getenv(k)); len(v) >= 6 {
-				s = strings.ReplaceAll(s, v, "[redacted]")
-			}
-		}
-	}
-	return keyPatterns.ReplaceAllString(s, "[redacted]")
+	return newRedactor(m.getenv).redact(s)
 }
