@@ -1,6 +1,6 @@
 // computers.go — the computer service: providers (docker, podman, local), lifecycle, records, and the
-// /v1/computers lifecycle endpoints. Exec lives in exec.go, files in files.go, ports in ports.go, the
-// terminal in terminal.go, the reaper in reaper.go; the providers in engine.go and local.go.
+// /v1/computers lifecycle endpoints. Exec lives in computers_exec.go, files in computers_files.go, ports in computers_ports.go, the
+// terminal in computers_terminal.go, the reaper in computers_reaper.go; the providers in computers_engine.go and computers_local.go.
 //
 // Entry points used elsewhere (the run loop depends on these exact signatures): EnsureForAgent, Get,
 // Exec, ReadFile, WriteFile, ListDir, DeletePath, ExposePort; doctor for the doctor report.
@@ -109,7 +109,7 @@ const (
 	lifecycleTimout = 2 * time.Minute
 )
 
-// provider is one way of running machines. docker and podman share engine.go; local is local.go.
+// provider is one way of running machines. docker and podman share computers_engine.go; local is computers_local.go.
 type provider interface {
 	meta() providerMeta
 	probe(ctx context.Context) probeResult

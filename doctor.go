@@ -1,25 +1,18 @@
-// doctor.go — the capability report (GET /v1/doctor, later `agentd doctor --json`) and the embedded
-// dashboard placeholder served at GET / with single-page-app fallback.
+// doctor.go — the capability report (GET /v1/doctor, later `agentd doctor --json`).
 //
 // Rules (API.md DoctorReport, DESIGN §8): `node` holds the Go runtime version because the contract names the
 // field so; `platform` is GOOS/GOARCH; `firstRun` is true when this start created the data directory;
 // warnings are honest: the computer and model services add theirs, this file adds a token-less server and a
-// data directory on a full disk. `?force` is accepted and ignored. The dashboard: GETs outside /v1 without a
-// file extension get index.html (deep links); a missing file with an extension is 404 E_ROUTE_NOT_FOUND.
+// data directory on a full disk. `?force` is accepted and ignored.
 package main
 
 import (
 	"context"
-	"embed"
 	"fmt"
-	"io/fs"
-	"mime"
 	"net"
 	"net/http"
-	"path"
 	"runtime"
 	"strconv"
-	"strings"
 	"time"
 )
 
@@ -129,64 +122,3 @@ func diskWarning(dir string, free func(string) (avail, total uint64, err error))
 	}
 	return ""
 }
-
-// ---- dashboard ----
-
-//go:embed web
-var webFiles embed.FS
-
-func (s *server) handleDashboard(w http.ResponseWriter, r *http.Request) {
-	web, _ := fs.Sub(webFiles, "web")
-	p := strings.TrimPrefix(path.Clean("/"+r.URL.Path), "/")
-	if p == "" || p == "index.html" || path.Ext(p) == "" {
-		s.serveIndex(w, r, web)
-		return
-	}
-	b, err := fs.ReadFile(web, p)
-	if err != nil {
-		writeRouteNotFound(w, r)
-		return
-	}
-	ct := mime.TypeByExtension(path.Ext(p))
-	if ct == "" {
-		ct = http.DetectContentType(b)
-	}
-	w.Header().Set("Content-Type", ct)
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(http.StatusOK)
-	if r.Method != http.MethodHead {
-		w.Write(b)
-	}
-}
-
-// serveIndex serves index.html; the placeholder's markers are filled with this server's facts.
-func (s *server) serveIndex(w http.ResponseWriter, r *http.Request, web fs.FS) {
-	b, err := fs.ReadFile(web, "index.html")
-	if err != nil {
-		writeError(w, errorf(codeInternal, "the embedded dashboard has no index.html"))
-		return
-	}
-	note := "This server has no token: every request passes. Set AGENT_TOKEN before exposing it."
-	curlAuth := ""
-	if s.cfg.Token != "" {
-		note = "This server requires a token: send Authorization: Bearer <AGENT_TOKEN> with every request except /health (EventSource and WebSocket clients may pass ?token= instead)."
-		curlAuth = `-H "Authorization: Bearer $AGENT_TOKEN" `
-	}
-	host := r.Host
-	if host == "" {
-		host = net.JoinHostPort(s.cfg.Host, strconv.Itoa(s.cfg.Port))
-	}
-	page := strings.NewReplacer("{{VERSION}}", version, "{{AUTH_NOTE}}", note, "{{CURL_AUTH}}", curlAuth,
-		"{{HOST}}", htmlEscape(host)).Replace(string(b))
-	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	w.Header().Set("Cache-Control", "no-cache")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(http.StatusOK)
-	if r.Method != http.MethodHead {
-		w.Write([]byte(page))
-	}
-}
-
-var htmlEscaper = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;", `"`, "&quot;", "'", "&#39;")
-
-func htmlEscape(s string) string { return htmlEscaper.Replace(s) }

@@ -2,7 +2,7 @@
 // itself (HTTP client, probe cache, lifecycle), and the /v1/models endpoints.
 //
 // Entry points used elsewhere: modelService.Chat and modelService.Stream (one request through the router,
-// router.go), modelService.EstimateCost (the ceiling check before a call), modelService.doctor.
+// models_router.go), modelService.EstimateCost (the ceiling check before a call), modelService.doctor.
 // Rules: provider keys and base URLs are read only through cfg.getenv; no key ever reaches a message, a
 // log line, an event or an error (scrub); the chat bodies are strict (unknown keys → 422).
 package main

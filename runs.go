@@ -8,7 +8,7 @@
 // id in run_start, run_end, the store and cancel; the body may lower maxSteps and maxCostUsd, never raise
 // them; maxTokens and timeoutSec come only from the spec; a streaming run is aborted by a client
 // disconnect or a consumer stalled for 60 s; cancel is idempotent; the computer is never touched by an
-// abort. The loop itself lives in loop.go, the tools in tools.go.
+// abort. The loop itself lives in runs_loop.go, the tools in runs_tools.go.
 package main
 
 import (

@@ -3,7 +3,7 @@
 //
 // Entry points: parseSpecYAML(text) and parseSpecJSON(raw) → (*AgentSpec with defaults, issues);
 // renderSpecYAML(spec); parseComputerCreateJSON(raw) for the POST /v1/computers body; specIssuesError.
-// Rules: both inputs first become one neutral value tree (spectree.go), then one validator walks it, so
+// Rules: both inputs first become one neutral value tree (spec_tree.go), then one validator walks it, so
 // YAML and JSON give the same issues. Unknown keys at any level are issues; integers and floats are told
 // apart; defaults fill only keys that were absent; a spec with any issue is never returned.
 package main

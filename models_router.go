@@ -1,4 +1,4 @@
-// router.go — one chat request through the providers: names, aliases and strategies → candidates,
+// models_router.go — one chat request through the providers: names, aliases and strategies → candidates,
 // the cost ceiling, retries with full-jitter backoff, fallbacks, error mapping and key scrubbing.
 //
 // Entry points: modelService.Stream / Chat (models.go), EstimateCost, plan + run (the stream handler

@@ -1,4 +1,4 @@
-// tools.go — the tools a run offers the model: their JSON schemas and implementations.
+// runs_tools.go — the tools a run offers the model: their JSON schemas and implementations.
 //
 // Entry points: toolCatalog (every tool, by name), resolveTools (a spec's `tools` list → the names this run
 // offers). Bundles (API.md tools table): computer = shell, expose_port, computer_info; files = read_file,

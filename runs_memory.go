@@ -1,4 +1,4 @@
-// memory.go — an agent's conversation memory across runs: three backends and the context window.
+// runs_memory.go — an agent's conversation memory across runs: three backends and the context window.
 //
 // Entry points: memoryService.load / append (per agent, chosen backend), windowMessages (the trim applied
 // before every model call when memory is enabled).

@@ -1,4 +1,4 @@
-// providers.go — what every wire adapter shares: sending a request (auth headers, errors with status,
+// models_wire.go — what every wire adapter shares: sending a request (auth headers, errors with status,
 // Retry-After and a scrubbed message), reading SSE and NDJSON streams, and normalising the loosely
 // typed ChatRequest knobs (toolChoice, thinking, responseFormat).
 //

@@ -1,4 +1,4 @@
-// ollama.go — Ollama's native API: POST {base}/api/chat (NDJSON stream, or one object with
+// models_ollama.go — Ollama's native API: POST {base}/api/chat (NDJSON stream, or one object with
 // stream:false), GET /api/tags (the probe), POST /api/show (context window and capabilities).
 //
 // Entry points: ollamaChat, ollamaModels, ollamaShow.

@@ -1,4 +1,4 @@
-// guard.go — the run guardrails: secret redaction, the dangerous-tool list, and the approval-mode rules.
+// runs_guard.go — the run guardrails: secret redaction, the dangerous-tool list, and the approval-mode rules.
 //
 // Entry points: newRedactor(getenv) → redactor.redact(text) for whole strings and newStreamRedactor for
 // chunked output (tool_delta), isDangerous(tool), effectiveApprovalMode(spec, body).

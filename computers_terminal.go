@@ -1,4 +1,4 @@
-// terminal.go — WS /v1/computers/:id/terminal: one command per message, no persistent shell.
+// computers_terminal.go — WS /v1/computers/:id/terminal: one command per message, no persistent shell.
 //
 // Frames (API.md): server → {type: ready, computerId, workdir} on connect; client → a raw string or
 // {type: exec, cmd} (one command, run through the command policy) and {type: resize, cols, rows}

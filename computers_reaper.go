@@ -1,4 +1,4 @@
-// reaper.go — the periodic sweep that never lets a machine leak.
+// computers_reaper.go — the periodic sweep that never lets a machine leak.
 //
 // Entry points: reaperLoop (owned by computerService; Close cancels and waits) and sweep(ctx), which a
 // test may call directly with an injected clock (computerService.now).

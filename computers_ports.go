@@ -1,4 +1,4 @@
-// ports.go — exposing a guest port on the host: a userspace TCP forwarder per (machine, port).
+// computers_ports.go — exposing a guest port on the host: a userspace TCP forwarder per (machine, port).
 //
 // Entry points: computerService.ExposePort (the run loop's expose_port tool) and handleExposePort.
 // Rules (DESIGN §4): docker/podman get a forwarder on 127.0.0.1:<ephemeral> to the container's address

@@ -1,4 +1,4 @@
-// gemini.go — the Google Gemini API: POST {base}/models/{model}:generateContent, or
+// models_gemini.go — the Google Gemini API: POST {base}/models/{model}:generateContent, or
 // :streamGenerateContent?alt=sse for a stream, authenticated with the x-goog-api-key header.
 //
 // Entry points: geminiChat (one call), geminiModels (GET /models, the probe).

@@ -1,4 +1,4 @@
-// anthropic.go — the Anthropic Messages API: POST {base}/v1/messages with x-api-key and
+// models_anthropic.go — the Anthropic Messages API: POST {base}/v1/messages with x-api-key and
 // anthropic-version, plain or streamed as named SSE events.
 //
 // Entry points: anthropicChat (one call), anthropicModels (GET /v1/models, the probe).

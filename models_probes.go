@@ -1,4 +1,4 @@
-// probes.go — provider availability: one probe per provider (list its models), four at a time, each
+// models_probes.go — provider availability: one probe per provider (list its models), four at a time, each
 // bounded by a timeout, results cached briefly and shared by concurrent callers.
 //
 // Entry points: modelService.statuses (GET /v1/models, the doctor, the auto/free/local strategies).

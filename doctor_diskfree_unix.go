@@ -1,6 +1,6 @@
 //go:build linux || darwin || freebsd
 
-// diskfree_unix.go — free space of the filesystem holding a path, for the doctor's full-disk warning.
+// doctor_diskfree_unix.go — free space of the filesystem holding a path, for the doctor's full-disk warning.
 package main
 
 import "syscall"

@@ -1,4 +1,4 @@
-// openai.go — the OpenAI Chat Completions wire format, also spoken (with their documented differences,
+// models_openai.go — the OpenAI Chat Completions wire format, also spoken (with their documented differences,
 // openaiQuirks) by groq, deepseek, cerebras, mistral, together, openrouter and lmstudio.
 //
 // Entry points: openaiChat (one call, plain or streamed), openaiModels (GET /models, the probe).

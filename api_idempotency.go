@@ -1,4 +1,4 @@
-// idempotency.go — the Idempotency-Key cache for POST, PUT, PATCH and DELETE.
+// api_idempotency.go — the Idempotency-Key cache for POST, PUT, PATCH and DELETE.
 //
 // Rules (API.md, DESIGN §3): keyed on method + full URL + key; in memory; entries live 15 minutes; soft cap
 // 1000 entries (expired first, then oldest); only responses with status < 400 are recorded; streaming

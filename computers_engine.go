@@ -1,4 +1,4 @@
-// engine.go — the `docker` and `podman` providers: one code path, the same argv, through ONE CLI helper.
+// computers_engine.go — the `docker` and `podman` providers: one code path, the same argv, through ONE CLI helper.
 //
 // Entry points: newEngineProvider(name, priority, service). Every call to the engine goes through
 // engineProvider.cli (exec.CommandContext, WaitDelay, explicit argv) and, when the output is wanted,

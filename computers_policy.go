@@ -1,4 +1,4 @@
-// policy.go — the one command policy, evaluated for every exec (API, terminal, agent tool).
+// computers_policy.go — the one command policy, evaluated for every exec (API, terminal, agent tool).
 //
 // Entry point: commandPolicy{Allow, Deny}.check(cmd) → nil or 403 E_EXEC_DENIED `refused: <reason>`
 // with details.rule. Order (DESIGN §4): allow patterns → allowed; deny patterns → denied; built-in deny

@@ -1,4 +1,4 @@
-// local.go — the `local` provider: a jailed workspace directory on the host, guarded but not isolated.
+// computers_local.go — the `local` provider: a jailed workspace directory on the host, guarded but not isolated.
 //
 // Entry point: newLocalProvider. A machine is $AGENT_HOME/workspaces/<id>/{work,tmp}, presented as /work
 // and /tmp: cwd and file paths are mapped, and must map inside. Every process runs in its own process

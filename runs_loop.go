@@ -1,4 +1,4 @@
-// loop.go — the agent loop: one run from its first model call to its stop reason.
+// runs_loop.go — the agent loop: one run from its first model call to its stop reason.
 //
 // Entry point: activeRun.run (started by runService.start in its own goroutine).
 // Rules (API.md run state table, DESIGN §6): the system prompt is the persona with {{var}} filled from

@@ -1,4 +1,4 @@
-// spectree.go — the neutral value tree every spec becomes before validation, and its two readers: YAML
+// spec_tree.go — the neutral value tree every spec becomes before validation, and its two readers: YAML
 // (the fast path of specfast.go, else gopkg.in/yaml.v3) and JSON.
 //
 // Rules: objects keep key order and report duplicate keys; numbers keep whether they are integral; YAML

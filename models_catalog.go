@@ -1,4 +1,4 @@
-// catalog.go — the providers agentd speaks to and the built-in model catalog: context windows,
+// models_catalog.go — the providers agentd speaks to and the built-in model catalog: context windows,
 // capabilities and prices (USD per million tokens) for the main models of every provider.
 //
 // Entry points: providerTable (DESIGN §5, priority order), lookupModel, modelsOf, priceOf.

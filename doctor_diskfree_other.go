@@ -1,6 +1,6 @@
 //go:build !(linux || darwin || freebsd)
 
-// diskfree_other.go — platforms where the free space is not read: the full-disk warning is skipped.
+// doctor_diskfree_other.go — platforms where the free space is not read: the full-disk warning is skipped.
 package main
 
 func diskFree(string) (avail, total uint64, err error) { return 0, 0, nil }

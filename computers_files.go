@@ -1,4 +1,4 @@
-// files.go — the filesystem API of machines: the path jail, list/read/write/delete, tar.gz upload and
+// computers_files.go — the filesystem API of machines: the path jail, list/read/write/delete, tar.gz upload and
 // download, for every provider.
 //
 // Entry points: computerService.ReadFile, WriteFile, ListDir, DeletePath (used by the run loop) and the

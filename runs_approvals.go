@@ -1,4 +1,4 @@
-// approvals.go — human approval of dangerous tool calls in `ask` mode: the pending book, the 120 s
+// runs_approvals.go — human approval of dangerous tool calls in `ask` mode: the pending book, the 120 s
 // expiry, `remember`, and the GET/POST /v1/approvals endpoints.
 //
 // Entry points: approvalBook.request (called by the loop; blocks until approved, denied, expired or the

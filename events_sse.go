@@ -1,4 +1,4 @@
-// sse.go — the hand-rolled Server-Sent Events writer shared by every streaming endpoint.
+// events_sse.go — the hand-rolled Server-Sent Events writer shared by every streaming endpoint.
 //
 // Entry point: newSSE(w, pingEvery) then send(v) per event, fail(err) for an error frame, and close() which
 // writes `event: done`. Rules (API.md, DESIGN §3): Content-Type text/event-stream, Cache-Control

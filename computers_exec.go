@@ -1,4 +1,4 @@
-// exec.go — running commands in machines: the exec semantics shared by every provider, the sync and
+// computers_exec.go — running commands in machines: the exec semantics shared by every provider, the sync and
 // SSE endpoints, and the head+tail output cap.
 //
 // Entry points: computerService.Exec (API, terminal, agent tool), run (internal, no policy: provisioning
