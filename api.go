@@ -389,6 +389,19 @@ func asAPIError(err error) *apiError {
 	return errorf(codeInternal, "%s", err.Error()).withHint("this is a bug in agentd or a failure of its data directory; the server is still serving")
 }
 
+// apiFunc is the shape of an API handler: it writes its answer and returns nil, or returns the error the
+// adapter answers with. Handlers never write an error envelope themselves.
+type apiFunc func(w http.ResponseWriter, r *http.Request) error
+
+// api adapts an apiFunc to the mux: a returned error becomes the contract's envelope.
+func (s *server) api(f apiFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if err := f(w, r); err != nil {
+			writeError(w, err)
+		}
+	}
+}
+
 // writeError writes the contract's envelope with the status derived from the code.
 func writeError(w http.ResponseWriter, err error) {
 	ae := asAPIError(err)
