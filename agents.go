@@ -90,31 +90,29 @@ func readAgentBody(r *http.Request) (spec *AgentSpec, yamlText string, issues []
 	return spec, yamlText, issues, nil
 }
 
-func (s *server) handleValidateAgent(w http.ResponseWriter, r *http.Request) {
+func (s *server) handleValidateAgent(w http.ResponseWriter, r *http.Request) error {
 	_, _, issues, err := readAgentBody(r)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	if len(issues) > 0 {
 		writeJSON(w, http.StatusOK, map[string]any{"ok": false, "issues": issues})
-		return
+		return nil
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"ok": true})
+	return nil
 }
 
 // handleListAgents assembles the answer from the stored summaries without decoding any spec: each
 // summary is a JSON object to which updatedAt and runCount are appended.
-func (s *server) handleListAgents(w http.ResponseWriter, r *http.Request) {
+func (s *server) handleListAgents(w http.ResponseWriter, r *http.Request) error {
 	rows, err := s.store.ListAgentSummaries(r.Context())
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	counts, err := s.store.RunCounts(r.Context())
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	buf := make([]byte, 0, 64+len(rows)*400)
 	buf = append(buf, `{"agents":[`...)
@@ -141,6 +139,7 @@ func (s *server) handleListAgents(w http.ResponseWriter, r *http.Request) {
 	}
 	buf = append(buf, "]}\n"...)
 	writeRawJSON(w, http.StatusOK, buf)
+	return nil
 }
 
 // agentSummaryJSON is the stored summary: AgentSummary without updatedAt and runCount, as a JSON object.
@@ -149,93 +148,82 @@ func agentSummaryJSON(spec *AgentSpec) string {
 	return string(b)
 }
 
-func (s *server) handleCreateAgent(w http.ResponseWriter, r *http.Request) {
+func (s *server) handleCreateAgent(w http.ResponseWriter, r *http.Request) error {
 	spec, yamlText, issues, err := readAgentBody(r)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	if len(issues) > 0 {
-		writeError(w, specIssuesError(issues))
-		return
+		return specIssuesError(issues)
 	}
 	row, err := s.agentRow(spec, yamlText)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	created, err := s.store.CreateAgent(r.Context(), row)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	if !created {
-		writeError(w, errorf(codeSpecInvalid, "agent %q already exists", spec.Name).
-			withHint("update it with PUT /v1/agents/"+spec.Name+", or delete it first"))
-		return
+		return errorf(codeSpecInvalid, "agent %q already exists", spec.Name).
+			withHint("update it with PUT /v1/agents/" + spec.Name + ", or delete it first")
 	}
 	sum := s.agentChanged(r.Context(), "agent_created", spec, row.UpdatedAt)
 	writeJSON(w, http.StatusCreated, sum)
+	return nil
 }
 
-func (s *server) handleGetAgent(w http.ResponseWriter, r *http.Request) {
+func (s *server) handleGetAgent(w http.ResponseWriter, r *http.Request) error {
 	name := r.PathValue("name")
 	row, err := s.store.GetAgent(r.Context(), name)
 	if errors.Is(err, errNotFound) {
-		writeError(w, agentNotFound(name))
-		return
+		return agentNotFound(name)
 	}
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"spec": json.RawMessage(row.SpecJSON), "yaml": row.YAML})
+	return nil
 }
 
-func (s *server) handlePutAgent(w http.ResponseWriter, r *http.Request) {
+func (s *server) handlePutAgent(w http.ResponseWriter, r *http.Request) error {
 	name := r.PathValue("name")
 	spec, yamlText, issues, err := readAgentBody(r)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	if len(issues) > 0 {
-		writeError(w, specIssuesError(issues))
-		return
+		return specIssuesError(issues)
 	}
 	if spec.Name != name {
-		writeError(w, errorf(codeSpecInvalid, "spec.name %q does not match the agent %q in the path", spec.Name, name).
-			withHint("renaming is a DELETE of /v1/agents/"+name+" then a POST of the new spec to /v1/agents"))
-		return
+		return errorf(codeSpecInvalid, "spec.name %q does not match the agent %q in the path", spec.Name, name).
+			withHint("renaming is a DELETE of /v1/agents/" + name + " then a POST of the new spec to /v1/agents")
 	}
 	row, err := s.agentRow(spec, yamlText)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	if err := s.store.UpdateAgent(r.Context(), row); errors.Is(err, errNotFound) {
-		writeError(w, agentNotFound(name).withHint("create it with POST /v1/agents"))
-		return
+		return agentNotFound(name).withHint("create it with POST /v1/agents")
 	} else if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	sum := s.agentChanged(r.Context(), "agent_updated", spec, row.UpdatedAt)
 	writeJSON(w, http.StatusOK, sum)
+	return nil
 }
 
-func (s *server) handleDeleteAgent(w http.ResponseWriter, r *http.Request) {
+func (s *server) handleDeleteAgent(w http.ResponseWriter, r *http.Request) error {
 	name := r.PathValue("name")
 	if err := s.store.DeleteAgent(r.Context(), name); errors.Is(err, errNotFound) {
-		writeError(w, agentNotFound(name))
-		return
+		return agentNotFound(name)
 	} else if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	s.syncTriggers()
 	s.hub.publish("triggers", "agent_deleted", map[string]any{"name": name})
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
 func agentNotFound(name string) *apiError {
@@ -280,7 +268,7 @@ func (s *server) loadAgent(ctx context.Context, name string) (*AgentSpec, error)
 	return &spec, nil
 }
 
-// notImplemented is the placeholder answer of a route whose capability has not landed yet.
-func notImplemented(w http.ResponseWriter) {
-	writeError(w, errorf(codeNotImplemented, "not implemented yet").withHint("this capability lands in a later release"))
+// errNotImplemented is the placeholder answer of a route whose capability has not landed yet.
+func errNotImplemented() error {
+	return errorf(codeNotImplemented, "not implemented yet").withHint("this capability lands in a later release")
 }

@@ -10,6 +10,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
@@ -59,79 +60,84 @@ type server struct {
 func (s *server) routes() *http.ServeMux {
 	mux := http.NewServeMux()
 
-	mux.HandleFunc("GET /health", s.handleHealth)
-	mux.HandleFunc("GET /v1/doctor", s.handleDoctor)
-	mux.HandleFunc("GET /v1/events", s.handleEvents)
+	mux.HandleFunc("GET /health", s.api(s.handleHealth))
+	mux.HandleFunc("GET /v1/doctor", s.api(s.handleDoctor))
+	mux.HandleFunc("GET /v1/events", s.api(s.handleEvents))
 
 	// Agents.
-	mux.HandleFunc("GET /v1/agents", s.handleListAgents)
-	mux.HandleFunc("POST /v1/agents", s.handleCreateAgent)
-	mux.HandleFunc("POST /v1/agents/validate", s.handleValidateAgent)
-	mux.HandleFunc("GET /v1/agents/{name}", s.handleGetAgent)
-	mux.HandleFunc("PUT /v1/agents/{name}", s.handlePutAgent)
-	mux.HandleFunc("DELETE /v1/agents/{name}", s.handleDeleteAgent)
+	mux.HandleFunc("GET /v1/agents", s.api(s.handleListAgents))
+	mux.HandleFunc("POST /v1/agents", s.api(s.handleCreateAgent))
+	mux.HandleFunc("POST /v1/agents/validate", s.api(s.handleValidateAgent))
+	mux.HandleFunc("GET /v1/agents/{name}", s.api(s.handleGetAgent))
+	mux.HandleFunc("PUT /v1/agents/{name}", s.api(s.handlePutAgent))
+	mux.HandleFunc("DELETE /v1/agents/{name}", s.api(s.handleDeleteAgent))
 
 	// Running an agent, runs and approvals.
-	mux.HandleFunc("POST /v1/agents/{name}/run", s.handleRun)
-	mux.HandleFunc("POST /v1/agents/{name}/run/stream", s.handleRunStream)
-	mux.HandleFunc("GET /v1/runs", s.handleListRuns)
-	mux.HandleFunc("GET /v1/runs/{id}", s.handleGetRun)
-	mux.HandleFunc("DELETE /v1/runs/{id}", s.handleDeleteRun)
-	mux.HandleFunc("POST /v1/runs/{id}/cancel", s.handleCancelRun)
-	mux.HandleFunc("GET /v1/approvals", s.handleListApprovals)
-	mux.HandleFunc("POST /v1/approvals/{id}", s.handleAnswerApproval)
+	mux.HandleFunc("POST /v1/agents/{name}/run", s.api(s.handleRun))
+	mux.HandleFunc("POST /v1/agents/{name}/run/stream", s.api(s.handleRunStream))
+	mux.HandleFunc("GET /v1/runs", s.api(s.handleListRuns))
+	mux.HandleFunc("GET /v1/runs/{id}", s.api(s.handleGetRun))
+	mux.HandleFunc("DELETE /v1/runs/{id}", s.api(s.handleDeleteRun))
+	mux.HandleFunc("POST /v1/runs/{id}/cancel", s.api(s.handleCancelRun))
+	mux.HandleFunc("GET /v1/approvals", s.api(s.handleListApprovals))
+	mux.HandleFunc("POST /v1/approvals/{id}", s.api(s.handleAnswerApproval))
 
 	// Computers, exec, files, ports, terminal.
-	mux.HandleFunc("GET /v1/computers", s.handleListComputers)
-	mux.HandleFunc("POST /v1/computers", s.handleCreateComputer)
-	mux.HandleFunc("GET /v1/computers/{id}", s.handleGetComputer)
-	mux.HandleFunc("DELETE /v1/computers/{id}", s.handleDeleteComputer)
-	mux.HandleFunc("POST /v1/computers/{id}/stop", s.handleStopComputer)
-	mux.HandleFunc("POST /v1/computers/{id}/start", s.handleStartComputer)
-	mux.HandleFunc("POST /v1/computers/{id}/exec", s.handleExec)
-	mux.HandleFunc("POST /v1/computers/{id}/exec/stream", s.handleExecStream)
-	mux.HandleFunc("GET /v1/computers/{id}/fs", s.handleListDir)
-	mux.HandleFunc("GET /v1/computers/{id}/fs/read", s.handleReadFile)
-	mux.HandleFunc("PUT /v1/computers/{id}/fs/write", s.handleWriteFile)
-	mux.HandleFunc("DELETE /v1/computers/{id}/fs", s.handleDeleteFile)
-	mux.HandleFunc("POST /v1/computers/{id}/fs/upload", s.handleUpload)
-	mux.HandleFunc("GET /v1/computers/{id}/fs/download", s.handleDownload)
-	mux.HandleFunc("POST /v1/computers/{id}/ports", s.handleExposePort)
-	mux.HandleFunc("GET /v1/computers/{id}/terminal", s.handleTerminal)
+	mux.HandleFunc("GET /v1/computers", s.api(s.handleListComputers))
+	mux.HandleFunc("POST /v1/computers", s.api(s.handleCreateComputer))
+	mux.HandleFunc("GET /v1/computers/{id}", s.api(s.handleGetComputer))
+	mux.HandleFunc("DELETE /v1/computers/{id}", s.api(s.handleDeleteComputer))
+	mux.HandleFunc("POST /v1/computers/{id}/stop", s.api(s.handleStopComputer))
+	mux.HandleFunc("POST /v1/computers/{id}/start", s.api(s.handleStartComputer))
+	mux.HandleFunc("POST /v1/computers/{id}/exec", s.api(s.handleExec))
+	mux.HandleFunc("POST /v1/computers/{id}/exec/stream", s.api(s.handleExecStream))
+	mux.HandleFunc("GET /v1/computers/{id}/fs", s.api(s.handleListDir))
+	mux.HandleFunc("GET /v1/computers/{id}/fs/read", s.api(s.handleReadFile))
+	mux.HandleFunc("PUT /v1/computers/{id}/fs/write", s.api(s.handleWriteFile))
+	mux.HandleFunc("DELETE /v1/computers/{id}/fs", s.api(s.handleDeleteFile))
+	mux.HandleFunc("POST /v1/computers/{id}/fs/upload", s.api(s.handleUpload))
+	mux.HandleFunc("GET /v1/computers/{id}/fs/download", s.api(s.handleDownload))
+	mux.HandleFunc("POST /v1/computers/{id}/ports", s.api(s.handleExposePort))
+	mux.HandleFunc("GET /v1/computers/{id}/terminal", s.api(s.handleTerminal))
 
 	// Models.
-	mux.HandleFunc("GET /v1/models", s.handleListModels)
-	mux.HandleFunc("POST /v1/models/chat", s.handleChat)
-	mux.HandleFunc("POST /v1/models/chat/stream", s.handleChatStream)
+	mux.HandleFunc("GET /v1/models", s.api(s.handleListModels))
+	mux.HandleFunc("POST /v1/models/chat", s.api(s.handleChat))
+	mux.HandleFunc("POST /v1/models/chat/stream", s.api(s.handleChatStream))
 
 	// Sessions (transcripts → specs).
-	mux.HandleFunc("GET /v1/sessions/discover", s.handleDiscoverSessions)
-	mux.HandleFunc("POST /v1/sessions/import", s.handleImportSession)
-	mux.HandleFunc("POST /v1/sessions/distill", s.handleDistill)
-	mux.HandleFunc("POST /v1/sessions/distill/stream", s.handleDistillStream)
+	mux.HandleFunc("GET /v1/sessions/discover", s.api(s.handleDiscoverSessions))
+	mux.HandleFunc("POST /v1/sessions/import", s.api(s.handleImportSession))
+	mux.HandleFunc("POST /v1/sessions/distill", s.api(s.handleDistill))
+	mux.HandleFunc("POST /v1/sessions/distill/stream", s.api(s.handleDistillStream))
 
 	// Triggers: two wildcard mounts registered once; dispatch tables rebuilt on every agent change.
-	mux.HandleFunc("/v1/t/{agent}", s.handleHTTPTrigger)
-	mux.HandleFunc("/v1/t/{agent}/{path...}", s.handleHTTPTrigger)
-	mux.HandleFunc("POST /v1/w/{agent}/{path...}", s.handleWebhookTrigger)
-	mux.HandleFunc("GET /v1/triggers", s.handleListTriggers)
+	mux.HandleFunc("/v1/t/{agent}", s.api(s.handleHTTPTrigger))
+	mux.HandleFunc("/v1/t/{agent}/{path...}", s.api(s.handleHTTPTrigger))
+	mux.HandleFunc("POST /v1/w/{agent}/{path...}", s.api(s.handleWebhookTrigger))
+	mux.HandleFunc("GET /v1/triggers", s.api(s.handleListTriggers))
 
 	// The catch-all: GETs outside /v1 serve the dashboard (single-page-app fallback); every other
 	// unknown path, and every wrong method on a known path, is 404 E_ROUTE_NOT_FOUND (never 405).
-	mux.HandleFunc("/", s.handleFallback)
+	mux.HandleFunc("/", s.api(s.handleFallback))
 	return mux
 }
 
 // ServeHTTP runs the middleware chain in a fixed order around the mux.
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set(versionHeader, version)
+	id := r.Header.Get("X-Request-Id")
+	if !validRequestID(id) {
+		id = newID("req")
+	}
+	w.Header().Set("X-Request-Id", id)
+	r = r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id))
 	defer func() {
 		if v := recover(); v != nil {
 			if v == http.ErrAbortHandler {
 				panic(v)
 			}
-			s.log.Error("panic in handler", "method", r.Method, "path", r.URL.Path, "panic", fmt.Sprint(v))
-			writeError(w, errorf(codeInternal, "internal error").withHint("this is a bug in agentd; the server is still serving"))
+			s.writeError(w, r, fmt.Errorf("panic in handler: %v", v))
 		}
 	}()
 	if s.cors(w, r) {
@@ -256,21 +262,20 @@ func isStreamOrSocket(r *http.Request) bool {
 		strings.EqualFold(r.Header.Get("Upgrade"), "websocket")
 }
 
-func (s *server) handleFallback(w http.ResponseWriter, r *http.Request) {
+func (s *server) handleFallback(w http.ResponseWriter, r *http.Request) error {
 	if (r.Method == http.MethodGet || r.Method == http.MethodHead) && r.URL.Path != "/v1" && !strings.HasPrefix(r.URL.Path, "/v1/") {
-		s.handleDashboard(w, r)
-		return
+		return s.handleDashboard(w, r)
 	}
-	writeRouteNotFound(w, r)
+	return errRouteNotFound(r)
 }
 
-func writeRouteNotFound(w http.ResponseWriter, r *http.Request) {
-	writeError(w, errorf(codeRouteNotFound, "no route for %s %s", r.Method, r.URL.Path).
-		withHint("see GET / for the list of endpoints"))
+func errRouteNotFound(r *http.Request) error {
+	return errorf(codeRouteNotFound, "no route for %s %s", r.Method, r.URL.Path).
+		withHint("see GET / for the list of endpoints")
 }
 
 // handleHealth is the liveness probe; hot (load balancers poll it), so its body is appended by hand.
-func (s *server) handleHealth(w http.ResponseWriter, r *http.Request) {
+func (s *server) handleHealth(w http.ResponseWriter, r *http.Request) error {
 	b := make([]byte, 0, 64)
 	b = append(b, `{"ok":true,"uptimeSec":`...)
 	b = strconv.AppendInt(b, int64(time.Since(s.startedAt).Seconds()), 10)
@@ -280,6 +285,7 @@ func (s *server) handleHealth(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	w.Write(b)
+	return nil
 }
 
 // ---- errors ----
@@ -313,17 +319,9 @@ const (
 	codeRouteNotFound       = "E_ROUTE_NOT_FOUND"
 )
 
-// allCodes lists every declared code, so tests can check the status of each.
-var allCodes = [...]string{
-	codeProviderUnavailable, codeComputerNotFound, codeComputerFailed, codeExecFailed, codeExecTimeout,
-	codeExecDenied, codeFSDenied, codeQuota, codeModelUnavailable, codeModelError, codeNoCredentials,
-	codeSpecInvalid, codeImportFailed, codeToolError, codeBudgetExceeded, codeStepLimit, codeAborted,
-	codeNotImplemented, codeConfig, codeInternal, codeAgentNotFound, codeRunNotFound,
-	codeApprovalNotFound, codeTranscriptNotFound, codeRouteNotFound,
-}
-
-// statusTable is the explicit part of the contract's status rule; suffix rules follow in statusOf.
-var statusTable = map[string]int{
+// statusOf is the one code → status table: API.md's explicit rows, then its suffix rules (_NOT_FOUND →
+// 404, _DENIED → 403) resolved for every declared code, then 500. Its keys are the 25 declared codes.
+var statusOf = map[string]int{
 	codeNoCredentials:       http.StatusUnauthorized,
 	codeSpecInvalid:         http.StatusUnprocessableEntity,
 	codeQuota:               http.StatusTooManyRequests,
@@ -332,20 +330,23 @@ var statusTable = map[string]int{
 	codeProviderUnavailable: http.StatusServiceUnavailable,
 	codeModelUnavailable:    http.StatusServiceUnavailable,
 	codeExecTimeout:         http.StatusGatewayTimeout,
-}
-
-// statusOf maps a code to its HTTP status: the explicit table, then the two suffix rules, then 500.
-func statusOf(code string) int {
-	if st, ok := statusTable[code]; ok {
-		return st
-	}
-	switch {
-	case strings.HasSuffix(code, "_NOT_FOUND"):
-		return http.StatusNotFound
-	case strings.HasSuffix(code, "_DENIED"):
-		return http.StatusForbidden
-	}
-	return http.StatusInternalServerError
+	codeComputerNotFound:    http.StatusNotFound,
+	codeAgentNotFound:       http.StatusNotFound,
+	codeRunNotFound:         http.StatusNotFound,
+	codeApprovalNotFound:    http.StatusNotFound,
+	codeTranscriptNotFound:  http.StatusNotFound,
+	codeRouteNotFound:       http.StatusNotFound,
+	codeExecDenied:          http.StatusForbidden,
+	codeFSDenied:            http.StatusForbidden,
+	codeComputerFailed:      http.StatusInternalServerError,
+	codeExecFailed:          http.StatusInternalServerError,
+	codeModelError:          http.StatusInternalServerError,
+	codeImportFailed:        http.StatusInternalServerError,
+	codeToolError:           http.StatusInternalServerError,
+	codeStepLimit:           http.StatusInternalServerError,
+	codeAborted:             http.StatusInternalServerError,
+	codeConfig:              http.StatusInternalServerError,
+	codeInternal:            http.StatusInternalServerError,
 }
 
 // apiError is the one error type that crosses the API. Code is one of the contract's codes.
@@ -354,6 +355,7 @@ type apiError struct {
 	Message string         `json:"message"`
 	Hint    string         `json:"hint"`
 	Details map[string]any `json:"details,omitempty"`
+	cause   error          // an unclassified error behind E_INTERNAL: logged, never answered
 }
 
 func (e *apiError) Error() string { return e.Code + ": " + e.Message }
@@ -372,7 +374,8 @@ func (e *apiError) withDetail(key string, v any) *apiError {
 	return e
 }
 
-// asAPIError turns any error into an apiError; unknown errors become E_INTERNAL with their text.
+// asAPIError turns any error into an apiError; unknown errors become E_INTERNAL "internal error" with the
+// error kept only as the unexported cause (see publicError).
 func asAPIError(err error) *apiError {
 	var ae *apiError
 	if errors.As(err, &ae) {
@@ -386,7 +389,48 @@ func asAPIError(err error) *apiError {
 	if errors.Is(err, context.Canceled) {
 		return errorf(codeAborted, "request cancelled").withHint("the client went away or the server is shutting down; retry")
 	}
-	return errorf(codeInternal, "%s", err.Error()).withHint("this is a bug in agentd or a failure of its data directory; the server is still serving")
+	return &apiError{Code: codeInternal, Message: "internal error", cause: err,
+		Hint: "this is a bug in agentd or a failure of its data directory; the server log has the detail"}
+}
+
+// ---- ids ----
+
+// idAlphabet is Crockford's base32 in lower case: ids read unambiguously and sort like their bytes.
+const idAlphabet = "0123456789abcdefghjkmnpqrstvwxyz"
+
+// newID is the one id generator: prefix + "_" + 16 random base32 characters (80 bits). Ids are opaque
+// to clients (API.md); run ids add a time part (newRunID) so they sort by time.
+func newID(prefix string) string { return prefix + "_" + randomChars(16) }
+
+// randomChars returns n random characters of idAlphabet.
+func randomChars(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	for i, c := range b {
+		b[i] = idAlphabet[c&31]
+	}
+	return string(b)
+}
+
+// requestIDKey carries the request id (also sent as X-Request-Id) in a request's context.
+type requestIDKey struct{}
+
+func requestID(ctx context.Context) string {
+	id, _ := ctx.Value(requestIDKey{}).(string)
+	return id
+}
+
+// validRequestID accepts a caller's X-Request-Id only in a form that is safe to log and echo.
+func validRequestID(id string) bool {
+	if id == "" || len(id) > 64 {
+		return false
+	}
+	for _, c := range []byte(id) {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 // apiFunc is the shape of an API handler: it writes its answer and returns nil, or returns the error the
@@ -397,15 +441,43 @@ type apiFunc func(w http.ResponseWriter, r *http.Request) error
 func (s *server) api(f apiFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if err := f(w, r); err != nil {
-			writeError(w, err)
+			s.writeError(w, r, err)
 		}
 	}
 }
 
-// writeError writes the contract's envelope with the status derived from the code.
+// writeError answers with the contract's envelope. An unclassified error (a bug, a failing disk) is
+// logged with its detail and answered only as "internal error" with the request id: raw error text can
+// carry paths, SQL or engine output.
+func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	writeError(w, s.publicError(r.Context(), err))
+}
+
+// publicError is the form of err that may leave the server: an unclassified error is logged here and
+// replaced by "internal error (request <id>)".
+func (s *server) publicError(ctx context.Context, err error) *apiError {
+	ae := asAPIError(err)
+	if ae.cause == nil {
+		return ae
+	}
+	id := requestID(ctx)
+	s.log.Error("internal error", "requestId", id, "err", ae.cause)
+	out := *ae
+	if id != "" {
+		out.Message = "internal error (request " + id + ")"
+	}
+	return &out
+}
+
+// writeError writes the contract's envelope with the status derived from the code. Handlers return
+// errors instead; the adapter and the middleware call (*server).writeError.
 func writeError(w http.ResponseWriter, err error) {
 	ae := asAPIError(err)
-	writeJSON(w, statusOf(ae.Code), map[string]any{"error": ae})
+	status, ok := statusOf[ae.Code]
+	if !ok {
+		status = http.StatusInternalServerError
+	}
+	writeJSON(w, status, map[string]any{"error": ae})
 }
 
 // ---- decode / encode ----

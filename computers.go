@@ -14,8 +14,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/base32"
 	"errors"
 	"fmt"
 	"net/http"
@@ -247,22 +245,12 @@ func loadOwnerID(home string) (string, error) {
 	if b, err := os.ReadFile(p); err == nil && len(strings.TrimSpace(string(b))) > 0 {
 		return strings.TrimSpace(string(b)), nil
 	}
-	id := "agd" + randomID(8)
+	id := newID("agd")
 	if err := os.WriteFile(p, []byte(id+"\n"), 0o600); err != nil {
 		return "", errorf(codeConfig, "cannot write %s: %v", p, err).withHint("check that AGENT_HOME is writable")
 	}
 	return id, nil
 }
-
-var idEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
-
-func randomID(n int) string {
-	b := make([]byte, n)
-	rand.Read(b)
-	return idEncoding.EncodeToString(b)
-}
-
-func newComputerID() string { return "cmp_" + randomID(10) }
 
 // ---- providers and selection ----
 
@@ -587,7 +575,7 @@ func (c *computerService) create(ctx context.Context, sp ComputerSpec) (*Compute
 	}
 	now := c.now()
 	m := &ComputerInfo{
-		ID: newComputerID(), Name: sp.Name, Provider: p.meta().name, State: stateCreating,
+		ID: newID("cmp"), Name: sp.Name, Provider: p.meta().name, State: stateCreating,
 		Workdir: sp.Workdir, CreatedAt: timestamp(now), LastUsedAt: timestamp(now), Spec: sp,
 		Ports: map[string]PortBinding{},
 	}
@@ -1053,74 +1041,71 @@ func specFromBody(b computerCreateBody) (ComputerSpec, error) {
 	return sp, nil
 }
 
-func (s *server) handleListComputers(w http.ResponseWriter, r *http.Request) {
+func (s *server) handleListComputers(w http.ResponseWriter, r *http.Request) error {
 	all := false
 	if v := r.URL.Query().Get("all"); v != "" {
 		all = v == "true" || v == "1"
 	}
 	list, err := s.computers.list(r.Context(), all)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"computers": list})
+	return nil
 }
 
-func (s *server) handleCreateComputer(w http.ResponseWriter, r *http.Request) {
+func (s *server) handleCreateComputer(w http.ResponseWriter, r *http.Request) error {
 	var body computerCreateBody
 	if b, err := readBody(r); err != nil {
-		writeError(w, err)
-		return
+		return err
 	} else if len(strings.TrimSpace(string(b))) == 0 {
 		body = computerCreateBody{} // an empty body means all defaults
 	} else if err := decodeBytes(b, &body); err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	sp, err := specFromBody(body)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	m, err := s.computers.create(r.Context(), sp)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusCreated, m)
+	return nil
 }
 
-func (s *server) handleGetComputer(w http.ResponseWriter, r *http.Request) {
+func (s *server) handleGetComputer(w http.ResponseWriter, r *http.Request) error {
 	m, err := s.computers.Get(r.Context(), r.PathValue("id"))
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, m)
+	return nil
 }
 
-func (s *server) handleDeleteComputer(w http.ResponseWriter, r *http.Request) {
+func (s *server) handleDeleteComputer(w http.ResponseWriter, r *http.Request) error {
 	if err := s.computers.destroy(r.Context(), r.PathValue("id"), ""); err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
-func (s *server) handleStopComputer(w http.ResponseWriter, r *http.Request) {
+func (s *server) handleStopComputer(w http.ResponseWriter, r *http.Request) error {
 	m, err := s.computers.stop(r.Context(), r.PathValue("id"))
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, m)
+	return nil
 }
 
-func (s *server) handleStartComputer(w http.ResponseWriter, r *http.Request) {
+func (s *server) handleStartComputer(w http.ResponseWriter, r *http.Request) error {
 	m, err := s.computers.start(r.Context(), r.PathValue("id"))
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, m)
+	return nil
 }

@@ -248,7 +248,7 @@ func (c *computerService) endUse(id string) {
 // runProc is the one place a process runs in a machine.
 func (c *computerService) runProc(ctx context.Context, p provider, m *ComputerInfo, ps *procSpec, timeout time.Duration, maxOut int, onOutput func(stream, data string)) (*ExecResult, error) {
 	if ps.token == "" {
-		ps.token = randomID(8)
+		ps.token = randomChars(12)
 	}
 	if ps.cwd == "" {
 		ps.cwd = m.Workdir
@@ -568,32 +568,29 @@ func decodeExec(r *http.Request) (ExecRequest, error) {
 	return req, nil
 }
 
-func (s *server) handleExec(w http.ResponseWriter, r *http.Request) {
+func (s *server) handleExec(w http.ResponseWriter, r *http.Request) error {
 	req, err := decodeExec(r)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	res, err := s.computers.Exec(r.Context(), r.PathValue("id"), req, nil)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, res)
+	return nil
 }
 
 // handleExecStream answers `{type: stdout|stderr, data}` frames, then `{type: exit, result}`, then
 // `event: done`. Problems found before the command starts are plain error responses.
-func (s *server) handleExecStream(w http.ResponseWriter, r *http.Request) {
+func (s *server) handleExecStream(w http.ResponseWriter, r *http.Request) error {
 	req, err := decodeExec(r)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	x, err := s.computers.prepareExec(r.Context(), r.PathValue("id"), req)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	sse := newSSE(w, ssePingEvery)
 	defer sse.close()
@@ -603,8 +600,9 @@ func (s *server) handleExecStream(w http.ResponseWriter, r *http.Request) {
 		sse.send(map[string]any{"type": stream, "data": data})
 	})
 	if err != nil {
-		sse.fail(err)
-		return
+		sse.fail(s.publicError(r.Context(), err))
+		return nil
 	}
 	sse.send(map[string]any{"type": "exit", "result": res})
+	return nil
 }

@@ -487,105 +487,95 @@ func pathParam(r *http.Request) (string, error) {
 	return q.Get("path"), nil
 }
 
-func (s *server) handleListDir(w http.ResponseWriter, r *http.Request) {
+func (s *server) handleListDir(w http.ResponseWriter, r *http.Request) error {
 	p, err := pathParam(r)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	ents, err := s.computers.ListDir(r.Context(), r.PathValue("id"), p)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"entries": ents})
+	return nil
 }
 
-func (s *server) handleReadFile(w http.ResponseWriter, r *http.Request) {
+func (s *server) handleReadFile(w http.ResponseWriter, r *http.Request) error {
 	p, err := pathParam(r)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	// Buffer so that an error found mid-read is still a clean envelope.
 	var buf bytes.Buffer
 	if err := s.computers.readTo(r.Context(), r.PathValue("id"), p, &buf); err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
 	w.WriteHeader(http.StatusOK)
 	w.Write(buf.Bytes())
+	return nil
 }
 
-func (s *server) handleWriteFile(w http.ResponseWriter, r *http.Request) {
+func (s *server) handleWriteFile(w http.ResponseWriter, r *http.Request) error {
 	p, err := pathParam(r)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	body, err := readBody(r)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	if err := s.computers.WriteFile(r.Context(), r.PathValue("id"), p, body); err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
-func (s *server) handleDeleteFile(w http.ResponseWriter, r *http.Request) {
+func (s *server) handleDeleteFile(w http.ResponseWriter, r *http.Request) error {
 	p, err := pathParam(r)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	recursive := false
 	if v := r.URL.Query().Get("recursive"); v != "" {
 		if recursive, err = strconv.ParseBool(v); err != nil {
-			writeError(w, errorf(codeSpecInvalid, "recursive: expected true or false, received %q", v).withHint("use recursive=true"))
-			return
+			return errorf(codeSpecInvalid, "recursive: expected true or false, received %q", v).withHint("use recursive=true")
 		}
 	}
 	if err := s.computers.DeletePath(r.Context(), r.PathValue("id"), p, recursive); err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
-func (s *server) handleUpload(w http.ResponseWriter, r *http.Request) {
+func (s *server) handleUpload(w http.ResponseWriter, r *http.Request) error {
 	p, err := pathParam(r)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	body, err := readBody(r)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	out, err := s.computers.Upload(r.Context(), r.PathValue("id"), p, body)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, out)
+	return nil
 }
 
-func (s *server) handleDownload(w http.ResponseWriter, r *http.Request) {
+func (s *server) handleDownload(w http.ResponseWriter, r *http.Request) error {
 	p, err := pathParam(r)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	_, fsys, rp, err := s.computers.downloadCheck(r.Context(), r.PathValue("id"), p)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	w.Header().Set("Content-Type", "application/gzip")
 	w.Header().Set("Content-Disposition", fmt.Sprintf("attachment; filename=%q", path.Base(rp)+".tar.gz"))
@@ -594,4 +584,5 @@ func (s *server) handleDownload(w http.ResponseWriter, r *http.Request) {
 		// Headers are gone; the truncated stream is the only signal left. Log it.
 		s.log.Warn("computers: download interrupted", "path", rp, "err", err)
 	}
+	return nil
 }

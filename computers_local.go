@@ -9,6 +9,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -261,7 +262,7 @@ func (l *localProvider) killAll(m *ComputerInfo) {
 				continue
 			}
 			env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
-			if err != nil || !containsBytes(append(env, 0), needle) {
+			if err != nil || !bytes.Contains(append(env, 0), needle) {
 				continue
 			}
 			found = true
@@ -275,10 +276,6 @@ func (l *localProvider) killAll(m *ComputerInfo) {
 		}
 		time.Sleep(20 * time.Millisecond) // let the kernel reap before looking again
 	}
-}
-
-func containsBytes(hay, needle []byte) bool {
-	return strings.Contains(string(hay), string(needle))
 }
 
 func signalOf(ee *exec.ExitError) int {

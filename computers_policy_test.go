@@ -48,7 +48,7 @@ func TestPolicyBuiltinDenyList(t *testing.T) {
 			t.Errorf("%q: allowed, want denied by %s", cmd, rule)
 			continue
 		}
-		if err.Code != codeExecDenied || statusOf(err.Code) != 403 {
+		if err.Code != codeExecDenied || statusOf[err.Code] != 403 {
 			t.Errorf("%q: code %s", cmd, err.Code)
 		}
 		if got := err.Details["rule"]; got != rule {

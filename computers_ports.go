@@ -180,27 +180,24 @@ func (c *computerService) ExposePort(ctx context.Context, id string, port int) (
 	return &b, nil
 }
 
-func (s *server) handleExposePort(w http.ResponseWriter, r *http.Request) {
+func (s *server) handleExposePort(w http.ResponseWriter, r *http.Request) error {
 	var body struct {
 		Port json.RawMessage `json:"port"`
 	}
 	if err := decode(r, &body); err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	if len(body.Port) == 0 {
-		writeError(w, errorf(codeSpecInvalid, "port: Required").withHint(`send {"port": 8080}`))
-		return
+		return errorf(codeSpecInvalid, "port: Required").withHint(`send {"port": 8080}`)
 	}
 	port, err := strconv.Atoi(string(body.Port))
 	if err != nil {
-		writeError(w, errorf(codeSpecInvalid, "port: expected an integer between 1 and 65535, received %s", body.Port).withHint(`send {"port": 8080}`))
-		return
+		return errorf(codeSpecInvalid, "port: expected an integer between 1 and 65535, received %s", body.Port).withHint(`send {"port": 8080}`)
 	}
 	b, err := s.computers.ExposePort(r.Context(), r.PathValue("id"), port)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, b)
+	return nil
 }

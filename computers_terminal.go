@@ -25,21 +25,20 @@ type terminalFrame struct {
 	Rows int             `json:"rows"`
 }
 
-func (s *server) handleTerminal(w http.ResponseWriter, r *http.Request) {
+func (s *server) handleTerminal(w http.ResponseWriter, r *http.Request) error {
 	if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
-		writeError(w, errorf(codeSpecInvalid, "the terminal speaks WebSocket; this request is not an upgrade").
-			withHint("connect with a WebSocket client (Upgrade: websocket)"))
-		return
+		return errorf(codeSpecInvalid, "the terminal speaks WebSocket; this request is not an upgrade").
+			withHint("connect with a WebSocket client (Upgrade: websocket)")
 	}
 	m, _, err := s.computers.getLive(r.Context(), r.PathValue("id"))
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
-	if !s.websocketAllowed(w, r) {
-		return
+	if err := s.checkWebsocket(w, r); err != nil {
+		return err
 	}
 	serveWebsocket(w, r, func(conn *websocket.Conn) { s.serveTerminal(conn, m) })
+	return nil
 }
 
 func (s *server) serveTerminal(conn *websocket.Conn, m *ComputerInfo) {
@@ -90,7 +89,7 @@ func (s *server) serveTerminal(conn *websocket.Conn, m *ComputerInfo) {
 				if ctx.Err() != nil {
 					return
 				}
-				if !send(map[string]any{"type": "error", "error": asAPIError(err)}) {
+				if !send(map[string]any{"type": "error", "error": s.publicError(context.Background(), err)}) {
 					return
 				}
 				continue

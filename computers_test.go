@@ -54,7 +54,7 @@ func newTestEnv(t *testing.T, home string, mod func(*config)) *testEnv {
 	// Owner ids carry this test process's pid, so the leak check sees only what this run created even
 	// when another run shares the engine.
 	if _, err := os.Stat(home + "/instance-id"); err != nil {
-		os.WriteFile(home+"/instance-id", []byte(testOwnerPrefix()+randomID(4)+"\n"), 0o600)
+		os.WriteFile(home+"/instance-id", []byte(testOwnerPrefix()+randomChars(4)+"\n"), 0o600)
 	}
 	cfg := defaultConfig()
 	cfg.Home = home
@@ -890,7 +890,7 @@ func conformance(t *testing.T, prov string, portBase int) {
 		// An unrecorded container of this owner appears (an orphan).
 		var orphan ComputerInfo
 		if !isLocal {
-			orphan = ComputerInfo{ID: "cmp_orphan" + strings.ToLower(randomID(4)), Image: testImage, Provider: prov, Workdir: "/work"}
+			orphan = ComputerInfo{ID: "cmp_orphan" + strings.ToLower(randomChars(4)), Image: testImage, Provider: prov, Workdir: "/work"}
 			orphan.Spec = ComputerSpec{}
 			applyComputerDefaults(&orphan.Spec)
 			if err := p.create(context.Background(), &orphan); err != nil {

@@ -70,10 +70,11 @@ const (
 	doctorTimeout  = 15 * time.Second
 )
 
-func (s *server) handleDoctor(w http.ResponseWriter, r *http.Request) {
+func (s *server) handleDoctor(w http.ResponseWriter, r *http.Request) error {
 	ctx, cancel := context.WithTimeout(r.Context(), doctorTimeout)
 	defer cancel()
 	writeJSON(w, http.StatusOK, s.doctor(ctx))
+	return nil
 }
 
 // doctor builds the report. The computer and model services report their own providers and warnings.

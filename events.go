@@ -163,14 +163,15 @@ func (h *hub) Close() {
 
 // handleEvents upgrades to a WebSocket. A request without Origin (curl, CLIs) is accepted; a present
 // Origin must be the server's own or listed in corsOrigins.
-func (s *server) handleEvents(w http.ResponseWriter, r *http.Request) {
-	if !s.websocketAllowed(w, r) {
-		return
+func (s *server) handleEvents(w http.ResponseWriter, r *http.Request) error {
+	if err := s.checkWebsocket(w, r); err != nil {
+		return err
 	}
 	serveWebsocket(w, r, func(c *websocket.Conn) { s.hub.serveSocket(c, s.activeRuns) })
+	return nil
 }
 
-// serveWebsocket completes an upgrade already checked by websocketAllowed; every socket of the API
+// serveWebsocket completes an upgrade already checked by checkWebsocket; every socket of the API
 // (events, terminal) goes through it.
 func serveWebsocket(w http.ResponseWriter, r *http.Request, handler func(*websocket.Conn)) {
 	ws := websocket.Server{
@@ -188,29 +189,25 @@ func serveWebsocket(w http.ResponseWriter, r *http.Request, handler func(*websoc
 	ws.ServeHTTP(w, r)
 }
 
-// websocketAllowed checks the upgrade request and answers with the envelope when it is refused.
-func (s *server) websocketAllowed(w http.ResponseWriter, r *http.Request) bool {
+// checkWebsocket refuses an upgrade that x/net/websocket would answer with a bare 400 (no envelope).
+func (s *server) checkWebsocket(w http.ResponseWriter, r *http.Request) error {
 	if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
-		writeError(w, errorf(codeSpecInvalid, "%s is a WebSocket endpoint", r.URL.Path).
-			withHint("connect with a WebSocket client (Upgrade: websocket)"))
-		return false
+		return errorf(codeSpecInvalid, "%s is a WebSocket endpoint", r.URL.Path).
+			withHint("connect with a WebSocket client (Upgrade: websocket)")
 	}
 	// What x/net/websocket would refuse with a bare 400 (no envelope, no version) is refused here.
 	if !headerHasToken(r.Header, "Connection", "upgrade") || r.Header.Get("Sec-WebSocket-Key") == "" {
-		writeError(w, errorf(codeSpecInvalid, "malformed WebSocket upgrade: Connection: Upgrade and Sec-WebSocket-Key are required").
-			withHint("connect with a WebSocket client"))
-		return false
+		return errorf(codeSpecInvalid, "malformed WebSocket upgrade: Connection: Upgrade and Sec-WebSocket-Key are required").
+			withHint("connect with a WebSocket client")
 	}
 	if v := r.Header.Get("Sec-WebSocket-Version"); v != "13" {
 		w.Header().Set("Sec-WebSocket-Version", "13")
-		writeError(w, errorf(codeSpecInvalid, "unsupported WebSocket version %q", v).withHint("use WebSocket version 13"))
-		return false
+		return errorf(codeSpecInvalid, "unsupported WebSocket version %q", v).withHint("use WebSocket version 13")
 	}
 	if o := r.Header.Get("Origin"); o != "" && !s.originAllowed(o, r) {
-		writeError(w, errorf(codeExecDenied, "origin %q is not allowed", o).withHint("add the origin to corsOrigins"))
-		return false
+		return errorf(codeExecDenied, "origin %q is not allowed", o).withHint("add the origin to corsOrigins")
 	}
-	return true
+	return nil
 }
 
 // headerHasToken reports whether a comma-separated header lists token (ASCII case-insensitive).

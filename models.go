@@ -367,37 +367,33 @@ func (s *server) decodeChat(r *http.Request) (ChatRequest, chatOptions, error) {
 	return body.ChatRequest, chatOptions{Fallbacks: body.FallbackModels, MaxCostUSD: s.cfg.MaxCostUSD}, nil
 }
 
-func (s *server) handleChat(w http.ResponseWriter, r *http.Request) {
+func (s *server) handleChat(w http.ResponseWriter, r *http.Request) error {
 	req, opts, err := s.decodeChat(r)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	resp, err := s.models.Chat(r.Context(), req, opts)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, resp)
+	return nil
 }
 
 // handleChatStream resolves and prices the request first, so a refusal is a plain JSON error with its
 // status; only then does it open the SSE stream. A client disconnect (or a stalled consumer) cancels
 // the upstream request.
-func (s *server) handleChatStream(w http.ResponseWriter, r *http.Request) {
+func (s *server) handleChatStream(w http.ResponseWriter, r *http.Request) error {
 	req, opts, err := s.decodeChat(r)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	plan, err := s.models.plan(r.Context(), req, opts)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	if err := plan.refusal(); err != nil { // no candidate can be called (missing key, capability)
-		writeError(w, err)
-		return
+		return err
 	}
 	sse := newSSE(w, ssePingEvery)
 	defer sse.close()
@@ -405,16 +401,17 @@ func (s *server) handleChatStream(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	s.models.run(ctx, plan, req, func(ev StreamEvent) {
 		if ev.Type == "error" {
-			sse.fail(ev.Error)
+			sse.fail(s.publicError(r.Context(), ev.Error))
 			return
 		}
 		sse.send(ev)
 	})
+	return nil
 }
 
 // handleListModels answers {models, providers}: the catalog entries (and live local models) of every
 // available provider, and every provider's status. Probes run four at a time, each bounded.
-func (s *server) handleListModels(w http.ResponseWriter, r *http.Request) {
+func (s *server) handleListModels(w http.ResponseWriter, r *http.Request) error {
 	st := s.models.statuses(r.Context())
 	models := []ModelInfo{}
 	providers := make([]providerView, 0, len(providerTable))
@@ -427,6 +424,7 @@ func (s *server) handleListModels(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"models": models, "providers": providers})
+	return nil
 }
 
 // providerView is one providers[] entry of GET /v1/models.

@@ -13,8 +13,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io"
@@ -283,7 +281,7 @@ func (a *gmAccumulator) add(m *modelService, name string, r gmResponse) error {
 				}
 				id := p.FunctionCall.ID
 				if id == "" {
-					id = newCallID()
+					id = newID("call")
 				}
 				tc := ToolCall{Type: "tool_call", ID: id, Name: p.FunctionCall.Name, Args: args, Signature: p.ThoughtSignature}
 				a.out.ToolCalls = append(a.out.ToolCalls, tc)
@@ -322,13 +320,6 @@ func geminiFinish(r string, calls bool) string {
 		return "tool_calls"
 	}
 	return "stop"
-}
-
-// newCallID makes an id for a provider that gives none (Gemini, Ollama).
-func newCallID() string {
-	var b [8]byte
-	rand.Read(b[:])
-	return "call_" + hex.EncodeToString(b[:])
 }
 
 // geminiModels lists the models that can generateContent (GET /models).

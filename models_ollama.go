@@ -180,7 +180,7 @@ func (m *modelService) ollamaChat(ctx context.Context, c candidate, req ChatRequ
 			if args == nil {
 				args = map[string]any{}
 			}
-			call := ToolCall{Type: "tool_call", ID: firstNonEmpty(tc.ID, newCallID()), Name: tc.Function.Name, Args: args}
+			call := ToolCall{Type: "tool_call", ID: firstNonEmpty(tc.ID, newID("call")), Name: tc.Function.Name, Args: args}
 			out.ToolCalls = append(out.ToolCalls, call)
 			emit(StreamEvent{Type: "tool_call", Call: &call})
 		}

@@ -356,7 +356,7 @@ func (m *modelService) openaiChat(ctx context.Context, c candidate, req ChatRequ
 	out.Thinking = firstNonEmpty(ch.Message.ReasoningContent, ch.Message.Reasoning)
 	for _, tc := range ch.Message.ToolCalls {
 		// Some compatible servers send calls without ids; the history needs one to pair the result.
-		out.ToolCalls = append(out.ToolCalls, ToolCall{Type: "tool_call", ID: firstNonEmpty(tc.ID, newCallID()), Name: tc.Function.Name, Args: parseArgs(tc.Function.Arguments)})
+		out.ToolCalls = append(out.ToolCalls, ToolCall{Type: "tool_call", ID: firstNonEmpty(tc.ID, newID("call")), Name: tc.Function.Name, Args: parseArgs(tc.Function.Arguments)})
 	}
 	out.FinishReason = openaiFinish(ch.FinishReason, len(out.ToolCalls) > 0)
 	return out, nil
@@ -451,7 +451,7 @@ func (m *modelService) openaiReadStream(ctx context.Context, name string, body i
 		if p.name == "" {
 			continue
 		}
-		tc := ToolCall{Type: "tool_call", ID: firstNonEmpty(p.id, newCallID()), Name: p.name, Args: parseArgs(p.args.String())}
+		tc := ToolCall{Type: "tool_call", ID: firstNonEmpty(p.id, newID("call")), Name: p.name, Args: parseArgs(p.args.String())}
 		out.ToolCalls = append(out.ToolCalls, tc)
 		emit(StreamEvent{Type: "tool_call", Call: &tc})
 	}

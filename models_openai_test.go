@@ -131,7 +131,7 @@ func TestEstimateCostAndBudgetRefusalMakesNoCall(t *testing.T) {
 		t.Fatalf("estimate %s %v", model, usd)
 	}
 	_, err = m.Chat(context.Background(), req, chatOptions{MaxCostUSD: 0.01})
-	if apiCode(err) != codeBudgetExceeded || statusOf(apiCode(err)) != 429 {
+	if apiCode(err) != codeBudgetExceeded || statusOf[apiCode(err)] != 429 {
 		t.Fatalf("want E_BUDGET_EXCEEDED, got %v", err)
 	}
 	_, err = m.Chat(context.Background(), req, chatOptions{MaxCostUSD: 0})

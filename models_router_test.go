@@ -147,7 +147,7 @@ func TestRouterBackoffWindowIsCapped(t *testing.T) {
 func TestRouterMissingKeyIsNoCredentialsWithoutCall(t *testing.T) {
 	m, _ := newTestModels(t, nil, nil)
 	_, err := m.Chat(context.Background(), ChatRequest{Model: "anthropic/claude-sonnet-4-5", Messages: []ModelMessage{userMsg("x")}}, chatOptions{MaxCostUSD: -1})
-	if apiCode(err) != codeNoCredentials || statusOf(apiCode(err)) != 401 || !strings.Contains(asAPIError(err).Hint, "ANTHROPIC_API_KEY") {
+	if apiCode(err) != codeNoCredentials || statusOf[apiCode(err)] != 401 || !strings.Contains(asAPIError(err).Hint, "ANTHROPIC_API_KEY") {
 		t.Fatalf("got %v", err)
 	}
 	_, err = m.Chat(context.Background(), ChatRequest{Model: "nonsense-model", Messages: []ModelMessage{userMsg("x")}}, chatOptions{MaxCostUSD: -1})

@@ -14,7 +14,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -597,30 +596,14 @@ func (rs *runService) computerInUse(id string) bool {
 	return rs.compRefs[id] > 0
 }
 
-// ---- ids ----
-
-const crockford = "0123456789abcdefghjkmnpqrstvwxyz"
-
-// newID returns prefix + random base32.
-func newID(prefix string) string {
-	var b [10]byte
-	rand.Read(b[:])
-	out := make([]byte, 0, len(prefix)+16)
-	out = append(out, prefix...)
-	for _, c := range b[:] {
-		out = append(out, crockford[c&31])
-	}
-	return string(out)
-}
-
 // newRunID returns run_ + 10 base32 digits of the millisecond clock + 10 random ones: ids sort by time.
 func newRunID(now time.Time) string {
 	ms := uint64(now.UnixMilli())
 	out := []byte("run_")
 	for i := 9; i >= 0; i-- {
-		out = append(out, crockford[(ms>>(uint(i)*5))&31])
+		out = append(out, idAlphabet[(ms>>(uint(i)*5))&31])
 	}
-	return newID(string(out))
+	return string(out) + randomChars(10)
 }
 
 // ---- endpoints ----
@@ -660,16 +643,14 @@ func (s *server) readRunRequest(r *http.Request) (*AgentSpec, *runParams, error)
 	return spec, p, nil
 }
 
-func (s *server) handleRun(w http.ResponseWriter, r *http.Request) {
+func (s *server) handleRun(w http.ResponseWriter, r *http.Request) error {
 	spec, p, err := s.readRunRequest(r)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	ar, err := s.runs.start(spec, p, nil)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	select {
 	case <-ar.done:
@@ -678,6 +659,7 @@ func (s *server) handleRun(w http.ResponseWriter, r *http.Request) {
 		<-ar.done
 	}
 	writeJSON(w, http.StatusOK, ar.result)
+	return nil
 }
 
 // goneCause names why a request's context ended: at shutdown every request context is cancelled (the
@@ -689,13 +671,13 @@ func (s *server) goneCause(def error) error {
 	return def
 }
 
-func (s *server) handleRunStream(w http.ResponseWriter, r *http.Request) {
+func (s *server) handleRunStream(w http.ResponseWriter, r *http.Request) error {
 	spec, p, err := s.readRunRequest(r)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	s.streamRun(w, r, spec, p)
+	return nil
 }
 
 // startRun starts a run of a stored agent from a run body, for callers other than the run endpoints
@@ -725,7 +707,7 @@ func (s *server) streamRun(w http.ResponseWriter, r *http.Request, spec *AgentSp
 	defer sse.close()
 	ar, err := s.runs.start(spec, p, func(_ runEvent, b []byte) { sse.send(json.RawMessage(b)) })
 	if err != nil {
-		sse.fail(err)
+		sse.fail(s.publicError(r.Context(), err))
 		return
 	}
 	select {
@@ -742,14 +724,13 @@ func (s *server) streamRun(w http.ResponseWriter, r *http.Request, spec *AgentSp
 	<-ar.done
 }
 
-func (s *server) handleListRuns(w http.ResponseWriter, r *http.Request) {
+func (s *server) handleListRuns(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	limit := 50
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil {
-			writeError(w, errorf(codeSpecInvalid, "limit: expected an integer, received %q", v).withHint("send limit between 1 and 500"))
-			return
+			return errorf(codeSpecInvalid, "limit: expected an integer, received %q", v).withHint("send limit between 1 and 500")
 		}
 		limit = min(max(n, 1), 500)
 	}
@@ -757,15 +738,13 @@ func (s *server) handleListRuns(w http.ResponseWriter, r *http.Request) {
 	if v := q.Get("cursor"); v != "" {
 		n, err := strconv.ParseInt(v, 36, 64)
 		if err != nil || n <= 0 {
-			writeError(w, errorf(codeSpecInvalid, "cursor: not a cursor from this server").withHint("pass the nextCursor of the previous page, or omit it"))
-			return
+			return errorf(codeSpecInvalid, "cursor: not a cursor from this server").withHint("pass the nextCursor of the previous page, or omit it")
 		}
 		before = n
 	}
 	sums, next, err := s.store.ListRuns(r.Context(), q.Get("agent"), limit, before)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	if sums == nil {
 		sums = []json.RawMessage{}
@@ -775,27 +754,25 @@ func (s *server) handleListRuns(w http.ResponseWriter, r *http.Request) {
 		out["nextCursor"] = strconv.FormatInt(next, 36)
 	}
 	writeJSON(w, http.StatusOK, out)
+	return nil
 }
 
 func errRunNotFound(id string) *apiError {
 	return errorf(codeRunNotFound, "run %q not found", id).withHint("list runs with GET /v1/runs")
 }
 
-func (s *server) handleGetRun(w http.ResponseWriter, r *http.Request) {
+func (s *server) handleGetRun(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("id")
 	_, sum, res, err := s.store.GetRun(r.Context(), id)
 	if errors.Is(err, errNotFound) {
-		writeError(w, errRunNotFound(id))
-		return
+		return errRunNotFound(id)
 	}
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	events, err := s.store.RunEvents(r.Context(), id)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	var result any = json.RawMessage(sum)
 	if len(res) > 0 {
@@ -804,6 +781,7 @@ func (s *server) handleGetRun(w http.ResponseWriter, r *http.Request) {
 		result = ar.summary() // the live summary of a run in flight
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"result": result, "events": events})
+	return nil
 }
 
 // cancelAndWait aborts a run in flight and waits (bounded) for it to record its end. It returns the
@@ -828,25 +806,24 @@ func (s *server) cancelAndWait(id string) bool {
 	}
 }
 
-func (s *server) handleCancelRun(w http.ResponseWriter, r *http.Request) {
+func (s *server) handleCancelRun(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("id")
 	if s.cancelAndWait(id) {
 		writeJSON(w, http.StatusAccepted, map[string]any{"runId": id, "cancelled": true, "status": "aborted"})
-		return
+		return nil
 	}
 	status, _, _, err := s.store.GetRun(r.Context(), id)
 	if errors.Is(err, errNotFound) {
-		writeError(w, errRunNotFound(id))
-		return
+		return errRunNotFound(id)
 	}
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusAccepted, map[string]any{"runId": id, "cancelled": false, "status": status})
+	return nil
 }
 
-func (s *server) handleDeleteRun(w http.ResponseWriter, r *http.Request) {
+func (s *server) handleDeleteRun(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("id")
 	ar := s.runs.get(id)
 	s.cancelAndWait(id)
@@ -854,18 +831,17 @@ func (s *server) handleDeleteRun(w http.ResponseWriter, r *http.Request) {
 		if errors.Is(err, errNotFound) {
 			err = errRunNotFound(id)
 		}
-		writeError(w, err)
-		return
+		return err
 	}
 	// A run still winding down (a tool ignoring cancellation) records its end later; that record must
 	// not bring the deleted run back: the run deletes itself once recorded, or it already has been.
 	if ar != nil && ar.markDeleted() {
 		if err := s.store.DeleteRun(context.Background(), id); err != nil && !errors.Is(err, errNotFound) {
-			writeError(w, err)
-			return
+			return err
 		}
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
 // markDeleted asks the run to delete its record once it is written; true when it already was written

@@ -91,7 +91,7 @@ func (b *approvalBook) request(ctx context.Context, runID, agent string, call To
 	now := b.now()
 	e := &pendingEntry{answer: make(chan approvalAnswer, 1)}
 	e.p = PendingApproval{
-		ApprovalID: newID("apr_"), RunID: runID, Agent: agent,
+		ApprovalID: newID("apr"), RunID: runID, Agent: agent,
 		Call:      ToolCall{Type: "tool_call", ID: call.ID, Name: call.Name, Args: shownArgs},
 		CreatedAt: timestamp(now), ExpiresAt: timestamp(now.Add(approvalWait)),
 	}
@@ -208,28 +208,27 @@ func parseTimestamp(s string) time.Time {
 	return t
 }
 
-func (s *server) handleListApprovals(w http.ResponseWriter, r *http.Request) {
+func (s *server) handleListApprovals(w http.ResponseWriter, r *http.Request) error {
 	writeJSON(w, http.StatusOK, map[string]any{"approvals": s.runs.approvals.list()})
+	return nil
 }
 
-func (s *server) handleAnswerApproval(w http.ResponseWriter, r *http.Request) {
+func (s *server) handleAnswerApproval(w http.ResponseWriter, r *http.Request) error {
 	var body struct {
 		Approve  *bool `json:"approve"`
 		Remember bool  `json:"remember"`
 	}
 	if err := decode(r, &body); err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	if body.Approve == nil {
-		writeError(w, errorf(codeSpecInvalid, "approve: Required").withHint(`send {"approve": true} or {"approve": false}`))
-		return
+		return errorf(codeSpecInvalid, "approve: Required").withHint(`send {"approve": true} or {"approve": false}`)
 	}
 	id := r.PathValue("id")
 	a, err := s.runs.approvals.answer(id, *body.Approve, body.Remember)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"approvalId": id, "approved": a.approved, "remembered": a.remembered})
+	return nil
 }

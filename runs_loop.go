@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -680,7 +681,7 @@ func (ar *activeRun) runTool(c ToolCall) (res toolOutcome) {
 	}()
 
 	impl, ok := ar.rs.tools[c.Name]
-	if !ok || !containsString(ar.tools, c.Name) {
+	if !ok || !slices.Contains(ar.tools, c.Name) {
 		return toolOutcome{output: fmt.Sprintf("E_TOOL_ERROR: there is no tool named %q; available tools: %s", c.Name, strings.Join(ar.tools, ", ")), isError: true}
 	}
 	if isDangerous(c.Name) {
@@ -745,15 +746,6 @@ func (ar *activeRun) runTool(c ToolCall) (res toolOutcome) {
 		return toolOutcome{output: msg, isError: true}
 	}
 	return toolOutcome{output: out}
-}
-
-func containsString(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }
 
 // boundOutput keeps the head and tail of an over-long result and marks the elided middle.

@@ -24,6 +24,7 @@ import (
 	"net/url"
 	"path"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -72,7 +73,7 @@ func resolveTools(spec *AgentSpec, getenv func(string) string) []string {
 	var out []string
 	add := func(n string) {
 		t, ok := catalog[n]
-		if !ok || containsString(out, n) {
+		if !ok || slices.Contains(out, n) {
 			return
 		}
 		if t.needsComputer && !spec.Computer.IsEnabled() {

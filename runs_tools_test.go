@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -223,7 +224,7 @@ func TestWebSearch(t *testing.T) {
 	sp := testSpec("searcher", func(sp *AgentSpec) { sp.Tools = []string{"web"} })
 	ar := newActiveRun(te.s.runs, sp, &runParams{Input: []ModelMessage{textMessage("user", "x")}, MaxSteps: 1}, nil)
 	defer ar.stopTimer()
-	if !containsString(ar.tools, "web_search") {
+	if !slices.Contains(ar.tools, "web_search") {
 		t.Fatalf("tools %v", ar.tools)
 	}
 	out, err := runTool(t, &toolEnv{ar: ar}, "web_search", map[string]any{"query": "golang"})

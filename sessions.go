@@ -3,7 +3,15 @@ package main
 
 import "net/http"
 
-func (s *server) handleDiscoverSessions(w http.ResponseWriter, r *http.Request) { notImplemented(w) }
-func (s *server) handleImportSession(w http.ResponseWriter, r *http.Request)    { notImplemented(w) }
-func (s *server) handleDistill(w http.ResponseWriter, r *http.Request)          { notImplemented(w) }
-func (s *server) handleDistillStream(w http.ResponseWriter, r *http.Request)    { notImplemented(w) }
+func (s *server) handleDiscoverSessions(w http.ResponseWriter, r *http.Request) error {
+	return errNotImplemented()
+}
+func (s *server) handleImportSession(w http.ResponseWriter, r *http.Request) error {
+	return errNotImplemented()
+}
+func (s *server) handleDistill(w http.ResponseWriter, r *http.Request) error {
+	return errNotImplemented()
+}
+func (s *server) handleDistillStream(w http.ResponseWriter, r *http.Request) error {
+	return errNotImplemented()
+}

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -178,7 +179,7 @@ func (c *specCheck) object(path string, v any, allowed []string) *specObj {
 	}
 	var unknown []string
 	for _, k := range o.keys {
-		if allowed != nil && !contains(allowed, k) {
+		if allowed != nil && !slices.Contains(allowed, k) {
 			unknown = append(unknown, "'"+k+"'")
 		}
 	}
@@ -189,15 +190,6 @@ func (c *specCheck) object(path string, v any, allowed []string) *specObj {
 		c.add(joinPath(path, k), "Duplicate key")
 	}
 	return o
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // val is get without the path: paths are built only when an issue is reported, which keeps validating
@@ -387,7 +379,7 @@ func (c *specCheck) enum(o *specObj, path, key string, values []string, dst *str
 		c.expected(joinPath(path, key), "string", v)
 		return
 	}
-	if !contains(values, s) {
+	if !slices.Contains(values, s) {
 		c.add(joinPath(path, key), fmt.Sprintf("Invalid enum value. Expected %s, received '%s'", quoteList(values), s))
 		return
 	}

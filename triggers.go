@@ -15,6 +15,12 @@ func (t *triggerService) Close() {}
 // agent create, update and delete.
 func (s *server) syncTriggers() {}
 
-func (s *server) handleHTTPTrigger(w http.ResponseWriter, r *http.Request)    { notImplemented(w) }
-func (s *server) handleWebhookTrigger(w http.ResponseWriter, r *http.Request) { notImplemented(w) }
-func (s *server) handleListTriggers(w http.ResponseWriter, r *http.Request)   { notImplemented(w) }
+func (s *server) handleHTTPTrigger(w http.ResponseWriter, r *http.Request) error {
+	return errNotImplemented()
+}
+func (s *server) handleWebhookTrigger(w http.ResponseWriter, r *http.Request) error {
+	return errNotImplemented()
+}
+func (s *server) handleListTriggers(w http.ResponseWriter, r *http.Request) error {
+	return errNotImplemented()
+}

@@ -19,17 +19,15 @@ import (
 //go:embed web
 var webFiles embed.FS
 
-func (s *server) handleDashboard(w http.ResponseWriter, r *http.Request) {
+func (s *server) handleDashboard(w http.ResponseWriter, r *http.Request) error {
 	web, _ := fs.Sub(webFiles, "web")
 	p := strings.TrimPrefix(path.Clean("/"+r.URL.Path), "/")
 	if p == "" || p == "index.html" || path.Ext(p) == "" {
-		s.serveIndex(w, r, web)
-		return
+		return s.serveIndex(w, r, web)
 	}
 	b, err := fs.ReadFile(web, p)
 	if err != nil {
-		writeRouteNotFound(w, r)
-		return
+		return errRouteNotFound(r)
 	}
 	ct := mime.TypeByExtension(path.Ext(p))
 	if ct == "" {
@@ -41,14 +39,14 @@ func (s *server) handleDashboard(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodHead {
 		w.Write(b)
 	}
+	return nil
 }
 
 // serveIndex serves index.html; the placeholder's markers are filled with this server's facts.
-func (s *server) serveIndex(w http.ResponseWriter, r *http.Request, web fs.FS) {
+func (s *server) serveIndex(w http.ResponseWriter, r *http.Request, web fs.FS) error {
 	b, err := fs.ReadFile(web, "index.html")
 	if err != nil {
-		writeError(w, errorf(codeInternal, "the embedded dashboard has no index.html"))
-		return
+		return errorf(codeInternal, "the embedded dashboard has no index.html")
 	}
 	note := "This server has no token: every request passes. Set AGENT_TOKEN before exposing it."
 	curlAuth := ""
@@ -69,6 +67,7 @@ func (s *server) serveIndex(w http.ResponseWriter, r *http.Request, web fs.FS) {
 	if r.Method != http.MethodHead {
 		w.Write([]byte(page))
 	}
+	return nil
 }
 
 var htmlEscaper = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;", `"`, "&quot;", "'", "&#39;")
