@@ -1,5 +1,6 @@
 // spec_tree.go — the neutral value tree every spec becomes before validation, and its two readers: YAML
-// (the fast path of specfast.go, else gopkg.in/yaml.v3) and JSON.
+// (gopkg.in/yaml.v3) and JSON (a small walker that keeps key order and reports duplicate keys, which
+// encoding/json would lose).
 //
 // Rules: objects keep key order and report duplicate keys; numbers keep whether they are integral; YAML
 // anchors and aliases are refused while the tree is built, so an alias bomb costs no more than its text;
@@ -102,14 +103,11 @@ func yamlTree(text string) (v any, err error) {
 	if yamlNodeBound(text) > 2*maxSpecNodes {
 		return nil, &specInputError{"", fmt.Sprintf("YAML text is too large to check safely: more than %d values or line breaks; send very long text (knowledge) in a JSON spec, where a string is one value", 2*maxSpecNodes)}
 	}
-	if v, ok := yamlFastTree(text); ok {
-		return v, nil
-	}
-	return yamlSlowTree(text)
+	return yamlParse(text)
 }
 
-// yamlSlowTree parses with yaml.v3: every YAML the fast path is not sure about.
-func yamlSlowTree(text string) (v any, err error) {
+// yamlParse parses with yaml.v3, which must never take the server down.
+func yamlParse(text string) (v any, err error) {
 	defer func() {
 		if p := recover(); p != nil { // the YAML library must never take the server down
 			v, err = nil, &specInputError{"", fmt.Sprintf("Invalid YAML: %v", p)}
