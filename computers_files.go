@@ -117,6 +117,31 @@ func (c *computerService) jail(ctx context.Context, m *ComputerInfo, fsys machin
 	return r, nil
 }
 
+// splitRoot turns a clean guest path /work/a/b into ("/work", "a/b"), so a command can run with a mapped
+// cwd on every provider (the local provider maps only cwd, not paths inside commands).
+func splitRoot(p string) (root, rel string) {
+	for _, r := range []string{"/work", "/tmp"} {
+		if p == r {
+			return r, "."
+		}
+		if strings.HasPrefix(p, r+"/") {
+			return r, strings.TrimPrefix(p, r+"/")
+		}
+	}
+	return "/work", p
+}
+
+// Resolve puts a path through the jail of machine id: the guest path it really designates, inside
+// /work or /tmp. Tools that run a command on a path (search, move) resolve it first, so a symlink in the
+// workspace cannot point the command outside.
+func (c *computerService) Resolve(ctx context.Context, id, raw string, keepLast bool) (string, error) {
+	m, fsys, err := c.fsFor(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	return c.jail(ctx, m, fsys, raw, keepLast)
+}
+
 func (c *computerService) fsFor(ctx context.Context, id string) (*ComputerInfo, machineFS, error) {
 	m, p, err := c.getLive(ctx, id)
 	if err != nil {

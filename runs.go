@@ -40,6 +40,7 @@ type runComputers interface {
 	WriteFile(ctx context.Context, id, path string, data []byte) error
 	ListDir(ctx context.Context, id, path string) ([]DirEntry, error)
 	DeletePath(ctx context.Context, id, path string, recursive bool) error
+	Resolve(ctx context.Context, id, path string, keepLast bool) (string, error)
 	ExposePort(ctx context.Context, id string, port int) (*PortBinding, error)
 }
 

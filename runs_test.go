@@ -101,11 +101,15 @@ func newFakeComputer(t testing.TB) *fakeComputer {
 }
 
 func (f *fakeComputer) host(p string) (string, error) {
-	mp, err := machinePath(p)
+	mp, err := lexicalJail(p)
 	if err != nil {
 		return "", err
 	}
 	return filepath.Join(f.dir, mp), nil
+}
+
+func (f *fakeComputer) Resolve(ctx context.Context, id, p string, keepLast bool) (string, error) {
+	return lexicalJail(p)
 }
 
 func (f *fakeComputer) EnsureForAgent(ctx context.Context, agent string, spec ComputerSpec) (*ComputerInfo, error) {
@@ -201,7 +205,7 @@ func (f *fakeComputer) ListDir(ctx context.Context, id, p string) ([]DirEntry, e
 	if err != nil {
 		return nil, errorf(codeFSDenied, "cannot list %s: %v", p, err)
 	}
-	mp, _ := machinePath(p)
+	mp, _ := lexicalJail(p)
 	var dirs, files []DirEntry
 	for _, e := range es {
 		info, _ := e.Info()

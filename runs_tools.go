@@ -233,34 +233,6 @@ func argBool(args map[string]any, name string) (bool, error) {
 	return false, argError("argument %q must be a boolean", name)
 }
 
-// machinePath applies the lexical part of the jail: relative paths are under /work; only /work and /tmp.
-func machinePath(p string) (string, error) {
-	if p == "" {
-		p = "/work"
-	}
-	if !strings.HasPrefix(p, "/") {
-		p = "/work/" + p
-	}
-	p = path.Clean(p)
-	if p == "/work" || p == "/tmp" || strings.HasPrefix(p, "/work/") || strings.HasPrefix(p, "/tmp/") {
-		return p, nil
-	}
-	return "", errorf(codeFSDenied, "path is outside the machine's writable area: %s", p).withHint("use a path under /work or /tmp")
-}
-
-// splitRoot turns /work/a/b into ("/work", "a/b") so commands can run with a mapped cwd on every provider.
-func splitRoot(p string) (root, rel string) {
-	for _, r := range []string{"/work", "/tmp"} {
-		if p == r {
-			return r, "."
-		}
-		if strings.HasPrefix(p, r+"/") {
-			return r, strings.TrimPrefix(p, r+"/")
-		}
-	}
-	return "/work", p
-}
-
 // ---- computer bundle ----
 
 func toolShell(ctx context.Context, env *toolEnv, args map[string]any) (string, error) {
@@ -276,7 +248,7 @@ func toolShell(ctx context.Context, env *toolEnv, args map[string]any) (string, 
 		return "", err
 	}
 	if cwd != "" {
-		if cwd, err = machinePath(cwd); err != nil {
+		if cwd, err = lexicalJail(cwd); err != nil {
 			return "", err
 		}
 	}
@@ -373,7 +345,7 @@ func toolReadFile(ctx context.Context, env *toolEnv, args map[string]any) (strin
 	if err != nil {
 		return "", err
 	}
-	if p, err = machinePath(p); err != nil {
+	if p, err = lexicalJail(p); err != nil {
 		return "", err
 	}
 	start, err := argInt(args, "start_line", 1)
@@ -437,7 +409,7 @@ func toolWriteFile(ctx context.Context, env *toolEnv, args map[string]any) (stri
 	if err != nil {
 		return "", err
 	}
-	if p, err = machinePath(p); err != nil {
+	if p, err = lexicalJail(p); err != nil {
 		return "", err
 	}
 	id, err := env.computer(ctx)
@@ -470,7 +442,7 @@ func toolEditFile(ctx context.Context, env *toolEnv, args map[string]any) (strin
 	if oldS == "" {
 		return "", argError("old_string is empty; to create or overwrite a file use write_file")
 	}
-	if p, err = machinePath(p); err != nil {
+	if p, err = lexicalJail(p); err != nil {
 		return "", err
 	}
 	id, err := env.computer(ctx)
@@ -505,7 +477,7 @@ func toolListDir(ctx context.Context, env *toolEnv, args map[string]any) (string
 	if err != nil {
 		return "", err
 	}
-	if p, err = machinePath(p); err != nil {
+	if p, err = lexicalJail(p); err != nil {
 		return "", err
 	}
 	rec, err := argBool(args, "recursive")
@@ -582,7 +554,7 @@ func toolSearchFiles(ctx context.Context, env *toolEnv, args map[string]any) (st
 	if err != nil {
 		return "", err
 	}
-	if p, err = machinePath(p); err != nil {
+	if p, err = lexicalJail(p); err != nil {
 		return "", err
 	}
 	maxN, err := argInt(args, "max_results", 200)
@@ -592,6 +564,10 @@ func toolSearchFiles(ctx context.Context, env *toolEnv, args map[string]any) (st
 	maxN = min(max(maxN, 1), 1000)
 	id, err := env.computer(ctx)
 	if err != nil {
+		return "", err
+	}
+	// rg is given the resolved path: a symlink named as the search root must not lead it outside.
+	if p, err = env.ar.rs.computers.Resolve(ctx, id, p, false); err != nil {
 		return "", err
 	}
 	root, rel := splitRoot(p)
@@ -688,10 +664,10 @@ func toolMove(ctx context.Context, env *toolEnv, args map[string]any) (string, e
 	if err != nil {
 		return "", err
 	}
-	if from, err = machinePath(from); err != nil {
+	if from, err = lexicalJail(from); err != nil {
 		return "", err
 	}
-	if to, err = machinePath(to); err != nil {
+	if to, err = lexicalJail(to); err != nil {
 		return "", err
 	}
 	if from == "/work" || from == "/tmp" {
@@ -715,12 +691,30 @@ func toolMove(ctx context.Context, env *toolEnv, args map[string]any) (string, e
 	if _, lerr := c.ListDir(ctx, id, from); lerr != nil {
 		return "", lerr
 	}
-	fr, frel := splitRoot(from)
-	tr, trel := splitRoot(to)
+	// mv follows a destination that is (or links to) a directory. Both ends go through the jail: an
+	// existing directory destination is resolved and the move goes into it, then mv -T renames onto the
+	// checked path itself, so a symlink planted as the destination is replaced, never followed outside.
+	full, err := c.Resolve(ctx, id, to, false)
+	if err != nil {
+		return "", err
+	}
+	if _, lerr := c.ListDir(ctx, id, full); lerr == nil {
+		to = joinGuest(full, path.Base(from))
+	}
+	src, err := c.Resolve(ctx, id, from, true)
+	if err != nil {
+		return "", err
+	}
+	dst, err := c.Resolve(ctx, id, to, true)
+	if err != nil {
+		return "", err
+	}
+	fr, frel := splitRoot(src)
+	tr, trel := splitRoot(dst)
 	if fr != tr {
 		return "", argError("a directory cannot be moved between /work and /tmp")
 	}
-	res, err := c.Exec(ctx, id, ExecRequest{Cmd: execCommand{Argv: []string{"mv", "--", frel, trel}}, Cwd: fr,
+	res, err := c.Exec(ctx, id, ExecRequest{Cmd: execCommand{Argv: []string{"mv", "-T", "--", frel, trel}}, Cwd: fr,
 		TimeoutSec: min(env.ar.lim.ExecTimeoutSec, 120), Policy: env.policy()}, nil)
 	if err != nil {
 		return "", err
@@ -740,7 +734,7 @@ func toolDelete(ctx context.Context, env *toolEnv, args map[string]any) (string,
 	if err != nil {
 		return "", err
 	}
-	if p, err = machinePath(p); err != nil {
+	if p, err = lexicalJail(p); err != nil {
 		return "", err
 	}
 	id, err := env.computer(ctx)

@@ -1,0 +1,94 @@
+package main
+
+import (
+	"context"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestJailHoldsThroughPlantedSymlink plants /work/out -> a directory outside the workspace and tries every
+// file tool and every file endpoint through it: each is refused with E_FS_DENIED and nothing outside
+// changes. On local, outside is a host directory; in a container, /dev/shm (writable, outside the jail).
+func TestJailHoldsThroughPlantedSymlink(t *testing.T) {
+	for _, prov := range []string{"local", "docker"} {
+		t.Run(prov, func(t *testing.T) {
+			requireProvider(t, prov)
+			e := newTestEnv(t, "", nil)
+			defer e.close()
+			m := e.create(map[string]any{"provider": prov, "image": testImage})
+
+			// The outside directory, with one file, and a way to list what it holds.
+			var outside string
+			var outsideState func() string
+			if prov == "local" {
+				outside = t.TempDir()
+				os.WriteFile(filepath.Join(outside, "secret"), []byte("host secret\n"), 0o644)
+				outsideState = func() string {
+					var names []string
+					filepath.Walk(outside, func(p string, fi os.FileInfo, err error) error {
+						if err == nil {
+							b, _ := os.ReadFile(p)
+							names = append(names, strings.TrimPrefix(p, outside)+"="+string(b))
+						}
+						return nil
+					})
+					return strings.Join(names, ",")
+				}
+			} else {
+				outside = "/dev/shm/outside"
+				e.exec(m.ID, map[string]any{"cmd": "mkdir -p /dev/shm/outside && echo 'machine secret' > /dev/shm/outside/secret"})
+				outsideState = func() string {
+					return e.exec(m.ID, map[string]any{"cmd": "cd /dev/shm/outside && find . -exec sh -c 'printf \"%s=\" \"$1\"; [ -f \"$1\" ] && cat \"$1\"' _ {} \\;"}).Stdout
+				}
+			}
+			// Plant the link, a directory and a file to move, from inside the machine (relative
+			// paths: on local an absolute /work inside a command is the host's).
+			if r := e.exec(m.ID, map[string]any{"cmd": "ln -s " + outside + " out && mkdir -p d/sub && echo x > d/sub/f && echo y > file.txt"}); r.ExitCode != 0 {
+				t.Fatalf("planting: %+v", r)
+			}
+			before := outsideState()
+
+			// Every file endpoint.
+			q := "?path=" + url.QueryEscape("/work/out/secret")
+			e.wantError("GET", "/v1/computers/"+m.ID+"/fs/read"+q, nil, 403, codeFSDenied)
+			e.wantError("PUT", "/v1/computers/"+m.ID+"/fs/write?path="+url.QueryEscape("/work/out/new"), "data", 403, codeFSDenied)
+			e.wantError("GET", "/v1/computers/"+m.ID+"/fs?path="+url.QueryEscape("/work/out"), nil, 403, codeFSDenied)
+			e.wantError("DELETE", "/v1/computers/"+m.ID+"/fs"+q, nil, 403, codeFSDenied)
+			e.wantError("GET", "/v1/computers/"+m.ID+"/fs/download?path="+url.QueryEscape("/work/out"), nil, 403, codeFSDenied)
+			e.wantError("POST", "/v1/computers/"+m.ID+"/fs/upload?path="+url.QueryEscape("/work/out"),
+				tarGz(t, nil, nil), 403, codeFSDenied)
+
+			// Every file tool, run by an agent whose computer is this machine.
+			sp := testSpec("jailed", nil)
+			ar := newActiveRun(e.s.runs, sp, &runParams{Input: []ModelMessage{textMessage("user", "x")}, MaxSteps: 1, ComputerID: m.ID}, nil)
+			defer func() { ar.cancel(nil); ar.stopTimer() }()
+			env := &toolEnv{ar: ar, delta: func(string, string) {}}
+			for _, tc := range []struct {
+				tool string
+				args map[string]any
+			}{
+				{"read_file", map[string]any{"path": "out/secret"}},
+				{"write_file", map[string]any{"path": "out/new", "content": "x"}},
+				{"edit_file", map[string]any{"path": "out/secret", "old_string": "secret", "new_string": "owned"}},
+				{"list_dir", map[string]any{"path": "out"}},
+				{"search_files", map[string]any{"pattern": "secret", "path": "out"}},
+				{"move", map[string]any{"from": "file.txt", "to": "out/moved.txt"}},
+				{"move", map[string]any{"from": "d", "to": "out"}},      // a directory into the link
+				{"move", map[string]any{"from": "d", "to": "out/d2"}},   // a directory through the link
+				{"move", map[string]any{"from": "out", "to": "stolen"}}, // the outside brought in
+				{"delete", map[string]any{"path": "out/secret"}},
+			} {
+				out, err := toolCatalog()[tc.tool].run(context.Background(), env, tc.args)
+				if err == nil || asAPIError(err).Code != codeFSDenied {
+					t.Errorf("%s %v: want E_FS_DENIED, got %q, %v", tc.tool, tc.args, out, err)
+				}
+				if after := outsideState(); after != before {
+					t.Fatalf("%s %v changed the outside: %q -> %q", tc.tool, tc.args, before, after)
+				}
+			}
+		})
+	}
+}
