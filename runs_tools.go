@@ -16,13 +16,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"path"
+	"reflect"
 	"regexp"
 	"slices"
 	"sort"
@@ -176,86 +175,91 @@ func toolCatalog() map[string]toolImpl {
 
 func argError(format string, a ...any) error { return errorf(codeToolError, format, a...) }
 
-func argString(args map[string]any, name string, required bool) (string, error) {
-	v, ok := args[name]
-	if !ok || v == nil {
-		if required {
-			return "", argError("missing required argument %q", name)
+// toolArgs decodes a tool call's arguments into the fields of the struct *v by their `arg` tags ("name"
+// or "name,required"). An absent argument leaves its field as set by the caller (the default). Models
+// are loose with types, so integers may come quoted and booleans as "true"; any other mismatch, or a
+// missing required argument, is E_TOOL_ERROR naming the argument.
+func toolArgs(args map[string]any, v any) error {
+	rv := reflect.ValueOf(v).Elem()
+	for i := range rv.NumField() {
+		name, opt, _ := strings.Cut(rv.Type().Field(i).Tag.Get("arg"), ",")
+		raw, ok := args[name]
+		if !ok || raw == nil {
+			if opt == "required" {
+				return argError("missing required argument %q", name)
+			}
+			continue
 		}
-		return "", nil
+		f := rv.Field(i)
+		switch f.Kind() {
+		case reflect.String:
+			s, ok := raw.(string)
+			if !ok {
+				return argError("argument %q must be a string", name)
+			}
+			f.SetString(s)
+		case reflect.Int:
+			n, ok := argInt(raw)
+			if !ok {
+				return argError("argument %q must be an integer", name)
+			}
+			f.SetInt(int64(n))
+		case reflect.Bool:
+			switch b := raw.(type) {
+			case bool:
+				f.SetBool(b)
+			case string:
+				f.SetBool(b == "true")
+			default:
+				return argError("argument %q must be a boolean", name)
+			}
+		case reflect.Map: // an object of strings (headers); anything else is ignored, as models send junk here
+			if m, ok := raw.(map[string]any); ok {
+				f.Set(reflect.ValueOf(m))
+			}
+		}
 	}
-	s, ok := v.(string)
-	if !ok {
-		return "", argError("argument %q must be a string", name)
-	}
-	return s, nil
+	return nil
 }
 
-func argInt(args map[string]any, name string, def int) (int, error) {
-	v, ok := args[name]
-	if !ok || v == nil {
-		return def, nil
-	}
+func argInt(v any) (int, bool) {
 	switch n := v.(type) {
 	case float64:
-		if n != float64(int(n)) {
-			return 0, argError("argument %q must be an integer", name)
-		}
-		return int(n), nil
+		return int(n), n == float64(int(n))
 	case json.Number:
 		i, err := n.Int64()
-		if err != nil {
-			return 0, argError("argument %q must be an integer", name)
-		}
-		return int(i), nil
+		return int(i), err == nil
 	case int:
-		return n, nil
+		return n, true
 	case string: // some models quote numbers
 		var i int
-		if _, err := fmt.Sscanf(n, "%d", &i); err == nil {
-			return i, nil
-		}
+		_, err := fmt.Sscanf(n, "%d", &i)
+		return i, err == nil
 	}
-	return 0, argError("argument %q must be an integer", name)
-}
-
-func argBool(args map[string]any, name string) (bool, error) {
-	v, ok := args[name]
-	if !ok || v == nil {
-		return false, nil
-	}
-	switch b := v.(type) {
-	case bool:
-		return b, nil
-	case string:
-		return b == "true", nil
-	}
-	return false, argError("argument %q must be a boolean", name)
+	return 0, false
 }
 
 // ---- computer bundle ----
 
 func toolShell(ctx context.Context, env *toolEnv, args map[string]any) (string, error) {
-	cmd, err := argString(args, "command", true)
-	if err != nil {
+	lim := env.ar.lim
+	a := struct {
+		Command string `arg:"command,required"`
+		Cwd     string `arg:"cwd"`
+		Timeout int    `arg:"timeoutSec"`
+	}{Timeout: lim.ExecTimeoutSec}
+	if err := toolArgs(args, &a); err != nil {
 		return "", err
 	}
+	cmd, cwd, timeout := a.Command, a.Cwd, a.Timeout
 	if strings.TrimSpace(cmd) == "" {
 		return "", argError("command is empty")
 	}
-	cwd, err := argString(args, "cwd", false)
-	if err != nil {
-		return "", err
-	}
 	if cwd != "" {
+		var err error
 		if cwd, err = lexicalJail(cwd); err != nil {
 			return "", err
 		}
-	}
-	lim := env.ar.lim
-	timeout, err := argInt(args, "timeoutSec", lim.ExecTimeoutSec)
-	if err != nil {
-		return "", err
 	}
 	timeout = min(max(timeout, 1), lim.ExecTimeoutSec, 3600)
 	pol := env.policy()
@@ -298,10 +302,13 @@ func toolShell(ctx context.Context, env *toolEnv, args map[string]any) (string, 
 }
 
 func toolExposePort(ctx context.Context, env *toolEnv, args map[string]any) (string, error) {
-	port, err := argInt(args, "port", 0)
-	if err != nil {
+	var a struct {
+		Port int `arg:"port"`
+	}
+	if err := toolArgs(args, &a); err != nil {
 		return "", err
 	}
+	port := a.Port
 	if port < 1 || port > 65535 {
 		return "", argError("port must be between 1 and 65535")
 	}
@@ -341,21 +348,19 @@ func toolComputerInfo(ctx context.Context, env *toolEnv, args map[string]any) (s
 // ---- files bundle ----
 
 func toolReadFile(ctx context.Context, env *toolEnv, args map[string]any) (string, error) {
-	p, err := argString(args, "path", true)
+	a := struct {
+		Path  string `arg:"path,required"`
+		Start int    `arg:"start_line"`
+		End   int    `arg:"end_line"`
+	}{Start: 1}
+	if err := toolArgs(args, &a); err != nil {
+		return "", err
+	}
+	p, err := lexicalJail(a.Path)
 	if err != nil {
 		return "", err
 	}
-	if p, err = lexicalJail(p); err != nil {
-		return "", err
-	}
-	start, err := argInt(args, "start_line", 1)
-	if err != nil {
-		return "", err
-	}
-	end, err := argInt(args, "end_line", 0)
-	if err != nil {
-		return "", err
-	}
+	start, end := a.Start, a.End
 	id, err := env.computer(ctx)
 	if err != nil {
 		return "", err
@@ -401,17 +406,18 @@ func toolReadFile(ctx context.Context, env *toolEnv, args map[string]any) (strin
 }
 
 func toolWriteFile(ctx context.Context, env *toolEnv, args map[string]any) (string, error) {
-	p, err := argString(args, "path", true)
+	var a struct {
+		Path    string `arg:"path,required"`
+		Content string `arg:"content,required"`
+	}
+	if err := toolArgs(args, &a); err != nil {
+		return "", err
+	}
+	p, err := lexicalJail(a.Path)
 	if err != nil {
 		return "", err
 	}
-	content, err := argString(args, "content", true)
-	if err != nil {
-		return "", err
-	}
-	if p, err = lexicalJail(p); err != nil {
-		return "", err
-	}
+	content := a.Content
 	id, err := env.computer(ctx)
 	if err != nil {
 		return "", err
@@ -423,26 +429,21 @@ func toolWriteFile(ctx context.Context, env *toolEnv, args map[string]any) (stri
 }
 
 func toolEditFile(ctx context.Context, env *toolEnv, args map[string]any) (string, error) {
-	p, err := argString(args, "path", true)
-	if err != nil {
+	var a struct {
+		Path string `arg:"path,required"`
+		Old  string `arg:"old_string,required"`
+		New  string `arg:"new_string,required"`
+		All  bool   `arg:"replace_all"`
+	}
+	if err := toolArgs(args, &a); err != nil {
 		return "", err
 	}
-	oldS, err := argString(args, "old_string", true)
-	if err != nil {
-		return "", err
-	}
-	newS, err := argString(args, "new_string", true)
-	if err != nil {
-		return "", err
-	}
-	all, err := argBool(args, "replace_all")
-	if err != nil {
-		return "", err
-	}
+	oldS, newS, all := a.Old, a.New, a.All
 	if oldS == "" {
 		return "", argError("old_string is empty; to create or overwrite a file use write_file")
 	}
-	if p, err = lexicalJail(p); err != nil {
+	p, err := lexicalJail(a.Path)
+	if err != nil {
 		return "", err
 	}
 	id, err := env.computer(ctx)
@@ -473,21 +474,19 @@ func toolEditFile(ctx context.Context, env *toolEnv, args map[string]any) (strin
 }
 
 func toolListDir(ctx context.Context, env *toolEnv, args map[string]any) (string, error) {
-	p, err := argString(args, "path", false)
+	a := struct {
+		Path      string `arg:"path"`
+		Recursive bool   `arg:"recursive"`
+		Max       int    `arg:"max_entries"`
+	}{Max: 500}
+	if err := toolArgs(args, &a); err != nil {
+		return "", err
+	}
+	p, err := lexicalJail(a.Path)
 	if err != nil {
 		return "", err
 	}
-	if p, err = lexicalJail(p); err != nil {
-		return "", err
-	}
-	rec, err := argBool(args, "recursive")
-	if err != nil {
-		return "", err
-	}
-	maxN, err := argInt(args, "max_entries", 500)
-	if err != nil {
-		return "", err
-	}
+	rec, maxN := a.Recursive, a.Max
 	maxN = min(max(maxN, 1), 2000)
 	id, err := env.computer(ctx)
 	if err != nil {
@@ -542,25 +541,24 @@ func toolListDir(ctx context.Context, env *toolEnv, args map[string]any) (string
 const searchScript = `if command -v rg >/dev/null 2>&1; then rg --line-number --no-heading --color never --max-columns 300 -e "$1" -- "$2" 2>/dev/null | head -n "$3"; else echo __AGENTD_NO_RG__; fi`
 
 func toolSearchFiles(ctx context.Context, env *toolEnv, args map[string]any) (string, error) {
-	pattern, err := argString(args, "pattern", true)
-	if err != nil {
+	a := struct {
+		Pattern string `arg:"pattern,required"`
+		Path    string `arg:"path"`
+		Max     int    `arg:"max_results"`
+	}{Max: 200}
+	if err := toolArgs(args, &a); err != nil {
 		return "", err
 	}
+	pattern := a.Pattern
 	re, err := regexp.Compile(pattern)
 	if err != nil {
 		return "", argError("pattern is not a valid regular expression: %v", err)
 	}
-	p, err := argString(args, "path", false)
+	p, err := lexicalJail(a.Path)
 	if err != nil {
 		return "", err
 	}
-	if p, err = lexicalJail(p); err != nil {
-		return "", err
-	}
-	maxN, err := argInt(args, "max_results", 200)
-	if err != nil {
-		return "", err
-	}
+	maxN := a.Max
 	maxN = min(max(maxN, 1), 1000)
 	id, err := env.computer(ctx)
 	if err != nil {
@@ -656,18 +654,19 @@ func walkSearch(ctx context.Context, env *toolEnv, id, root string, re *regexp.R
 }
 
 func toolMove(ctx context.Context, env *toolEnv, args map[string]any) (string, error) {
-	from, err := argString(args, "from", true)
+	var a struct {
+		From string `arg:"from,required"`
+		To   string `arg:"to,required"`
+	}
+	if err := toolArgs(args, &a); err != nil {
+		return "", err
+	}
+	from, err := lexicalJail(a.From)
 	if err != nil {
 		return "", err
 	}
-	to, err := argString(args, "to", true)
+	to, err := lexicalJail(a.To)
 	if err != nil {
-		return "", err
-	}
-	if from, err = lexicalJail(from); err != nil {
-		return "", err
-	}
-	if to, err = lexicalJail(to); err != nil {
 		return "", err
 	}
 	if from == "/work" || from == "/tmp" {
@@ -726,17 +725,18 @@ func toolMove(ctx context.Context, env *toolEnv, args map[string]any) (string, e
 }
 
 func toolDelete(ctx context.Context, env *toolEnv, args map[string]any) (string, error) {
-	p, err := argString(args, "path", true)
+	var a struct {
+		Path      string `arg:"path,required"`
+		Recursive bool   `arg:"recursive"`
+	}
+	if err := toolArgs(args, &a); err != nil {
+		return "", err
+	}
+	p, err := lexicalJail(a.Path)
 	if err != nil {
 		return "", err
 	}
-	rec, err := argBool(args, "recursive")
-	if err != nil {
-		return "", err
-	}
-	if p, err = lexicalJail(p); err != nil {
-		return "", err
-	}
+	rec := a.Recursive
 	id, err := env.computer(ctx)
 	if err != nil {
 		return "", err
@@ -749,161 +749,22 @@ func toolDelete(ctx context.Context, env *toolEnv, args map[string]any) (string,
 
 // ---- web and http ----
 
-// netPolicy is the agent's computer.network block applied to fetch_url and http_request.
-type netPolicy struct {
-	mode  string
-	allow []string
-	deny  []string
-}
-
+// netPolicy is the agent's computer.network block, applied to fetch_url and http_request.
 func (e *toolEnv) netPolicy() netPolicy {
 	n := e.ar.spec.Computer.Network
 	return netPolicy{mode: n.Mode, allow: n.Allow, deny: n.Deny}
 }
 
-// hostMatches: exact (case-insensitive) or one leading `*.` wildcard matching any sub-domain.
-func hostMatches(pattern, host string) bool {
-	pattern, host = strings.ToLower(strings.TrimSpace(pattern)), strings.ToLower(strings.Trim(host, "[]"))
-	if suffix, ok := strings.CutPrefix(pattern, "*."); ok {
-		return strings.HasSuffix(host, "."+suffix)
-	}
-	return pattern == host
-}
-
-func matchesAny(patterns []string, host string) bool {
-	for _, p := range patterns {
-		if hostMatches(p, host) {
-			return true
-		}
-	}
-	return false
-}
-
-func denied(format string, a ...any) *apiError {
-	return errorf(codeExecDenied, "refused: "+format, a...).withHint("the agent's computer.network policy decides which hosts tools may reach")
-}
-
-// checkURL applies the policy to a URL before any connection: scheme, mode, deny list, allow list.
-func (np netPolicy) checkURL(u *url.URL) error {
-	if u.Scheme != "http" && u.Scheme != "https" {
-		return denied("URL scheme %q is not http or https", u.Scheme)
-	}
-	host := u.Hostname()
-	if host == "" {
-		return denied("URL has no host")
-	}
-	if np.mode == "none" {
-		return denied("the agent's network mode is none")
-	}
-	if matchesAny(np.deny, host) {
-		return denied("host %s is in computer.network.deny", host)
-	}
-	if np.mode != "full" && len(np.allow) > 0 && !matchesAny(np.allow, host) {
-		return denied("host %s is not in computer.network.allow", host)
-	}
-	return nil
-}
-
-func privateIP(ip net.IP) bool {
-	// IPv6 forms that carry an IPv4 address (::ffff:a.b.c.d is handled by the checks below):
-	// IPv4-compatible ::a.b.c.d, NAT64 64:ff9b::a.b.c.d and 6to4 2002:aabb:ccdd:: reach the embedded address.
-	if len(ip) == net.IPv6len && ip.To4() == nil {
-		var v4 net.IP
-		switch {
-		case isZero(ip[:12]) && !isZero(ip[12:]):
-			v4 = ip[12:16]
-		case ip[0] == 0x00 && ip[1] == 0x64 && ip[2] == 0xff && ip[3] == 0x9b && isZero(ip[4:12]):
-			v4 = ip[12:16]
-		case ip[0] == 0x20 && ip[1] == 0x02:
-			v4 = ip[2:6]
-		}
-		if v4 != nil && privateIP(net.IPv4(v4[0], v4[1], v4[2], v4[3])) {
-			return true
-		}
-	}
-	if ip4 := ip.To4(); ip4 != nil && ip4[0] == 0 { // 0.0.0.0/8 "this network" reaches the host itself
-		return true
-	}
-	return ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() ||
-		ip.IsUnspecified() || ip.IsMulticast() || ip.IsInterfaceLocalMulticast() ||
-		(ip.To4() != nil && ip.To4()[0] == 100 && ip.To4()[1]&0xC0 == 64) // carrier-grade NAT 100.64/10
-}
-
-func isZero(b []byte) bool {
-	for _, c := range b {
-		if c != 0 {
-			return false
-		}
-	}
-	return true
-}
-
-// httpClient returns a client whose every connection (first request and redirects) is checked against
-// the policy on the resolved address.
-func (np netPolicy) httpClient(timeout time.Duration) *http.Client {
-	dialer := &net.Dialer{Timeout: 10 * time.Second}
-	tr := &http.Transport{
-		Proxy: nil, // a proxy would hide the destination from the check
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			host, port, err := net.SplitHostPort(addr)
-			if err != nil {
-				return nil, err
-			}
-			if matchesAny(np.deny, host) {
-				return nil, denied("host %s is in computer.network.deny", host)
-			}
-			ips, err := net.DefaultResolver.LookupIPAddr(ctx, host)
-			if err != nil {
-				return nil, errorf(codeToolError, "cannot resolve %s: %v", host, err)
-			}
-			var lastErr error = errorf(codeToolError, "no address for %s", host)
-			for _, ip := range ips {
-				if privateIP(ip.IP) && !matchesAny(np.allow, host) && !matchesAny(np.allow, ip.IP.String()) {
-					lastErr = denied("%s resolves to the private, loopback or link-local address %s; name it in computer.network.allow to reach it", host, ip.IP)
-					continue
-				}
-				c, err := dialer.DialContext(ctx, network, net.JoinHostPort(ip.IP.String(), port))
-				if err == nil {
-					return c, nil
-				}
-				lastErr = err
-			}
-			return nil, lastErr
-		},
-		TLSHandshakeTimeout:   10 * time.Second,
-		ResponseHeaderTimeout: timeout,
-		MaxIdleConns:          4,
-		IdleConnTimeout:       30 * time.Second,
-	}
-	return &http.Client{
-		Transport: tr,
-		Timeout:   timeout,
-		CheckRedirect: func(req *http.Request, via []*http.Request) error {
-			if len(via) >= 10 {
-				return errorf(codeToolError, "stopped after 10 redirects")
-			}
-			return np.checkURL(req.URL)
-		},
-	}
-}
-
-// fetchError unwraps url.Error so a policy refusal surfaces as E_EXEC_DENIED.
-func fetchError(err error) error {
-	var ae *apiError
-	if errors.As(err, &ae) {
-		return ae
-	}
-	return errorf(codeToolError, "request failed: %v", err)
-}
-
 const fetchMaxBytes = 5 << 20
 
 func toolFetchURL(ctx context.Context, env *toolEnv, args map[string]any) (string, error) {
-	raw, err := argString(args, "url", true)
-	if err != nil {
+	var a struct {
+		URL string `arg:"url,required"`
+	}
+	if err := toolArgs(args, &a); err != nil {
 		return "", err
 	}
-	u, err := url.Parse(raw)
+	u, err := url.Parse(a.URL)
 	if err != nil {
 		return "", argError("not a URL: %v", err)
 	}
@@ -1017,20 +878,17 @@ func collapseBlankLines(s string) string {
 }
 
 func toolHTTPRequest(ctx context.Context, env *toolEnv, args map[string]any) (string, error) {
-	raw, err := argString(args, "url", true)
-	if err != nil {
+	var a struct {
+		URL     string         `arg:"url,required"`
+		Method  string         `arg:"method"`
+		Body    string         `arg:"body"`
+		Headers map[string]any `arg:"headers"`
+	}
+	if err := toolArgs(args, &a); err != nil {
 		return "", err
 	}
-	method, err := argString(args, "method", false)
-	if err != nil {
-		return "", err
-	}
-	method = strings.ToUpper(firstNonEmpty(method, "GET"))
-	body, err := argString(args, "body", false)
-	if err != nil {
-		return "", err
-	}
-	u, err := url.Parse(raw)
+	method, body := strings.ToUpper(firstNonEmpty(a.Method, "GET")), a.Body
+	u, err := url.Parse(a.URL)
 	if err != nil {
 		return "", argError("not a URL: %v", err)
 	}
@@ -1046,11 +904,9 @@ func toolHTTPRequest(ctx context.Context, env *toolEnv, args map[string]any) (st
 	if err != nil {
 		return "", argError("bad request: %v", err)
 	}
-	if h, ok := args["headers"].(map[string]any); ok {
-		for k, v := range h {
-			if s, ok := v.(string); ok {
-				req.Header.Set(k, s)
-			}
+	for k, v := range a.Headers {
+		if s, ok := v.(string); ok {
+			req.Header.Set(k, s)
 		}
 	}
 	client := np.httpClient(60 * time.Second)
@@ -1080,14 +936,14 @@ func toolHTTPRequest(ctx context.Context, env *toolEnv, args map[string]any) (st
 }
 
 func toolWebSearch(ctx context.Context, env *toolEnv, args map[string]any) (string, error) {
-	q, err := argString(args, "query", true)
-	if err != nil {
+	a := struct {
+		Query string `arg:"query,required"`
+		Count int    `arg:"count"`
+	}{Count: 8}
+	if err := toolArgs(args, &a); err != nil {
 		return "", err
 	}
-	count, err := argInt(args, "count", 8)
-	if err != nil {
-		return "", err
-	}
+	q, count := a.Query, a.Count
 	key := env.ar.rs.getenv(searchKeyEnv)
 	if key == "" {
 		return "", errorf(codeToolError, "web search is not configured").withHint("set " + searchKeyEnv)

@@ -181,9 +181,6 @@ func TestFetchURLNetworkPolicy(t *testing.T) {
 	if err != nil || !strings.HasPrefix(out, "HTTP 200 OK") {
 		t.Fatalf("http_request: %q %v", out, err)
 	}
-	if !hostMatches("*.example.test", "a.b.example.test") || hostMatches("*.example.test", "example.test") || hostMatches("*.example.test", "badexample.test") {
-		t.Fatal("wildcard matching")
-	}
 }
 
 func TestHTMLToText(t *testing.T) {
@@ -277,18 +274,6 @@ func TestFetchURLLeavesNoIdleConnection(t *testing.T) {
 
 // The dial-time check sees through the address spellings that reach a private host.
 func TestFetchURLNetworkPolicyAddressForms(t *testing.T) {
-	for _, s := range []string{"127.0.0.1", "::1", "::ffff:127.0.0.1", "::ffff:7f00:1", "::127.0.0.1", "64:ff9b::7f00:1",
-		"64:ff9b::a9fe:a9fe", "2002:7f00:1::", "2002:a00:1::1", "0.0.0.0", "0.1.2.3", "10.1.2.3", "169.254.169.254",
-		"fe80::1", "fc00::1", "100.64.0.1", "::"} {
-		if !privateIP(net.ParseIP(s)) {
-			t.Errorf("%s is not treated as private", s)
-		}
-	}
-	for _, s := range []string{"93.184.216.34", "2606:2800:220:1:248:1893:25c8:1946", "64:ff9b::5db8:d822", "2002:5db8:d822::1"} {
-		if privateIP(net.ParseIP(s)) {
-			t.Errorf("%s is treated as private", s)
-		}
-	}
 	page := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("secret")) }))
 	defer page.Close()
 	u, _ := url.Parse(page.URL)
@@ -297,6 +282,33 @@ func TestFetchURLNetworkPolicyAddressForms(t *testing.T) {
 		out, err := runTool(t, env, "fetch_url", map[string]any{"url": "http://" + host + ":" + u.Port() + "/"})
 		if err == nil || strings.Contains(out, "secret") {
 			t.Errorf("%s fetched: %q", host, out)
+		}
+	}
+}
+
+// toolArgs: defaults stay when absent, loose types that models send are read, anything else names the argument.
+func TestToolArgs(t *testing.T) {
+	a := struct {
+		Path string `arg:"path,required"`
+		N    int    `arg:"n"`
+		B    bool   `arg:"b"`
+	}{N: 7}
+	if err := toolArgs(map[string]any{"path": "x"}, &a); err != nil || a.Path != "x" || a.N != 7 || a.B {
+		t.Fatalf("defaults: %+v %v", a, err)
+	}
+	if err := toolArgs(map[string]any{"path": "x", "n": "12", "b": "true"}, &a); err != nil || a.N != 12 || !a.B {
+		t.Fatalf("loose types: %+v %v", a, err)
+	}
+	for args, want := range map[*map[string]any]string{
+		{"n": 1.0}:                 `missing required argument "path"`,
+		{"path": 3.0}:              `argument "path" must be a string`,
+		{"path": "x", "n": 1.5}:    `argument "n" must be an integer`,
+		{"path": "x", "b": 1.0}:    `argument "b" must be a boolean`,
+		{"path": "x", "n": "many"}: `argument "n" must be an integer`,
+	} {
+		err := toolArgs(*args, &a)
+		if err == nil || asAPIError(err).Code != codeToolError || !strings.Contains(err.Error(), want) {
+			t.Errorf("%v: %v, want %q", *args, err, want)
 		}
 	}
 }

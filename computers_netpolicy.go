@@ -1,0 +1,164 @@
+// computers_netpolicy.go — the machine's network policy: which hosts may be reached, from the spec's
+// computer.network block (mode none|egress|full, allow, deny).
+//
+// Entry points: netPolicy.checkURL (before any connection), netPolicy.httpClient (every dial, first
+// request and redirects, checked on the resolved address), privateIP, hostMatches.
+//
+// Rules (API.md E_EXEC_DENIED, computer.network): only http and https; mode none reaches nothing; deny is
+// checked against the name and applies even in full; outside full, allow is an allow-list; one leading
+// `*.` wildcard is supported; private, loopback, link-local, CGNAT and "this network" addresses (also
+// inside IPv6 forms that carry IPv4) are refused unless the name or address is in allow; the dial
+// connects only to the address it checked, so DNS rebinding between check and connect gains nothing.
+package main
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// netPolicy is a machine's computer.network block: mode, allow and deny.
+type netPolicy struct {
+	mode  string
+	allow []string
+	deny  []string
+}
+
+// hostMatches: exact (case-insensitive) or one leading `*.` wildcard matching any sub-domain.
+func hostMatches(pattern, host string) bool {
+	pattern, host = strings.ToLower(strings.TrimSpace(pattern)), strings.ToLower(strings.Trim(host, "[]"))
+	if suffix, ok := strings.CutPrefix(pattern, "*."); ok {
+		return strings.HasSuffix(host, "."+suffix)
+	}
+	return pattern == host
+}
+
+func matchesAny(patterns []string, host string) bool {
+	for _, p := range patterns {
+		if hostMatches(p, host) {
+			return true
+		}
+	}
+	return false
+}
+
+func denied(format string, a ...any) *apiError {
+	return errorf(codeExecDenied, "refused: "+format, a...).withHint("the agent's computer.network policy decides which hosts tools may reach")
+}
+
+// checkURL applies the policy to a URL before any connection: scheme, mode, deny list, allow list.
+func (np netPolicy) checkURL(u *url.URL) error {
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return denied("URL scheme %q is not http or https", u.Scheme)
+	}
+	host := u.Hostname()
+	if host == "" {
+		return denied("URL has no host")
+	}
+	if np.mode == "none" {
+		return denied("the agent's network mode is none")
+	}
+	if matchesAny(np.deny, host) {
+		return denied("host %s is in computer.network.deny", host)
+	}
+	if np.mode != "full" && len(np.allow) > 0 && !matchesAny(np.allow, host) {
+		return denied("host %s is not in computer.network.allow", host)
+	}
+	return nil
+}
+
+func privateIP(ip net.IP) bool {
+	// IPv6 forms that carry an IPv4 address (::ffff:a.b.c.d is handled by the checks below):
+	// IPv4-compatible ::a.b.c.d, NAT64 64:ff9b::a.b.c.d and 6to4 2002:aabb:ccdd:: reach the embedded address.
+	if len(ip) == net.IPv6len && ip.To4() == nil {
+		var v4 net.IP
+		switch {
+		case isZero(ip[:12]) && !isZero(ip[12:]):
+			v4 = ip[12:16]
+		case ip[0] == 0x00 && ip[1] == 0x64 && ip[2] == 0xff && ip[3] == 0x9b && isZero(ip[4:12]):
+			v4 = ip[12:16]
+		case ip[0] == 0x20 && ip[1] == 0x02:
+			v4 = ip[2:6]
+		}
+		if v4 != nil && privateIP(net.IPv4(v4[0], v4[1], v4[2], v4[3])) {
+			return true
+		}
+	}
+	if ip4 := ip.To4(); ip4 != nil && ip4[0] == 0 { // 0.0.0.0/8 "this network" reaches the host itself
+		return true
+	}
+	return ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() ||
+		ip.IsUnspecified() || ip.IsMulticast() || ip.IsInterfaceLocalMulticast() ||
+		(ip.To4() != nil && ip.To4()[0] == 100 && ip.To4()[1]&0xC0 == 64) // carrier-grade NAT 100.64/10
+}
+
+func isZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// httpClient returns a client whose every connection (first request and redirects) is checked against
+// the policy on the resolved address.
+func (np netPolicy) httpClient(timeout time.Duration) *http.Client {
+	dialer := &net.Dialer{Timeout: 10 * time.Second}
+	tr := &http.Transport{
+		Proxy: nil, // a proxy would hide the destination from the check
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			host, port, err := net.SplitHostPort(addr)
+			if err != nil {
+				return nil, err
+			}
+			if matchesAny(np.deny, host) {
+				return nil, denied("host %s is in computer.network.deny", host)
+			}
+			ips, err := net.DefaultResolver.LookupIPAddr(ctx, host)
+			if err != nil {
+				return nil, errorf(codeToolError, "cannot resolve %s: %v", host, err)
+			}
+			var lastErr error = errorf(codeToolError, "no address for %s", host)
+			for _, ip := range ips {
+				if privateIP(ip.IP) && !matchesAny(np.allow, host) && !matchesAny(np.allow, ip.IP.String()) {
+					lastErr = denied("%s resolves to the private, loopback or link-local address %s; name it in computer.network.allow to reach it", host, ip.IP)
+					continue
+				}
+				c, err := dialer.DialContext(ctx, network, net.JoinHostPort(ip.IP.String(), port))
+				if err == nil {
+					return c, nil
+				}
+				lastErr = err
+			}
+			return nil, lastErr
+		},
+		TLSHandshakeTimeout:   10 * time.Second,
+		ResponseHeaderTimeout: timeout,
+		MaxIdleConns:          4,
+		IdleConnTimeout:       30 * time.Second,
+	}
+	return &http.Client{
+		Transport: tr,
+		Timeout:   timeout,
+		CheckRedirect: func(req *http.Request, via []*http.Request) error {
+			if len(via) >= 10 {
+				return errorf(codeToolError, "stopped after 10 redirects")
+			}
+			return np.checkURL(req.URL)
+		},
+	}
+}
+
+// fetchError unwraps url.Error so a policy refusal surfaces as E_EXEC_DENIED.
+func fetchError(err error) error {
+	var ae *apiError
+	if errors.As(err, &ae) {
+		return ae
+	}
+	return errorf(codeToolError, "request failed: %v", err)
+}

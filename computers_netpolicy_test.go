@@ -1,0 +1,28 @@
+package main
+
+import (
+	"net"
+	"testing"
+)
+
+// privateIP sees through the address spellings that reach a private host.
+func TestPrivateIPForms(t *testing.T) {
+	for _, s := range []string{"127.0.0.1", "::1", "::ffff:127.0.0.1", "::ffff:7f00:1", "::127.0.0.1", "64:ff9b::7f00:1",
+		"64:ff9b::a9fe:a9fe", "2002:7f00:1::", "2002:a00:1::1", "0.0.0.0", "0.1.2.3", "10.1.2.3", "169.254.169.254",
+		"fe80::1", "fc00::1", "100.64.0.1", "::"} {
+		if !privateIP(net.ParseIP(s)) {
+			t.Errorf("%s is not treated as private", s)
+		}
+	}
+	for _, s := range []string{"93.184.216.34", "2606:2800:220:1:248:1893:25c8:1946", "64:ff9b::5db8:d822", "2002:5db8:d822::1"} {
+		if privateIP(net.ParseIP(s)) {
+			t.Errorf("%s is treated as private", s)
+		}
+	}
+}
+
+func TestHostMatches(t *testing.T) {
+	if !hostMatches("*.example.test", "a.b.example.test") || hostMatches("*.example.test", "example.test") || hostMatches("*.example.test", "badexample.test") {
+		t.Fatal("wildcard matching")
+	}
+}
