@@ -154,7 +154,7 @@ func (s *server) handleCreateAgent(w http.ResponseWriter, r *http.Request) error
 		return err
 	}
 	if len(issues) > 0 {
-		return specIssuesError(issues)
+		return specIssuesError("agent spec", issues)
 	}
 	row, err := s.agentRow(spec, yamlText)
 	if err != nil {
@@ -193,7 +193,7 @@ func (s *server) handlePutAgent(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if len(issues) > 0 {
-		return specIssuesError(issues)
+		return specIssuesError("agent spec", issues)
 	}
 	if spec.Name != name {
 		return errorf(codeSpecInvalid, "spec.name %q does not match the agent %q in the path", spec.Name, name).

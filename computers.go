@@ -13,6 +13,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -933,114 +934,6 @@ func (c *computerService) reconcile(ctx context.Context, skip map[string]bool) m
 
 // ---- HTTP ----
 
-// computerCreateBody is the strict create body: exactly the keys API.md accepts.
-type computerCreateBody struct {
-	Name           string            `json:"name"`
-	Provider       string            `json:"provider"`
-	Image          string            `json:"image"`
-	Flavor         string            `json:"flavor"`
-	CPUs           *float64          `json:"cpus"`
-	MemoryMB       *int              `json:"memoryMb"`
-	DiskMB         *int              `json:"diskMb"`
-	IdleTimeoutSec *int              `json:"idleTimeoutSec"`
-	MaxLifetimeSec *int              `json:"maxLifetimeSec"`
-	Network        *NetworkSpec      `json:"network"`
-	Env            map[string]string `json:"env"`
-	Mounts         []Mount           `json:"mounts"`
-	Workdir        string            `json:"workdir"`
-	User           string            `json:"user"`
-	Persist        bool              `json:"persist"`
-	Packages       []string          `json:"packages"`
-	Setup          string            `json:"setup"`
-	Labels         map[string]string `json:"labels"`
-}
-
-// specFromBody validates the create body and applies the defaults (idle 900).
-func specFromBody(b computerCreateBody) (ComputerSpec, error) {
-	var issues []string
-	bad := func(format string, args ...any) { issues = append(issues, fmt.Sprintf(format, args...)) }
-	sp := ComputerSpec{Name: b.Name, Provider: b.Provider, Image: b.Image, Flavor: b.Flavor, Env: b.Env,
-		Mounts: b.Mounts, Workdir: b.Workdir, User: b.User, Persist: b.Persist, Packages: b.Packages,
-		Setup: b.Setup, Labels: b.Labels, IdleTimeoutSec: 900}
-	if b.Name != "" && !computerNameRE.MatchString(b.Name) {
-		bad("name: must be 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit")
-	}
-	if b.Flavor != "" && defaultImages[b.Flavor] == "" {
-		bad("flavor: Invalid enum value. Expected 'base' | 'python' | 'node' | 'full', received '%s'", b.Flavor)
-	}
-	if b.CPUs != nil {
-		if *b.CPUs <= 0 {
-			bad("cpus: Number must be greater than 0")
-		} else if *b.CPUs > 64 {
-			bad("cpus: Number must be less than or equal to 64")
-		}
-		sp.CPUs = *b.CPUs
-	}
-	if b.MemoryMB != nil {
-		if *b.MemoryMB <= 0 {
-			bad("memoryMb: Number must be greater than 0")
-		} else if *b.MemoryMB > 131072 {
-			bad("memoryMb: Number must be less than or equal to 131072")
-		}
-		sp.MemoryMB = *b.MemoryMB
-	}
-	if b.DiskMB != nil {
-		if *b.DiskMB <= 0 {
-			bad("diskMb: Number must be greater than 0")
-		}
-		sp.DiskMB = *b.DiskMB
-	}
-	if b.IdleTimeoutSec != nil {
-		if *b.IdleTimeoutSec < 0 {
-			bad("idleTimeoutSec: Number must be greater than or equal to 0")
-		}
-		sp.IdleTimeoutSec = *b.IdleTimeoutSec
-	}
-	if b.MaxLifetimeSec != nil {
-		if *b.MaxLifetimeSec < 0 {
-			bad("maxLifetimeSec: Number must be greater than or equal to 0")
-		}
-		sp.MaxLifetimeSec = *b.MaxLifetimeSec
-	}
-	if b.Network != nil {
-		sp.Network = *b.Network
-		switch sp.Network.Mode {
-		case "", "none", "egress", "full":
-		default:
-			bad("network.mode: Invalid enum value. Expected 'none' | 'egress' | 'full', received '%s'", sp.Network.Mode)
-		}
-	}
-	if b.Workdir != "" && !strings.HasPrefix(b.Workdir, "/") {
-		bad("workdir: must be an absolute path")
-	}
-	for i, mt := range b.Mounts {
-		if mt.Source == "" {
-			bad("mounts.%d.source: Required", i)
-		}
-		if mt.Target == "" {
-			bad("mounts.%d.target: Required", i)
-		} else if !strings.HasPrefix(mt.Target, "/") {
-			bad("mounts.%d.target: must be an absolute path", i)
-		}
-	}
-	for k := range b.Env {
-		if k == "" || strings.ContainsAny(k, "=\x00") {
-			bad("env.%s: invalid variable name", k)
-		}
-	}
-	for i, p := range b.Packages {
-		if p == "" || strings.HasPrefix(p, "-") || strings.ContainsAny(p, " \t\n;&|") {
-			bad("packages.%d: invalid package name %q", i, p)
-		}
-	}
-	if len(issues) > 0 {
-		return sp, errorf(codeSpecInvalid, "%s", strings.Join(issues, "; ")).
-			withHint("fix the computer spec; see API.md (computer)").withDetail("issues", issues)
-	}
-	applyComputerDefaults(&sp)
-	return sp, nil
-}
-
 func (s *server) handleListComputers(w http.ResponseWriter, r *http.Request) error {
 	all := false
 	if v := r.URL.Query().Get("all"); v != "" {
@@ -1055,19 +948,20 @@ func (s *server) handleListComputers(w http.ResponseWriter, r *http.Request) err
 }
 
 func (s *server) handleCreateComputer(w http.ResponseWriter, r *http.Request) error {
-	var body computerCreateBody
-	if b, err := readBody(r); err != nil {
-		return err
-	} else if len(strings.TrimSpace(string(b))) == 0 {
-		body = computerCreateBody{} // an empty body means all defaults
-	} else if err := decodeBytes(b, &body); err != nil {
-		return err
-	}
-	sp, err := specFromBody(body)
+	b, err := readBody(r)
 	if err != nil {
 		return err
 	}
-	m, err := s.computers.create(r.Context(), sp)
+	if len(bytes.TrimSpace(b)) == 0 {
+		b = []byte("{}") // an empty body means all defaults
+	}
+	// The one computer validator: the same rules, messages and paths as an agent spec's computer block.
+	sp, issues := parseComputerCreateJSON(b)
+	if len(issues) > 0 {
+		return specIssuesError("computer spec", issues)
+	}
+	applyComputerDefaults(sp)
+	m, err := s.computers.create(r.Context(), *sp)
 	if err != nil {
 		return err
 	}

@@ -609,6 +609,9 @@ func validateSpecTree(tree any) (*AgentSpec, []string) {
 func (c *specCheck) computer(o *specObj, p string, dst *ComputerSpec, create bool) {
 	if create {
 		c.str(o, p, "name", false, 64, false, &dst.Name)
+		if dst.Name != "" && !computerNameRE.MatchString(dst.Name) {
+			c.add(joinPath(p, "name"), "must be 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit")
+		}
 		c.str(o, p, "user", false, -1, false, &dst.User)
 		c.strMap(o, p, "labels", &dst.Labels)
 	} else {
@@ -624,8 +627,21 @@ func (c *specCheck) computer(o *specObj, p string, dst *ComputerSpec, create boo
 	c.integer(o, p, "maxLifetimeSec", bounds{lo: 0, hasLo: true}, &dst.MaxLifetimeSec)
 	c.strList(o, p, "packages", &dst.Packages)
 	c.str(o, p, "setup", false, -1, false, &dst.Setup)
+	for i, pkg := range dst.Packages {
+		if pkg == "" || strings.HasPrefix(pkg, "-") || strings.ContainsAny(pkg, " \t\n;&|") {
+			c.add(joinPath(p, "packages."+strconv.Itoa(i)), fmt.Sprintf("invalid package name %q", pkg))
+		}
+	}
 	c.strMap(o, p, "env", &dst.Env)
+	for k := range dst.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			c.add(joinPath(p, "env."+k), "invalid variable name")
+		}
+	}
 	c.str(o, p, "workdir", false, -1, true, &dst.Workdir)
+	if dst.Workdir != "" && !strings.HasPrefix(dst.Workdir, "/") {
+		c.add(joinPath(p, "workdir"), "must be an absolute path")
+	}
 	c.boolean(o, p, "persist", &dst.Persist)
 	if v, np, ok := c.get(o, p, "network", false); ok {
 		if n := c.object(np, v, []string{"mode", "allow", "deny"}); n != nil {
@@ -643,6 +659,9 @@ func (c *specCheck) computer(o *specObj, p string, dst *ComputerSpec, create boo
 		m := Mount{}
 		c.str(e, mp, "source", true, -1, true, &m.Source)
 		c.str(e, mp, "target", true, -1, true, &m.Target)
+		if m.Target != "" && !strings.HasPrefix(m.Target, "/") {
+			c.add(joinPath(mp, "target"), "must be an absolute path")
+		}
 		readonly := true
 		c.boolean(e, mp, "readonly", &readonly)
 		m.Readonly = &readonly
@@ -804,8 +823,8 @@ func blockUnsafe(v string) bool {
 }
 
 // specIssuesError is the 422 for an invalid spec: the first issue in the message, all in details.issues.
-func specIssuesError(issues []string) *apiError {
-	msg := "invalid agent spec: " + issues[0]
+func specIssuesError(what string, issues []string) *apiError {
+	msg := "invalid " + what + ": " + issues[0]
 	if len(issues) > 1 {
 		msg += fmt.Sprintf(" (and %d more)", len(issues)-1)
 	}

@@ -352,3 +352,34 @@ func TestSpecTriggerListDefaults(t *testing.T) {
 		t.Fatalf("round trip: %v %+v", err, back)
 	}
 }
+
+// The agent spec's computer block and the POST /v1/computers body share one validator: the same bad
+// values give the same messages at the same paths (under `computer.` in the agent spec).
+func TestComputerBlockAndCreateBodyAgree(t *testing.T) {
+	ts := newTestServer(t)
+	bad := map[string]any{"cpus": 65, "memoryMb": 1.5, "diskMb": 0, "flavor": "huge", "workdir": "relative",
+		"idleTimeoutSec": -1, "packages": []any{"-o", "ok", "a;b"}, "env": map[string]any{"A=B": "1"},
+		"mounts": []any{map[string]any{"target": "x"}}, "network": map[string]any{"mode": "all", "x": 1}, "bogus": true}
+	agent := ts.do("POST", "/v1/agents/validate", map[string]any{"spec": map[string]any{"name": "a", "computer": bad}}).json(t)
+	var fromAgent []string
+	for _, l := range agent["issues"].([]any) {
+		line := strings.TrimPrefix(l.(string), "computer.")
+		if rest, ok := strings.CutPrefix(line, "computer: "); ok { // the block itself is the body's root
+			line = "(root): " + rest
+		}
+		fromAgent = append(fromAgent, line)
+	}
+	res := ts.do("POST", "/v1/computers", bad)
+	if res.status != 422 || res.errCode(t) != codeSpecInvalid {
+		t.Fatalf("create: %d %s", res.status, res.body)
+	}
+	var fromCreate []string
+	for _, l := range res.json(t)["error"].(map[string]any)["details"].(map[string]any)["issues"].([]any) {
+		fromCreate = append(fromCreate, l.(string))
+	}
+	slices.Sort(fromAgent)
+	slices.Sort(fromCreate)
+	if len(fromCreate) < 11 || !slices.Equal(fromAgent, fromCreate) {
+		t.Fatalf("the two bodies disagree:\nagent  %q\ncreate %q", fromAgent, fromCreate)
+	}
+}
