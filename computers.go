@@ -120,9 +120,8 @@ type provider interface {
 	status(ctx context.Context, m *ComputerInfo) (string, error)
 	// owned lists the machines this server's owner id has on the provider: id → running.
 	owned(ctx context.Context) (map[string]bool, error)
-	// command builds the host process that runs p inside m; killTree kills p's process group inside m.
+	// command builds the host process that runs p inside m; its Cancel kills p's process group there.
 	command(ctx context.Context, m *ComputerInfo, p *procSpec) (*procHandle, error)
-	killTree(ctx context.Context, m *ComputerInfo, p *procSpec)
 	fs(m *ComputerInfo) machineFS
 	// supports refuses a spec the provider cannot honour (never silently ignored).
 	supports(sp ComputerSpec) error

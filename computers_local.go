@@ -246,10 +246,6 @@ func lookPathIn(name string, env []string) (string, error) {
 	return "", exec.ErrNotFound
 }
 
-// killTree kills the process group of one exec. The group leader's pid is only known to command's
-// Cancel, which does the work; this is a fallback for callers outside runProc.
-func (l *localProvider) killTree(ctx context.Context, m *ComputerInfo, p *procSpec) {}
-
 // killAll kills every process that carries the machine's id, group by group.
 func (l *localProvider) killAll(m *ComputerInfo) {
 	needle := []byte("AGENTD_COMPUTER_ID=" + m.ID + "\x00")

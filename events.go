@@ -139,13 +139,6 @@ func (h *hub) unsubscribe(s *subscriber) {
 	s.drop()
 }
 
-// subscribers reports how many subscribers are attached (tests, doctor).
-func (h *hub) subscribers() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return len(h.subs)
-}
-
 // Close disconnects every subscriber and waits for the socket handlers to return. Idempotent.
 func (h *hub) Close() {
 	h.mu.Lock()

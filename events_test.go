@@ -365,3 +365,10 @@ func TestEventsSentSet(t *testing.T) {
 		t.Fatal("a jump past the window keeps old bits")
 	}
 }
+
+// subscribers counts the hub's connected sockets.
+func (h *hub) subscribers() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.subs)
+}

@@ -590,13 +590,6 @@ func (rs *runService) activeList() []map[string]any {
 	return out
 }
 
-// computerInUse reports whether a run currently holds the computer (the reaper may ask).
-func (rs *runService) computerInUse(id string) bool {
-	rs.compMu.Lock()
-	defer rs.compMu.Unlock()
-	return rs.compRefs[id] > 0
-}
-
 // newRunID returns run_ + 10 base32 digits of the millisecond clock + 10 random ones: ids sort by time.
 func newRunID(now time.Time) string {
 	ms := uint64(now.UnixMilli())
@@ -679,21 +672,6 @@ func (s *server) handleRunStream(w http.ResponseWriter, r *http.Request) error {
 	}
 	s.streamRun(w, r, spec, p)
 	return nil
-}
-
-// startRun starts a run of a stored agent from a run body, for callers other than the run endpoints
-// (triggers): trigger names what started it (http, webhook, cron) and is kept in the RunSummary.
-func (s *server) startRun(ctx context.Context, agent string, body runBody, trigger string, sink func(runEvent, []byte)) (*activeRun, error) {
-	spec, err := s.loadAgent(ctx, agent)
-	if err != nil {
-		return nil, err
-	}
-	p, err := prepareRun(spec, body)
-	if err != nil {
-		return nil, err
-	}
-	p.Trigger = trigger
-	return s.runs.start(spec, p, sink)
 }
 
 // streamRun runs and answers with the SSE run stream; a client disconnect or a consumer stalled for

@@ -93,12 +93,6 @@ func runTimeout(l Limits) time.Duration {
 	return time.Duration(min(max(l.TimeoutSec, 1), most)) * time.Second
 }
 
-// wait blocks until the run ended and returns its result.
-func (ar *activeRun) wait() *RunResult {
-	<-ar.done
-	return ar.result
-}
-
 // emit persists an event and hands it to the stream, in one order for both.
 func (ar *activeRun) emit(ev runEvent) { ar.emitThen(ev, nil) }
 

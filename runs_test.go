@@ -937,28 +937,6 @@ func FuzzRunBody(f *testing.F) {
 	})
 }
 
-func TestStartRunForTriggers(t *testing.T) {
-	te := newRunEnv(t, &fakeModel{script: scriptOf(textResp("triggered"))}, nil)
-	te.putAgent(testSpec("hooked", nil))
-	ar, err := te.s.startRun(context.Background(), "hooked", runBody{Input: json.RawMessage(`"from a webhook"`)}, "webhook", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r := ar.wait(); r.Text != "triggered" || r.StopReason != "complete" {
-		t.Fatalf("result %+v", r)
-	}
-	_, list := te.do("GET", "/v1/runs?agent=hooked", nil)
-	if sum := list["runs"].([]any)[0].(map[string]any); sum["trigger"] != "webhook" || sum["preview"] != "triggered" {
-		t.Fatalf("summary %v", sum)
-	}
-	if _, err := te.s.startRun(context.Background(), "nobody", runBody{Input: json.RawMessage(`"x"`)}, "cron", nil); asAPIError(err).Code != codeAgentNotFound {
-		t.Fatalf("unknown agent: %v", err)
-	}
-	if _, err := te.s.startRun(context.Background(), "hooked", runBody{}, "cron", nil); asAPIError(err).Code != codeSpecInvalid {
-		t.Fatalf("empty input: %v", err)
-	}
-}
-
 // floodModel streams large text deltas until the run is cancelled.
 type floodModel struct{}
 
@@ -1079,4 +1057,17 @@ func TestRunEndIsStoredBeforeItIsStreamed(t *testing.T) {
 	if got := <-checked; got != "status=complete result=true err=<nil> lastEventIsEnd=true" {
 		t.Fatalf("when run_end was streamed: %s", got)
 	}
+}
+
+// wait blocks until the run has ended and returns its result.
+func (ar *activeRun) wait() *RunResult {
+	<-ar.done
+	return ar.result
+}
+
+// computerInUse reports whether a run currently holds the computer.
+func (rs *runService) computerInUse(id string) bool {
+	rs.compMu.Lock()
+	defer rs.compMu.Unlock()
+	return rs.compRefs[id] > 0
 }
