@@ -12,6 +12,30 @@
 // Configuration precedence: flag > environment (AGENT_HOME, AGENT_HOST, AGENT_PORT, AGENT_TOKEN) >
 // $AGENT_HOME/config.yaml > defaults. The API contract is API.md; README.md is the quick start.
 //
+// # Audit map
+//
+// The trust boundary, in the order a request meets it (about 3,000 lines; each stop is a file and a
+// function):
+//
+//  1. api.go, (*server).ServeHTTP: version and request id, CORS, the foreign-Origin and DNS-rebinding
+//     refusals, the bearer token (authorized, tokenEqual: constant time), the 32 MB body cap,
+//     idempotency (api_idempotency.go); then routes(), the table of every endpoint, and decode (strict
+//     JSON) / writeError (the one code → status map; unclassified errors logged, never answered).
+//  2. computers_policy.go, commandPolicy.check: the one command policy every exec passes (API, terminal,
+//     agent tool): allowCommands, denyCommands, the built-in deny list at command position.
+//  3. computers_files.go, lexicalJail and (*computerService).jail: every path of the files API and the
+//     file tools (only /work and /tmp; then resolved inside the machine, symlinks followed, still inside);
+//     checkArchive and untarTo for uploads (links, specials and bombs refused before a byte is written).
+//  4. computers_netpolicy.go, netPolicy.checkURL and netPolicy.httpClient: which hosts fetch_url and
+//     http_request may reach (private ranges, allow/deny, redirects, the checked address is the dialled one).
+//  5. runs_guard.go, newRedactor and (*redactor).redact: secrets out of tool results, events, warnings
+//     and errors; dangerousTools and the approval modes (runs_approvals.go: ask fails closed).
+//  6. computers_engine.go, (*engineProvider).runArgs and checkEngineArgs (computers.go): the container's
+//     argv (caps dropped, no-new-privileges, pids limit, read-only root, user 1000, limits), every engine
+//     call through (*engineProvider).cli (explicit argv, WaitDelay, stderr in the error).
+//  7. computers_local.go, localEnvAllow and (*localProvider).command: the local provider's environment
+//     allow-list (never the server's secrets) and its process groups; it guards, it does not isolate.
+//
 // This file holds main, run (the testable entry point), configuration loading and the serve lifecycle.
 package main
 
