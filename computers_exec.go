@@ -1,5 +1,5 @@
 // computers_exec.go — running commands in machines: the exec semantics shared by every provider, the sync and
-// SSE endpoints, and the head+tail output cap.
+// SSE endpoints, and the one head-and-tail truncator (exec output and tool results).
 //
 // Entry points: computerService.Exec (API, terminal, agent tool), run (internal, no policy: provisioning
 // and the engine's file operations), handleExec, handleExecStream.
@@ -500,52 +500,65 @@ func utf8Boundary(p []byte) int {
 	return len(p)
 }
 
-// headTail keeps the first half and the last half of max bytes of a stream and counts the rest.
+// headTail is the one head-and-tail truncator, for exec output (streamed in, per stream) and tool results
+// (boundOutput): past max bytes it keeps the first half and the last half, cut on character boundaries,
+// and marks the elided middle "\n…[N bytes elided]…\n".
 type headTail struct {
 	max   int
 	head  []byte
-	tail  []byte
+	tail  []byte // the bytes past the head: all of them with wholeWords, else the last half (with slack)
 	total int64
+	// wholeWords also moves each cut off a word a secret could be part of (and past a bearer/basic
+	// credential whose scheme word was elided): tool results are redacted after the cut, and the redactor
+	// cannot recognise half a key. It keeps every byte to look around the cuts: whole results only.
+	wholeWords bool
 }
 
 func newHeadTail(max int) *headTail { return &headTail{max: max} }
 
 func (h *headTail) write(p []byte) {
 	h.total += int64(len(p))
-	hmax := h.max / 2
-	if n := hmax - len(h.head); n > 0 {
+	if n := h.max/2 - len(h.head); n > 0 {
 		n = min(n, len(p))
 		h.head = append(h.head, p[:n]...)
 		p = p[n:]
 	}
-	if len(p) == 0 {
-		return
-	}
-	tmax := h.max - hmax
 	h.tail = append(h.tail, p...)
-	if len(h.tail) > 2*tmax+4096 {
+	if tmax := h.max - h.max/2; !h.wholeWords && len(h.tail) > 2*tmax+4096 {
 		h.tail = append(h.tail[:0:0], h.tail[len(h.tail)-tmax:]...)
 	}
 }
 
-// String returns the kept output and whether anything was elided. The head ends and the tail starts on
-// character boundaries; the elided middle is marked.
+// String returns the kept output and whether anything was elided.
 func (h *headTail) String() (string, bool) {
-	tmax := h.max - h.max/2
-	tail := h.tail
-	if len(tail) > tmax {
-		tail = tail[len(tail)-tmax:]
+	s := string(h.head) + string(h.tail)
+	if h.total <= int64(h.max) {
+		return s, false
 	}
-	kept := int64(len(h.head) + len(tail))
-	if kept == h.total {
-		return string(h.head) + string(tail), false
+	hn, ts := utf8Boundary(h.head), len(s)-(h.max-h.max/2)
+	for i := 0; i < 3 && ts < len(s) && !utf8.RuneStart(s[ts]); i++ {
+		ts++
 	}
-	head := h.head[:utf8Boundary(h.head)]
-	for i := 0; i < 3 && len(tail) > 0 && !utf8.RuneStart(tail[0]); i++ {
-		tail = tail[1:]
+	if h.wholeWords {
+		if hn > 0 && secretByte(s[hn-1]) && secretByte(s[hn]) {
+			hn = safeCut(s[:hn]) + 1
+		}
+		ts = len(s) - tailAfterSecret(s, ts)
 	}
-	elided := h.total - int64(len(head)) - int64(len(tail))
-	return string(head) + fmt.Sprintf("\n…[%d bytes elided]…\n", elided) + string(tail), true
+	elided := h.total - int64(hn) - int64(len(s)-ts)
+	return s[:hn] + fmt.Sprintf("\n…[%d bytes elided]…\n", elided) + s[ts:], true
+}
+
+// boundOutput bounds a whole tool result to max bytes (0: unbounded) by the exec output's rule and
+// marker, keeping whole the words a secret could be part of.
+func boundOutput(s string, max int) string {
+	if max <= 0 || len(s) <= max {
+		return s
+	}
+	h := &headTail{max: max, wholeWords: true}
+	h.write([]byte(s))
+	out, _ := h.String()
+	return out
 }
 
 // ---- HTTP ----

@@ -223,6 +223,27 @@ func safeCut(text string) int {
 	return i
 }
 
+// tailAfterSecret moves a tail cut at start forward past the second half of a secret, and past a
+// credential whose `bearer`/`basic` scheme word falls in the elided part; it returns the tail's length.
+func tailAfterSecret(s string, start int) int {
+	skipWord := func() {
+		for start < len(s) && secretByte(s[start]) {
+			start++
+		}
+	}
+	if start > 0 && start < len(s) && secretByte(s[start-1]) && secretByte(s[start]) {
+		skipWord()
+	}
+	before := strings.ToLower(strings.TrimRight(s[:start], " \t"))
+	if strings.HasSuffix(before, "bearer") || strings.HasSuffix(before, "basic") {
+		for start < len(s) && (s[start] == ' ' || s[start] == '\t') {
+			start++
+		}
+		skipWord()
+	}
+	return len(s) - start
+}
+
 // secretByte reports whether b can be part of a secret the patterns recognise.
 func secretByte(b byte) bool {
 	return b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9' ||

@@ -166,15 +166,15 @@ func TestStreamRedactorLongLineSecretAtTheCut(t *testing.T) {
 // edge is dropped whole rather than kept in halves the redactor cannot recognise.
 func TestBoundOutputDoesNotHalveSecrets(t *testing.T) {
 	r := newRedactor(nil)
-	const max = 3000
+	const max, tail = 3000, 1500 // the head cut is at 1500, the tail cut 1500 from the end
 	for name, key := range map[string]string{"key": planted["openai"], "bearer": "Authorization: Bearer abcdefghijklmnopqrstuvwxyz012345"} {
-		for pos := 1800; pos < 2100; pos++ { // around the head cut (2000)
+		for pos := max - tail - 200; pos < max-tail+100; pos++ { // around the head cut
 			s := strings.Repeat("a ", pos/2) + key + " " + strings.Repeat("b ", 4000)
 			if got := r.redact(boundOutput(s, max)); leaksPart(got, key) {
 				t.Fatalf("%s at %d (head cut) leaked", name, pos)
 			}
 		}
-		for pos := 1 + 8000 - 1000 - 60; pos < 8000-1000+60; pos++ { // around the tail cut (1000 from the end)
+		for pos := 1 + 8000 - tail - 60; pos < 8000-tail+60; pos++ { // around the tail cut
 			s := strings.Repeat("a", pos) + " " + key + " " + strings.Repeat("b", 8000-pos-len(key)-2)
 			if got := r.redact(boundOutput(s, max)); leaksPart(got, key) {
 				t.Fatalf("%s at %d (tail cut) leaked", name, pos)

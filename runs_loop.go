@@ -742,50 +742,6 @@ func (ar *activeRun) runTool(c ToolCall) (res toolOutcome) {
 	return toolOutcome{output: out}
 }
 
-// boundOutput keeps the head and tail of an over-long result and marks the elided middle.
-func boundOutput(s string, max int) string {
-	if max <= 0 || len(s) <= max {
-		return s
-	}
-	head, tail := max*2/3, max/3
-	h := s[:head]
-	for len(h) > 0 && !utf8RuneStart(s[len(h)]) {
-		h = h[:len(h)-1]
-	}
-	if len(h) > 0 && secretByte(h[len(h)-1]) && secretByte(s[len(h)]) {
-		h = h[:safeCut(h)+1] // not the first half of a secret the redactor would no longer recognise
-	}
-	t := s[len(s)-tail:]
-	for len(t) > 0 && !utf8RuneStart(t[0]) {
-		t = t[1:]
-	}
-	t = s[len(s)-tailAfterSecret(s, len(s)-len(t)):]
-	return fmt.Sprintf("%s\n[… %d bytes elided …]\n%s", h, len(s)-len(h)-len(t), t)
-}
-
-func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }
-
-// tailAfterSecret moves a tail cut at start forward past the second half of a secret, and past a
-// credential whose `bearer`/`basic` scheme word falls in the elided part; it returns the tail's length.
-func tailAfterSecret(s string, start int) int {
-	skipWord := func() {
-		for start < len(s) && secretByte(s[start]) {
-			start++
-		}
-	}
-	if start > 0 && start < len(s) && secretByte(s[start-1]) && secretByte(s[start]) {
-		skipWord()
-	}
-	before := strings.ToLower(strings.TrimRight(s[:start], " \t"))
-	if strings.HasSuffix(before, "bearer") || strings.HasSuffix(before, "basic") {
-		for start < len(s) && (s[start] == ' ' || s[start] == '\t') {
-			start++
-		}
-		skipWord()
-	}
-	return len(s) - start
-}
-
 // ---- the agent's computer ----
 
 // computer returns the run's computer id, getting it on first use: the body's computerId, or the

@@ -10,10 +10,12 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 // toolHarness runs tools directly against the temp-dir computer.
@@ -198,6 +200,28 @@ func TestBoundOutput(t *testing.T) {
 	}
 	if boundOutput("short", 300) != "short" {
 		t.Fatal("short output changed")
+	}
+}
+
+// A tool result over limits.maxOutputBytes is cut by the exec output's rule: what the run loop hands the
+// model is exactly what an exec stream keeps of the same bytes, with the same marker.
+func TestToolResultUsesTheExecTruncator(t *testing.T) {
+	const max = 301 // odd, so the halves differ; the cuts fall inside two-byte characters
+	env, _ := toolHarness(t, func(sp *AgentSpec) { sp.Limits.MaxOutputBytes = max })
+	res := env.ar.runTool(call("c1", "shell", map[string]any{"command": "i=0; while [ $i -lt 400 ]; do printf 'é! '; i=$((i+1)); done"}))
+	full := strings.Repeat("é! ", 400) + "\n[exit code 0]"
+	sink := newOutputSink("stdout", max, nil, false, "", nil)
+	sink.Write([]byte(full))
+	sink.flush()
+	want, truncated := sink.result()
+	if !truncated || res.isError || res.output != want {
+		t.Fatalf("tool result and exec output differ:\n tool %q\n exec %q", res.output, want)
+	}
+	head, rest, _ := strings.Cut(res.output, "\n…[")
+	n, tail, _ := strings.Cut(rest, " bytes elided]…\n")
+	if n != strconv.Itoa(len(full)-len(head)-len(tail)) || !strings.HasPrefix(full, head) || !strings.HasSuffix(full, tail) ||
+		len(head) < max/2-1 || len(tail) < max/2-1 || !utf8.ValidString(res.output) {
+		t.Fatalf("head %d, tail %d, elided %s of %d: %q", len(head), len(tail), n, len(full), res.output)
 	}
 }
 
