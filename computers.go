@@ -165,12 +165,13 @@ type computerService struct {
 	readLimit     int64 // bytes of one file read (buffered, so a failure is still a clean envelope)
 	reapInterval  time.Duration
 
+	agents keyedMutex // EnsureForAgent, per agent name
+
 	mu       sync.Mutex
 	rt       map[string]*machineRT
 	probes   map[string]probeResult
-	ensure   map[string]*sync.Mutex // EnsureForAgent per agent name
-	orphans  map[string]string      // "<provider>/<id>" → provider, found at reconcile
-	creating sync.Mutex             // quota check + insert are atomic
+	orphans  map[string]string // "<provider>/<id>" → provider, found at reconcile
+	creating sync.Mutex        // quota check + insert are atomic
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -181,8 +182,7 @@ func newComputerService(s *server) (*computerService, error) {
 	c := &computerService{
 		s:             s,
 		downloadLimit: 256 << 20, uploadLimit: 1 << 30, readLimit: 256 << 20,
-		rt: map[string]*machineRT{}, probes: map[string]probeResult{}, ensure: map[string]*sync.Mutex{},
-		orphans: map[string]string{},
+		rt: map[string]*machineRT{}, probes: map[string]probeResult{}, orphans: map[string]string{},
 	}
 	now := s.store.now
 	if now == nil {
@@ -804,15 +804,7 @@ func (c *computerService) markGone(ctx context.Context, m *ComputerInfo) error {
 // EnsureForAgent returns the running computer named after the agent, creating it from spec if needed.
 // Concurrent runs of one agent share it.
 func (c *computerService) EnsureForAgent(ctx context.Context, agent string, spec ComputerSpec) (*ComputerInfo, error) {
-	c.mu.Lock()
-	mu := c.ensure[agent]
-	if mu == nil {
-		mu = &sync.Mutex{}
-		c.ensure[agent] = mu
-	}
-	c.mu.Unlock()
-	mu.Lock()
-	defer mu.Unlock()
+	defer c.agents.lock(agent)()
 
 	all, err := c.s.store.ListComputers(ctx)
 	if err != nil {
@@ -850,6 +842,42 @@ func (c *computerService) EnsureForAgent(ctx context.Context, agent string, spec
 	spec.Name = agent
 	spec.Enabled = nil
 	return c.create(ctx, spec)
+}
+
+// keyedMutex serialises callers per key (one agent's computer is ensured by one caller at a time). An
+// entry lives only while someone holds or waits for it, so the map does not grow with every name seen.
+type keyedMutex struct {
+	mu      sync.Mutex
+	entries map[string]*keyedEntry
+}
+
+type keyedEntry struct {
+	sync.Mutex
+	refs int // holders and waiters, guarded by keyedMutex.mu
+}
+
+// lock takes key's lock and returns the function that releases it.
+func (k *keyedMutex) lock(key string) (unlock func()) {
+	k.mu.Lock()
+	if k.entries == nil {
+		k.entries = map[string]*keyedEntry{}
+	}
+	e := k.entries[key]
+	if e == nil {
+		e = &keyedEntry{}
+		k.entries[key] = e
+	}
+	e.refs++
+	k.mu.Unlock()
+	e.Lock()
+	return func() {
+		e.Unlock()
+		k.mu.Lock()
+		if e.refs--; e.refs == 0 {
+			delete(k.entries, key)
+		}
+		k.mu.Unlock()
+	}
 }
 
 // ---- reconciliation ----

@@ -20,6 +20,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -1029,6 +1030,9 @@ func TestEnsureForAgent(t *testing.T) {
 			t.Fatalf("not shared: %v", ids)
 		}
 	}
+	if n := len(c.agents.entries); n != 0 {
+		t.Fatalf("the per-agent lock kept %d entries after its callers left", n)
+	}
 	if _, err := c.stop(context.Background(), ids[0]); err != nil {
 		t.Fatal(err)
 	}
@@ -1115,6 +1119,46 @@ func TestOutputSinkMarker(t *testing.T) {
 	s.flush()
 	if !m.complete() || m.code != 7 || got.String() != "hello \x1e world" {
 		t.Fatalf("marker: %v %d %q", m.complete(), m.code, got.String())
+	}
+}
+
+// The per-agent lock excludes per key, lets different keys run together, and forgets a key once no one
+// holds or waits for it.
+func TestKeyedMutexExcludesAndPrunes(t *testing.T) {
+	var k keyedMutex
+	keys := []string{"a", "b", "c", "d"}
+	inside := make([]atomic.Int32, len(keys))
+	var overlap atomic.Int32 // times two keys were held at once: different keys must not exclude each other
+	var wg sync.WaitGroup
+	for g := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 500 {
+				ki := (g + i) % len(keys)
+				unlock := k.lock(keys[ki])
+				if n := inside[ki].Add(1); n != 1 {
+					t.Errorf("key %s held by %d callers at once", keys[ki], n)
+				}
+				for j := range inside {
+					if j != ki && inside[j].Load() > 0 {
+						overlap.Add(1)
+					}
+				}
+				runtime.Gosched()
+				inside[ki].Add(-1)
+				unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if len(k.entries) != 0 {
+		t.Fatalf("%d entries left after every caller unlocked: the map grows with every key ever seen", len(k.entries))
+	}
+	if overlap.Load() == 0 {
+		t.Fatal("different keys never held together: the lock is global, not per key")
 	}
 }
 

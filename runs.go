@@ -154,9 +154,8 @@ type runService struct {
 	closed bool
 	active map[string]*activeRun
 
-	compMu    sync.Mutex
-	agentLock map[string]*sync.Mutex // serialises EnsureForAgent per agent
-	compRefs  map[string]int         // computer id → runs using it
+	compMu   sync.Mutex
+	compRefs map[string]int // computer id → runs using it
 }
 
 // runDeps are the parts a run service is built from; tests pass fakes for models and computers.
@@ -189,7 +188,7 @@ func newRunServiceWith(d runDeps) *runService {
 	rs := &runService{
 		store: d.store, hub: d.hub, models: d.models, computers: d.computers, now: d.now, log: d.log,
 		getenv: d.getenv, approvals: newApprovalBook(d.now, d.hub), memory: newMemoryService(d.store, d.home),
-		active: map[string]*activeRun{}, agentLock: map[string]*sync.Mutex{}, compRefs: map[string]int{},
+		active: map[string]*activeRun{}, compRefs: map[string]int{},
 	}
 	rs.tools = toolCatalog()
 	rs.ctx, rs.cancel = context.WithCancel(context.Background())

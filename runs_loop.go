@@ -761,10 +761,7 @@ func (ar *activeRun) computer(ctx context.Context) (string, error) {
 	if ar.p.ComputerID != "" {
 		info, err = rs.computers.Get(ctx, ar.p.ComputerID)
 	} else {
-		lock := rs.agentMutex(ar.agent)
-		lock.Lock()
-		info, err = rs.computers.EnsureForAgent(ctx, ar.agent, ar.spec.Computer)
-		lock.Unlock()
+		info, err = rs.computers.EnsureForAgent(ctx, ar.agent, ar.spec.Computer) // it serialises per agent
 	}
 	if err != nil {
 		return "", err
@@ -778,17 +775,6 @@ func (ar *activeRun) computer(ctx context.Context) (string, error) {
 	rs.compMu.Unlock()
 	ar.emit(runEvent{Type: "computer_ready", ComputerID: info.ID, Provider: info.Provider})
 	return info.ID, nil
-}
-
-func (rs *runService) agentMutex(agent string) *sync.Mutex {
-	rs.compMu.Lock()
-	defer rs.compMu.Unlock()
-	m, ok := rs.agentLock[agent]
-	if !ok {
-		m = &sync.Mutex{}
-		rs.agentLock[agent] = m
-	}
-	return m
 }
 
 // releaseComputer drops the run's reference; the computer itself is left running for the reaper.
