@@ -17,6 +17,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
 	"path"
@@ -152,10 +153,24 @@ type machineRT struct {
 	ports    map[int]*portForwarder
 }
 
+// computerDeps are the parts a computer service is built from (newServer fills them from the config).
+type computerDeps struct {
+	store        *store
+	hub          *hub
+	log          *slog.Logger
+	clock        func() time.Time    // read through c.now(), which a test may swap while the reaper runs
+	getenv       func(string) string // the server's environment: the local provider's allow-list reads it
+	home         string              // the data directory: instance id, local workspaces, podman probe root
+	provider     string              // computerProvider: auto or a provider's name
+	images       map[string]string   // flavor → image, overriding defaultImages
+	maxComputers int
+	reapInterval time.Duration
+}
+
 // computerService owns machines and the reaper goroutine.
 type computerService struct {
-	s         *server
-	clock     atomic.Pointer[func() time.Time] // injectable for tests (setNow)
+	computerDeps
+	nowFn     atomic.Pointer[func() time.Time] // the clock now (setNow)
 	owner     string
 	providers []provider // priority order, highest first
 
@@ -163,7 +178,6 @@ type computerService struct {
 	downloadLimit int64 // compressed bytes of a download archive
 	uploadLimit   int64 // uncompressed bytes of an upload archive
 	readLimit     int64 // bytes of one file read (buffered, so a failure is still a clean envelope)
-	reapInterval  time.Duration
 
 	agents keyedMutex // EnsureForAgent, per agent name
 
@@ -178,18 +192,14 @@ type computerService struct {
 	wg     sync.WaitGroup
 }
 
-func newComputerService(s *server) (*computerService, error) {
+func newComputerService(d computerDeps) (*computerService, error) {
 	c := &computerService{
-		s:             s,
+		computerDeps:  d,
 		downloadLimit: 256 << 20, uploadLimit: 1 << 30, readLimit: 256 << 20,
 		rt: map[string]*machineRT{}, probes: map[string]probeResult{}, orphans: map[string]string{},
 	}
-	now := s.store.now
-	if now == nil {
-		now = time.Now
-	}
-	c.setNow(now)
-	owner, err := loadOwnerID(s.cfg.Home)
+	c.setNow(d.clock)
+	owner, err := loadOwnerID(d.home)
 	if err != nil {
 		return nil, err
 	}
@@ -198,10 +208,6 @@ func newComputerService(s *server) (*computerService, error) {
 		newEngineProvider("docker", 100, c),
 		newEngineProvider("podman", 90, c),
 		newLocalProvider(c),
-	}
-	c.reapInterval = time.Duration(s.cfg.ReaperIntervalSec) * time.Second
-	if c.reapInterval <= 0 {
-		c.reapInterval = 30 * time.Second
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	// Providers holding records are reconciled before the server answers; the others are only scanned
@@ -234,8 +240,8 @@ func (c *computerService) Close() {
 	}
 }
 
-func (c *computerService) now() time.Time            { return (*c.clock.Load())() }
-func (c *computerService) setNow(f func() time.Time) { c.clock.Store(&f) }
+func (c *computerService) now() time.Time            { return (*c.nowFn.Load())() }
+func (c *computerService) setNow(f func() time.Time) { c.nowFn.Store(&f) }
 
 // loadOwnerID returns this data directory's instance id (labels containers agentd.owner), creating it
 // once. It is per data directory, not per process, so a restart adopts its own machines and two servers
@@ -280,7 +286,7 @@ func (c *computerService) probe(ctx context.Context, p provider) probeResult {
 	c.probes[name] = npr
 	c.mu.Unlock()
 	if ok && pr.available != npr.available {
-		c.s.hub.publish("providers", "provider_changed", map[string]any{
+		c.hub.publish("providers", "provider_changed", map[string]any{
 			"kind": "computer", "name": name, "available": npr.available, "reason": npr.reason})
 	}
 	return npr
@@ -290,7 +296,7 @@ func (c *computerService) probe(ctx context.Context, p provider) probeResult {
 // available by priority. Never a silent substitute.
 func (c *computerService) selectProvider(ctx context.Context, name string) (provider, error) {
 	if name == "" {
-		name = c.s.cfg.ComputerProvider
+		name = c.provider
 	}
 	if name == "" || name == "auto" {
 		var reasons []string
@@ -337,7 +343,7 @@ func (c *computerService) doctor(ctx context.Context) (providers []doctorProvide
 	default:
 		m := p.meta()
 		sel.Provider, sel.Isolated = m.name, m.isolated
-		if want := c.s.cfg.ComputerProvider; want != "" && want != "auto" {
+		if want := c.provider; want != "" && want != "auto" {
 			sel.ProviderReason = fmt.Sprintf("%s is configured (computerProvider) and available", m.name)
 		} else {
 			sel.ProviderReason = fmt.Sprintf("%s is the highest-priority available provider", m.name)
@@ -401,14 +407,14 @@ func (c *computerService) Get(ctx context.Context, idOrName string) (*ComputerIn
 	if idOrName == "" {
 		return nil, notFound(idOrName)
 	}
-	m, err := c.s.store.GetComputer(ctx, idOrName)
+	m, err := c.store.GetComputer(ctx, idOrName)
 	if err == nil && m.State != stateDestroyed {
 		return c.decorate(&m), nil
 	}
 	if err != nil && !errors.Is(err, errNotFound) {
 		return nil, err
 	}
-	all, err := c.s.store.ListComputers(ctx)
+	all, err := c.store.ListComputers(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -453,11 +459,11 @@ func (c *computerService) getLive(ctx context.Context, idOrName string) (*Comput
 
 // save writes a record back.
 func (c *computerService) save(ctx context.Context, m *ComputerInfo) error {
-	return c.s.store.UpdateComputer(context.WithoutCancel(ctx), *m)
+	return c.store.UpdateComputer(context.WithoutCancel(ctx), *m)
 }
 
 func (c *computerService) list(ctx context.Context, all bool) ([]ComputerInfo, error) {
-	ms, err := c.s.store.ListComputers(ctx)
+	ms, err := c.store.ListComputers(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -553,7 +559,7 @@ func (c *computerService) imageFor(sp ComputerSpec) string {
 	if sp.Image != "" {
 		return sp.Image
 	}
-	if img := c.s.cfg.Images[sp.Flavor]; img != "" {
+	if img := c.images[sp.Flavor]; img != "" {
 		return img
 	}
 	return defaultImages[sp.Flavor]
@@ -590,15 +596,15 @@ func (c *computerService) create(ctx context.Context, sp ComputerSpec) (*Compute
 	}
 
 	c.creating.Lock()
-	live, err := c.s.store.CountLiveComputers(ctx)
-	if err == nil && live >= c.s.cfg.MaxComputers {
+	live, err := c.store.CountLiveComputers(ctx)
+	if err == nil && live >= c.maxComputers {
 		c.creating.Unlock()
-		return nil, errorf(codeQuota, "machine limit reached: %d of %d live machines", live, c.s.cfg.MaxComputers).
+		return nil, errorf(codeQuota, "machine limit reached: %d of %d live machines", live, c.maxComputers).
 			withHint("delete or stop a computer, or raise maxComputers in config.yaml").
-			withDetail("live", live).withDetail("limit", c.s.cfg.MaxComputers)
+			withDetail("live", live).withDetail("limit", c.maxComputers)
 	}
 	if err == nil {
-		err = c.s.store.InsertComputer(ctx, *m)
+		err = c.store.InsertComputer(ctx, *m)
 	}
 	c.creating.Unlock()
 	if err != nil {
@@ -619,7 +625,7 @@ func (c *computerService) create(ctx context.Context, sp ComputerSpec) (*Compute
 	if msg, err := c.provision(cctx, p, m); err != nil {
 		m.State, m.Error = stateError, msg
 		c.save(cctx, m)
-		c.s.hub.publish("computers", "computer_created", c.decorate(m))
+		c.hub.publish("computers", "computer_created", c.decorate(m))
 		return nil, errorf(codeComputerFailed, "computer %s: %s", m.ID, msg).
 			withHint("the computer is kept in state error for inspection; delete it when done").withDetail("computerId", m.ID)
 	}
@@ -627,7 +633,7 @@ func (c *computerService) create(ctx context.Context, sp ComputerSpec) (*Compute
 	if err := c.save(cctx, m); err != nil {
 		return nil, err
 	}
-	c.s.hub.publish("computers", "computer_created", c.decorate(m))
+	c.hub.publish("computers", "computer_created", c.decorate(m))
 	return c.decorate(m), nil
 }
 
@@ -688,7 +694,7 @@ func (c *computerService) stop(ctx context.Context, idOrName string) (*ComputerI
 	if err := c.save(lctx, m); err != nil {
 		return nil, err
 	}
-	c.s.hub.publish("computers", "computer_stopped", c.decorate(m))
+	c.hub.publish("computers", "computer_stopped", c.decorate(m))
 	return m, nil
 }
 
@@ -714,14 +720,14 @@ func (c *computerService) start(ctx context.Context, idOrName string) (*Computer
 	if err := func() error {
 		c.creating.Lock()
 		defer c.creating.Unlock()
-		live, err := c.s.store.CountLiveComputers(ctx)
+		live, err := c.store.CountLiveComputers(ctx)
 		if err != nil {
 			return err
 		}
-		if live >= c.s.cfg.MaxComputers {
-			return errorf(codeQuota, "machine limit reached: %d of %d live machines", live, c.s.cfg.MaxComputers).
+		if live >= c.maxComputers {
+			return errorf(codeQuota, "machine limit reached: %d of %d live machines", live, c.maxComputers).
 				withHint("delete or stop a computer, or raise maxComputers in config.yaml").
-				withDetail("live", live).withDetail("limit", c.s.cfg.MaxComputers)
+				withDetail("live", live).withDetail("limit", c.maxComputers)
 		}
 		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lifecycleTimout)
 		defer cancel()
@@ -734,7 +740,7 @@ func (c *computerService) start(ctx context.Context, idOrName string) (*Computer
 	}(); err != nil {
 		return nil, err
 	}
-	c.s.hub.publish("computers", "computer_started", c.decorate(m))
+	c.hub.publish("computers", "computer_started", c.decorate(m))
 	return m, nil
 }
 
@@ -765,9 +771,9 @@ func (c *computerService) destroy(ctx context.Context, idOrName, reason string) 
 	c.mu.Lock()
 	delete(c.rt, m.ID)
 	c.mu.Unlock()
-	c.s.hub.publish("computers", "computer_destroyed", map[string]any{"computerId": m.ID, "name": m.Name, "reason": reason})
+	c.hub.publish("computers", "computer_destroyed", map[string]any{"computerId": m.ID, "name": m.Name, "reason": reason})
 	if reason != "" {
-		c.s.hub.publish("reaper", "computer_reaped", map[string]any{"computerId": m.ID, "name": m.Name, "reason": reason})
+		c.hub.publish("reaper", "computer_reaped", map[string]any{"computerId": m.ID, "name": m.Name, "reason": reason})
 	}
 	return nil
 }
@@ -796,7 +802,7 @@ func (c *computerService) markGone(ctx context.Context, m *ComputerInfo) error {
 	c.closePorts(rt)
 	m.State, m.Ports, m.Error = stateDestroyed, map[string]PortBinding{}, "the machine disappeared"
 	c.save(ctx, m)
-	c.s.hub.publish("computers", "computer_destroyed", map[string]any{"computerId": m.ID, "name": m.Name, "reason": "gone"})
+	c.hub.publish("computers", "computer_destroyed", map[string]any{"computerId": m.ID, "name": m.Name, "reason": "gone"})
 	return errorf(codeComputerNotFound, "the machine of computer %s no longer exists", m.ID).
 		withHint("create a new computer")
 }
@@ -806,7 +812,7 @@ func (c *computerService) markGone(ctx context.Context, m *ComputerInfo) error {
 func (c *computerService) EnsureForAgent(ctx context.Context, agent string, spec ComputerSpec) (*ComputerInfo, error) {
 	defer c.agents.lock(agent)()
 
-	all, err := c.s.store.ListComputers(ctx)
+	all, err := c.store.ListComputers(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -888,9 +894,9 @@ func (k *keyedMutex) lock(key string) (unlock func()) {
 // otherwise it handles the rest in the background, where it only looks for orphans.
 func (c *computerService) reconcile(ctx context.Context, skip map[string]bool) map[string]bool {
 	handled := map[string]bool{}
-	recs, err := c.s.store.ListComputers(ctx)
+	recs, err := c.store.ListComputers(ctx)
 	if err != nil {
-		c.s.log.Warn("computers: reconcile: list records", "err", err)
+		c.log.Warn("computers: reconcile: list records", "err", err)
 		return handled
 	}
 	for _, p := range c.providers {
@@ -905,7 +911,7 @@ func (c *computerService) reconcile(ctx context.Context, skip map[string]bool) m
 		}
 		live, err := p.owned(ctx)
 		if err != nil {
-			c.s.log.Warn("computers: reconcile", "provider", name, "err", err)
+			c.log.Warn("computers: reconcile", "provider", name, "err", err)
 			continue
 		}
 		known := map[string]bool{}
@@ -941,7 +947,7 @@ func (c *computerService) reconcile(ctx context.Context, skip map[string]bool) m
 		// Judge orphans against the records as they are now: a machine created after recs was read
 		// (the background pass runs while the server answers) already has its record, inserted before
 		// the machine was made, and must not be reaped.
-		if now, err := c.s.store.ListComputers(ctx); err == nil {
+		if now, err := c.store.ListComputers(ctx); err == nil {
 			for _, m := range now {
 				known[m.ID] = known[m.ID] || m.State != stateDestroyed
 			}

@@ -125,7 +125,7 @@ func (e *engineProvider) probe(ctx context.Context) probeResult {
 }
 
 func (e *engineProvider) probeRun(ctx context.Context) *probeResult {
-	dir := filepath.Join(e.c.s.cfg.Home, "podman-probe-root")
+	dir := filepath.Join(e.c.home, "podman-probe-root")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return &probeResult{reason: "cannot create the probe root: " + err.Error(), hint: "make AGENT_HOME writable"}
 	}

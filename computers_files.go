@@ -405,7 +405,7 @@ func (c *computerService) Upload(ctx context.Context, id, dir string, archive []
 	}
 	n := ca.entries
 	out := map[string]any{"path": rd, "bytes": len(archive), "entries": n}
-	c.s.hub.publish("computers", "uploaded", map[string]any{"computerId": m.ID, "path": rd, "bytes": len(archive), "entries": n})
+	c.hub.publish("computers", "uploaded", map[string]any{"computerId": m.ID, "path": rd, "bytes": len(archive), "entries": n})
 	return out, nil
 }
 

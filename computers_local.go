@@ -32,7 +32,7 @@ type localProvider struct {
 }
 
 func newLocalProvider(c *computerService) *localProvider {
-	return &localProvider{c: c, root: filepath.Join(c.s.cfg.Home, "workspaces")}
+	return &localProvider{c: c, root: filepath.Join(c.home, "workspaces")}
 }
 
 func (l *localProvider) meta() providerMeta {
@@ -179,16 +179,12 @@ func (l *localProvider) command(ctx context.Context, m *ComputerInfo, p *procSpe
 		return nil, errorf(codeFSDenied, "path resolves outside the workspace through a symlink").withHint("use a cwd inside /work or /tmp")
 	}
 	env := []string{}
-	getenv := l.c.s.cfg.getenv
-	if getenv == nil {
-		getenv = os.Getenv
-	}
 	for _, k := range localEnvAllow {
-		if v := getenv(k); v != "" {
+		if v := l.c.getenv(k); v != "" {
 			env = append(env, k+"="+v)
 		}
 	}
-	if getenv("PATH") == "" {
+	if l.c.getenv("PATH") == "" {
 		env = append(env, "PATH=/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin")
 	}
 	env = append(env, "HOME="+filepath.Join(l.dir(m), "work"), "TMPDIR="+filepath.Join(l.dir(m), "tmp"))

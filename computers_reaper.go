@@ -33,9 +33,9 @@ func (c *computerService) reaperLoop() {
 // sweep makes one pass and returns what it reaped (computer id → reason).
 func (c *computerService) sweep(ctx context.Context) map[string]string {
 	reaped := map[string]string{}
-	recs, err := c.s.store.ListComputers(ctx)
+	recs, err := c.store.ListComputers(ctx)
 	if err != nil {
-		c.s.log.Warn("reaper: list records", "err", err)
+		c.log.Warn("reaper: list records", "err", err)
 		return reaped
 	}
 	now := c.now()
@@ -50,7 +50,7 @@ func (c *computerService) sweep(ctx context.Context) map[string]string {
 			if errors.Is(err, errReapCancelled) {
 				continue
 			}
-			c.s.log.Warn("reaper: destroy", "computer", m.ID, "reason", reason, "err", err)
+			c.log.Warn("reaper: destroy", "computer", m.ID, "reason", reason, "err", err)
 			continue
 		}
 		reaped[m.ID] = reason
@@ -64,14 +64,14 @@ func (c *computerService) sweep(ctx context.Context) map[string]string {
 		id := key[len(prov)+1:]
 		m := &ComputerInfo{ID: id, Provider: prov, Spec: ComputerSpec{Persist: true}}
 		if err := p.destroy(ctx, m); err != nil {
-			c.s.log.Warn("reaper: orphan", "container", key, "err", err)
+			c.log.Warn("reaper: orphan", "container", key, "err", err)
 			c.mu.Lock()
 			c.orphans[key] = prov
 			c.mu.Unlock()
 			continue
 		}
 		reaped[id] = "orphan"
-		c.s.hub.publish("reaper", "computer_reaped", map[string]any{"computerId": id, "name": "", "reason": "orphan"})
+		c.hub.publish("reaper", "computer_reaped", map[string]any{"computerId": id, "name": "", "reason": "orphan"})
 	}
 	return reaped
 }
@@ -112,6 +112,6 @@ func (c *computerService) flushLastUsed(ctx context.Context, id string) {
 	}
 	c.mu.Unlock()
 	if !t.IsZero() {
-		c.s.store.TouchComputer(ctx, id, timestamp(t))
+		c.store.TouchComputer(ctx, id, timestamp(t))
 	}
 }

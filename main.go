@@ -408,16 +408,19 @@ func newServer(cfg config, logger *slog.Logger, now func() time.Time) (*server, 
 		startedAt: now(), firstRun: cfg.firstRun,
 	}
 	s.streamCtx, s.cancelStream = context.WithCancel(context.Background())
-	if s.models, err = newModelService(s); err != nil {
+	if s.models, err = newModelService(modelDeps{hub: s.hub, log: logger, getenv: cfg.getenv, aliases: cfg.ModelAliases}); err != nil {
 		st.Close()
 		return nil, err
 	}
-	if s.computers, err = newComputerService(s); err != nil {
+	if s.computers, err = newComputerService(computerDeps{store: st, hub: s.hub, log: logger, clock: now,
+		getenv: cfg.getenv, home: cfg.Home, provider: cfg.ComputerProvider, images: cfg.Images,
+		maxComputers: cfg.MaxComputers, reapInterval: time.Duration(cfg.ReaperIntervalSec) * time.Second}); err != nil {
 		s.models.Close()
 		st.Close()
 		return nil, err
 	}
-	s.runs = newRunService(s)
+	s.runs = newRunService(runDeps{store: st, hub: s.hub, models: s.models, computers: s.computers, now: now,
+		log: logger, getenv: cfg.getenv, home: cfg.Home})
 	s.triggers = newTriggerService(s)
 	s.handler = s.routes()
 	s.syncTriggers()

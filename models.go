@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -201,9 +202,17 @@ func (m ModelMessage) text() string {
 	return b.String()
 }
 
+// modelDeps are the parts a model service is built from (newServer fills them from the config).
+type modelDeps struct {
+	hub     *hub
+	log     *slog.Logger
+	getenv  func(string) string // provider keys and base URLs; never logged
+	aliases map[string]string   // config modelAliases: name → target
+}
+
 // modelService owns the HTTP client to providers, the probe cache and the router.
 type modelService struct {
-	s      *server
+	modelDeps
 	client *http.Client
 
 	// Injected for tests: sleep waits between retries (returns early with ctx), jitter draws the
@@ -227,12 +236,12 @@ type modelService struct {
 	inflight chan struct{} // closed when the running probe round ends
 }
 
-func newModelService(s *server) (*modelService, error) {
+func newModelService(d modelDeps) (*modelService, error) {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = 16
 	tr.ResponseHeaderTimeout = 10 * time.Minute // a plain (non-streamed) answer arrives whole
 	m := &modelService{
-		s:            s,
+		modelDeps:    d,
 		client:       &http.Client{Transport: tr},
 		sleep:        sleepCtx,
 		jitter:       func(max time.Duration) time.Duration { return time.Duration(rand.Int64N(int64(max) + 1)) },
@@ -243,7 +252,7 @@ func newModelService(s *server) (*modelService, error) {
 		probes:       map[string]providerStatus{},
 	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
-	for alias := range s.cfg.ModelAliases {
+	for alias := range d.aliases {
 		if _, err := m.resolveAlias(alias); err != nil {
 			return nil, err
 		}

@@ -182,7 +182,7 @@ func TestAnthropicForcedToolChoiceDropsThinking(t *testing.T) {
 // A redacted_thinking block must travel back unmodified with the tool_use turn it preceded: it is kept in
 // resp.Message as a thinking part carrying its encrypted data, and sent back as redacted_thinking.
 func TestAnthropicRedactedThinkingRoundTrips(t *testing.T) {
-	m := &modelService{s: &server{}}
+	m := &modelService{}
 	sse := "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":5}}}\n\n" +
 		"event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"redacted_thinking\",\"data\":\"EmwKAhgBEgy3va3pzix\"}}\n\n" +
 		"event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n" +

@@ -59,7 +59,7 @@ func FuzzModelMessageJSON(f *testing.F) {
 // return an answer or an error.
 func FuzzOpenAIStream(f *testing.F) {
 	seedFiles(f, "openai")
-	m := &modelService{s: &server{}}
+	m := &modelService{}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m.openaiReadStream(context.Background(), "fuzz", bytes.NewReader(b), func(StreamEvent) {})
 	})
@@ -67,7 +67,7 @@ func FuzzOpenAIStream(f *testing.F) {
 
 func FuzzAnthropicStream(f *testing.F) {
 	seedFiles(f, "anthropic")
-	m := &modelService{s: &server{}}
+	m := &modelService{}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m.anthropicReadStream(context.Background(), "fuzz", bytes.NewReader(b), func(StreamEvent) {})
 	})

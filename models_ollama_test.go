@@ -76,7 +76,7 @@ func TestOllamaPlainStreamAndModels(t *testing.T) {
 		}
 	})
 	m, _ := newTestModels(t, map[string]string{"OLLAMA_HOST": strings.TrimPrefix(f.URL, "http://")}, func(c *config) {})
-	m.s.cfg.getenv = func(k string) string {
+	m.getenv = func(k string) string {
 		if k == "OLLAMA_HOST" {
 			return strings.TrimPrefix(f.URL, "http://") // bare host:port, as ollama documents it
 		}

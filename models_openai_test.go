@@ -279,7 +279,7 @@ func TestMissingUsageIsEstimated(t *testing.T) {
 
 // A tool call delta whose index is negative or absurd is a broken stream, not a panic or a huge allocation.
 func TestOpenAIStreamToolCallIndexOutOfRange(t *testing.T) {
-	m := &modelService{s: &server{}}
+	m := &modelService{}
 	for _, idx := range []string{"-1", "2000000000"} {
 		body := `data: {"choices":[{"index":0,"delta":{"tool_calls":[{"index":` + idx + `,"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]}}]}` + "\n\n" +
 			`data: {"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}` + "\n\ndata: [DONE]\n\n"
@@ -328,7 +328,7 @@ func TestOpenAIReasoningModelGetsNoStop(t *testing.T) {
 // Parallel calls that all arrive at index 0 (as some OpenAI-compatible servers send them) stay separate
 // calls, told apart by their ids; fragments without an id continue the call at their index.
 func TestOpenAIStreamParallelCallsAtSameIndex(t *testing.T) {
-	m := &modelService{s: &server{}}
+	m := &modelService{}
 	chunk := func(delta string) string { return `data: {"choices":[{"index":0,"delta":` + delta + `}]}` + "\n\n" }
 	body := chunk(`{"tool_calls":[{"index":0,"id":"call_a","type":"function","function":{"name":"get_weather","arguments":"{\"city\":"}}]}`) +
 		chunk(`{"tool_calls":[{"index":0,"function":{"arguments":"\"Paris\"}"}}]}`) +
@@ -394,7 +394,7 @@ func TestOpenAIToolChoiceWithoutToolsIsNotSent(t *testing.T) {
 // A compatible server that sends tool calls without ids still yields calls with ids, so the tool result
 // can be paired with its call in the next request.
 func TestOpenAIToolCallsWithoutIDsGetOne(t *testing.T) {
-	m := &modelService{s: &server{}}
+	m := &modelService{}
 	sse := `data: {"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"name":"ls","arguments":"{}"}}]},"finish_reason":"tool_calls"}]}` + "\n\ndata: [DONE]\n\n"
 	resp, err := m.openaiReadStream(context.Background(), "LM Studio", strings.NewReader(sse), func(StreamEvent) {})
 	if err != nil || len(resp.ToolCalls) != 1 || resp.ToolCalls[0].ID == "" {

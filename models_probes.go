@@ -132,11 +132,11 @@ func (m *modelService) probeAll(done chan struct{}) {
 	m.probes, m.probedAt, m.inflight, m.partial = results, m.now(), nil, nil
 	m.mu.Unlock()
 	close(done)
-	if had && m.s.hub != nil {
+	if had && m.hub != nil {
 		for _, p := range providerTable {
 			if prev[p.ID].Available != results[p.ID].Available {
 				r := results[p.ID]
-				m.s.hub.publish("providers", "provider_changed", map[string]any{
+				m.hub.publish("providers", "provider_changed", map[string]any{
 					"id": p.ID, "available": r.Available, "reason": r.Reason})
 			}
 		}
@@ -240,12 +240,4 @@ func (m *modelService) getJSON(ctx context.Context, c candidate, url string, hea
 		return &upstreamError{msg: c.prov.DisplayName + ": unreadable model list: " + err.Error()}
 	}
 	return nil
-}
-
-// getenv reads the environment through the config only (tests inject it).
-func (m *modelService) getenv(k string) string {
-	if m.s.cfg.getenv == nil {
-		return ""
-	}
-	return m.s.cfg.getenv(k)
 }

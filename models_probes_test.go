@@ -159,7 +159,7 @@ func TestProbesFindLocalProvidersOnTheirPorts(t *testing.T) {
 	host := func(u string) string { return strings.TrimPrefix(u, "http://") }
 	m, _ := newTestModels(t, nil, nil)
 	env := map[string]string{"LMSTUDIO_HOST": host(lm.URL), "OLLAMA_HOST": host(ol.URL)}
-	m.s.cfg.getenv = func(k string) string { return env[k] }
+	m.getenv = func(k string) string { return env[k] }
 	st := m.statuses(context.Background())
 	if !st["lmstudio"].Available || strings.Join(st["lmstudio"].Models, ",") != "qwen2.5-7b-instruct" {
 		t.Fatalf("lmstudio: %+v", st["lmstudio"])
@@ -237,7 +237,7 @@ func TestProbesCachedAndFlipPublishesEvent(t *testing.T) {
 	if m.statuses(context.Background())["ollama"].Available {
 		t.Fatal("results older than probeStaleMax must not be served")
 	}
-	h := m.s.hub
+	h := m.hub
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var flips []*event

@@ -269,7 +269,7 @@ func (m *modelService) resolve(ctx context.Context, name string) ([]string, erro
 		if pid, rest, ok := strings.Cut(name, "/"); ok && providerByID(pid) != nil && rest != "" {
 			return []string{name}, nil
 		}
-		if target, ok := m.s.cfg.ModelAliases[name]; ok {
+		if target, ok := m.aliases[name]; ok {
 			if _, err := m.resolveAlias(name); err != nil {
 				return nil, err
 			}
@@ -294,7 +294,7 @@ func (m *modelService) resolveAlias(name string) (string, error) {
 	seen := []string{name}
 	cur := name
 	for {
-		next, ok := m.s.cfg.ModelAliases[cur]
+		next, ok := m.aliases[cur]
 		if !ok {
 			return cur, nil
 		}
@@ -491,9 +491,7 @@ func (m *modelService) run(ctx context.Context, p *chatPlan, req ChatRequest, em
 			}
 			ae, retry, next := m.classify(c, err)
 			lastErr = ae
-			if m.s.log != nil {
-				m.s.log.Warn("model call failed", "model", c.info.ID, "attempt", attempt, "code", ae.Code, "message", ae.Message)
-			}
+			m.log.Warn("model call failed", "model", c.info.ID, "attempt", attempt, "code", ae.Code, "message", ae.Message)
 			if produced {
 				return fail(ae.withDetail("afterOutput", true))
 			}

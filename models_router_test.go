@@ -174,15 +174,12 @@ func TestRouterAliases(t *testing.T) {
 }
 
 func TestRouterAliasLoopIsConfigError(t *testing.T) {
-	cfg := defaultConfig()
-	cfg.getenv = func(string) string { return "" }
-	cfg.ModelAliases = map[string]string{"a": "b", "b": "c", "c": "a"}
-	s := &server{cfg: cfg, hub: newHub(time.Now)}
-	if _, err := newModelService(s); apiCode(err) != codeConfig || !strings.Contains(err.Error(), "loop") {
+	loop := map[string]string{"a": "b", "b": "c", "c": "a"}
+	if _, err := newModelService(modelDeps{aliases: loop}); apiCode(err) != codeConfig || !strings.Contains(err.Error(), "loop") {
 		t.Fatalf("construction: %v", err)
 	}
 	m, _ := newTestModels(t, nil, nil)
-	m.s.cfg.ModelAliases = map[string]string{"x": "y", "y": "x"}
+	m.aliases = map[string]string{"x": "y", "y": "x"}
 	_, err := m.Chat(context.Background(), ChatRequest{Model: "x", Messages: []ModelMessage{userMsg("x")}}, chatOptions{MaxCostUSD: -1})
 	if apiCode(err) != codeConfig {
 		t.Fatalf("chat: %v", err)
@@ -192,7 +189,7 @@ func TestRouterAliasLoopIsConfigError(t *testing.T) {
 		chain[fmt.Sprintf("h%d", i)] = fmt.Sprintf("h%d", i+1)
 	}
 	chain["h12"] = "openai/gpt-4o"
-	m.s.cfg.ModelAliases = chain
+	m.aliases = chain
 	if _, err := m.resolve(context.Background(), "h0"); apiCode(err) != codeConfig {
 		t.Fatalf("a 13-hop chain must be refused (≤ 8 hops): %v", err)
 	}

@@ -69,12 +69,10 @@ func newTestModels(t testing.TB, env map[string]string, edit func(*config)) (*mo
 	if edit != nil {
 		edit(&cfg)
 	}
-	s := &server{cfg: cfg, log: slog.New(slog.NewTextHandler(io.Discard, nil)), hub: newHub(time.Now)}
-	m, err := newModelService(s)
+	m, err := newModelService(modelDeps{hub: newHub(time.Now), log: testLogger(), getenv: cfg.getenv, aliases: cfg.ModelAliases})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.models = m
 	rec := &sleepRecorder{}
 	m.sleep = rec.sleep
 	m.jitter = func(max time.Duration) time.Duration { return max } // deterministic: the window itself

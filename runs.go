@@ -131,13 +131,7 @@ type runBody struct {
 }
 
 type runService struct {
-	store     *store
-	hub       *hub
-	models    runModels
-	computers runComputers
-	now       func() time.Time
-	log       *slog.Logger
-	getenv    func(string) string
+	runDeps
 	approvals *approvalBook
 	memory    *memoryService
 	rec       *runRecorder
@@ -170,12 +164,7 @@ type runDeps struct {
 	home      string
 }
 
-func newRunService(s *server) *runService {
-	return newRunServiceWith(runDeps{store: s.store, hub: s.hub, models: s.models, computers: s.computers,
-		now: s.store.now, log: s.log, getenv: s.cfg.getenv, home: s.cfg.Home})
-}
-
-func newRunServiceWith(d runDeps) *runService {
+func newRunService(d runDeps) *runService {
 	if d.now == nil {
 		d.now = time.Now
 	}
@@ -186,8 +175,7 @@ func newRunServiceWith(d runDeps) *runService {
 		d.getenv = func(string) string { return "" }
 	}
 	rs := &runService{
-		store: d.store, hub: d.hub, models: d.models, computers: d.computers, now: d.now, log: d.log,
-		getenv: d.getenv, approvals: newApprovalBook(d.now, d.hub), memory: newMemoryService(d.store, d.home),
+		runDeps: d, approvals: newApprovalBook(d.now, d.hub), memory: newMemoryService(d.store, d.home),
 		active: map[string]*activeRun{}, compRefs: map[string]int{},
 	}
 	rs.tools = toolCatalog()

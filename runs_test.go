@@ -258,7 +258,7 @@ func newRunEnv(t testing.TB, model *fakeModel, env map[string]string) *runEnv {
 		hub: newHub(time.Now), idem: newIdempotencyCache(time.Now), startedAt: time.Now()}
 	s.streamCtx, s.cancelStream = context.WithCancel(context.Background())
 	comp := newFakeComputer(t)
-	s.runs = newRunServiceWith(runDeps{store: st, hub: s.hub, models: model, computers: comp, now: time.Now,
+	s.runs = newRunService(runDeps{store: st, hub: s.hub, models: model, computers: comp, now: time.Now,
 		log: s.log, getenv: getenv, home: home})
 	s.handler = s.routes()
 	ts := httptest.NewServer(s)
@@ -803,7 +803,7 @@ func TestRestartMarksInFlightAborted(t *testing.T) {
 		<-release
 		return textResp("late"), nil
 	}}
-	rs := newRunServiceWith(runDeps{store: st, models: m, computers: newFakeComputer(t), home: home})
+	rs := newRunService(runDeps{store: st, models: m, computers: newFakeComputer(t), home: home})
 	ar, err := rs.start(testSpec("crashy", nil), &runParams{Input: []ModelMessage{textMessage("user", "x")}, MaxSteps: 3, MaxCostUSD: 1, ApprovalMode: "auto"}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -817,7 +817,7 @@ func TestRestartMarksInFlightAborted(t *testing.T) {
 		return len(evs) > 0 && strings.Contains(string(evs[len(evs)-1]), "step_start")
 	})
 	// A crash: the process is gone without Close. A new service on the same database marks it aborted.
-	rs2 := newRunServiceWith(runDeps{store: st, models: m, computers: newFakeComputer(t), home: home})
+	rs2 := newRunService(runDeps{store: st, models: m, computers: newFakeComputer(t), home: home})
 	status, _, res, err := st.GetRun(context.Background(), ar.id)
 	if err != nil || status != "aborted" {
 		t.Fatalf("after restart: %q %v", status, err)
