@@ -147,9 +147,6 @@ type runService struct {
 	mu     sync.Mutex
 	closed bool
 	active map[string]*activeRun
-
-	compMu   sync.Mutex
-	compRefs map[string]int // computer id → runs using it
 }
 
 // runDeps are the parts a run service is built from; tests pass fakes for models and computers.
@@ -176,7 +173,7 @@ func newRunService(d runDeps) *runService {
 	}
 	rs := &runService{
 		runDeps: d, approvals: newApprovalBook(d.now, d.hub), memory: newMemoryService(d.store, d.home),
-		active: map[string]*activeRun{}, compRefs: map[string]int{},
+		active: map[string]*activeRun{},
 	}
 	rs.tools = toolCatalog()
 	rs.ctx, rs.cancel = context.WithCancel(context.Background())

@@ -212,7 +212,6 @@ func (ar *activeRun) run() {
 			ar.rs.log.Warn("cannot delete a run deleted while in flight", "run", ar.id, "err", err)
 		}
 	}
-	ar.rs.releaseComputer(ar)
 	ar.rs.finished(ar)
 	if ar.rs.hub != nil {
 		ar.rs.hub.publish("runs", "run_finished", sum)
@@ -770,24 +769,6 @@ func (ar *activeRun) computer(ctx context.Context) (string, error) {
 		return "", errorf(codeComputerFailed, "the computer service returned no computer")
 	}
 	ar.computerID = info.ID
-	rs.compMu.Lock()
-	rs.compRefs[info.ID]++
-	rs.compMu.Unlock()
 	ar.emit(runEvent{Type: "computer_ready", ComputerID: info.ID, Provider: info.Provider})
 	return info.ID, nil
-}
-
-// releaseComputer drops the run's reference; the computer itself is left running for the reaper.
-func (rs *runService) releaseComputer(ar *activeRun) {
-	ar.compMu.Lock()
-	id := ar.computerID
-	ar.compMu.Unlock()
-	if id == "" {
-		return
-	}
-	rs.compMu.Lock()
-	if rs.compRefs[id]--; rs.compRefs[id] <= 0 {
-		delete(rs.compRefs, id)
-	}
-	rs.compMu.Unlock()
 }

@@ -1064,10 +1064,3 @@ func (ar *activeRun) wait() *RunResult {
 	<-ar.done
 	return ar.result
 }
-
-// computerInUse reports whether a run currently holds the computer.
-func (rs *runService) computerInUse(id string) bool {
-	rs.compMu.Lock()
-	defer rs.compMu.Unlock()
-	return rs.compRefs[id] > 0
-}
