@@ -220,8 +220,8 @@ func (s *server) handleDeleteAgent(w http.ResponseWriter, r *http.Request) error
 	} else if err != nil {
 		return err
 	}
-	s.syncTriggers()
 	s.hub.publish("triggers", "agent_deleted", map[string]any{"name": name})
+	s.triggers.sync(r.Context(), "agent_deleted", name)
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
@@ -247,8 +247,8 @@ func (s *server) agentChanged(ctx context.Context, typ string, spec *AgentSpec, 
 		s.log.Warn("counting runs", "agent", spec.Name, "err", err)
 	}
 	sum := summarise(spec, updatedAt, runs)
-	s.syncTriggers()
 	s.hub.publish("triggers", typ, sum)
+	s.triggers.sync(ctx, typ, spec.Name)
 	return sum
 }
 

@@ -109,7 +109,8 @@ func TestAgentsCRUD(t *testing.T) {
 		ev := <-sub.ch
 		types = append(types, ev.Type)
 	}
-	if !slices.Equal(types, []string{"agent_created", "agent_updated", "agent_deleted"}) {
+	// Each change, then the trigger sync it caused.
+	if !slices.Equal(types, []string{"triggers_synced", "agent_created", "triggers_synced", "agent_updated", "triggers_synced", "agent_deleted", "triggers_synced"}) {
 		t.Fatalf("events %v", types)
 	}
 }

@@ -77,6 +77,7 @@ func (s *server) routes() *http.ServeMux {
 	mux.HandleFunc("POST /v1/agents/{name}/run/stream", s.api(s.handleRunStream))
 	mux.HandleFunc("GET /v1/runs", s.api(s.handleListRuns))
 	mux.HandleFunc("GET /v1/runs/{id}", s.api(s.handleGetRun))
+	mux.HandleFunc("GET /v1/runs/{id}/events", s.api(s.handleFollowRun))
 	mux.HandleFunc("DELETE /v1/runs/{id}", s.api(s.handleDeleteRun))
 	mux.HandleFunc("POST /v1/runs/{id}/cancel", s.api(s.handleCancelRun))
 	mux.HandleFunc("GET /v1/approvals", s.api(s.handleListApprovals))

@@ -771,7 +771,7 @@ func (c *computerService) destroy(ctx context.Context, idOrName, reason string) 
 	c.mu.Lock()
 	delete(c.rt, m.ID)
 	c.mu.Unlock()
-	c.hub.publish("computers", "computer_destroyed", map[string]any{"computerId": m.ID, "name": m.Name, "reason": reason})
+	c.hub.publish("computers", "computer_destroyed", map[string]any{"id": m.ID, "computerId": m.ID, "name": m.Name, "reason": reason})
 	if reason != "" {
 		c.hub.publish("reaper", "computer_reaped", map[string]any{"computerId": m.ID, "name": m.Name, "reason": reason})
 	}
@@ -802,7 +802,7 @@ func (c *computerService) markGone(ctx context.Context, m *ComputerInfo) error {
 	c.closePorts(rt)
 	m.State, m.Ports, m.Error = stateDestroyed, map[string]PortBinding{}, "the machine disappeared"
 	c.save(ctx, m)
-	c.hub.publish("computers", "computer_destroyed", map[string]any{"computerId": m.ID, "name": m.Name, "reason": "gone"})
+	c.hub.publish("computers", "computer_destroyed", map[string]any{"id": m.ID, "computerId": m.ID, "name": m.Name, "reason": "gone"})
 	return errorf(codeComputerNotFound, "the machine of computer %s no longer exists", m.ID).
 		withHint("create a new computer")
 }

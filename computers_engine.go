@@ -238,6 +238,15 @@ func (e *engineProvider) start(ctx context.Context, m *ComputerInfo) error {
 		}
 		return errorf(codeComputerFailed, "%s could not start the machine: %s", e.name, err.Error()).withHint("check the engine")
 	}
+	// A restarted container gets its tmpfs mounts back as root 0755, not the mode=1777 they were created
+	// with (seen on Docker 20.10): the machine's user could no longer write /work or /tmp.
+	dirs := []string{"/tmp"}
+	if !m.Spec.Persist {
+		dirs = append(dirs, "/work")
+	}
+	if _, err := e.call(ctx, nil, append([]string{"exec", "-u", "0:0", e.container(m), "chmod", "1777"}, dirs...)...); err != nil {
+		return errorf(codeComputerFailed, "%s started the machine but could not restore its /work and /tmp: %s", e.name, err.Error()).withHint("check the engine")
+	}
 	return nil
 }
 

@@ -175,7 +175,7 @@ func (c *computerService) ExposePort(ctx context.Context, id string, port int) (
 		if err := c.save(ctx, m); err != nil {
 			return nil, err
 		}
-		c.hub.publish("computers", "port_exposed", map[string]any{"computerId": m.ID, "port": port, "binding": b})
+		c.hub.publish("computers", "port_exposed", map[string]any{"computerId": m.ID, "port": port, "hostPort": b.HostPort, "binding": b})
 	}
 	return &b, nil
 }

@@ -309,6 +309,10 @@ func conformance(t *testing.T, prov string, portBase int) {
 		if r := e.exec(m2.ID, map[string]any{"cmd": "echo again"}); r.Stdout != "again\n" {
 			t.Fatalf("exec after start: %+v", r)
 		}
+		// A restarted machine's user can still write its workspace and /tmp (Docker resets tmpfs modes).
+		if r := e.exec(m2.ID, map[string]any{"cmd": "touch w && test -w /tmp && echo ok"}); r.Stdout != "ok\n" {
+			t.Fatalf("write after start: %+v", r)
+		}
 		if st, b := e.do("DELETE", "/v1/computers/"+m2.ID, nil); st != 204 {
 			t.Fatalf("delete: %d %s", st, b)
 		}

@@ -100,6 +100,15 @@ func (s *sseWriter) Err() error {
 	return s.err
 }
 
+// sendID writes one already-encoded event under a given id (a run's own event sequence number, so a
+// follower that reconnects with Last-Event-ID neither skips nor repeats).
+func (s *sseWriter) sendID(id int, raw []byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.seq = id
+	return s.writeLocked(fmt.Appendf(nil, "id: %d\ndata: %s\n\n", id, raw))
+}
+
 // send writes one event as `id` + `data` lines.
 func (s *sseWriter) send(v any) error {
 	b, err := json.Marshal(v)

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"archive/tar"
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -107,6 +109,9 @@ func TestEventsHelloPingSubscribeReplay(t *testing.T) {
 	ts.do("POST", "/v1/agents", map[string]any{"yaml": "name: z\n"})
 	if f := frame(t, c); f["type"] != "agent_created" || f["payload"].(map[string]any)["name"] != "z" {
 		t.Fatalf("agent event %v", f)
+	}
+	if f := frame(t, c); f["type"] != "triggers_synced" || f["payload"].(map[string]any)["cause"] != "agent_created" {
+		t.Fatalf("sync event %v", f)
 	}
 	// An unknown frame is answered with an error frame and the socket stays up.
 	sendFrame(t, c, map[string]any{"type": "dance"})
@@ -371,4 +376,127 @@ func (h *hub) subscribers() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return len(h.subs)
+}
+
+// Every event type of DESIGN §7 fires from where its thing happens, and reaches WS /v1/events.
+func TestEveryEventTypeIsPublished(t *testing.T) {
+	so := newScriptedOpenAI(t, func(r scriptReq) scriptReply {
+		if strings.Contains(r.lastUser(), "ask first") && len(r.toolResults()) == 0 {
+			return scriptReply{calls: []ToolCall{tc("c1", "shell", map[string]any{"command": "echo hi"})}}
+		}
+		return scriptReply{text: "done"}
+	})
+	te := newE2E(t, so, "")
+	c := dialEvents(t, te.ts.URL+"/v1/events", "")
+	frame(t, c) // hello
+	sendFrame(t, c, map[string]any{"type": "subscribe", "topics": eventTopics})
+	var mu sync.Mutex
+	seen := map[string]map[string]any{}
+	go func() {
+		for {
+			var m map[string]any
+			if websocket.JSON.Receive(c, &m) != nil {
+				return
+			}
+			if p, ok := m["payload"].(map[string]any); ok && m["topic"] != nil && m["at"] != nil {
+				mu.Lock()
+				if seen[m["type"].(string)] == nil { // the first of each type
+					seen[m["type"].(string)] = p
+				}
+				mu.Unlock()
+			}
+		}
+	}()
+	saw := func(typ string) bool { mu.Lock(); defer mu.Unlock(); return seen[typ] != nil }
+
+	// triggers: agents and the trigger sync they cause; cron.
+	te.createAgent(map[string]any{"name": "ev", "guardrails": map[string]any{"approvalMode": "ask"},
+		"triggers": []any{map[string]any{"type": "cron", "schedule": "0 9 * * *", "prompt": "report"}}})
+	te.createAgent(noComputer(map[string]any{"name": "gone"}))
+	te.do("PUT", "/v1/agents/gone", map[string]any{"spec": noComputer(map[string]any{"name": "gone", "description": "x"})})
+	te.do("DELETE", "/v1/agents/gone", nil)
+	job := cronJob{ID: cronJobID("ev", "0 9 * * *", "report"), Agent: "ev", Schedule: "0 9 * * *", Prompt: "report"}
+	done, err := te.s.fireCron(job, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	te.s.triggers.cron.skipped(job, time.Now())
+
+	// runs: a run that asks for approval, answered.
+	go te.do("POST", "/v1/agents/ev/run", map[string]any{"input": "ask first"})
+	var apr string
+	pollUntil(t, "an approval", func() bool {
+		_, list := te.do("GET", "/v1/approvals", nil)
+		if aps := list["approvals"].([]any); len(aps) > 0 {
+			apr = aps[0].(map[string]any)["approvalId"].(string)
+		}
+		return apr != ""
+	})
+	te.do("POST", "/v1/approvals/"+apr, map[string]any{"approve": false})
+
+	// computers and the reaper.
+	_, m := te.do("POST", "/v1/computers", map[string]any{"name": "evbox"})
+	id := m["id"].(string)
+	te.do("POST", "/v1/computers/"+id+"/stop", nil)
+	te.do("POST", "/v1/computers/"+id+"/start", nil)
+	te.do("POST", "/v1/computers/"+id+"/ports", map[string]any{"port": 8080})
+	if code, _, out := te.trig("POST", "/v1/computers/"+id+"/fs/upload?path=/work", string(tarGz(t, []tar.Header{{Name: "a.txt", Typeflag: tar.TypeReg}}, map[string]string{"a.txt": "x"}))); code != 200 {
+		t.Fatalf("upload: %d %v", code, out)
+	}
+	te.do("DELETE", "/v1/computers/"+id, nil)
+	_, m = te.do("POST", "/v1/computers", map[string]any{"name": "idlebox", "idleTimeoutSec": 1})
+	te.s.computers.setNow(func() time.Time { return time.Now().Add(time.Hour) })
+	te.s.computers.sweep(context.Background())
+	te.s.computers.setNow(time.Now)
+
+	// providers: the model provider stops answering; the next probe round flips it.
+	te.s.models.mu.Lock()
+	te.s.models.probeTTL = 0
+	te.s.models.mu.Unlock()
+	te.do("GET", "/v1/models", nil)
+	so.Close()
+	pollUntil(t, "provider_changed", func() bool { te.do("GET", "/v1/models", nil); return saw("provider_changed") })
+
+	want := []string{"agent_created", "agent_updated", "agent_deleted", "triggers_synced", "cron_fired", "cron_skipped",
+		"run_started", "run_finished", "approval_required", "approval_answered",
+		"computer_created", "computer_stopped", "computer_started", "port_exposed", "uploaded", "computer_destroyed",
+		"computer_reaped", "provider_changed"}
+	missing := func() []string {
+		var out []string
+		for _, typ := range want {
+			if !saw(typ) {
+				out = append(out, typ)
+			}
+		}
+		return out
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for len(missing()) > 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if m := missing(); len(m) > 0 {
+		t.Fatalf("never published: %v", m)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for typ, check := range map[string]func(p map[string]any) bool{
+		"agent_deleted":      func(p map[string]any) bool { return p["name"] == "gone" },
+		"cron_fired":         func(p map[string]any) bool { return p["jobId"] == job.ID && p["runId"] != nil },
+		"computer_destroyed": func(p map[string]any) bool { return p["id"] == id },
+		"port_exposed": func(p map[string]any) bool {
+			return p["computerId"] == id && p["port"] == float64(8080) && p["hostPort"] != nil
+		},
+		"uploaded":          func(p map[string]any) bool { return p["computerId"] == id && p["entries"] == float64(1) },
+		"approval_answered": func(p map[string]any) bool { return p["approvalId"] == apr && p["approved"] == false },
+		"provider_changed": func(p map[string]any) bool {
+			return p["kind"] == "model" && p["name"] == "openai" && p["available"] == false
+		},
+		"computer_reaped": func(p map[string]any) bool { return p["reason"] == "idle" },
+		"run_finished":    func(p map[string]any) bool { return p["runId"] != nil && p["status"] != "running" },
+	} {
+		if !check(seen[typ]) {
+			t.Errorf("%s payload %v", typ, seen[typ])
+		}
+	}
 }

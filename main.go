@@ -421,9 +421,9 @@ func newServer(cfg config, logger *slog.Logger, now func() time.Time) (*server, 
 	}
 	s.runs = newRunService(runDeps{store: st, hub: s.hub, models: s.models, computers: s.computers, now: now,
 		log: logger, getenv: cfg.getenv, home: cfg.Home})
-	s.triggers = newTriggerService(s)
+	s.triggers = newTriggerService(triggerDeps{store: st, hub: s.hub, log: logger, now: now, fireCron: s.fireCron})
 	s.handler = s.routes()
-	s.syncTriggers()
+	s.triggers.sync(context.Background(), "", "")
 	return s, nil
 }
 

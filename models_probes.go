@@ -137,7 +137,7 @@ func (m *modelService) probeAll(done chan struct{}) {
 			if prev[p.ID].Available != results[p.ID].Available {
 				r := results[p.ID]
 				m.hub.publish("providers", "provider_changed", map[string]any{
-					"id": p.ID, "available": r.Available, "reason": r.Reason})
+					"kind": "model", "name": p.ID, "available": r.Available, "reason": r.Reason})
 			}
 		}
 	}

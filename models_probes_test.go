@@ -246,7 +246,7 @@ func TestProbesCachedAndFlipPublishesEvent(t *testing.T) {
 			flips = append(flips, ev)
 		}
 	}
-	if len(flips) != 2 || flips[0].Payload.(map[string]any)["id"] != "ollama" || flips[0].Payload.(map[string]any)["available"] != true ||
+	if len(flips) != 2 || flips[0].Payload.(map[string]any)["name"] != "ollama" || flips[0].Payload.(map[string]any)["available"] != true ||
 		flips[1].Payload.(map[string]any)["available"] != false {
 		t.Fatalf("flip events: %+v", flips)
 	}

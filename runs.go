@@ -302,6 +302,9 @@ func (r *runRecorder) sync(w runWrite) {
 	<-ack
 }
 
+// flush waits until everything queued so far is committed.
+func (r *runRecorder) flush() { r.sync(runWrite{}) }
+
 func (r *runRecorder) Close() {
 	close(r.ch)
 	<-r.done
@@ -630,6 +633,11 @@ func (s *server) handleRun(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if r.URL.Query().Get("detach") == "true" { // DESIGN §6: the run goes on with no client
+		w.Header().Set("Location", "/v1/runs/"+ar.id)
+		writeJSON(w, http.StatusAccepted, map[string]string{"runId": ar.id})
+		return nil
+	}
 	select {
 	case <-ar.done:
 	case <-r.Context().Done():
@@ -685,6 +693,85 @@ func (s *server) streamRun(w http.ResponseWriter, r *http.Request, spec *AgentSp
 	}
 	ar.cancel(cause)
 	<-ar.done
+}
+
+// handleFollowRun streams a run's events (DESIGN §6): the stored ones after Last-Event-ID (or ?after=N),
+// then live ones until run_end, then `event: done`. Ids are the run's own event sequence numbers. The
+// follower's disconnect never touches the run.
+func (s *server) handleFollowRun(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	after := 0
+	if v := firstNonEmpty(r.Header.Get("Last-Event-ID"), r.URL.Query().Get("after")); v != "" {
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil || n < 0 {
+			return errorf(codeSpecInvalid, "after: expected an event id (a whole number), received %q", v).
+				withHint("send the id: of the last event you saw as Last-Event-ID or ?after=")
+		}
+		after = n
+	}
+	ar := s.runs.get(id)
+	if ar == nil {
+		if _, _, _, err := s.store.GetRun(r.Context(), id); errors.Is(err, errNotFound) {
+			return errRunNotFound(id)
+		} else if err != nil {
+			return err
+		}
+	}
+	sse := newSSE(w, ssePingEvery)
+	defer sse.close()
+	last := after
+	send := func(e storedEvent) bool {
+		if e.Seq <= last {
+			return true
+		}
+		last = e.Seq
+		return sse.sendID(e.Seq, e.Event) == nil
+	}
+	for {
+		var live <-chan storedEvent
+		upTo, stop := -1, func() {}
+		if ar != nil {
+			live, upTo, stop = ar.follow()
+		}
+		s.runs.rec.flush() // what was emitted before follow() is now readable
+		stored, err := s.store.RunEventsAfter(r.Context(), id, last)
+		if err != nil {
+			stop()
+			sse.fail(s.publicError(r.Context(), err))
+			return nil
+		}
+		for _, e := range stored {
+			if (upTo >= 0 && e.Seq > upTo) || !send(e) {
+				break
+			}
+		}
+		if ar == nil {
+			return nil
+		}
+	live:
+		for {
+			select {
+			case e, ok := <-live:
+				if !ok {
+					break live
+				}
+				if !send(e) {
+					stop()
+					return nil
+				}
+			case <-sse.Done():
+				stop()
+				return nil
+			case <-r.Context().Done():
+				stop()
+				return nil
+			}
+		}
+		stop()
+		if ar.hasEnded() { // one last look at the store, then done
+			ar = nil
+		} // else it fell behind and was dropped: catch up from the store and follow again
+	}
 }
 
 func (s *server) handleListRuns(w http.ResponseWriter, r *http.Request) error {

@@ -50,9 +50,11 @@ type activeRun struct {
 	done      chan struct{}
 	result    *RunResult // set before done is closed
 
-	emitMu sync.Mutex
-	seq    int
-	sink   func(runEvent, []byte)
+	emitMu    sync.Mutex
+	seq       int
+	sink      func(runEvent, []byte)
+	followers map[chan storedEvent]struct{} // GET /v1/runs/{id}/events streams; closed at run_end
+	ended     bool                          // run_end was emitted
 
 	mu       sync.Mutex // the summary's moving parts
 	model    string
@@ -112,6 +114,54 @@ func (ar *activeRun) emitThen(ev runEvent, row *runWrite) {
 	}
 	if ar.sink != nil {
 		ar.sink(ev, b)
+	}
+	// Followers never slow the run: one that cannot take the event is dropped (its channel closed), and
+	// catches up from the store.
+	for ch := range ar.followers {
+		select {
+		case ch <- storedEvent{Seq: ar.seq, Event: b}:
+		default:
+			delete(ar.followers, ch)
+			close(ch)
+		}
+	}
+	if ev.Type == "run_end" {
+		ar.ended = true
+		for ch := range ar.followers {
+			close(ch)
+		}
+		ar.followers = nil
+	}
+}
+
+// hasEnded reports whether run_end has been emitted.
+func (ar *activeRun) hasEnded() bool {
+	ar.emitMu.Lock()
+	defer ar.emitMu.Unlock()
+	return ar.ended
+}
+
+// follow registers a follower: it gets every event after seq on the channel, which is closed at run_end
+// or when the follower falls behind. stop unregisters it.
+func (ar *activeRun) follow() (events <-chan storedEvent, seq int, stop func()) {
+	ar.emitMu.Lock()
+	defer ar.emitMu.Unlock()
+	ch := make(chan storedEvent, 256)
+	if ar.ended {
+		close(ch)
+		return ch, ar.seq, func() {}
+	}
+	if ar.followers == nil {
+		ar.followers = map[chan storedEvent]struct{}{}
+	}
+	ar.followers[ch] = struct{}{}
+	return ch, ar.seq, func() {
+		ar.emitMu.Lock()
+		defer ar.emitMu.Unlock()
+		if _, ok := ar.followers[ch]; ok {
+			delete(ar.followers, ch)
+			close(ch)
+		}
 	}
 }
 

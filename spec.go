@@ -677,6 +677,7 @@ func (c *specCheck) triggers(p string, v any) []TriggerSpec {
 		return nil
 	}
 	out := make([]TriggerSpec, 0, len(list))
+	mounted := map[string]string{} // "http /path" → the path of the trigger that has it
 	for i, x := range list {
 		tp := joinPath(p, strconv.Itoa(i))
 		o, isObj := x.(*specObj)
@@ -704,6 +705,11 @@ func (c *specCheck) triggers(p string, v any) []TriggerSpec {
 		case "cron":
 			c.str(o, tp, "schedule", true, -1, true, &t.Schedule)
 			c.str(o, tp, "prompt", true, -1, true, &t.Prompt)
+			if t.Schedule != "" {
+				if _, err := parseCron(t.Schedule); err != nil {
+					c.add(joinPath(tp, "schedule"), err.Error())
+				}
+			}
 		case "webhook":
 			c.str(o, tp, "path", true, -1, true, &t.Path)
 			c.str(o, tp, "secret", false, -1, false, &t.Secret)
@@ -716,6 +722,17 @@ func (c *specCheck) triggers(p string, v any) []TriggerSpec {
 		case "telegram":
 			t.Allowlist = []string{}
 			c.strList(o, tp, "allowlist", &t.Allowlist)
+		}
+		if t.Type == "http" || t.Type == "webhook" {
+			pp := joinPath(tp, "path")
+			switch key := t.Type + " " + mountPath(t.Path); {
+			case t.Path != "" && !strings.HasPrefix(t.Path, "/"):
+				c.add(pp, "must start with /")
+			case mounted[key] != "":
+				c.add(pp, fmt.Sprintf("%s trigger path %s is already used by %s", t.Type, mountPath(t.Path), mounted[key]))
+			default:
+				mounted[key] = tp
+			}
 		}
 		out = append(out, t)
 	}

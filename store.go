@@ -82,6 +82,13 @@ CREATE TABLE transcripts (
 	body       TEXT NOT NULL        -- JSON Transcript
 );
 `,
+	// 2: the cron ledger: the last minute each cron job fired, so a restart never fires it twice.
+	`
+CREATE TABLE cron_firings (
+	job_id TEXT PRIMARY KEY,
+	minute TEXT NOT NULL            -- RFC 3339 UTC, fixed width, so text order is time order
+);
+`,
 }
 
 type store struct {
@@ -425,6 +432,9 @@ func (st *store) WriteRunBatch(ctx context.Context, ws []runWrite) error {
 	defer tx.Rollback()
 	var evStmt, runStmt *sql.Stmt
 	for _, w := range ws {
+		if w.RunID == "" { // a flush barrier, nothing to write
+			continue
+		}
 		if w.Event != nil {
 			if evStmt == nil {
 				if evStmt, err = tx.PrepareContext(ctx, `INSERT OR REPLACE INTO run_events(run_id, seq, event) VALUES (?, ?, ?)`); err != nil {
@@ -501,18 +511,36 @@ func (st *store) GetRun(ctx context.Context, id string) (status string, summary,
 
 // RunEvents returns a run's stored events in order.
 func (st *store) RunEvents(ctx context.Context, id string) ([]json.RawMessage, error) {
-	rows, err := st.db.QueryContext(ctx, `SELECT event FROM run_events WHERE run_id = ? ORDER BY seq`, id)
+	evs, err := st.RunEventsAfter(ctx, id, 0)
+	out := make([]json.RawMessage, len(evs))
+	for i, e := range evs {
+		out[i] = e.Event
+	}
+	return out, err
+}
+
+// storedEvent is a run event with its sequence number (the SSE id of every stream of the run).
+type storedEvent struct {
+	Seq   int
+	Event json.RawMessage
+}
+
+// RunEventsAfter returns a run's events with seq > after, in order.
+func (st *store) RunEventsAfter(ctx context.Context, id string, after int) ([]storedEvent, error) {
+	rows, err := st.db.QueryContext(ctx, `SELECT seq, event FROM run_events WHERE run_id = ? AND seq > ? ORDER BY seq`, id, after)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	out := []json.RawMessage{}
+	out := []storedEvent{}
 	for rows.Next() {
+		var e storedEvent
 		var ev string
-		if err := rows.Scan(&ev); err != nil {
+		if err := rows.Scan(&e.Seq, &ev); err != nil {
 			return nil, err
 		}
-		out = append(out, json.RawMessage(ev))
+		e.Event = json.RawMessage(ev)
+		out = append(out, e)
 	}
 	return out, rows.Err()
 }
@@ -560,6 +588,21 @@ func (st *store) NextRunEventSeq(ctx context.Context, id string) (int, error) {
 	var n int
 	err := st.db.QueryRowContext(ctx, `SELECT COALESCE(MAX(seq), 0) + 1 FROM run_events WHERE run_id = ?`, id).Scan(&n)
 	return n, err
+}
+
+// ---- triggers ----
+
+// claimCronFiring records that jobID fires at minute; false when that minute (or a later one) was
+// already claimed — by this process or by one that ran before a restart.
+func (st *store) claimCronFiring(ctx context.Context, jobID string, minute time.Time) (bool, error) {
+	m := minute.UTC().Format(time.RFC3339)
+	res, err := st.db.ExecContext(ctx, `INSERT INTO cron_firings(job_id, minute) VALUES (?, ?)
+		ON CONFLICT(job_id) DO UPDATE SET minute = excluded.minute WHERE cron_firings.minute < excluded.minute`, jobID, m)
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
 }
 
 // ---- memory ----

@@ -116,3 +116,38 @@ func TestStoreAgents(t *testing.T) {
 		t.Fatalf("RunCountOf(zz) = %d", n)
 	}
 }
+
+// The cron ledger claims a job's minute once, also for a second store over the same file (a restart).
+func TestClaimCronFiring(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "agentd.db")
+	st, err := openStore(path, time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	m := time.Date(2026, 11, 23, 10, 7, 0, 0, time.UTC)
+	if ok, err := st.claimCronFiring(ctx, "cron_a", m); !ok || err != nil {
+		t.Fatalf("first claim: %v %v", ok, err)
+	}
+	if ok, _ := st.claimCronFiring(ctx, "cron_a", m); ok {
+		t.Fatal("the same minute claimed twice")
+	}
+	if ok, _ := st.claimCronFiring(ctx, "cron_b", m); !ok {
+		t.Fatal("another job's minute refused")
+	}
+	st.Close()
+	st, err = openStore(path, time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if ok, _ := st.claimCronFiring(ctx, "cron_a", m); ok {
+		t.Fatal("claimed again after a restart")
+	}
+	if ok, _ := st.claimCronFiring(ctx, "cron_a", m.Add(-time.Minute)); ok {
+		t.Fatal("an earlier minute claimed after a later one")
+	}
+	if ok, _ := st.claimCronFiring(ctx, "cron_a", m.Add(time.Minute)); !ok {
+		t.Fatal("the next minute refused")
+	}
+}
