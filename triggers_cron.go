@@ -108,7 +108,7 @@ func parseCronField(s string, f cronField) (uint64, error) {
 			if err != nil || n <= 0 {
 				return 0, bad("step %q must be a positive number", stepText)
 			}
-			step = n
+			step = min(n, f.max+1) // a step past the range is just its first value (and cannot overflow)
 		}
 		if f.name == "day-of-week" && rng == "*" {
 			hi = 6 // `*` is every day once, not Sunday twice

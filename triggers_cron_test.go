@@ -258,3 +258,11 @@ func TestCronScheduler(t *testing.T) {
 		cs.Close()
 	})
 }
+
+// A step far past the field's range (or past int) selects the first value and returns at once.
+func TestCronHugeStep(t *testing.T) {
+	c, err := parseCron("5/9223372036854775807 */99999999999 * * *")
+	if err != nil || c.minute != 1<<5 || c.hour != 1 {
+		t.Fatalf("%v %b %b", err, c.minute, c.hour)
+	}
+}
