@@ -359,7 +359,12 @@ type apiError struct {
 	cause   error          // an unclassified error behind E_INTERNAL: logged, never answered
 }
 
-func (e *apiError) Error() string { return e.Code + ": " + e.Message }
+func (e *apiError) Error() string {
+	if e.Code == "" { // a client-side failure with no contract code (the CLI's "no server answers")
+		return e.Message
+	}
+	return e.Code + ": " + e.Message
+}
 
 func errorf(code, format string, args ...any) *apiError {
 	return &apiError{Code: code, Message: fmt.Sprintf(format, args...)}

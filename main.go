@@ -67,30 +67,50 @@ const version = "0.1.0"
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	interrupted := ctx.Err() != nil
 	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "agentd:", err)
-		var ae *apiError
-		if errors.As(err, &ae) && ae.Hint != "" {
-			fmt.Fprintln(os.Stderr, "hint:", ae.Hint)
-		}
-		var ue usageError
-		if errors.As(err, &ue) {
-			os.Exit(2)
-		}
-		os.Exit(1)
-	}
+	os.Exit(exitStatus(err, interrupted, os.Stderr))
 }
 
-// usageError marks a command-line mistake (exit code 2).
-type usageError struct{ msg string }
+// exitStatus prints err the way DESIGN §8 wants and returns the process's exit code.
+func exitStatus(err error, interrupted bool, stderr io.Writer) int {
+	var ec exitCode
+	var ue usageError
+	var ae *apiError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ec):
+		if ec.msg != "" {
+			fmt.Fprintln(stderr, "agentd:", ec.msg)
+		}
+		return ec.code
+	case interrupted && errors.Is(err, context.Canceled):
+		return 130
+	case errors.As(err, &ue):
+		fmt.Fprintln(stderr, "agentd:", ue.msg)
+		if ue.usage != "" {
+			fmt.Fprint(stderr, "\n"+ue.usage)
+		}
+		return 2
+	}
+	fmt.Fprintln(stderr, "agentd:", err)
+	if errors.As(err, &ae) && ae.Hint != "" {
+		fmt.Fprintln(stderr, "hint:", ae.Hint)
+	}
+	return 1
+}
+
+// usageError marks a command-line mistake (exit code 2); usage is printed after it.
+type usageError struct{ msg, usage string }
 
 func (e usageError) Error() string { return e.msg }
 
 // run is the whole program behind main: it parses args and runs one command until ctx ends.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return usageError{"usage: agentd serve|validate|version (see README.md)"}
+		fmt.Fprint(stdout, overview())
+		return nil
 	}
 	switch args[0] {
 	case "serve":
@@ -101,10 +121,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintf(stdout, "agentd %s %s %s/%s\n", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 		return nil
 	case "help", "-h", "--help":
-		fmt.Fprintln(stdout, "usage: agentd serve [--host H] [--port P] [--home DIR] [--token-file F] | agentd validate [--json] FILE... | agentd version")
-		return nil
+		return runHelp(args[1:], stdout)
 	}
-	return usageError{fmt.Sprintf("unknown command %q (try: agentd serve)", args[0])}
+	return runCLI(ctx, args, getenv, stdout, stderr)
 }
 
 // runValidate checks agent spec files offline with the server's own parser: every issue of every file,
@@ -114,7 +133,7 @@ func runValidate(args []string, stdout io.Writer) error {
 	fs.SetOutput(io.Discard)
 	asJSON := fs.Bool("json", false, "print a JSON array of {file, ok, issues}")
 	if err := fs.Parse(args); err != nil || fs.NArg() == 0 {
-		return usageError{"usage: agentd validate [--json] FILE..."}
+		return usageError{msg: "validate: missing FILE", usage: "usage: agentd validate [--json] FILE...\n"}
 	}
 	type result struct {
 		File   string   `json:"file"`
@@ -192,10 +211,10 @@ func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (co
 	home := fs.String("home", "", "data directory (default $AGENT_HOME or ~/.agentd)")
 	tokenFile := fs.String("token-file", "", "file holding the bearer token")
 	if err := fs.Parse(args); err != nil {
-		return config{}, usageError{err.Error()}
+		return config{}, usageError{msg: err.Error(), usage: "usage: agentd serve [--host H] [--port P] [--home DIR] [--token-file F]\n"}
 	}
 	if fs.NArg() > 0 {
-		return config{}, usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
+		return config{}, usageError{msg: fmt.Sprintf("unexpected argument %q", fs.Arg(0)), usage: "usage: agentd serve [--host H] [--port P] [--home DIR] [--token-file F]\n"}
 	}
 
 	cfg := defaultConfig()

@@ -1,0 +1,443 @@
+// cli.go — the command line: the command table, help and usage, the /v1 client every client command
+// shares, errors and exit codes, and the output helpers (tables, relative times, colour, --json).
+//
+// Entry points: run (main.go) hands every command that is not serve/validate/version to runCLI. Each
+// command is one row of cliCommands: its name, its arguments, a one-line summary, an example, and the
+// function that runs it (cli_agents.go, cli_computers.go, cli_shell.go).
+//
+// Rules (DESIGN §8, issue 12): the server is AGENT_URL (default http://127.0.0.1:7377, a trailing slash
+// is fine) with AGENT_TOKEN as the bearer token, never printed. Exit codes: 0 ok; 1 an error (the
+// server's envelope printed as `agentd: E_X: <message>` and `hint: <hint>`), a run that did not end
+// complete, a server that does not answer; 2 a usage mistake (one line naming it, then the command's
+// usage, on stderr); `exec` exits with the remote command's code; 130 after Ctrl-C. `--json` prints the
+// API's own shapes (streams: one JSON object per line); tables are for people: aligned, full ids,
+// relative times, costs in dollars; colour only on a terminal and never with NO_COLOR.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"slices"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// cliCommand is one row of the command table.
+type cliCommand struct {
+	name, args, summary, example string
+	run                          func(c *cli, args []string) error
+}
+
+// cliCommands lists every client command in the order `agentd help` shows them.
+func cliCommands() []cliCommand {
+	return []cliCommand{
+		{"agents", "[--json]", "list agents", "agentd agents", (*cli).agents},
+		{"apply", "FILE|DIR...", "create or update agents from YAML or JSON files (a directory: every *.yaml)", "agentd apply examples/", (*cli).apply},
+		{"rm-agent", "NAME...", "delete agents", "agentd rm-agent helper", (*cli).rmAgent},
+		{"run", "[--detach] [--yes|--no] [--json] NAME [INPUT]", "run an agent and stream it (INPUT from stdin when omitted)", `agentd run helper "fix the tests"`, (*cli).runAgent},
+		{"runs", "[--agent A] [--status S] [--limit N] [--json] [-q]", "list runs, newest first", "agentd runs --agent helper", (*cli).runs},
+		{"logs", "[-f] [--json] RUN", "print a run's events; -f follows a live run", "agentd logs -f run_01…", (*cli).logs},
+		{"cancel", "RUN", "cancel a run in flight", "agentd cancel run_01…", (*cli).cancel},
+		{"ps", "[-a] [--json] [-q]", "list computers (-a: stopped ones too)", "agentd ps -q | xargs agentd rm", (*cli).ps},
+		{"up", "[--flavor F] [--provider P] [--name N] [--json]", "create a computer and print its id", "agentd up --flavor python", (*cli).up},
+		{"exec", "[-i] ID -- CMD...", "run a command in a computer; exits with its code", "agentd exec box -- ls -la /work", (*cli).exec},
+		{"shell", "ID", "an interactive terminal on a computer", "agentd shell box", (*cli).shell},
+		{"cp", "SRC DST", "copy files and directories (either side ID:/path)", "agentd cp ./src box:/work/src", (*cli).cp},
+		{"rm", "ID...", "destroy computers", "agentd rm box", (*cli).rm},
+		{"stop", "ID...", "stop computers", "agentd stop box", (*cli).stop},
+		{"start", "ID...", "start stopped computers", "agentd start box", (*cli).start},
+		{"port", "ID PORT", "expose a port of a computer on the host", "agentd port box 8080", (*cli).port},
+		{"models", "[--json]", "list model providers and models", "agentd models", (*cli).models},
+		{"chat", "[-m MODEL] [--json] [PROMPT]", "chat with a model directly (PROMPT from stdin when omitted)", `agentd chat -m haiku "hello"`, (*cli).chat},
+		{"approvals", "[--json]", "list pending approvals", "agentd approvals", (*cli).approvals},
+		{"approve", "[--remember] ID", "approve a pending tool call", "agentd approve apr_…", (*cli).approve},
+		{"deny", "ID", "deny a pending tool call", "agentd deny apr_…", (*cli).deny},
+		{"triggers", "[--json]", "list mounted triggers and cron jobs", "agentd triggers", (*cli).triggers},
+		{"import", "[--source S] [--json] PATH|-", "import a transcript (Claude Code, Codex, ChatGPT, Gemini, markdown, jsonl)", "agentd import ~/.claude/projects/x/s.jsonl", (*cli).importSession},
+		{"distill", "[--model M] ID|PATH", "turn a transcript into an agent spec (YAML on stdout)", "agentd distill s.jsonl > a.yaml && agentd apply a.yaml", (*cli).distill},
+		{"events", "[TOPIC...]", "follow the live events, one JSON line per frame", "agentd events runs computers", (*cli).events},
+		{"doctor", "[--json]", "what this machine can do (works without a server)", "agentd doctor", (*cli).doctor},
+		{"completion", "bash|zsh", "print a shell completion script", `source <(agentd completion bash)`, (*cli).completion},
+	}
+}
+
+// serverCommands are run() itself; help lists them with the client commands.
+var serverHelp = [][2]string{
+	{"serve [--host H] [--port P] [--home DIR] [--token-file F]", "run the server"},
+	{"validate [--json] FILE...", "check agent spec files offline"},
+	{"version", "print the version"},
+	{"help [COMMAND]", "this overview, or one command's usage"},
+}
+
+// cli is one invocation of a client command.
+type cli struct {
+	ctx            context.Context
+	getenv         func(string) string
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	base, token    string
+	client         *http.Client
+	cmd            cliCommand
+}
+
+// exitCode ends the program with a code of its own (exec's remote code, 130 after Ctrl-C, a run's 1)
+// after its message, if any, was printed.
+type exitCode struct {
+	code int
+	msg  string
+}
+
+func (e exitCode) Error() string { return e.msg }
+
+func runCLI(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	name := args[0]
+	if name == "__complete" { // hidden: names for shell completion
+		name, args = "agents", append([]string{"agents"}, args...)
+		c := &cli{ctx: ctx, getenv: getenv, stdout: stdout, stderr: stderr, client: &http.Client{Timeout: 2 * time.Second},
+			base: strings.TrimRight(firstNonEmpty(getenv("AGENT_URL"), "http://127.0.0.1:7377"), "/"), token: getenv("AGENT_TOKEN")}
+		return c.complete(args[2:])
+	}
+	for _, cmd := range cliCommands() {
+		if cmd.name != name {
+			continue
+		}
+		c := &cli{ctx: ctx, getenv: getenv, stdin: os.Stdin, stdout: stdout, stderr: stderr, cmd: cmd,
+			client: &http.Client{}}
+		c.base = strings.TrimRight(firstNonEmpty(getenv("AGENT_URL"), "http://127.0.0.1:7377"), "/")
+		c.token = getenv("AGENT_TOKEN")
+		for _, a := range args[1:] {
+			if a == "--" {
+				break
+			}
+			if a == "-h" || a == "--help" {
+				fmt.Fprint(stdout, commandUsage(cmd))
+				return nil
+			}
+		}
+		return cmd.run(c, args[1:])
+	}
+	return usageError{msg: fmt.Sprintf("unknown command %q", name), usage: overview()}
+}
+
+func commandUsage(cmd cliCommand) string {
+	return fmt.Sprintf("usage: agentd %s %s\n\n%s\n\nexample: %s\n", cmd.name, cmd.args, cmd.summary, cmd.example)
+}
+
+// overview is `agentd help`: every command with a one-line description.
+func overview() string {
+	var b strings.Builder
+	b.WriteString("agentd — a self-hosted control plane for AI agents\n\nusage: agentd COMMAND [ARGS]\n\nServer:\n")
+	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+	for _, s := range serverHelp {
+		fmt.Fprintf(tw, "  %s\t%s\n", s[0], s[1])
+	}
+	tw.Flush()
+	b.WriteString("\nClient (AGENT_URL, default http://127.0.0.1:7377; AGENT_TOKEN):\n")
+	tw = tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+	for _, cmd := range cliCommands() {
+		fmt.Fprintf(tw, "  %s %s\t%s\n", cmd.name, cmd.args, cmd.summary)
+	}
+	tw.Flush()
+	b.WriteString("\nRun `agentd help COMMAND` for a command's usage and an example.\n")
+	return b.String()
+}
+
+func runHelp(args []string, stdout io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stdout, overview())
+		return nil
+	}
+	for _, cmd := range cliCommands() {
+		if cmd.name == args[0] {
+			fmt.Fprint(stdout, commandUsage(cmd))
+			return nil
+		}
+	}
+	for _, s := range serverHelp {
+		if strings.HasPrefix(s[0], args[0]+" ") || s[0] == args[0] {
+			fmt.Fprintf(stdout, "usage: agentd %s\n\n%s\n", s[0], s[1])
+			return nil
+		}
+	}
+	return usageError{msg: fmt.Sprintf("unknown command %q", args[0]), usage: overview()}
+}
+
+// flags parses a command's flags; any mistake is a usage error with the command's usage. Flags may come
+// before or after the positional arguments (until `--`).
+func (c *cli) flags(args []string, define func(fs *flag.FlagSet), minArgs, maxArgs int) ([]string, error) {
+	fs := flag.NewFlagSet(c.cmd.name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	define(fs)
+	var pos, tail []string
+	if i := slices.Index(args, "--"); i >= 0 { // everything after -- is an argument (exec's command)
+		args, tail = args[:i], args[i+1:]
+	}
+	for len(args) > 0 {
+		if err := fs.Parse(args); err != nil {
+			return nil, c.usage("%v", strings.TrimPrefix(err.Error(), "flag provided but not defined: "))
+		}
+		if args = fs.Args(); len(args) > 0 {
+			pos, args = append(pos, args[0]), args[1:]
+		}
+	}
+	pos = append(pos, tail...)
+	if len(pos) < minArgs {
+		return nil, c.usage("missing arguments")
+	}
+	if maxArgs >= 0 && len(pos) > maxArgs {
+		return nil, c.usage("unexpected argument %q", pos[maxArgs])
+	}
+	return pos, nil
+}
+
+func (c *cli) usage(format string, a ...any) error {
+	return usageError{msg: fmt.Sprintf("%s: %s", c.cmd.name, fmt.Sprintf(format, a...)), usage: commandUsage(c.cmd)}
+}
+
+// ---- the /v1 client ----
+
+// call sends one request and decodes a JSON answer into out (when out is not nil). An error envelope
+// becomes the *apiError it carries.
+func (c *cli) call(method, path string, body any, out any) error {
+	resp, err := c.send(c.ctx, method, path, body, nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if out == nil {
+		io.Copy(io.Discard, resp.Body)
+		return nil
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil && err != io.EOF {
+		return fmt.Errorf("the server's answer to %s %s is not JSON: %v", method, path, err)
+	}
+	return nil
+}
+
+// send makes a request and returns the response when its status is below 400.
+func (c *cli) send(ctx context.Context, method, path string, body any, header http.Header) (*http.Response, error) {
+	var rd io.Reader
+	ctype := "application/json"
+	switch b := body.(type) {
+	case nil:
+	case []byte:
+		rd, ctype = bytes.NewReader(b), "application/octet-stream"
+	case io.Reader:
+		rd, ctype = b, "application/octet-stream"
+	default:
+		j, err := json.Marshal(b)
+		if err != nil {
+			return nil, err
+		}
+		rd = bytes.NewReader(j)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		return nil, fmt.Errorf("AGENT_URL %q is not a URL: %v", c.base, err)
+	}
+	if rd != nil {
+		req.Header.Set("Content-Type", ctype)
+	}
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.client.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, c.unreachable(err)
+	}
+	if resp.StatusCode >= 400 {
+		defer resp.Body.Close()
+		return nil, c.envelope(resp)
+	}
+	return resp, nil
+}
+
+func (c *cli) unreachable(err error) error {
+	var ne net.Error
+	var oe *net.OpError
+	if errors.As(err, &oe) || errors.As(err, &ne) || strings.Contains(err.Error(), "connection refused") {
+		return &apiError{Code: "", Message: fmt.Sprintf("no agentd server answers at %s (AGENT_URL)", c.base),
+			Hint: "start one with `agentd serve`, or set AGENT_URL to the server's address"}
+	}
+	return err
+}
+
+// envelope turns an error answer into its *apiError; a 401 says which variable to set.
+func (c *cli) envelope(resp *http.Response) error {
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	var env struct {
+		Error *apiError `json:"error"`
+	}
+	if json.Unmarshal(b, &env) != nil || env.Error == nil {
+		return fmt.Errorf("%s answered %s: %s", c.base, resp.Status, strings.TrimSpace(string(b)))
+	}
+	if resp.StatusCode == http.StatusUnauthorized && env.Error.Code == codeNoCredentials &&
+		strings.Contains(env.Error.Message, "bearer token") {
+		env.Error.Hint = "set AGENT_TOKEN to the server's token"
+		if c.token != "" {
+			env.Error.Hint = "AGENT_TOKEN does not match the server's token"
+		}
+	}
+	return env.Error
+}
+
+// ---- output ----
+
+func (c *cli) printJSON(v any) error {
+	enc := json.NewEncoder(c.stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// table prints rows under a header, aligned.
+func (c *cli) table(header []string, rows [][]string) {
+	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	if c.color() {
+		fmt.Fprintf(tw, "\x1b[1m%s\x1b[0m\n", strings.Join(header, "\t"))
+	} else {
+		fmt.Fprintln(tw, strings.Join(header, "\t"))
+	}
+	for _, r := range rows {
+		fmt.Fprintln(tw, strings.Join(r, "\t"))
+	}
+	tw.Flush()
+}
+
+// color: only on a terminal, never with NO_COLOR.
+func (c *cli) color() bool {
+	if c.getenv("NO_COLOR") != "" {
+		return false
+	}
+	f, ok := c.stdout.(*os.File)
+	return ok && isTerminal(f)
+}
+
+func (c *cli) paint(code, s string) string {
+	if !c.color() {
+		return s
+	}
+	return "\x1b[" + code + "m" + s + "\x1b[0m"
+}
+
+// ago renders a timestamp as a relative time for people.
+func ago(ts string, now time.Time) string {
+	t, err := time.Parse(time.RFC3339Nano, ts)
+	if err != nil || ts == "" {
+		return "-"
+	}
+	d := now.Sub(t)
+	switch {
+	case d < 0:
+		return "in " + roundDur(-d)
+	case d < time.Second:
+		return "just now"
+	}
+	return roundDur(d) + " ago"
+}
+
+func roundDur(d time.Duration) string {
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh", int(d.Hours()))
+	}
+	return fmt.Sprintf("%dd", int(d.Hours()/24))
+}
+
+func dollars(v float64) string { return fmt.Sprintf("$%.4f", v) }
+
+// progress writes a line about a long wait to stderr.
+func (c *cli) progress(format string, a ...any) {
+	fmt.Fprintf(c.stderr, format+"\n", a...)
+}
+
+// ---- SSE ----
+
+type cliEvent struct {
+	id    string
+	event string
+	data  []byte
+}
+
+// readEvents calls fn for every event of an SSE body until `event: done` (true) or the end (false).
+func readEvents(r io.Reader, fn func(ev cliEvent) error) (bool, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), 32<<20)
+	var cur cliEvent
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "id: "):
+			cur.id = strings.TrimPrefix(line, "id: ")
+		case strings.HasPrefix(line, "event: "):
+			cur.event = strings.TrimPrefix(line, "event: ")
+		case strings.HasPrefix(line, "data: "):
+			cur.data = []byte(strings.TrimPrefix(line, "data: "))
+		case line == "":
+			if cur.event == "done" {
+				return true, nil
+			}
+			if cur.data != nil {
+				if err := fn(cur); err != nil {
+					return false, err
+				}
+			}
+			cur = cliEvent{}
+		}
+	}
+	return false, sc.Err()
+}
+
+// streamError turns an `event: error` frame into its error.
+func streamError(data []byte) error {
+	var env struct {
+		Error *apiError `json:"error"`
+	}
+	if json.Unmarshal(data, &env) == nil && env.Error != nil {
+		return env.Error
+	}
+	return fmt.Errorf("stream error: %s", data)
+}
+
+func queryOf(kv ...string) string {
+	q := url.Values{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		if kv[i+1] != "" {
+			q.Set(kv[i], kv[i+1])
+		}
+	}
+	if len(q) == 0 {
+		return ""
+	}
+	return "?" + q.Encode()
+}
+
+func sortedKeys[M ~map[string]V, V any](m M) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

@@ -1,0 +1,386 @@
+// cli_computers.go — the client commands for computers: ps, up, exec, cp, rm, stop, start, port.
+//
+// Entry points: the (*cli) methods named in cliCommands (cli.go); shell is in cli_shell.go.
+//
+// Rules (DESIGN §8): wherever an ID is taken a computer's name works too; `up` prints the full id;
+// `exec ID -- CMD...` sends CMD as an argv array (use `sh -c '...'` for a shell), copies the remote
+// stdout and stderr verbatim to ours and exits with the remote exit code; `cp` follows `docker cp`
+// (`cp LOCAL ID:PATH` uploads, `cp ID:PATH LOCAL` downloads, a relative remote path is under /work,
+// directories copy recursively as tar.gz). A downloaded archive is unpacked only inside the destination.
+package main
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"net/url"
+	"os"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+func (c *cli) ps(args []string) error {
+	var all, asJSON, quiet bool
+	if _, err := c.flags(args, func(fs *flag.FlagSet) {
+		fs.BoolVar(&all, "a", false, "")
+		fs.BoolVar(&asJSON, "json", false, "")
+		fs.BoolVar(&quiet, "q", false, "")
+	}, 0, 0); err != nil {
+		return err
+	}
+	var out struct {
+		Computers []ComputerInfo `json:"computers"`
+	}
+	q := ""
+	if all {
+		q = "?all=true"
+	}
+	if err := c.call("GET", "/v1/computers"+q, nil, &out); err != nil {
+		return err
+	}
+	switch {
+	case asJSON:
+		return c.printJSON(out)
+	case quiet:
+		for _, m := range out.Computers {
+			fmt.Fprintln(c.stdout, m.ID)
+		}
+		return nil
+	}
+	now, rows := time.Now(), [][]string{}
+	for _, m := range out.Computers {
+		var ports []string
+		for _, g := range sortedKeys(m.Ports) {
+			ports = append(ports, fmt.Sprintf("%d→%s", m.Ports[g].HostPort, g))
+		}
+		rows = append(rows, []string{m.ID, firstNonEmpty(m.Name, "-"), m.Provider, m.State, m.Image,
+			ago(m.CreatedAt, now), ago(m.LastUsedAt, now), firstNonEmpty(strings.Join(ports, ","), "-")})
+	}
+	c.table([]string{"ID", "NAME", "PROVIDER", "STATE", "IMAGE", "CREATED", "LAST USED", "PORTS"}, rows)
+	return nil
+}
+
+func (c *cli) up(args []string) error {
+	var flavor, provider, name, image string
+	var asJSON bool
+	if _, err := c.flags(args, func(fs *flag.FlagSet) {
+		fs.StringVar(&flavor, "flavor", "", "")
+		fs.StringVar(&provider, "provider", "", "")
+		fs.StringVar(&name, "name", "", "")
+		fs.StringVar(&image, "image", "", "")
+		fs.BoolVar(&asJSON, "json", false, "")
+	}, 0, 0); err != nil {
+		return err
+	}
+	body := map[string]any{}
+	for k, v := range map[string]string{"flavor": flavor, "provider": provider, "name": name, "image": image} {
+		if v != "" {
+			body[k] = v
+		}
+	}
+	c.progress("creating a computer…")
+	var m ComputerInfo
+	if err := c.call("POST", "/v1/computers", body, &m); err != nil {
+		return err
+	}
+	if asJSON {
+		return c.printJSON(m)
+	}
+	fmt.Fprintln(c.stdout, m.ID)
+	return nil
+}
+
+func (c *cli) exec(args []string) error {
+	var interactive bool
+	pos, err := c.flags(args, func(fs *flag.FlagSet) { fs.BoolVar(&interactive, "i", false, "") }, 2, -1)
+	if err != nil {
+		return err
+	}
+	body := map[string]any{"cmd": pos[1:]}
+	if interactive {
+		b, err := io.ReadAll(c.stdin)
+		if err != nil {
+			return err
+		}
+		body["stdin"] = string(b)
+	}
+	resp, err := c.send(c.ctx, "POST", "/v1/computers/"+url.PathEscape(pos[0])+"/exec/stream", body, http.Header{"Accept": {"text/event-stream"}})
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	code := -1
+	_, err = readEvents(resp.Body, func(ev cliEvent) error {
+		if ev.event == "error" {
+			return streamError(ev.data)
+		}
+		var f struct {
+			Type   string      `json:"type"`
+			Data   string      `json:"data"`
+			Result *ExecResult `json:"result"`
+		}
+		json.Unmarshal(ev.data, &f)
+		switch f.Type {
+		case "stdout":
+			io.WriteString(c.stdout, f.Data)
+		case "stderr":
+			io.WriteString(c.stderr, f.Data)
+		case "exit":
+			code = f.Result.ExitCode
+			if f.Result.TimedOut {
+				fmt.Fprintln(c.stderr, "agentd: the command timed out")
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		if c.ctx.Err() != nil {
+			return c.ctx.Err()
+		}
+		return err
+	}
+	if code < 0 {
+		return errors.New("the exec stream ended without an exit code")
+	}
+	if code != 0 {
+		return exitCode{code: code}
+	}
+	return nil
+}
+
+// eachComputer runs one lifecycle call per id, printing each id done.
+func (c *cli) eachComputer(args []string, do func(id string) error) error {
+	ids, err := c.flags(args, func(fs *flag.FlagSet) {}, 1, -1)
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		if err := do(url.PathEscape(id)); err != nil {
+			return err
+		}
+		fmt.Fprintln(c.stdout, id)
+	}
+	return nil
+}
+
+func (c *cli) rm(args []string) error {
+	return c.eachComputer(args, func(id string) error { return c.call("DELETE", "/v1/computers/"+id, nil, nil) })
+}
+
+func (c *cli) stop(args []string) error {
+	return c.eachComputer(args, func(id string) error { return c.call("POST", "/v1/computers/"+id+"/stop", nil, nil) })
+}
+
+func (c *cli) start(args []string) error {
+	return c.eachComputer(args, func(id string) error { return c.call("POST", "/v1/computers/"+id+"/start", nil, nil) })
+}
+
+func (c *cli) port(args []string) error {
+	pos, err := c.flags(args, func(fs *flag.FlagSet) {}, 2, 2)
+	if err != nil {
+		return err
+	}
+	port, err := strconv.Atoi(pos[1])
+	if err != nil {
+		return c.usage("PORT %q is not a number", pos[1])
+	}
+	var pb PortBinding
+	if err := c.call("POST", "/v1/computers/"+url.PathEscape(pos[0])+"/ports", map[string]any{"port": port}, &pb); err != nil {
+		return err
+	}
+	fmt.Fprintln(c.stdout, pb.URL)
+	return nil
+}
+
+// ---- cp ----
+
+// remotePath splits ID:/path; ok is false for a local path.
+func remotePath(s string) (id, p string, ok bool) {
+	id, p, found := strings.Cut(s, ":")
+	if !found || id == "" || strings.Contains(id, "/") { // ./a:b is a local file
+		return "", "", false
+	}
+	if !strings.HasPrefix(p, "/") {
+		p = "/work/" + p
+	}
+	return id, path.Clean(p), true
+}
+
+func (c *cli) cp(args []string) error {
+	pos, err := c.flags(args, func(fs *flag.FlagSet) {}, 2, 2)
+	if err != nil {
+		return err
+	}
+	srcID, srcPath, srcRemote := remotePath(pos[0])
+	dstID, dstPath, dstRemote := remotePath(pos[1])
+	switch {
+	case srcRemote == dstRemote:
+		return c.usage("one side must be ID:PATH and the other a local path")
+	case dstRemote:
+		return c.upload(pos[0], dstID, dstPath)
+	default:
+		return c.download(srcID, srcPath, pos[1])
+	}
+}
+
+// remoteIsDir reports whether a remote path is an existing directory.
+func (c *cli) remoteIsDir(id, p string) bool {
+	return c.call("GET", "/v1/computers/"+url.PathEscape(id)+"/fs"+queryOf("path", p), nil, nil) == nil
+}
+
+func (c *cli) upload(local, id, dst string) error {
+	fi, err := os.Stat(local)
+	if err != nil {
+		return err
+	}
+	// docker cp: into an existing directory under the source's name, else as dst itself.
+	dir, top := dst, filepath.Base(filepath.Clean(local))
+	if !c.remoteIsDir(id, dst) {
+		dir, top = path.Dir(dst), path.Base(dst)
+	}
+	archive, err := tarLocal(local, top, fi)
+	if err != nil {
+		return err
+	}
+	var out map[string]any
+	if err := c.call("POST", "/v1/computers/"+url.PathEscape(id)+"/fs/upload"+queryOf("path", dir), archive, &out); err != nil {
+		return err
+	}
+	fmt.Fprintf(c.stderr, "copied %v entries to %s:%s\n", out["entries"], id, path.Join(dir, top))
+	return nil
+}
+
+// tarLocal packs a file or a directory as a tar.gz whose top entry is named top.
+func tarLocal(local, top string, fi os.FileInfo) ([]byte, error) {
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(zw)
+	root := filepath.Clean(local)
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		name := path.Join(top, filepath.ToSlash(rel))
+		link := ""
+		if info.Mode()&os.ModeSymlink != 0 {
+			link, _ = os.Readlink(p)
+		}
+		h, err := tar.FileInfoHeader(info, link)
+		if err != nil {
+			return err
+		}
+		h.Name, h.Uname, h.Gname = name, "", ""
+		if d.IsDir() {
+			h.Name += "/"
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			return err
+		}
+		if info.Mode().IsRegular() {
+			f, err := os.Open(p)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			_, err = io.Copy(tw, f)
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	tw.Close()
+	zw.Close()
+	return buf.Bytes(), nil
+}
+
+func (c *cli) download(id, src, local string) error {
+	resp, err := c.send(c.ctx, "GET", "/v1/computers/"+url.PathEscape(id)+"/fs/download"+queryOf("path", src), nil, nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	// docker cp: into an existing directory under the source's name, else as local itself.
+	dir, rename := local, ""
+	if fi, err := os.Stat(local); err != nil || !fi.IsDir() {
+		dir, rename = filepath.Dir(local), filepath.Base(local)
+	}
+	n, err := untarLocal(resp.Body, dir, path.Base(src), rename)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(c.stderr, "copied %d entries from %s:%s\n", n, id, src)
+	return nil
+}
+
+// untarLocal unpacks a download under dir. Entries start with top (the remote name); with rename set,
+// top becomes rename. Nothing is written outside dir: absolute names, `..` and links pointing out are
+// refused.
+func untarLocal(r io.Reader, dir, top, rename string) (int, error) {
+	zr, err := gzip.NewReader(r)
+	if err != nil {
+		return 0, fmt.Errorf("the download is not a gzip archive: %v", err)
+	}
+	tr := tar.NewReader(zr)
+	n := 0
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+		name := path.Clean(h.Name)
+		if rename != "" && (name == top || strings.HasPrefix(name, top+"/")) {
+			name = rename + strings.TrimPrefix(name, top)
+		}
+		if path.IsAbs(name) || name == ".." || strings.HasPrefix(name, "../") {
+			return n, fmt.Errorf("refusing archive entry %q outside the destination", h.Name)
+		}
+		dst := filepath.Join(dir, filepath.FromSlash(name))
+		switch h.Typeflag {
+		case tar.TypeDir:
+			err = os.MkdirAll(dst, 0o755)
+		case tar.TypeReg:
+			if err = os.MkdirAll(filepath.Dir(dst), 0o755); err == nil {
+				var f *os.File
+				if f, err = os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, fs.FileMode(h.Mode)&0o777|0o600); err == nil {
+					_, err = io.Copy(f, tr)
+					if cerr := f.Close(); err == nil {
+						err = cerr
+					}
+				}
+			}
+		case tar.TypeSymlink:
+			target := path.Join(path.Dir(name), h.Linkname)
+			if path.IsAbs(h.Linkname) || target == ".." || strings.HasPrefix(target, "../") {
+				return n, fmt.Errorf("refusing link %q -> %q: it points outside the destination", h.Name, h.Linkname)
+			}
+			os.Remove(dst)
+			err = os.Symlink(h.Linkname, dst)
+		default:
+			continue // devices, fifos and hard links are not recreated
+		}
+		if err != nil {
+			return n, err
+		}
+		n++
+	}
+}

@@ -1,0 +1,537 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+	"unsafe"
+)
+
+// The CLI tests run the built binary against a real server on a loopback port, as a user would.
+
+var (
+	cliBinOnce sync.Once
+	cliBinPath string
+	cliBinErr  error
+)
+
+func cliBinary(t testing.TB) string {
+	t.Helper()
+	cliBinOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "agentd-cli-*")
+		if err != nil {
+			cliBinErr = err
+			return
+		}
+		cliBinPath = filepath.Join(dir, "agentd")
+		out, err := exec.Command("go", "build", "-o", cliBinPath, ".").CombinedOutput()
+		if err != nil {
+			cliBinErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if cliBinErr != nil {
+		t.Fatal(cliBinErr)
+	}
+	return cliBinPath
+}
+
+type cliResult struct {
+	code           int
+	stdout, stderr string
+}
+
+func (r cliResult) String() string {
+	return fmt.Sprintf("exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+}
+
+// agentd runs the binary with AGENT_URL pointing at the test server (env adds or overrides variables).
+func (te *runEnv) agentd(stdin string, env []string, args ...string) cliResult {
+	te.t.Helper()
+	cmd := exec.Command(cliBinary(te.t), args...)
+	cmd.Env = append([]string{"AGENT_URL=" + te.ts.URL + "/", "HOME=" + te.home, "PATH=" + os.Getenv("PATH"), "AGENT_HOME=" + te.home}, env...)
+	cmd.Stdin = strings.NewReader(stdin)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		te.t.Fatal(err)
+	}
+	return cliResult{code, out.String(), errb.String()}
+}
+
+func (te *runEnv) agentdOK(args ...string) cliResult {
+	te.t.Helper()
+	r := te.agentd("", nil, args...)
+	if r.code != 0 {
+		te.t.Fatalf("agentd %v: %s", args, r)
+	}
+	return r
+}
+
+func mustJSON(t testing.TB, s string, into any) {
+	t.Helper()
+	if err := json.Unmarshal([]byte(s), into); err != nil {
+		t.Fatalf("not JSON (%v): %s", err, s)
+	}
+}
+
+// cliModel: "loop" always calls a tool, "hang" never answers, anything else is echoed.
+func cliModel(t testing.TB) *scriptedOpenAI {
+	return newScriptedOpenAI(t, func(r scriptReq) scriptReply {
+		switch u := r.lastUser(); {
+		case strings.Contains(u, "loop"):
+			return scriptReply{calls: []ToolCall{tc(fmt.Sprintf("c%d", len(r.Messages)), "no_such_tool", map[string]any{"n": len(r.Messages)})}}
+		case strings.Contains(u, "hang"):
+			return scriptReply{hang: true}
+		case strings.Contains(u, "shell please") && len(r.toolResults()) == 0:
+			return scriptReply{text: "running it", calls: []ToolCall{tc("s1", "shell", map[string]any{"command": "echo from-the-tool"})}}
+		}
+		return scriptReply{text: "echo: " + r.lastUser()}
+	})
+}
+
+func TestCLIAgentsAndRuns(t *testing.T) {
+	te := newE2E(t, cliModel(t), "")
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "a.yaml"), []byte("name: alpha\nmodel: openai/gpt-4o-mini\ncomputer:\n  enabled: false\ntools: []\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "b.json"), []byte(`{"name":"beta","model":"openai/gpt-4o-mini","computer":{"enabled":false},"tools":[],"limits":{"maxSteps":2}}`), 0o644)
+	os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("not a spec"), 0o644)
+
+	if r := te.agentdOK("apply", dir); r.stdout != "created alpha\ncreated beta\n" {
+		t.Fatalf("apply dir: %s", r)
+	}
+	if r := te.agentdOK("apply", filepath.Join(dir, "a.yaml")); r.stdout != "updated alpha\n" {
+		t.Fatalf("apply again: %s", r)
+	}
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	os.WriteFile(bad, []byte("name: Bad Name\nlimits:\n  maxSteps: 900\n"), 0o644)
+	if r := te.agentd("", nil, "apply", bad); r.code != 1 || !strings.Contains(r.stderr, bad+": name: name must be lowercase") ||
+		!strings.Contains(r.stderr, bad+": limits.maxSteps: Number must be less than or equal to 500") {
+		t.Fatalf("apply invalid: %s", r)
+	}
+	r := te.agentdOK("agents")
+	if lines := strings.Split(strings.TrimSpace(r.stdout), "\n"); len(lines) != 3 || !strings.HasPrefix(lines[0], "NAME") || !strings.HasPrefix(lines[1], "alpha ") {
+		t.Fatalf("agents table: %s", r)
+	}
+	var agents struct{ Agents []AgentSummary }
+	mustJSON(t, te.agentdOK("agents", "--json").stdout, &agents)
+	if len(agents.Agents) != 2 || agents.Agents[1].Name != "beta" {
+		t.Fatalf("agents --json: %+v", agents)
+	}
+
+	// run: text streams; the argument or stdin is the input; exit 0 only on complete.
+	if r := te.agentdOK("run", "alpha", "hello", "there"); !strings.Contains(r.stdout, "echo: hello there") {
+		t.Fatalf("run: %s", r)
+	}
+	if r := te.agentd("from stdin\n", nil, "run", "alpha"); r.code != 0 || !strings.Contains(r.stdout, "echo: from stdin") {
+		t.Fatalf("run stdin: %s", r)
+	}
+	r = te.agentdOK("run", "--json", "alpha", "json please")
+	var types []string
+	for _, line := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
+		var ev map[string]any
+		mustJSON(t, line, &ev)
+		types = append(types, ev["type"].(string))
+	}
+	if types[0] != "run_start" || types[len(types)-1] != "run_end" {
+		t.Fatalf("run --json: %v", types)
+	}
+	// Non-complete endings: step_limit, budget, timeout, error.
+	te.agentdOK("apply", writeSpec(t, "name: capped\nmodel: openai/gpt-4o-mini\ncomputer: {enabled: false}\ntools: []\nlimits:\n  maxSteps: 1\n"))
+	te.agentdOK("apply", writeSpec(t, "name: broke\nmodel: openai/gpt-4o-mini\ncomputer: {enabled: false}\ntools: []\nlimits:\n  maxCostUsd: 0\n"))
+	te.agentdOK("apply", writeSpec(t, "name: slow\nmodel: openai/gpt-4o-mini\ncomputer: {enabled: false}\ntools: []\nlimits:\n  timeoutSec: 1\n"))
+	te.agentdOK("apply", writeSpec(t, "name: wrong\nmodel: nosuchprovider/model\ncomputer: {enabled: false}\ntools: []\n"))
+	for agent, want := range map[string]string{"capped": "step_limit", "broke": "budget", "slow": "timeout", "wrong": "error"} {
+		input := "loop"
+		if agent == "slow" {
+			input = "hang"
+		}
+		if r := te.agentd("", nil, "run", agent, input); r.code != 1 || !strings.Contains(r.stderr, "ended: "+want) {
+			t.Errorf("run %s: want exit 1 naming %s, got %s", agent, want, r)
+		}
+	}
+	// --detach prints the id; logs prints a finished run; logs -f follows one to its end.
+	id := strings.TrimSpace(te.agentdOK("run", "--detach", "alpha", "detached").stdout)
+	if !strings.HasPrefix(id, "run_") {
+		t.Fatalf("detach: %q", id)
+	}
+	if r := te.agentdOK("logs", "-f", id); !strings.Contains(r.stdout, "echo: detached") {
+		t.Fatalf("logs -f: %s", r)
+	}
+	if r := te.agentdOK("logs", id); !strings.Contains(r.stdout, "echo: detached") {
+		t.Fatalf("logs: %s", r)
+	}
+	r = te.agentdOK("logs", "--json", id)
+	if n := strings.Count(strings.TrimSpace(r.stdout), "\n") + 1; n < 3 {
+		t.Fatalf("logs --json: %s", r)
+	}
+	// runs: table, --json in the API's shape, -q, --status.
+	var runs struct{ Runs []RunSummary }
+	mustJSON(t, te.agentdOK("runs", "--json").stdout, &runs)
+	if len(runs.Runs) < 8 || runs.Runs[0].RunID != id {
+		t.Fatalf("runs --json: %+v", runs)
+	}
+	if r := te.agentdOK("runs", "-q", "--agent", "capped"); strings.Count(r.stdout, "run_") != 1 {
+		t.Fatalf("runs -q: %s", r)
+	}
+	if r := te.agentdOK("runs", "--status", "budget"); !strings.Contains(r.stdout, "broke") || strings.Contains(r.stdout, "alpha") || !strings.Contains(r.stdout, "$0.0000") {
+		t.Fatalf("runs --status: %s", r)
+	}
+	// cancel: a finished run is 202 with complete.
+	if r := te.agentdOK("cancel", id); !strings.Contains(r.stdout, "complete") {
+		t.Fatalf("cancel: %s", r)
+	}
+	if r := te.agentdOK("rm-agent", "beta"); r.stdout != "beta\n" {
+		t.Fatalf("rm-agent: %s", r)
+	}
+	// Unknown agent: one clear line and exit 1.
+	if r := te.agentd("", nil, "run", "ghost", "x"); r.code != 1 || !strings.Contains(r.stderr, `agentd: E_AGENT_NOT_FOUND: agent "ghost" not found`) {
+		t.Fatalf("unknown agent: %s", r)
+	}
+}
+
+func writeSpec(t testing.TB, yaml string) string {
+	p := filepath.Join(t.TempDir(), "spec.yaml")
+	os.WriteFile(p, []byte(yaml), 0o644)
+	return p
+}
+
+func TestCLIApprovals(t *testing.T) {
+	te := newE2E(t, cliModel(t), "")
+	te.agentdOK("apply", writeSpec(t, "name: careful\nmodel: openai/gpt-4o-mini\nguardrails:\n  approvalMode: ask\n"))
+	// --yes answers every approval; --no denies.
+	if r := te.agentd("", nil, "run", "--yes", "careful", "shell please"); r.code != 0 || !strings.Contains(r.stdout, "from-the-tool") {
+		t.Fatalf("run --yes: %s", r)
+	}
+	if r := te.agentd("", nil, "run", "--no", "careful", "shell please"); r.code != 0 || strings.Contains(r.stdout, "from-the-tool\n") {
+		t.Fatalf("run --no: %s", r)
+	}
+	// Without a terminal or a flag the run says how to answer, and another command answers it.
+	done := make(chan cliResult, 1)
+	go func() { done <- te.agentd("", nil, "run", "careful", "shell please") }()
+	var apr string
+	pollUntil(t, "a pending approval", func() bool {
+		var out struct{ Approvals []PendingApproval }
+		json.Unmarshal([]byte(te.agentdOK("approvals", "--json").stdout), &out)
+		if len(out.Approvals) > 0 {
+			apr = out.Approvals[0].ApprovalID
+		}
+		return apr != ""
+	})
+	if r := te.agentdOK("approvals"); !strings.Contains(r.stdout, apr) || !strings.Contains(r.stdout, "shell") {
+		t.Fatalf("approvals: %s", r)
+	}
+	if r := te.agentdOK("approve", apr); r.stdout != "approved "+apr+"\n" {
+		t.Fatalf("approve: %s", r)
+	}
+	if r := <-done; r.code != 0 || !strings.Contains(r.stderr, "agentd approve "+apr) || !strings.Contains(r.stdout, "from-the-tool") {
+		t.Fatalf("run answered elsewhere: %s", r)
+	}
+	if r := te.agentd("", nil, "deny", "apr_nope"); r.code != 1 || !strings.Contains(r.stderr, "E_APPROVAL_NOT_FOUND") {
+		t.Fatalf("deny unknown: %s", r)
+	}
+}
+
+func TestCLIComputers(t *testing.T) {
+	te := newE2E(t, cliModel(t), "")
+	id := strings.TrimSpace(te.agentdOK("up", "--name", "box").stdout)
+	if !strings.HasPrefix(id, "cmp_") {
+		t.Fatalf("up: %q", id)
+	}
+	// exec: streams to the right descriptors and exits with the remote code; -i passes stdin.
+	r := te.agentd("", nil, "exec", "box", "--", "sh", "-c", "echo out; echo err >&2; exit 7")
+	if r.code != 7 || r.stdout != "out\n" || r.stderr != "err\n" {
+		t.Fatalf("exec: %s", r)
+	}
+	if r := te.agentd("piped\n", nil, "exec", "-i", id, "--", "cat"); r.code != 0 || r.stdout != "piped\n" {
+		t.Fatalf("exec -i: %s", r)
+	}
+	// cp round-trips a directory.
+	src := filepath.Join(t.TempDir(), "proj")
+	os.MkdirAll(filepath.Join(src, "sub"), 0o755)
+	os.WriteFile(filepath.Join(src, "sub", "f.txt"), []byte("deep\n"), 0o644)
+	os.WriteFile(filepath.Join(src, "top.txt"), []byte("top\n"), 0o644)
+	te.agentdOK("cp", src, "box:proj")
+	if r := te.agentdOK("exec", "box", "--", "cat", "proj/sub/f.txt"); r.stdout != "deep\n" {
+		t.Fatalf("uploaded: %s", r)
+	}
+	back := filepath.Join(t.TempDir(), "back")
+	te.agentdOK("cp", "box:/work/proj", back)
+	if b, _ := os.ReadFile(filepath.Join(back, "sub", "f.txt")); string(b) != "deep\n" {
+		t.Fatalf("downloaded: %q", b)
+	}
+	into := t.TempDir() // an existing directory: the copy lands inside it under its own name
+	te.agentdOK("cp", "box:proj", into)
+	if b, _ := os.ReadFile(filepath.Join(into, "proj", "top.txt")); string(b) != "top\n" {
+		t.Fatalf("downloaded into a directory: %q", b)
+	}
+	if r := te.agentd("", nil, "cp", "box:missing.txt", back); r.code != 1 {
+		t.Fatalf("cp of a missing file: %s", r)
+	}
+	// ps: table, --json, -q; stop / start / port / rm.
+	var ps struct{ Computers []ComputerInfo }
+	mustJSON(t, te.agentdOK("ps", "--json").stdout, &ps)
+	if len(ps.Computers) != 1 || ps.Computers[0].ID != id {
+		t.Fatalf("ps --json: %+v", ps)
+	}
+	te.agentdOK("stop", "box")
+	if r := te.agentdOK("ps", "-q"); r.stdout != "" {
+		t.Fatalf("ps after stop: %s", r)
+	}
+	if r := te.agentdOK("ps", "-a"); !strings.Contains(r.stdout, "stopped") {
+		t.Fatalf("ps -a: %s", r)
+	}
+	te.agentdOK("start", id)
+	if r := te.agentdOK("port", "box", "8080"); !strings.HasPrefix(r.stdout, "http://127.0.0.1:") {
+		t.Fatalf("port: %s", r)
+	}
+	if r := te.agentd("", nil, "port", "box", "http"); r.code != 2 {
+		t.Fatalf("port with a word: %s", r)
+	}
+	if r := te.agentd("echo through-a-pipe\nexit\n", nil, "shell", "box"); r.code != 0 || !strings.Contains(r.stdout, "through-a-pipe") {
+		t.Fatalf("shell from a pipe: %s", r)
+	}
+	te.agentdOK("rm", "box")
+	if r := te.agentd("", nil, "exec", "box", "--", "true"); r.code != 1 || !strings.Contains(r.stderr, "E_COMPUTER_NOT_FOUND") {
+		t.Fatalf("exec on a removed machine: %s", r)
+	}
+}
+
+// shell on a real pseudo-terminal: raw mode, a typed command's output, Ctrl-D, the terminal restored.
+func TestCLIShellOnAPseudoTerminal(t *testing.T) {
+	te := newE2E(t, cliModel(t), "")
+	te.agentdOK("up", "--name", "ttybox")
+	master, slave := openPTY(t)
+	before := termios(t, slave)
+	cmd := exec.Command(cliBinary(t), "shell", "ttybox")
+	cmd.Env = []string{"AGENT_URL=" + te.ts.URL, "PATH=" + os.Getenv("PATH")}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var screen bytes.Buffer
+	go func() {
+		b := make([]byte, 4096)
+		for {
+			n, err := master.Read(b)
+			mu.Lock()
+			screen.Write(b[:n])
+			mu.Unlock()
+			if err != nil {
+				return
+			}
+		}
+	}()
+	seen := func(s string) bool { mu.Lock(); defer mu.Unlock(); return strings.Contains(screen.String(), s) }
+	pollUntil(t, "the prompt", func() bool { return seen("ttybox:/work$ ") })
+	master.Write([]byte("echo typ\x7fped-in-a-pty\r"))
+	pollUntil(t, "the command's output", func() bool { return seen("\r\nped-in-a-pty\r\n") || seen("typed-in-a-pty\r\n") })
+	master.Write([]byte{4}) // Ctrl-D
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+	select {
+	case err := <-waited:
+		if err != nil {
+			t.Fatalf("shell: %v\n%s", err, screen.String())
+		}
+	case <-time.After(20 * time.Second):
+		cmd.Process.Kill()
+		t.Fatalf("shell did not exit on Ctrl-D:\n%s", screen.String())
+	}
+	if !seen("typed-in-a-pty") && !seen("ped-in-a-pty") {
+		t.Fatalf("screen: %q", screen.String())
+	}
+	if after := termios(t, slave); after != before {
+		t.Fatal("the terminal was not restored")
+	}
+}
+
+func openPTY(t *testing.T) (master, slave *os.File) {
+	t.Helper()
+	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR, 0)
+	if err != nil {
+		t.Skipf("no pseudo-terminals here: %v", err)
+	}
+	var unlock int32
+	if err := ioctl(m.Fd(), syscall.TIOCSPTLCK, unsafe.Pointer(&unlock)); err != nil {
+		t.Fatal(err)
+	}
+	var n uint32
+	if err := ioctl(m.Fd(), syscall.TIOCGPTN, unsafe.Pointer(&n)); err != nil {
+		t.Fatal(err)
+	}
+	s, err := os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close(); s.Close() })
+	return m, s
+}
+
+func termios(t *testing.T, f *os.File) syscall.Termios {
+	var tio syscall.Termios
+	if err := ioctl(f.Fd(), syscall.TCGETS, unsafe.Pointer(&tio)); err != nil {
+		t.Fatal(err)
+	}
+	return tio
+}
+
+func TestCLIModelsTriggersEventsDoctor(t *testing.T) {
+	te := newE2E(t, cliModel(t), "")
+	if r := te.agentdOK("models"); !strings.Contains(r.stdout, "openai") || !strings.Contains(r.stdout, "MODEL") {
+		t.Fatalf("models: %s", r)
+	}
+	var models map[string]any
+	mustJSON(t, te.agentdOK("models", "--json").stdout, &models)
+	if models["models"] == nil || models["providers"] == nil {
+		t.Fatalf("models --json: %v", models)
+	}
+	if r := te.agentdOK("chat", "-m", "openai/gpt-4o-mini", "say hi"); !strings.Contains(r.stdout, "echo: say hi") {
+		t.Fatalf("chat: %s", r)
+	}
+	r := te.agentdOK("chat", "--json", "-m", "openai/gpt-4o-mini", "x")
+	if first := strings.SplitN(r.stdout, "\n", 2)[0]; !strings.Contains(first, `"type":"start"`) {
+		t.Fatalf("chat --json: %s", r)
+	}
+	te.agentdOK("apply", writeSpec(t, "name: hooks\nmodel: openai/gpt-4o-mini\ncomputer: {enabled: false}\ntools: []\ntriggers:\n  - type: webhook\n    path: /gh\n    secret: s\n  - type: cron\n    schedule: '0 9 * * *'\n    prompt: report\n"))
+	if r := te.agentdOK("triggers"); !strings.Contains(r.stdout, "/v1/w/hooks/gh") || !strings.Contains(r.stdout, "0 9 * * *") {
+		t.Fatalf("triggers: %s", r)
+	}
+	var trig struct {
+		Triggers []MountedTrigger
+		Cron     []cronEntry
+	}
+	mustJSON(t, te.agentdOK("triggers", "--json").stdout, &trig)
+	if len(trig.Triggers) != 1 || len(trig.Cron) != 1 {
+		t.Fatalf("triggers --json: %+v", trig)
+	}
+	// events: one JSON line per frame, filtered by topic.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, cliBinary(t), "events", "triggers")
+	cmd.Env = []string{"AGENT_URL=" + te.ts.URL}
+	out, _ := cmd.StdoutPipe()
+	cmd.Start()
+	lines := make(chan string, 100)
+	go func() {
+		b := make([]byte, 1<<16)
+		var acc string
+		for {
+			n, err := out.Read(b)
+			acc += string(b[:n])
+			for strings.Contains(acc, "\n") {
+				line, rest, _ := strings.Cut(acc, "\n")
+				lines <- line
+				acc = rest
+			}
+			if err != nil {
+				close(lines)
+				return
+			}
+		}
+	}()
+	waitLine := func(want string) {
+		t.Helper()
+		for line := range lines {
+			var f map[string]any
+			mustJSON(t, line, &f)
+			if f["type"] == want {
+				return
+			}
+		}
+		t.Fatalf("no %s frame", want)
+	}
+	waitLine("subscribed")
+	te.agentdOK("rm-agent", "hooks")
+	waitLine("agent_deleted")
+	cancel()
+	cmd.Wait()
+
+	var rep DoctorReport
+	mustJSON(t, te.agentdOK("doctor", "--json").stdout, &rep)
+	if rep.Version != version || len(rep.Providers) == 0 {
+		t.Fatalf("doctor --json: %+v", rep)
+	}
+	if r := te.agentdOK("completion", "bash"); !strings.Contains(r.stdout, "complete -F _agentd agentd") || !strings.Contains(r.stdout, "rm-agent") {
+		t.Fatalf("completion: %s", r)
+	}
+	te.agentdOK("up", "--name", "compbox")
+	if r := te.agentdOK("__complete", "computers"); !strings.Contains(r.stdout, "compbox") {
+		t.Fatalf("__complete: %s", r)
+	}
+}
+
+// Usage mistakes exit 2 with the usage; a server that is down, a wrong token, exit 1 with one clear line.
+func TestCLIBadInput(t *testing.T) {
+	te := newE2E(t, cliModel(t), "")
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"frobnicate"}, 2, `unknown command "frobnicate"`},
+		{[]string{"agents", "--frob"}, 2, "agents: -frob"},
+		{[]string{"run"}, 2, "run: missing arguments"},
+		{[]string{"exec", "box"}, 2, "usage: agentd exec"},
+		{[]string{"rm"}, 2, "usage: agentd rm ID..."},
+		{[]string{"cp", "a", "b"}, 2, "one side must be ID:PATH"},
+		{[]string{"completion", "fish"}, 2, "unknown shell"},
+		{[]string{"logs", "run_nope"}, 1, "E_RUN_NOT_FOUND"},
+		{[]string{"rm", "ghost"}, 1, "E_COMPUTER_NOT_FOUND"},
+	} {
+		r := te.agentd("", nil, tc.args...)
+		if r.code != tc.code || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("%v: want exit %d with %q, got %s", tc.args, tc.code, tc.want, r)
+		}
+	}
+	if r := te.agentdOK("help", "exec"); !strings.Contains(r.stdout, "example: agentd exec") {
+		t.Fatalf("help exec: %s", r)
+	}
+	if r := te.agentdOK("exec", "--help"); !strings.Contains(r.stdout, "usage: agentd exec") {
+		t.Fatalf("exec --help: %s", r)
+	}
+	if r := te.agentdOK("help"); !strings.Contains(r.stdout, "distill") || !strings.Contains(r.stdout, "serve") {
+		t.Fatalf("help: %s", r)
+	}
+	// Server down: one line naming AGENT_URL (and a hint), exit 1.
+	r := te.agentd("", []string{"AGENT_URL=http://127.0.0.1:1"}, "agents")
+	if r.code != 1 || !strings.Contains(r.stderr, "no agentd server answers at http://127.0.0.1:1 (AGENT_URL)") {
+		t.Fatalf("server down: %s", r)
+	}
+	// doctor still answers without a server.
+	r = te.agentd("", []string{"AGENT_URL=http://127.0.0.1:1", "AGENT_HOME=" + t.TempDir()}, "doctor", "--json")
+	var rep DoctorReport
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &rep) != nil || rep.Version != version {
+		t.Fatalf("doctor without a server: %s", r)
+	}
+	// A wrong token: the envelope and a hint naming AGENT_TOKEN; the token is never printed.
+	tok := newE2EWithToken(t, "correct-horse-battery-staple")
+	r = tok.agentd("", []string{"AGENT_TOKEN=wrong-token-value"}, "agents")
+	if r.code != 1 || !strings.Contains(r.stderr, "E_NO_CREDENTIALS") || !strings.Contains(r.stderr, "AGENT_TOKEN") ||
+		strings.Contains(r.stderr+r.stdout, "wrong-token-value") {
+		t.Fatalf("wrong token: %s", r)
+	}
+	if r := tok.agentd("", []string{"AGENT_TOKEN=correct-horse-battery-staple"}, "agents"); r.code != 0 {
+		t.Fatalf("right token: %s", r)
+	}
+}
+
+func newE2EWithToken(t *testing.T, token string) *runEnv {
+	te := newE2E(t, cliModel(t), "")
+	te.s.cfg.Token = token
+	return te
+}
