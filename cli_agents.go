@@ -266,7 +266,7 @@ func (r *runPrinter) event(ev cliEvent) error {
 		Call       *ToolCall  `json:"call"`
 		Output     *string    `json:"output"`
 		IsError    *bool      `json:"isError"`
-		Message    string     `json:"message"`
+		Message    any        `json:"message"` // a warning's text; a message event's ModelMessage
 		ApprovalID string     `json:"approvalId"`
 		Request    any        `json:"request"`
 		Reason     string     `json:"reason"`
@@ -314,7 +314,7 @@ func (r *runPrinter) event(ev cliEvent) error {
 		fmt.Fprintf(r.c.stderr, "denied: %s: %s\n", e.Call.Name, e.Reason)
 	case "warning":
 		r.newline()
-		fmt.Fprintf(r.c.stderr, "warning: %s\n", e.Message)
+		fmt.Fprintf(r.c.stderr, "warning: %v\n", e.Message)
 	case "run_end":
 		r.newline()
 	}

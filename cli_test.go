@@ -531,7 +531,5 @@ func TestCLIBadInput(t *testing.T) {
 }
 
 func newE2EWithToken(t *testing.T, token string) *runEnv {
-	te := newE2E(t, cliModel(t), "")
-	te.s.cfg.Token = token
-	return te
+	return newE2EWith(t, cliModel(t), "", func(c *config) { c.Token = token })
 }

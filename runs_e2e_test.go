@@ -207,6 +207,12 @@ func e2eProvider() string {
 // newE2E starts the real server on a fresh home (or the given one) with the scripted model server.
 func newE2E(t testing.TB, so *scriptedOpenAI, home string) *runEnv {
 	t.Helper()
+	return newE2EWith(t, so, home, nil)
+}
+
+// newE2EWith is newE2E with a change to the configuration before the server starts.
+func newE2EWith(t testing.TB, so *scriptedOpenAI, home string, mod func(*config)) *runEnv {
+	t.Helper()
 	if home == "" {
 		home = t.TempDir()
 	}
@@ -218,6 +224,9 @@ func newE2E(t testing.TB, so *scriptedOpenAI, home string) *runEnv {
 	if cfg.ComputerProvider == "docker" {
 		// The computers suite's image (built by .ci/run); no registry is reachable in CI.
 		cfg.Images = map[string]string{"base": testImage, "python": testImage, "node": testImage, "full": testImage}
+	}
+	if mod != nil {
+		mod(&cfg)
 	}
 	s, err := newServer(cfg, testLogger(), time.Now)
 	if err != nil {
