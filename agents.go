@@ -1,6 +1,6 @@
 // agents.go — the agent spec endpoints: list, create, get, update, delete, validate.
 //
-// Rules (API.md Agents, DESIGN §3): a body needs `spec` (a JSON object) or `yaml` (a string), else 422;
+// Rules (docs/API.md Agents, DESIGN §3): a body needs `spec` (a JSON object) or `yaml` (a string), else 422;
 // an invalid spec is 422 E_SPEC_INVALID with details.issues, except on validate, which answers 200
 // {ok, issues?}; a duplicate create and a PUT whose spec.name differs from :name are 422; an unknown agent
 // is 404 E_AGENT_NOT_FOUND. The stored YAML is the submitted text verbatim, or the spec rendered as YAML
@@ -22,7 +22,7 @@ type agentBody struct {
 	YAML *string         `json:"yaml"`
 }
 
-// AgentSummary is the list and write answer for an agent (API.md AgentSummary).
+// AgentSummary is the list and write answer for an agent (docs/API.md AgentSummary).
 type AgentSummary struct {
 	agentSummaryCore
 	UpdatedAt string `json:"updatedAt"`

@@ -320,7 +320,7 @@ const (
 	codeRouteNotFound       = "E_ROUTE_NOT_FOUND"
 )
 
-// statusOf is the one code → status table: API.md's explicit rows, then its suffix rules (_NOT_FOUND →
+// statusOf is the one code → status table: docs/API.md's explicit rows, then its suffix rules (_NOT_FOUND →
 // 404, _DENIED → 403) resolved for every declared code, then 500. Its keys are the 25 declared codes.
 var statusOf = map[string]int{
 	codeNoCredentials:       http.StatusUnauthorized,
@@ -405,7 +405,7 @@ func asAPIError(err error) *apiError {
 const idAlphabet = "0123456789abcdefghjkmnpqrstvwxyz"
 
 // newID is the one id generator: prefix + "_" + 16 random base32 characters (80 bits). Ids are opaque
-// to clients (API.md); run ids add a time part (newRunID) so they sort by time.
+// to clients (docs/API.md); run ids add a time part (newRunID) so they sort by time.
 func newID(prefix string) string { return prefix + "_" + randomChars(16) }
 
 // randomChars returns n random characters of idAlphabet.
@@ -569,7 +569,7 @@ func exactKeys(b []byte, v any) error {
 	}
 	slices.Sort(bad)
 	return errorf(codeSpecInvalid, "Unrecognized key(s) in object: %s", strings.Join(bad, ", ")).
-		withHint("keys are case-sensitive; see API.md for the accepted keys")
+		withHint("keys are case-sensitive; see docs/API.md for the accepted keys")
 }
 
 // jsonKeyNames collects the JSON keys of a struct type (through embedded structs); false when a key is
@@ -645,12 +645,12 @@ func jsonError(err error) *apiError {
 	msg := err.Error()
 	if k, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
 		return errorf(codeSpecInvalid, "Unrecognized key(s) in object: %s", strings.ReplaceAll(k, `"`, "'")).
-			withHint("remove the unknown key; see API.md for the accepted keys")
+			withHint("remove the unknown key; see docs/API.md for the accepted keys")
 	}
 	var ae *apiError
 	if errors.As(err, &ae) {
 		return ae
 	}
 	return errorf(codeSpecInvalid, "invalid JSON body: %s", strings.TrimPrefix(msg, "json: ")).
-		withHint("check the body against API.md")
+		withHint("check the body against docs/API.md")
 }

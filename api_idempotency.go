@@ -1,6 +1,6 @@
 // api_idempotency.go — the Idempotency-Key cache for POST, PUT, PATCH and DELETE.
 //
-// Rules (API.md, DESIGN §3): keyed on method + full URL + key; in memory; entries live 15 minutes; soft cap
+// Rules (docs/API.md, DESIGN §3): keyed on method + full URL + key; in memory; entries live 15 minutes; soft cap
 // 1000 entries (expired first, then oldest); only responses with status < 400 are recorded; streaming
 // responses (SSE, hijacked sockets) are never recorded; a replay short-circuits the handler and carries
 // Idempotency-Replayed: true. A second request arriving while the first is still running waits for it.

@@ -1,6 +1,6 @@
 // cli_shell.go — `agentd shell ID`: the terminal WebSocket of a computer as an interactive prompt.
 //
-// Entry point: (*cli).shell. The API's terminal runs one command per line (API.md: no persistent
+// Entry point: (*cli).shell. The API's terminal runs one command per line (docs/API.md: no persistent
 // shell), so the prompt is edited locally: on a terminal, in raw mode (echo, backspace, Ctrl-C clears the
 // line, Ctrl-D or `exit` leaves), with the window size sent on SIGWINCH and the terminal restored on exit;
 // from a pipe, one command per input line.

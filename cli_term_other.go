@@ -11,6 +11,8 @@ import (
 
 func isTerminal(f *os.File) bool { return false }
 
-func makeRaw(f *os.File) (func(), error) { return nil, errors.New("raw mode is only implemented on Linux") }
+func makeRaw(f *os.File) (func(), error) {
+	return nil, errors.New("raw mode is only implemented on Linux")
+}
 
 func windowSize(f *os.File) (cols, rows int) { return 0, 0 }

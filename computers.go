@@ -481,7 +481,7 @@ func (c *computerService) list(ctx context.Context, all bool) ([]ComputerInfo, e
 
 var computerNameRE = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,63}$`)
 
-// applyComputerDefaults fills the contract's defaults (DESIGN §4, API.md computer table).
+// applyComputerDefaults fills the contract's defaults (DESIGN §4, docs/API.md computer table).
 func applyComputerDefaults(sp *ComputerSpec) {
 	if sp.Flavor == "" {
 		sp.Flavor = "base"

@@ -4,7 +4,7 @@
 // Entry points: computerService.Exec (API, terminal, agent tool), run (internal, no policy: provisioning
 // and the engine's file operations), handleExec, handleExecStream.
 //
-// Rules (API.md Exec, DESIGN §4): every exec passes the one command policy first (403 E_EXEC_DENIED);
+// Rules (docs/API.md Exec, DESIGN §4): every exec passes the one command policy first (403 E_EXEC_DENIED);
 // a string cmd runs under /bin/sh -c, an array directly; timeoutSec 1-3600 (default 120) kills the whole
 // process tree inside the machine and answers timedOut with the partial output and exitCode 124; a
 // cancelled context (client disconnect) kills the tree the same way; maxOutputBytes 1-16 MiB (default

@@ -4,7 +4,7 @@
 // Entry points: computerService.ReadFile, WriteFile, ListDir, DeletePath (used by the run loop) and the
 // /v1/computers/:id/fs* handlers.
 //
-// Rules (API.md Files, DESIGN §4): only /work and /tmp are exposed (a relative path is under /work);
+// Rules (docs/API.md Files, DESIGN §4): only /work and /tmp are exposed (a relative path is under /work);
 // the lexical check comes first, then the path is resolved INSIDE the machine (nearest existing
 // ancestor, symlinks followed) and must still be inside; the workspace roots cannot be deleted. An upload
 // is checked whole before anything is written: entries escaping the target (`..`, absolute, links

@@ -4,7 +4,7 @@
 // Entry points: netPolicy.checkURL (before any connection), netPolicy.httpClient (every dial, first
 // request and redirects, checked on the resolved address), privateIP, hostMatches.
 //
-// Rules (API.md E_EXEC_DENIED, computer.network): only http and https; mode none reaches nothing; deny is
+// Rules (docs/API.md E_EXEC_DENIED, computer.network): only http and https; mode none reaches nothing; deny is
 // checked against the name and applies even in full; outside full, allow is an allow-list; one leading
 // `*.` wildcard is supported; private, loopback, link-local, CGNAT and "this network" addresses (also
 // inside IPv6 forms that carry IPv4) are refused unless the name or address is in allow; the dial

@@ -1,6 +1,6 @@
 // computers_terminal.go — WS /v1/computers/:id/terminal: one command per message, no persistent shell.
 //
-// Frames (API.md): server → {type: ready, computerId, workdir} on connect; client → a raw string or
+// Frames (docs/API.md): server → {type: ready, computerId, workdir} on connect; client → a raw string or
 // {type: exec, cmd} (one command, run through the command policy) and {type: resize, cols, rows}
 // (recorded, not applied); server → {type: stdout|stderr, data}, {type: exit, exitCode, durationMs},
 // {type: error, error}. Commands run one after another; closing the socket kills a running command's

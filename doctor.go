@@ -1,6 +1,6 @@
 // doctor.go — the capability report (GET /v1/doctor, later `agentd doctor --json`).
 //
-// Rules (API.md DoctorReport, DESIGN §8): `node` holds the Go runtime version because the contract names the
+// Rules (docs/API.md DoctorReport, DESIGN §8): `node` holds the Go runtime version because the contract names the
 // field so; `platform` is GOOS/GOARCH; `firstRun` is true when this start created the data directory;
 // warnings are honest: the computer and model services add theirs, this file adds a token-less server and a
 // data directory on a full disk. `?force` is accepted and ignored.

@@ -1,7 +1,7 @@
 // events.go — the live event hub and the `WS /v1/events` socket.
 //
 // Entry points: hub.publish(topic, type, payload) from anywhere; handleEvents for the socket.
-// Rules (API.md Events, DESIGN §7): one ring buffer of the last 512 events; one buffered channel per
+// Rules (docs/API.md Events, DESIGN §7): one ring buffer of the last 512 events; one buffered channel per
 // subscriber; the publisher never blocks — a subscriber that falls behind is disconnected (its socket is
 // closed at once, so a stuck write never holds a goroutine). On connect the server sends `hello` (topics,
 // active runs); `{type:subscribe,topics}` is answered with `subscribed`, then the buffered history for those

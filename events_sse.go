@@ -1,7 +1,7 @@
 // events_sse.go — the hand-rolled Server-Sent Events writer shared by every streaming endpoint.
 //
 // Entry point: newSSE(w, pingEvery) then send(v) per event, fail(err) for an error frame, and close() which
-// writes `event: done`. Rules (API.md, DESIGN §3): Content-Type text/event-stream, Cache-Control
+// writes `event: done`. Rules (docs/API.md, DESIGN §3): Content-Type text/event-stream, Cache-Control
 // no-cache, X-Accel-Buffering no; each event is `id: <seq>` plus one `data: <json>` line, flushed at
 // once; a `: ping` comment every 15 s; the write deadline is cleared, and instead every write must drain
 // within 60 s or the stream is declared stalled: Done() fires and the producer (run, exec) aborts.

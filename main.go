@@ -10,7 +10,7 @@
 //	agentd version
 //
 // Configuration precedence: flag > environment (AGENT_HOME, AGENT_HOST, AGENT_PORT, AGENT_TOKEN) >
-// $AGENT_HOME/config.yaml > defaults. The API contract is API.md; README.md is the quick start.
+// $AGENT_HOME/config.yaml > defaults. The API contract is docs/API.md; README.md is the quick start.
 //
 // # Audit map
 //

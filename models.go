@@ -303,7 +303,7 @@ type chatBody struct {
 // validateChat checks the ranges the providers would otherwise reject after a round trip.
 func validateChat(req *ChatRequest) error {
 	bad := func(format string, args ...any) error {
-		return errorf(codeSpecInvalid, format, args...).withHint("see API.md Models for the ChatRequest keys")
+		return errorf(codeSpecInvalid, format, args...).withHint("see docs/API.md Models for the ChatRequest keys")
 	}
 	if len(req.Messages) == 0 {
 		return bad("messages: must be a non-empty array")

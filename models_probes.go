@@ -2,7 +2,7 @@
 // bounded by a timeout, results cached briefly and shared by concurrent callers.
 //
 // Entry points: modelService.statuses (GET /v1/models, the doctor, the auto/free/local strategies).
-// Rules (API.md Models 1, DESIGN §5): a dead provider never stalls a listing — a caller waits at most
+// Rules (docs/API.md Models 1, DESIGN §5): a dead provider never stalls a listing — a caller waits at most
 // one probe timeout per round of four; a keyed provider is available when its key is set and it lists
 // models; keyless ones (ollama, lmstudio) when they answer; a flip of availability publishes
 // `provider_changed` on the `providers` topic. Probe rounds belong to the service (Close waits).

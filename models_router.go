@@ -3,7 +3,7 @@
 //
 // Entry points: modelService.Stream / Chat (models.go), EstimateCost, plan + run (the stream handler
 // plans first so a refusal is a plain JSON error).
-// Rules (DESIGN §5, API.md Errors): candidates are the requested model then the fallbacks; 3 attempts per
+// Rules (DESIGN §5, docs/API.md Errors): candidates are the requested model then the fallbacks; 3 attempts per
 // candidate on 408/409/425/429/5xx/network with full-jitter backoff ≤ 8 s (Retry-After honoured up to the
 // cap); 400/422 never retried and end the walk; 401/403 → E_NO_CREDENTIALS, next candidate; 404 →
 // E_MODEL_UNAVAILABLE, next candidate; 429 on every candidate → E_QUOTA; every switch is a `warning`

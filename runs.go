@@ -4,7 +4,7 @@
 // Entry points: newRunService (server start: marks runs left in flight by a previous process `aborted`),
 // runService.prepare + runService.start (any caller that starts a run: the endpoints, triggers),
 // activeRun.wait, runService.cancel, runService.Close (aborts runs in flight and waits for them).
-// Rules (API.md Running an agent / Runs, DESIGN §6): the control plane assigns the run id and uses the same
+// Rules (docs/API.md Running an agent / Runs, DESIGN §6): the control plane assigns the run id and uses the same
 // id in run_start, run_end, the store and cancel; the body may lower maxSteps and maxCostUsd, never raise
 // them; maxTokens and timeoutSec come only from the spec; a streaming run is aborted by a client
 // disconnect or a consumer stalled for 60 s; cancel is idempotent; the computer is never touched by an
@@ -76,7 +76,7 @@ type RunResult struct {
 	Error      *apiError      `json:"error,omitempty"`
 }
 
-// runEvent is one frame of a run stream (API.md run events, DESIGN §6 extras). Only the fields of its
+// runEvent is one frame of a run stream (docs/API.md run events, DESIGN §6 extras). Only the fields of its
 // type are set; tool_end's output/isError/durationMs are pointers so they are present even when zero.
 type runEvent struct {
 	Type       string           `json:"type"`

@@ -3,7 +3,7 @@
 //
 // Entry points: approvalBook.request (called by the loop; blocks until approved, denied, expired or the
 // run's context ends), approvalBook.answer (the POST endpoint), approvalBook.list.
-// Rules (API.md Approvals, DESIGN §6): approval_required reaches the run stream before the call blocks;
+// Rules (docs/API.md Approvals, DESIGN §6): approval_required reaches the run stream before the call blocks;
 // no answer within 120 s → denied and the approval is gone (E_APPROVAL_NOT_FOUND); an answered approval
 // is gone too, so answering twice is a 404; `remember` (only with approve) auto-approves that tool for that
 // agent until restart; cancel and run end deny pending approvals; any doubt denies (fail closed).

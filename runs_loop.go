@@ -1,7 +1,7 @@
 // runs_loop.go — the agent loop: one run from its first model call to its stop reason.
 //
 // Entry point: activeRun.run (started by runService.start in its own goroutine).
-// Rules (API.md run state table, DESIGN §6): the system prompt is the persona with {{var}} filled from
+// Rules (docs/API.md run state table, DESIGN §6): the system prompt is the persona with {{var}} filled from
 // vars (unknown placeholders left as they are), then knowledge under `## Reference` as `### <title>`
 // blocks, then the `refuse` items as an out-of-scope section; examples become few-shot turns, then memory,
 // then `history`, then `input`. One model call per step (fallbackModels honoured by the router). Before

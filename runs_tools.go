@@ -1,7 +1,7 @@
 // runs_tools.go — the tools a run offers the model: their JSON schemas and implementations.
 //
 // Entry points: toolCatalog (every tool, by name), resolveTools (a spec's `tools` list → the names this run
-// offers). Bundles (API.md tools table): computer = shell, expose_port, computer_info; files = read_file,
+// offers). Bundles (docs/API.md tools table): computer = shell, expose_port, computer_info; files = read_file,
 // write_file, edit_file, list_dir, search_files, move, delete; web = fetch_url (+ web_search when
 // BRAVE_API_KEY is set); http = http_request (opt-in).
 // Rules: tools needing a machine are dropped when computer.enabled is false; unknown names are dropped;

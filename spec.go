@@ -1,5 +1,5 @@
 // spec.go — the agent spec: its types, defaults, validation that reports every problem at once as
-// `<dotted.path>: <message>` lines (API.md "Agent spec", DESIGN §3), and rendering a spec back to YAML.
+// `<dotted.path>: <message>` lines (docs/API.md "Agent spec", DESIGN §3), and rendering a spec back to YAML.
 //
 // Entry points: parseSpecYAML(text) and parseSpecJSON(raw) → (*AgentSpec with defaults, issues);
 // renderSpecYAML(spec); parseComputerCreateJSON(raw) for the POST /v1/computers body; specIssuesError.
@@ -140,7 +140,7 @@ type TriggerSpec struct {
 	Allowlist   []string `json:"allowlist,omitempty" yaml:"allowlist,omitempty"`
 }
 
-// MarshalJSON keeps the defaulted empty lists of discord/slack `channels` and telegram `allowlist` (API.md
+// MarshalJSON keeps the defaulted empty lists of discord/slack `channels` and telegram `allowlist` (docs/API.md
 // gives [] as their default), which omitempty would drop; other types still omit fields they do not have.
 func (t TriggerSpec) MarshalJSON() ([]byte, error) {
 	type plain TriggerSpec
@@ -439,7 +439,7 @@ const (
 	nameRuleMessage = "name must be lowercase letters, digits and dashes, starting with a letter or digit"
 )
 
-// defaultSpec is a spec with every default of API.md; validation overwrites what the document sets.
+// defaultSpec is a spec with every default of docs/API.md; validation overwrites what the document sets.
 func defaultSpec() AgentSpec {
 	return AgentSpec{
 		APIVersion: specAPIVersion, Version: "0.1.0", Model: "auto",

@@ -335,7 +335,7 @@ func TestRenderTrickyStrings(t *testing.T) {
 	}
 }
 
-// The chat triggers' list defaults are [] in the JSON form, as API.md's trigger table gives them.
+// The chat triggers' list defaults are [] in the JSON form, as docs/API.md's trigger table gives them.
 func TestSpecTriggerListDefaults(t *testing.T) {
 	spec, issues := parseSpecYAML("name: a\ntriggers:\n  - type: discord\n  - type: slack\n  - type: telegram\n  - type: http\n")
 	if len(issues) > 0 {

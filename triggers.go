@@ -6,7 +6,7 @@
 // handleHTTPTrigger (/v1/t/<agent><path>, any method), handleWebhookTrigger (POST /v1/w/<agent><path>),
 // handleListTriggers (GET /v1/triggers). Cron itself is in triggers_cron.go.
 //
-// Rules (API.md Triggers, DESIGN §7/§7a): only http, webhook and cron are mounted; paths match exactly
+// Rules (docs/API.md Triggers, DESIGN §7/§7a): only http, webhook and cron are mounted; paths match exactly
 // (the http default `/` answers at /v1/t/a and /v1/t/a/); an unknown mount is 404 E_AGENT_NOT_FOUND. The
 // prompt is taken from ?input/?text/?q, else a non-JSON body, else the JSON keys input, text, message,
 // prompt, content, query, else the JSON body itself; none is 422. A trigger's run is an ordinary run

@@ -32,7 +32,7 @@ func TestTriggerPrompt(t *testing.T) {
 		{"/x", `{"prompt":"p"}`, "p", ""},
 		{"/x", `{"content":"c"}`, "c", ""},
 		{"/x", `{"query":"q"}`, "q", ""},
-		{"/x", `{"input":42,"prompt":"p"}`, "p", ""}, // a non-string key is skipped
+		{"/x", `{"input":42,"prompt":"p"}`, "p", ""},                                   // a non-string key is skipped
 		{"/x", `{"action":"opened","number":7}`, `{"action":"opened","number":7}`, ""}, // the JSON body itself
 		{"/x", `"a JSON string"`, "a JSON string", ""},
 		{"/x", `[1,2]`, `[1,2]`, ""},
@@ -96,7 +96,7 @@ func TestVerifyWebhook(t *testing.T) {
 		{"standard raw right", string(raw), h("webhook-id", "msg_1", "webhook-timestamp", ts, "webhook-signature", stdSig(raw, "msg_1", ts, body)), ""},
 		{"standard whsec used raw is wrong", whsec, h("webhook-id", "msg_1", "webhook-timestamp", ts, "webhook-signature", stdSig([]byte(whsec), "msg_1", ts, body)), "does not match"},
 		{"standard several, one right", whsec, h("webhook-id", "msg_1", "webhook-timestamp", ts, "webhook-signature",
-			"v1,Zm9v " + stdSig([]byte("x"), "msg_1", ts, body) + " " + stdSig(whKey, "msg_1", ts, body)), ""},
+			"v1,Zm9v "+stdSig([]byte("x"), "msg_1", ts, body)+" "+stdSig(whKey, "msg_1", ts, body)), ""},
 		{"standard v2 ignored", whsec, h("webhook-id", "msg_1", "webhook-timestamp", ts, "webhook-signature", "v2,"+strings.TrimPrefix(stdSig(whKey, "msg_1", ts, body), "v1,")), "does not match"},
 		{"standard wrong id", whsec, h("webhook-id", "msg_2", "webhook-timestamp", ts, "webhook-signature", stdSig(whKey, "msg_1", ts, body)), "does not match"},
 		{"standard stale", whsec, h("webhook-id", "msg_1", "webhook-timestamp", strconv.FormatInt(now.Unix()-301, 10), "webhook-signature",
@@ -365,11 +365,11 @@ func TestTriggerListingFollowsAgents(t *testing.T) {
 func TestTriggerSpecValidation(t *testing.T) {
 	te := newE2E(t, echoModel(t), "")
 	for spec, want := range map[string]string{
-		"name: a\ntriggers:\n  - type: cron\n    schedule: '61 * * * *'\n    prompt: p\n":      `triggers.0.schedule: minute field "61"`,
-		"name: a\ntriggers:\n  - type: cron\n    schedule: '* * *'\n    prompt: p\n":           "triggers.0.schedule: expected 5 fields",
-		"name: a\ntriggers:\n  - type: pager\n":                                               "triggers.0.type: Invalid discriminator value",
-		"name: a\ntriggers:\n  - type: webhook\n    path: hook\n":                             "triggers.0.path: must start with /",
-		"name: a\ntriggers:\n  - type: http\n  - type: http\n    path: /\n":                   "triggers.1.path: http trigger path / is already used by triggers.0",
+		"name: a\ntriggers:\n  - type: cron\n    schedule: '61 * * * *'\n    prompt: p\n":        `triggers.0.schedule: minute field "61"`,
+		"name: a\ntriggers:\n  - type: cron\n    schedule: '* * *'\n    prompt: p\n":             "triggers.0.schedule: expected 5 fields",
+		"name: a\ntriggers:\n  - type: pager\n":                                                  "triggers.0.type: Invalid discriminator value",
+		"name: a\ntriggers:\n  - type: webhook\n    path: hook\n":                                "triggers.0.path: must start with /",
+		"name: a\ntriggers:\n  - type: http\n  - type: http\n    path: /\n":                      "triggers.1.path: http trigger path / is already used by triggers.0",
 		"name: a\ntriggers:\n  - type: webhook\n    path: /x\n  - type: webhook\n    path: /x\n": "triggers.1.path",
 	} {
 		_, out := te.do("POST", "/v1/agents/validate", map[string]any{"yaml": spec})

@@ -1,5 +1,5 @@
 // web.go — the dashboard embedded in the binary (web/), served at GET / with the single-page-app
-// fallback of API.md convention 10.
+// fallback of docs/API.md convention 10.
 //
 // Rules (DESIGN §9): GETs outside /v1 without a file extension get index.html (deep links); a missing file
 // with an extension is 404 E_ROUTE_NOT_FOUND; the page holds no data, so it is public even with a token.
