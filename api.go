@@ -8,6 +8,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -133,6 +134,17 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("X-Request-Id", id)
 	r = r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id))
+	lw := &loggedWriter{ResponseWriter: w}
+	w = lw
+	start := time.Now()
+	defer func() { // one line per request; the path only, never the query (it may carry ?token=)
+		level := slog.LevelInfo
+		if r.URL.Path == "/health" { // polled by load balancers: not worth a line each
+			level = slog.LevelDebug
+		}
+		s.log.Log(r.Context(), level, "request", "method", r.Method, "path", r.URL.Path, "status", lw.status,
+			"bytes", lw.bytes, "ms", time.Since(start).Milliseconds(), "requestId", id)
+	}()
 	defer func() {
 		if v := recover(); v != nil {
 			if v == http.ErrAbortHandler {
@@ -172,6 +184,39 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, maxBodyBytes)
 	s.idem.serve(w, r, s.handler)
+}
+
+// loggedWriter counts what a response wrote for the request log. It unwraps for http.ResponseController
+// (SSE flushes and deadlines) and hijacks for WebSockets.
+type loggedWriter struct {
+	http.ResponseWriter
+	status int
+	bytes  int64
+}
+
+func (l *loggedWriter) WriteHeader(code int) {
+	if l.status == 0 {
+		l.status = code
+	}
+	l.ResponseWriter.WriteHeader(code)
+}
+
+func (l *loggedWriter) Write(b []byte) (int, error) {
+	if l.status == 0 {
+		l.status = http.StatusOK
+	}
+	n, err := l.ResponseWriter.Write(b)
+	l.bytes += int64(n)
+	return n, err
+}
+
+func (l *loggedWriter) Unwrap() http.ResponseWriter { return l.ResponseWriter }
+
+func (l *loggedWriter) Flush() { http.NewResponseController(l.ResponseWriter).Flush() }
+
+func (l *loggedWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	l.status = http.StatusSwitchingProtocols
+	return http.NewResponseController(l.ResponseWriter).Hijack()
 }
 
 // cors answers preflight requests and sets CORS headers for configured origins. It reports whether the

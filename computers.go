@@ -24,6 +24,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -151,6 +152,12 @@ type machineRT struct {
 	active   int        // execs in flight (guarded by computerService.mu)
 	lastUsed time.Time  // guarded by computerService.mu
 	ports    map[int]*portForwarder
+	reach    map[int]reachCheck // guarded by computerService.mu: the last reachability check per port
+}
+
+type reachCheck struct {
+	at time.Time
+	ok bool
 }
 
 // computerDeps are the parts a computer service is built from (newServer fills them from the config).
@@ -386,6 +393,12 @@ func (c *computerService) decorate(m *ComputerInfo) *ComputerInfo {
 	}
 	if m.Ports == nil {
 		m.Ports = map[string]PortBinding{}
+	}
+	for key, b := range m.Ports { // reachable is now, not when the port was exposed
+		if port, err := strconv.Atoi(key); err == nil {
+			b.Reachable = m.State == stateRunning && c.reachable(m, port)
+			m.Ports[key] = b
+		}
 	}
 	c.mu.Lock()
 	if rt := c.rt[m.ID]; rt != nil && !rt.lastUsed.IsZero() {
@@ -633,6 +646,7 @@ func (c *computerService) create(ctx context.Context, sp ComputerSpec) (*Compute
 	if err := c.save(cctx, m); err != nil {
 		return nil, err
 	}
+	c.log.Info("computer created", "computer", m.ID, "name", m.Name, "provider", m.Provider, "image", m.Image)
 	c.hub.publish("computers", "computer_created", c.decorate(m))
 	return c.decorate(m), nil
 }
@@ -772,7 +786,10 @@ func (c *computerService) destroy(ctx context.Context, idOrName, reason string) 
 	delete(c.rt, m.ID)
 	c.mu.Unlock()
 	c.hub.publish("computers", "computer_destroyed", map[string]any{"id": m.ID, "computerId": m.ID, "name": m.Name, "reason": reason})
-	if reason != "" {
+	if reason == "" {
+		c.log.Info("computer destroyed", "computer", m.ID, "name", m.Name)
+	} else {
+		c.log.Info("computer reaped", "computer", m.ID, "name", m.Name, "reason", reason)
 		c.hub.publish("reaper", "computer_reaped", map[string]any{"computerId": m.ID, "name": m.Name, "reason": reason})
 	}
 	return nil

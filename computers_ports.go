@@ -180,6 +180,40 @@ func (c *computerService) ExposePort(ctx context.Context, id string, port int) (
 	return &b, nil
 }
 
+// reachable reports whether something answers on a machine's guest port, checked at most once a second
+// per port (ComputerInfo is read often; a dial is cheap but not free).
+func (c *computerService) reachable(m *ComputerInfo, port int) bool {
+	rt := c.runtime(m.ID)
+	now := c.now()
+	c.mu.Lock()
+	last, ok := rt.reach[port]
+	target := ""
+	if fw := rt.ports[port]; fw != nil {
+		target = fw.target
+	}
+	c.mu.Unlock()
+	if ok && now.Sub(last.at) < time.Second && now.Sub(last.at) >= 0 {
+		return last.ok
+	}
+	if target == "" && m.Provider == "local" {
+		target = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	}
+	up := false
+	if target != "" { // a forwarder gone with a restart: not reachable until the port is exposed again
+		if conn, err := net.DialTimeout("tcp", target, 300*time.Millisecond); err == nil {
+			conn.Close()
+			up = true
+		}
+	}
+	c.mu.Lock()
+	if rt.reach == nil {
+		rt.reach = map[int]reachCheck{}
+	}
+	rt.reach[port] = reachCheck{at: now, ok: up}
+	c.mu.Unlock()
+	return up
+}
+
 func (s *server) handleExposePort(w http.ResponseWriter, r *http.Request) error {
 	var body struct {
 		Port json.RawMessage `json:"port"`

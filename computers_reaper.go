@@ -71,6 +71,7 @@ func (c *computerService) sweep(ctx context.Context) map[string]string {
 			continue
 		}
 		reaped[id] = "orphan"
+		c.log.Info("computer reaped", "computer", id, "reason", "orphan")
 		c.hub.publish("reaper", "computer_reaped", map[string]any{"computerId": id, "name": "", "reason": "orphan"})
 	}
 	return reaped

@@ -686,7 +686,7 @@ func conformance(t *testing.T, prov string, portBase int) {
 		}
 		var got ComputerInfo
 		e.json("GET", "/v1/computers/"+id, nil, 200, &got)
-		if got.Ports[fmt.Sprint(port)].HostPort != b.HostPort {
+		if got.Ports[fmt.Sprint(port)].HostPort != b.HostPort || !got.Ports[fmt.Sprint(port)].Reachable {
 			t.Fatalf("ports in info: %+v", got.Ports)
 		}
 		for _, bad := range []any{0, 65536, -1, "80", 1.5} {
@@ -694,6 +694,12 @@ func conformance(t *testing.T, prov string, portBase int) {
 		}
 		e.wantError("POST", "/v1/computers/"+id+"/ports", map[string]any{}, 422, codeSpecInvalid)
 		e.exec(id, map[string]any{"cmd": killScript("http.server", fmt.Sprint(port))})
+		// reachable is checked when the info is read (cached for a second), not frozen at expose time.
+		eventually(t, "the stopped server to show as unreachable", func() bool {
+			var now ComputerInfo
+			e.json("GET", "/v1/computers/"+id, nil, 200, &now)
+			return !now.Ports[fmt.Sprint(port)].Reachable
+		})
 	})
 
 	t.Run("terminal", func(t *testing.T) {

@@ -190,6 +190,8 @@ type config struct {
 	ModelAliases      map[string]string `yaml:"modelAliases"`
 	MaxCostUSD        float64           `yaml:"maxCostUsd"`
 	ReaperIntervalSec int               `yaml:"reaperIntervalSec"`
+	LogFormat         string            `yaml:"logFormat"` // text or json
+	LogLevel          string            `yaml:"logLevel"`  // debug, info, warn or error
 
 	firstRun bool
 	getenv   func(string) string // the process environment, for provider keys; never logged
@@ -203,6 +205,19 @@ func defaultConfig() config {
 }
 
 // loadConfig applies defaults < config.yaml < environment < flags, and creates the data directory.
+const serveUsage = "usage: agentd serve [--host H] [--port P] [--home DIR] [--token-file F] [--log-format text|json] [--log-level L]\n"
+
+var logLevels = map[string]slog.Level{"debug": slog.LevelDebug, "info": slog.LevelInfo, "warn": slog.LevelWarn, "error": slog.LevelError}
+
+// newLogger is the server's one logger: text or JSON lines on stderr at the configured level.
+func newLogger(cfg config, stderr io.Writer) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: logLevels[cfg.LogLevel]}
+	if cfg.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(stderr, opts))
+	}
+	return slog.New(slog.NewTextHandler(stderr, opts))
+}
+
 func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -210,11 +225,13 @@ func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (co
 	port := fs.Int("port", -1, "port to bind (default 7377; 0 picks a free one)")
 	home := fs.String("home", "", "data directory (default $AGENT_HOME or ~/.agentd)")
 	tokenFile := fs.String("token-file", "", "file holding the bearer token")
+	logFormat := fs.String("log-format", "", "text or json (default text)")
+	logLevel := fs.String("log-level", "", "debug, info, warn or error (default info)")
 	if err := fs.Parse(args); err != nil {
-		return config{}, usageError{msg: err.Error(), usage: "usage: agentd serve [--host H] [--port P] [--home DIR] [--token-file F]\n"}
+		return config{}, usageError{msg: err.Error(), usage: serveUsage}
 	}
 	if fs.NArg() > 0 {
-		return config{}, usageError{msg: fmt.Sprintf("unexpected argument %q", fs.Arg(0)), usage: "usage: agentd serve [--host H] [--port P] [--home DIR] [--token-file F]\n"}
+		return config{}, usageError{msg: fmt.Sprintf("unexpected argument %q", fs.Arg(0)), usage: serveUsage}
 	}
 
 	cfg := defaultConfig()
@@ -257,6 +274,8 @@ func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (co
 		cfg.Port = p
 	}
 	cfg.Token = getenv("AGENT_TOKEN")
+	cfg.LogFormat = firstNonEmpty(*logFormat, getenv("AGENT_LOG_FORMAT"), cfg.LogFormat, "text")
+	cfg.LogLevel = firstNonEmpty(*logLevel, getenv("AGENT_LOG_LEVEL"), cfg.LogLevel, "info")
 	if *host != "" {
 		cfg.Host = *host
 	}
@@ -271,6 +290,12 @@ func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (co
 			return config{}, errorf(codeConfig, "read token file: %v", err)
 		}
 		cfg.Token = strings.TrimSpace(string(b))
+	}
+	if cfg.LogFormat != "text" && cfg.LogFormat != "json" {
+		return config{}, errorf(codeConfig, "log format %q is not text or json", cfg.LogFormat).withHint("use --log-format text|json (or AGENT_LOG_FORMAT)")
+	}
+	if _, ok := logLevels[cfg.LogLevel]; !ok {
+		return config{}, errorf(codeConfig, "log level %q is not debug, info, warn or error", cfg.LogLevel).withHint("use --log-level (or AGENT_LOG_LEVEL)")
 	}
 	if cfg.Port < 0 || cfg.Port > 65535 {
 		return config{}, errorf(codeConfig, "port %d is out of range 0-65535", cfg.Port)
@@ -361,7 +386,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	if err != nil {
 		return err
 	}
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	logger := newLogger(cfg, stderr)
 
 	addr := net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.Port))
 	ln, err := net.Listen("tcp", addr)
@@ -369,6 +394,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		return errorf(codeConfig, "cannot listen on %s: %v", addr, err).
 			withHint(fmt.Sprintf("port %d may be in use; pick another with --port or AGENT_PORT", cfg.Port))
 	}
+	cfg.Port = ln.Addr().(*net.TCPAddr).Port // --port 0 picked one: the doctor and the page show the real one
 	s, err := newServer(cfg, logger, time.Now)
 	if err != nil {
 		ln.Close()

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -146,9 +147,20 @@ func TestConfigErrors(t *testing.T) {
 	}
 	// Usage errors.
 	var ue usageError
-	for _, args := range [][]string{nil, {"bogus"}, {"serve", "--nope"}, {"serve", "extra"}} {
+	for _, args := range [][]string{{"bogus"}, {"serve", "--nope"}, {"serve", "extra"}} {
 		if err := run(context.Background(), args, envOf(map[string]string{"AGENT_HOME": t.TempDir()}), io.Discard, io.Discard); !errors.As(err, &ue) {
 			t.Fatalf("%v: %v is not a usage error", args, err)
+		}
+	}
+	// No command prints the overview and succeeds (DESIGN §8).
+	var out strings.Builder
+	if err := run(context.Background(), nil, envOf(nil), &out, io.Discard); err != nil || !strings.Contains(out.String(), "usage: agentd COMMAND") {
+		t.Fatalf("no command: %v %q", err, out.String())
+	}
+	// Log settings are checked.
+	for _, args := range [][]string{{"--log-format", "xml"}, {"--log-level", "loud"}} {
+		if _, err := loadConfig(args, envOf(map[string]string{"AGENT_HOME": t.TempDir()}), io.Discard); err == nil || asAPIError(err).Code != codeConfig {
+			t.Fatalf("%v: %v", args, err)
 		}
 	}
 }
@@ -217,6 +229,13 @@ func listeningAddr(s string) (string, bool) {
 // cancels ctx and returns run's error.
 func startServe(t *testing.T, home string, env map[string]string) (string, func() error) {
 	t.Helper()
+	base, stop, _ := startServeWith(t, home, env)
+	return base, stop
+}
+
+// startServeWith is startServe with extra serve flags; it also returns the server's stderr (its log).
+func startServeWith(t *testing.T, home string, env map[string]string, flags ...string) (string, func() error, *addrWatcher) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	stderr := newAddrWatcher()
 	e := map[string]string{"AGENT_HOME": home}
@@ -224,7 +243,9 @@ func startServe(t *testing.T, home string, env map[string]string) (string, func(
 		e[k] = v
 	}
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, []string{"serve", "--port", "0"}, envOf(e), io.Discard, stderr) }()
+	go func() {
+		done <- run(ctx, append([]string{"serve", "--port", "0"}, flags...), envOf(e), io.Discard, stderr)
+	}()
 	var addr string
 	select {
 	case addr = <-stderr.addr:
@@ -251,7 +272,7 @@ func startServe(t *testing.T, home string, env map[string]string) (string, func(
 		}
 	}
 	t.Cleanup(func() { stop() })
-	return "http://" + addr, stop
+	return "http://" + addr, stop, stderr
 }
 
 func TestEndToEnd(t *testing.T) {
@@ -573,5 +594,83 @@ func TestValidateCommand(t *testing.T) {
 	var ue usageError
 	if err := run(context.Background(), []string{"validate"}, envOf(nil), io.Discard, io.Discard); !errors.As(err, &ue) {
 		t.Fatalf("no files: %v", err)
+	}
+}
+
+// The server says what it does — a line per request, per run start and end, per machine — as text or
+// JSON, and never logs a secret: provider keys, the bearer token (also when sent as ?token=), or a
+// secret-bearing spec value.
+func TestServerLogHasRequestsRunsMachinesAndNoSecrets(t *testing.T) {
+	const (
+		key   = "sk-proj-LOGSECRET0123456789abcdefghijklmnopqrstuvwx"
+		token = "agentd-token-LOGSECRET-4242"
+	)
+	so := newScriptedOpenAI(t, func(r scriptReq) scriptReply { return scriptReply{text: "fine"} })
+	home := t.TempDir()
+	base, stop, logw := startServeWith(t, home, map[string]string{"OPENAI_API_KEY": key, "OPENAI_BASE_URL": so.URL,
+		"AGENT_TOKEN": token, "HOME": home}, "--log-format", "json")
+	ts := &testServer{t: t, url: base}
+	auth := []string{"Authorization", "Bearer " + token}
+	if res := ts.do("POST", "/v1/agents", map[string]any{"spec": map[string]any{"name": "logged", "model": "openai/gpt-4o-mini",
+		"computer": map[string]any{"provider": "local", "env": map[string]any{"API_KEY": "spec-value-LOGSECRET"}}}}, auth...); res.status != 201 {
+		t.Fatalf("create: %d %s", res.status, res.body)
+	}
+	if res := ts.do("POST", "/v1/agents/logged/run", map[string]any{"input": "hello"}, auth...); res.status != 200 {
+		t.Fatalf("run: %d %s", res.status, res.body)
+	}
+	if res := ts.do("POST", "/v1/computers", map[string]any{"provider": "local", "name": "logbox"}, auth...); res.status != 201 {
+		t.Fatalf("create computer: %d %s", res.status, res.body)
+	}
+	ts.do("GET", "/v1/runs?token="+token, nil, "Accept", "text/event-stream") // the token in a query string
+	ts.do("GET", "/v1/agents", nil, "Authorization", "Bearer wrong-"+token)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	log := logw.String()
+	for _, secret := range []string{key, token, "spec-value-LOGSECRET", "LOGSECRET"} {
+		if strings.Contains(log, secret) {
+			t.Fatalf("the log holds a secret %q:\n%s", secret, log)
+		}
+	}
+	var requests, runStarts, runEnds, machines int
+	for _, line := range strings.Split(strings.TrimSpace(log), "\n") {
+		if strings.HasPrefix(line, "agentd ") { // the "listening on" line is for people
+			continue
+		}
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("not a JSON log line: %q", line)
+		}
+		switch rec["msg"] {
+		case "request":
+			requests++
+			if rec["method"] == nil || rec["path"] == nil || rec["status"] == nil || rec["bytes"] == nil || rec["ms"] == nil ||
+				!strings.HasPrefix(fmt.Sprint(rec["requestId"]), "req_") {
+				t.Fatalf("request line lacks a field: %v", rec)
+			}
+		case "run started":
+			runStarts++
+		case "run finished":
+			runEnds++
+			if rec["stop"] != "complete" || rec["agent"] != "logged" {
+				t.Fatalf("run line: %v", rec)
+			}
+		case "computer created":
+			machines++
+		}
+	}
+	if requests < 5 || runStarts != 1 || runEnds != 1 || machines != 1 {
+		t.Fatalf("requests %d, run starts %d, run ends %d, machines %d:\n%s", requests, runStarts, runEnds, machines, log)
+	}
+}
+
+// With --port 0 the doctor names the port the server really bound, not 0.
+func TestDoctorShowsTheBoundPort(t *testing.T) {
+	base, _ := startServe(t, t.TempDir(), nil)
+	ts := &testServer{t: t, url: base}
+	port := base[strings.LastIndex(base, ":")+1:]
+	w := fmt.Sprint(ts.do("GET", "/v1/doctor", nil).json(t)["warnings"])
+	if !strings.Contains(w, "127.0.0.1:"+port) || strings.Contains(w, "127.0.0.1:0 ") {
+		t.Fatalf("bound port %s not in the warnings: %s", port, w)
 	}
 }

@@ -525,6 +525,7 @@ func (rs *runService) start(spec *AgentSpec, p *runParams, sink func(runEvent, [
 	rs.mu.Unlock()
 
 	ar.recordSummary()
+	rs.log.Info("run started", "run", ar.id, "agent", ar.agent, "model", ar.model, "trigger", p.Trigger)
 	if rs.hub != nil {
 		rs.hub.publish("runs", "run_started", ar.summary())
 	}

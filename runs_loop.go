@@ -263,6 +263,8 @@ func (ar *activeRun) run() {
 		}
 	}
 	ar.rs.finished(ar)
+	ar.rs.log.Info("run finished", "run", ar.id, "agent", ar.agent, "stop", stop, "steps", sum.Steps,
+		"costUsd", sum.CostUSD, "ms", res.DurationMS)
 	if ar.rs.hub != nil {
 		ar.rs.hub.publish("runs", "run_finished", sum)
 	}
