@@ -9,11 +9,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"mime"
 	"net/http"
 	"strconv"
+	"strings"
 )
 
 // agentBody is the body of create, update and validate.
@@ -66,8 +69,20 @@ func summarise(spec *AgentSpec, updatedAt string, runCount int) AgentSummary {
 // readAgentBody decodes the body strictly and parses the spec. A malformed body is an error; spec
 // problems come back as issues (with the YAML to store when the spec is valid).
 func readAgentBody(r *http.Request) (spec *AgentSpec, yamlText string, issues []string, err error) {
+	raw, err := readBody(r)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	switch specBodyKind(r.Header.Get("Content-Type"), raw) {
+	case "yaml": // `curl --data-binary @agent.yaml -H 'Content-Type: application/yaml'`, as with kubectl
+		spec, issues = parseSpecYAML(string(raw))
+		return spec, string(raw), issues, nil
+	case "":
+		return nil, "", nil, errorf(codeSpecInvalid, "Content-Type %q is not accepted here", r.Header.Get("Content-Type")).
+			withHint("send the spec as YAML (application/yaml, application/x-yaml or text/yaml) or as JSON (application/json: {\"spec\": {...}} or {\"yaml\": \"...\"})")
+	}
 	var body agentBody
-	if err := decode(r, &body); err != nil {
+	if err := decodeBytes(raw, &body); err != nil {
 		return nil, "", nil, err
 	}
 	hasSpec := len(body.Spec) > 0 && string(body.Spec) != "null"
@@ -88,6 +103,23 @@ func readAgentBody(r *http.Request) (spec *AgentSpec, yamlText string, issues []
 			withHint(`send {"spec": {"name": "my-agent"}} or {"yaml": "name: my-agent"}`)
 	}
 	return spec, yamlText, issues, nil
+}
+
+// specBodyKind reads a spec body's type: "json", "yaml", or "" for a type that is neither. No type, and
+// curl's default form type, are JSON when the body looks like a JSON object.
+func specBodyKind(contentType string, body []byte) string {
+	mt, _, _ := mime.ParseMediaType(contentType)
+	switch {
+	case mt == "application/yaml" || mt == "application/x-yaml" || mt == "text/yaml" || mt == "text/x-yaml":
+		return "yaml"
+	case mt == "application/json" || strings.HasSuffix(mt, "+json"):
+		return "json"
+	case mt == "" || mt == "application/x-www-form-urlencoded":
+		if t := bytes.TrimSpace(body); len(t) == 0 || t[0] == '{' {
+			return "json"
+		}
+	}
+	return ""
 }
 
 func (s *server) handleValidateAgent(w http.ResponseWriter, r *http.Request) error {

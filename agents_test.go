@@ -225,3 +225,34 @@ func TestBadInputKeepsServing(t *testing.T) {
 		t.Fatalf("bad input stored something: %s", res.body)
 	}
 }
+
+// A YAML body with a YAML type is the spec, on create, update and validate; other non-JSON types are
+// refused with the accepted ones named; curl's default type still works for a JSON body.
+func TestAgentYAMLBodies(t *testing.T) {
+	ts := newTestServer(t)
+	spec := "name: yammy\ndescription: from a file\n"
+	for _, ct := range []string{"application/yaml", "application/x-yaml", "text/yaml; charset=utf-8"} {
+		if res := ts.do("POST", "/v1/agents/validate", spec, "Content-Type", ct); res.status != 200 || res.json(t)["ok"] != true {
+			t.Fatalf("validate %s: %d %s", ct, res.status, res.body)
+		}
+	}
+	if res := ts.do("POST", "/v1/agents/validate", "name: Bad\n", "Content-Type", "application/yaml"); res.json(t)["ok"] != false {
+		t.Fatalf("invalid yaml spec: %s", res.body)
+	}
+	if res := ts.do("POST", "/v1/agents", spec, "Content-Type", "application/yaml"); res.status != 201 || res.json(t)["description"] != "from a file" {
+		t.Fatalf("create: %d %s", res.status, res.body)
+	}
+	if res := ts.do("PUT", "/v1/agents/yammy", "name: yammy\ndescription: updated\n", "Content-Type", "application/x-yaml"); res.status != 200 || res.json(t)["description"] != "updated" {
+		t.Fatalf("put: %d %s", res.status, res.body)
+	}
+	if res := ts.do("GET", "/v1/agents/yammy", nil); res.json(t)["yaml"] != "name: yammy\ndescription: updated\n" {
+		t.Fatalf("the YAML text is kept as sent: %s", res.body)
+	}
+	res := ts.do("POST", "/v1/agents", spec, "Content-Type", "text/plain")
+	if res.status != 422 || res.errCode(t) != codeSpecInvalid || !strings.Contains(string(res.body), "application/yaml") {
+		t.Fatalf("text/plain: %d %s", res.status, res.body)
+	}
+	if res := ts.do("POST", "/v1/agents/validate", `{"yaml":"name: a\n"}`, "Content-Type", "application/x-www-form-urlencoded"); res.status != 200 || res.json(t)["ok"] != true {
+		t.Fatalf("curl's default type with JSON: %d %s", res.status, res.body)
+	}
+}
