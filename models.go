@@ -467,16 +467,20 @@ func (m *modelService) doctor(ctx context.Context) (providers []doctorModelProvi
 		}
 		providers = append(providers, d)
 	}
-	cands, err := m.autoCandidates(st, "auto")
-	if err != nil || len(cands) == 0 {
-		warnings = append(warnings, "no model provider is reachable: set a provider key such as ANTHROPIC_API_KEY or OPENAI_API_KEY, or start ollama")
-		return providers, "", "no model provider is reachable", warnings
-	}
 	var reachable []string
 	for _, p := range providerTable {
 		if st[p.ID].Available {
 			reachable = append(reachable, p.ID)
 		}
+	}
+	cands, err := m.autoCandidates(st, "auto")
+	if err != nil || len(cands) == 0 {
+		if len(reachable) > 0 { // never "available" and "nothing reachable" in one report
+			why := strings.Join(reachable, ", ") + " answered but lists no chat model agentd can use"
+			return providers, "", why, append(warnings, why+": check which models the server serves")
+		}
+		warnings = append(warnings, "no model provider is reachable: set ANTHROPIC_API_KEY or OPENAI_API_KEY, set OPENAI_BASE_URL to a self-hosted OpenAI-compatible server (no key needed), or start ollama (OLLAMA_HOST)")
+		return providers, "", "no model provider is reachable", warnings
 	}
 	return providers, cands[0], fmt.Sprintf("strategy auto: the best model by quality, then price, among reachable providers (%s)",
 		strings.Join(reachable, ", ")), warnings

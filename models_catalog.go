@@ -3,10 +3,12 @@
 //
 // Entry points: providerTable (DESIGN §5, priority order), lookupModel, modelsOf, priceOf.
 // Rules: provider keys and base URLs are read only through cfg.getenv; local models are free; a model
-// missing from the catalog is priced at unknownPricing so a ceiling still holds.
+// missing from the catalog (a model a provider lists that agentd does not know, a self-hosted server's
+// model) has no price: its cost counts as 0 and the run says so in a warning.
 package main
 
 import (
+	"net/url"
 	"sort"
 	"strings"
 )
@@ -89,11 +91,23 @@ func (p *providerDef) key(getenv func(string) string) string {
 // keyed reports whether the provider needs a key.
 func (p *providerDef) keyed() bool { return len(p.EnvKeys) > 0 }
 
+// selfHosted: an OpenAI-compatible provider pointed at a server of the user's own (its base URL set)
+// with no key — vLLM, llama.cpp, LocalAI and the like, which need none. It is called without an
+// Authorization header and is available when it answers.
+func (p *providerDef) selfHosted(getenv func(string) string) bool {
+	return p.Wire == "openai" && p.keyed() && p.key(getenv) == "" && strings.TrimSpace(getenv(p.BaseEnv)) != ""
+}
+
+// missingKey: the provider needs a key and none is set.
+func (p *providerDef) missingKey(getenv func(string) string) bool {
+	return p.keyed() && p.key(getenv) == "" && !p.selfHosted(getenv)
+}
+
 // baseURL applies the overrides: <ID>_BASE_URL, then (local providers) the host setting, which may be a
 // bare host:port as ollama documents it.
 func (p *providerDef) baseURL(getenv func(string) string) string {
 	if v := strings.TrimSpace(getenv(p.BaseEnv)); v != "" {
-		return strings.TrimRight(v, "/")
+		return p.normalizeBase(v)
 	}
 	if p.HostEnv != "" {
 		if v := strings.TrimSpace(getenv(p.HostEnv)); v != "" {
@@ -108,6 +122,31 @@ func (p *providerDef) baseURL(getenv func(string) string) string {
 		}
 	}
 	return p.DefaultBase
+}
+
+// normalizeBase accepts a base URL with or without the API's version path and a trailing slash:
+// OPENAI_BASE_URL=http://gpu:8000 means http://gpu:8000/v1, ANTHROPIC_BASE_URL=https://x/v1 means https://x.
+func (p *providerDef) normalizeBase(v string) string {
+	v = strings.TrimRight(v, "/")
+	u, err := url.Parse(v)
+	if err != nil {
+		return v
+	}
+	switch p.Wire {
+	case "openai":
+		if u.Path == "" {
+			v += "/v1"
+		}
+	case "gemini":
+		if u.Path == "" {
+			v += "/v1beta"
+		}
+	case "anthropic":
+		v = strings.TrimSuffix(v, "/v1")
+	case "ollama":
+		v = strings.TrimSuffix(v, "/api")
+	}
+	return v
 }
 
 // ModelInfo is one entry of GET /v1/models (DESIGN §5).
@@ -134,10 +173,6 @@ type pricing struct {
 	CacheReadPerMTok  float64 `json:"cacheReadPerMTok,omitempty"`
 	CacheWritePerMTok float64 `json:"cacheWritePerMTok,omitempty"`
 }
-
-// unknownPricing prices a remote model missing from the catalog as a mid-range model, so a budget
-// ceiling never treats it as free.
-var unknownPricing = pricing{InputPerMTok: 3, OutputPerMTok: 15}
 
 func cm(provider, name, display string, ctx, maxOut, quality int, tools, vision bool, in, out, cacheR, cacheW float64) ModelInfo {
 	mi := ModelInfo{ID: provider + "/" + name, Provider: provider, Name: name, DisplayName: display,
@@ -216,21 +251,16 @@ func lookupModel(id string) (ModelInfo, bool) {
 }
 
 // infoFor returns the catalog entry of provider/name or, for a model only known live (local models, new
-// remote ones), a synthesised entry: local ones free, remote ones at unknownPricing.
+// remote ones, self-hosted ones), a synthesised entry: local ones free, the others without a price.
 func infoFor(p *providerDef, name string) ModelInfo {
 	if mi, ok := lookupModel(p.ID + "/" + name); ok {
 		return mi
 	}
 	mi := ModelInfo{ID: p.ID + "/" + name, Provider: p.ID, Name: name, DisplayName: name,
-		ContextWindow: 8_192, MaxOutputTokens: 4_096, SupportsTools: true, SupportsStreaming: true, quality: 50}
+		ContextWindow: 32_768, MaxOutputTokens: 4_096, SupportsTools: true, SupportsStreaming: true, quality: 40}
 	if p.Local {
 		mi.Free = true
-		mi.ContextWindow = 32_768
 		mi.Pricing = &pricing{}
-		mi.quality = 40
-	} else {
-		pr := unknownPricing
-		mi.Pricing = &pr
 	}
 	return mi
 }
@@ -305,10 +335,10 @@ func undated(id string) string {
 // costOf prices a usage with the model's catalog entry. InputTokens counts every prompt token, cached
 // ones included; the cached share is priced at the cache rates when the catalog has them.
 func costOf(mi ModelInfo, u Usage) float64 {
-	pr := unknownPricing
-	if mi.Pricing != nil {
-		pr = *mi.Pricing
+	if mi.Pricing == nil { // not in the catalog: counted as 0 (the run carries a warning)
+		return 0
 	}
+	pr := *mi.Pricing
 	readRate, writeRate := pr.CacheReadPerMTok, pr.CacheWritePerMTok
 	if readRate == 0 {
 		readRate = pr.InputPerMTok

@@ -38,7 +38,7 @@ func TestGeminiStreamToolsExactRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := f.chatRequests()[0]
-	if r.Path != "/models/gemini-2.5-pro:streamGenerateContent" || r.RawQuery != "alt=sse" ||
+	if r.Path != "/v1beta/models/gemini-2.5-pro:streamGenerateContent" || r.RawQuery != "alt=sse" ||
 		r.Header.Get("x-goog-api-key") != "AIzaTestKey1234567890abcdefghijklmnop" || strings.Contains(r.RawQuery, "key=") {
 		t.Fatalf("request: %s?%s %v", r.Path, r.RawQuery, r.Header)
 	}
@@ -69,7 +69,7 @@ func TestGeminiPlainAndStreamText(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := f.chatRequests()[0]
-	if r.Path != "/models/gemini-2.5-flash:generateContent" {
+	if r.Path != "/v1beta/models/gemini-2.5-flash:generateContent" {
 		t.Fatalf("path %s", r.Path)
 	}
 	assertJSONEqual(t, r.Body, []byte(`{"contents":[{"role":"user","parts":[{"text":"Explain AI"}]}]}`))

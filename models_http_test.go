@@ -15,7 +15,7 @@ import (
 func openaiFake(t *testing.T) *fakeUpstream {
 	return newFake(t, func(w http.ResponseWriter, n int, r recorded) {
 		switch {
-		case r.Method == http.MethodGet && r.Path == "/models":
+		case r.Method == http.MethodGet && r.Path == "/v1/models":
 			replay(t, w, 200, "openai", "models.json")
 		case strings.Contains(string(r.Body), `"stream":true`):
 			replay(t, w, 200, "openai", "chat_stream.sse")

@@ -43,7 +43,7 @@ func TestOpenAIStreamToolCallsExactRequest(t *testing.T) {
 		t.Fatalf("%d chat requests, want 1", len(reqs))
 	}
 	r := reqs[0]
-	if r.Path != "/chat/completions" || r.Header.Get("Authorization") != "Bearer sk-test-key-1234567890" ||
+	if r.Path != "/v1/chat/completions" || r.Header.Get("Authorization") != "Bearer sk-test-key-1234567890" ||
 		r.Header.Get("Content-Type") != "application/json" || r.Header.Get("Accept") != "text/event-stream" {
 		t.Fatalf("request line/headers: %s %v", r.Path, r.Header)
 	}
@@ -234,7 +234,7 @@ func TestOpenAICompatibleDifferences(t *testing.T) {
 				t.Fatal(err)
 			}
 			r := f.chatRequests()[0]
-			if r.Path != "/chat/completions" {
+			if r.Path != "/v1/chat/completions" { // a base URL without a path gets the API's /v1
 				t.Fatalf("path %s", r.Path)
 			}
 			if p.keyed() && r.Header.Get("Authorization") != "Bearer key-"+c.provider+"-1234567890" {

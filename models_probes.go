@@ -104,7 +104,7 @@ func (m *modelService) probeAll(done chan struct{}) {
 	sem := make(chan struct{}, probeParallel)
 	for i := range providerTable {
 		p := &providerTable[i]
-		if p.keyed() && p.key(m.getenv) == "" {
+		if p.missingKey(m.getenv) {
 			record(p.ID, providerStatus{Reason: strings.Join(p.EnvKeys, " or ") + " is not set",
 				Hint: "export " + p.EnvKeys[0] + "=<key> before starting agentd"})
 			continue

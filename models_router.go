@@ -181,7 +181,7 @@ func (m *modelService) candidateFor(id string, req ChatRequest) candidate {
 		m.mu.Unlock()
 	}
 	c.key, c.base = prov.key(m.getenv), prov.baseURL(m.getenv)
-	if prov.keyed() && c.key == "" {
+	if prov.missingKey(m.getenv) {
 		c.err = errorf(codeNoCredentials, "%s needs an API key for %s", prov.DisplayName, id).
 			withHint("set " + strings.Join(prov.EnvKeys, " or ") + " in the server's environment")
 	}
@@ -319,7 +319,7 @@ func (m *modelService) pickAlias(ctx context.Context, alias string, targets []st
 	for _, t := range targets {
 		pid, _, _ := strings.Cut(t, "/")
 		p := providerByID(pid)
-		if p.keyed() {
+		if p.keyed() && !p.selfHosted(m.getenv) {
 			if p.key(m.getenv) != "" {
 				return []string{t}, nil
 			}
@@ -332,7 +332,7 @@ func (m *modelService) pickAlias(ctx context.Context, alias string, targets []st
 		for _, t := range targets {
 			pid, name, _ := strings.Cut(t, "/")
 			p := providerByID(pid)
-			if !p.keyed() && st[pid].Available {
+			if (!p.keyed() || p.selfHosted(m.getenv)) && st[pid].Available {
 				for _, live := range st[pid].Models {
 					if live == name || strings.HasPrefix(live, name+":") {
 						return []string{pid + "/" + live}, nil
@@ -359,10 +359,11 @@ func (m *modelService) autoCandidates(st map[string]providerStatus, strategy str
 	for i := range providerTable {
 		p := &providerTable[i]
 		ps := st[p.ID]
-		if !ps.Available || (strategy == "local" && !p.Local) {
+		own := p.Local || p.selfHosted(m.getenv) // a server on the user's own machine or LAN
+		if !ps.Available || (strategy == "local" && !own) {
 			continue
 		}
-		if p.Local {
+		if own {
 			for _, n := range ps.Models {
 				pool = append(pool, infoFor(p, n))
 			}
@@ -371,6 +372,11 @@ func (m *modelService) autoCandidates(st map[string]providerStatus, strategy str
 		for _, mi := range catalog {
 			if mi.Provider == p.ID && (len(ps.Models) == 0 || liveHas(ps.Models, mi.Name)) {
 				pool = append(pool, mi)
+			}
+		}
+		for _, n := range ps.Models { // what the provider lists and the catalog does not know
+			if _, known := lookupModel(p.ID + "/" + n); !known && chatModel(n) {
+				pool = append(pool, infoFor(p, n))
 			}
 		}
 	}
@@ -472,9 +478,16 @@ func (m *modelService) run(ctx context.Context, p *chatPlan, req ChatRequest, em
 					// ceilings still hold, and say so.
 					resp.Usage.InputTokens = estimateTokens(req)
 					resp.Usage.OutputTokens = int(float64(len(resp.Text)+len(resp.Thinking)+len(argsOf(resp.ToolCalls)))/charsPerToken) + 1
-					resp.Warnings = append(resp.Warnings, c.info.ID+" reported no token usage; usage and cost are estimated")
+					msg := c.info.ID + " reported no token usage; usage and cost are estimated"
+					resp.Warnings = append(resp.Warnings, msg)
+					send(StreamEvent{Type: "warning", Code: "estimated_usage", Message: msg})
 				}
 				resp.Usage.CostUSD = costOf(c.info, resp.Usage)
+				if c.info.Pricing == nil && !c.info.Free {
+					msg := c.info.ID + " has no price in agentd's catalog: its cost is counted as $0, so maxCostUsd does not limit it"
+					resp.Warnings = append(resp.Warnings, msg)
+					send(StreamEvent{Type: "warning", Code: "unpriced", Message: msg})
+				}
 				resp.LatencyMS = time.Since(start).Milliseconds()
 				if resp.ToolCalls == nil {
 					resp.ToolCalls = []ToolCall{}

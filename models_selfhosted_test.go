@@ -1,0 +1,161 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// selfHostedServer is an OpenAI-compatible server of the user's own (vLLM, llama.cpp): it serves one
+// model the catalog does not know and records each request's path and Authorization header.
+type selfHostedServer struct {
+	*httptest.Server
+	mu    sync.Mutex
+	paths []string
+	auths []string
+}
+
+func newSelfHosted(t *testing.T, model string) *selfHostedServer {
+	s := &selfHostedServer{}
+	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		s.paths = append(s.paths, r.URL.Path)
+		s.auths = append(s.auths, r.Header.Get("Authorization"))
+		s.mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		switch r.URL.Path {
+		case "/v1/models":
+			fmt.Fprintf(w, `{"object":"list","data":[{"id":%q,"object":"model"}]}`, model)
+		case "/v1/chat/completions":
+			var req struct{ Stream bool }
+			b, _ := io.ReadAll(r.Body)
+			json.Unmarshal(b, &req)
+			if req.Stream {
+				w.Header().Set("Content-Type", "text/event-stream")
+				fmt.Fprintf(w, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"model\":%q,\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"self-hosted says hi\"},\"finish_reason\":null}]}\n\n", model)
+				fmt.Fprintf(w, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"model\":%q,\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":4,\"total_tokens\":13}}\n\ndata: [DONE]\n\n", model)
+				return
+			}
+			fmt.Fprintf(w, `{"id":"c","object":"chat.completion","model":%q,"choices":[{"index":0,"message":{"role":"assistant","content":"self-hosted says hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":9,"completion_tokens":4,"total_tokens":13}}`, model)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(s.Close)
+	return s
+}
+
+func (s *selfHostedServer) seen() ([]string, []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.paths...), append([]string(nil), s.auths...)
+}
+
+// serverWithEnv starts the real server with exactly this model environment.
+func serverWithEnv(t *testing.T, env map[string]string) *testServer {
+	t.Helper()
+	cfg := defaultConfig()
+	cfg.Home = t.TempDir()
+	cfg.ComputerProvider = "local"
+	cfg.getenv = func(k string) string { return env[k] }
+	return newTestServerWith(t, cfg, time.Now)
+}
+
+func TestSelfHostedBaseURLAndNoKey(t *testing.T) {
+	sh := newSelfHosted(t, "qwen2.5-coder-32b")
+	for _, base := range []string{sh.URL, sh.URL + "/", sh.URL + "/v1", sh.URL + "/v1/"} {
+		ts := serverWithEnv(t, map[string]string{"OPENAI_BASE_URL": base})
+		res := ts.do("POST", "/v1/models/chat", map[string]any{"model": "openai/qwen2.5-coder-32b",
+			"messages": []any{map[string]any{"role": "user", "content": "hi"}}})
+		if res.status != 200 || res.json(t)["text"] != "self-hosted says hi" {
+			t.Fatalf("base %q: %d %s", base, res.status, res.body)
+		}
+	}
+	paths, auths := sh.seen()
+	for i, p := range paths {
+		if p != "/v1/chat/completions" && p != "/v1/models" {
+			t.Fatalf("request %d went to %s", i, p)
+		}
+		if auths[i] != "" {
+			t.Fatalf("a keyless server got an Authorization header: %q", auths[i])
+		}
+	}
+}
+
+// A model only the provider lists is what `auto` picks from a self-hosted server, and its run says its
+// cost is counted as zero.
+func TestAutoUsesAProviderListedModel(t *testing.T) {
+	sh := newSelfHosted(t, "qwen2.5-coder-32b")
+	ts := serverWithEnv(t, map[string]string{"OPENAI_BASE_URL": sh.URL})
+	if res := ts.do("POST", "/v1/agents", map[string]any{"spec": map[string]any{"name": "lan", "model": "auto",
+		"computer": map[string]any{"enabled": false}, "tools": []any{}}}); res.status != 201 {
+		t.Fatalf("create: %d %s", res.status, res.body)
+	}
+	res := ts.do("POST", "/v1/agents/lan/run", map[string]any{"input": "hello"})
+	out := res.json(t)
+	if res.status != 200 || out["stopReason"] != "complete" || out["model"] != "openai/qwen2.5-coder-32b" || out["text"] != "self-hosted says hi" {
+		t.Fatalf("run: %d %s", res.status, res.body)
+	}
+	run := ts.do("GET", "/v1/runs/"+out["runId"].(string), nil).json(t)
+	warned := false
+	for _, ev := range run["events"].([]any) {
+		e := ev.(map[string]any)
+		if e["type"] == "warning" && e["code"] == "unpriced" && strings.Contains(e["message"].(string), "counted as $0") {
+			warned = true
+		}
+	}
+	if !warned || out["usage"].(map[string]any)["costUsd"] != float64(0) {
+		t.Fatalf("no zero-price warning or a cost: %v", run["events"])
+	}
+	// Listed with no price.
+	for _, m := range ts.do("GET", "/v1/models", nil).json(t)["models"].([]any) {
+		if mi := m.(map[string]any); mi["id"] == "openai/qwen2.5-coder-32b" && mi["pricing"] != nil {
+			t.Fatalf("a listed-only model has a price: %v", mi)
+		}
+	}
+}
+
+// The doctor in each state: nothing reachable, only a keyless self-hosted server, a keyed provider.
+// It never says a provider is available and that none is reachable in one report.
+func TestDoctorModelStatesDoNotContradict(t *testing.T) {
+	sh := newSelfHosted(t, "llama-3.1-8b-instruct")
+	keyed := newSelfHosted(t, "gpt-4o-mini")
+	for name, tc := range map[string]struct {
+		env       map[string]string
+		available string // the available model provider, "" for none
+		model     string
+	}{
+		"nothing":     {map[string]string{}, "", ""},
+		"self-hosted": {map[string]string{"OPENAI_BASE_URL": sh.URL}, "openai", "openai/llama-3.1-8b-instruct"},
+		"keyed":       {map[string]string{"OPENAI_API_KEY": "sk-doctor-1234567890abcdef", "OPENAI_BASE_URL": keyed.URL + "/v1"}, "openai", "openai/gpt-4o-mini"},
+	} {
+		ts := serverWithEnv(t, tc.env)
+		rep := ts.do("GET", "/v1/doctor", nil).json(t)
+		var avail []string
+		for _, m := range rep["models"].([]any) {
+			if mp := m.(map[string]any); mp["available"] == true {
+				avail = append(avail, mp["id"].(string))
+			}
+		}
+		warnings := fmt.Sprint(rep["warnings"])
+		sel := rep["selection"].(map[string]any)
+		switch {
+		case tc.available == "" && (len(avail) != 0 || !strings.Contains(warnings, "no model provider is reachable") || !strings.Contains(warnings, "OPENAI_BASE_URL")):
+			t.Errorf("%s: available %v, warnings %s", name, avail, warnings)
+		case tc.available != "" && (len(avail) != 1 || avail[0] != tc.available || strings.Contains(warnings, "no model provider is reachable") || sel["model"] != tc.model):
+			t.Errorf("%s: available %v, model %v, warnings %s", name, avail, sel["model"], warnings)
+		}
+		for _, m := range rep["models"].([]any) { // every unavailable provider's hint names a variable
+			mp := m.(map[string]any)
+			if mp["available"] != true && !strings.Contains(fmt.Sprint(mp["hint"]), "_") {
+				t.Errorf("%s: %v has no hint naming a variable: %v", name, mp["id"], mp["hint"])
+			}
+		}
+	}
+}
