@@ -332,8 +332,8 @@ func (c *computerService) selectProvider(ctx context.Context, name string) (prov
 
 // doctor reports the computer providers, the one `auto` would select (with its reason and isolation),
 // and warnings (only a non-isolated provider available, orphaned containers).
-func (c *computerService) doctor(ctx context.Context) (providers []doctorProvider, sel doctorSelection, warnings []string) {
-	providers = []doctorProvider{}
+func (c *computerService) doctor(ctx context.Context) (providers []doctorProvider, sel doctorSelection, images []doctorImage, warnings []string) {
+	providers, images = []doctorProvider{}, []doctorImage{}
 	for _, p := range c.providers {
 		m := p.meta()
 		pr := c.probe(ctx, p)
@@ -358,6 +358,16 @@ func (c *computerService) doctor(ctx context.Context) (providers []doctorProvide
 		if !m.isolated {
 			warnings = append(warnings, fmt.Sprintf("only a non-isolated computer provider (%s) is available: commands run on this host, guarded but not isolated; install Docker or Podman for kernel isolation", m.name))
 		}
+		if e, ok := p.(*engineProvider); ok {
+			for _, flavor := range []string{"base", "python", "node", "full"} {
+				img := c.imageFor(ComputerSpec{Flavor: flavor})
+				_, err := e.call(ctx, nil, "image", "inspect", "--format", "{{.Id}}", img)
+				images = append(images, doctorImage{Flavor: flavor, Image: img, Provider: m.name, Present: err == nil})
+				if err != nil && flavor == "base" {
+					warnings = append(warnings, fmt.Sprintf("the base flavor's image %s is not on this machine: creating a machine will try to pull it; on a host with no registry, load or build one and set images: {base: <image>} in config.yaml", img))
+				}
+			}
+		}
 	}
 	c.mu.Lock()
 	orphans := make([]string, 0, len(c.orphans))
@@ -369,7 +379,7 @@ func (c *computerService) doctor(ctx context.Context) (providers []doctorProvide
 	for _, o := range orphans {
 		warnings = append(warnings, fmt.Sprintf("orphaned container %s has no record; the reaper removes it", o))
 	}
-	return providers, sel, warnings
+	return providers, sel, images, warnings
 }
 
 // ---- records ----

@@ -210,8 +210,14 @@ func (e *engineProvider) runArgs(m *ComputerInfo) []string {
 func (e *engineProvider) create(ctx context.Context, m *ComputerInfo) error {
 	if _, err := e.call(ctx, nil, "image", "inspect", "--format", "{{.Id}}", m.Image); err != nil {
 		if _, perr := e.call(ctx, nil, "pull", m.Image); perr != nil {
-			return errorf(codeComputerFailed, "image %s is not available: %s", m.Image, perr.Error()).
-				withHint("check the image name, or set `images` in config.yaml to a local image")
+			what := "the spec's image"
+			if m.Spec.Image == "" {
+				what = "the " + m.Spec.Flavor + " flavor's image"
+			}
+			return errorf(codeProviderUnavailable, "%s %s is not on this machine and could not be pulled", what, m.Image).
+				withHint(fmt.Sprintf("either make it present (`%s pull %s`; on a host with no registry `%s load -i image.tar`, or build one with debootstrap and `%s import`), or point the flavor at an image you have in config.yaml: images: {%s: <local image>}",
+					e.name, m.Image, e.name, e.name, firstNonEmpty(m.Spec.Flavor, "base"))).
+				withDetail("image", m.Image).withDetail("flavor", m.Spec.Flavor)
 		}
 	}
 	if _, err := e.call(ctx, nil, e.runArgs(m)...); err != nil {

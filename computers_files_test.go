@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -90,5 +91,36 @@ func TestJailHoldsThroughPlantedSymlink(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// An image that is neither present nor pullable is a clear 503 naming the flavor, the image and both
+// fixes; the doctor lists each flavor's image and whether it is here.
+func TestMissingImageIsExplained(t *testing.T) {
+	requireProvider(t, "docker")
+	e := newTestEnv(t, "", func(c *config) {
+		c.Images = map[string]string{"base": testImage, "python": "localhost:1/agentd-no-such-image:1"}
+	})
+	defer e.close()
+	env := e.wantError("POST", "/v1/computers", map[string]any{"provider": "docker", "flavor": "python"}, 503, codeProviderUnavailable)
+	msg, hint := fmt.Sprint(env["message"]), fmt.Sprint(env["hint"])
+	for _, want := range []string{"python flavor", "localhost:1/agentd-no-such-image:1"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("message %q lacks %q", msg, want)
+		}
+	}
+	for _, want := range []string{"docker pull localhost:1/agentd-no-such-image:1", "docker load", "images: {python:"} {
+		if !strings.Contains(hint, want) {
+			t.Errorf("hint %q lacks %q", hint, want)
+		}
+	}
+	var rep DoctorReport
+	e.json("GET", "/v1/doctor", nil, 200, &rep)
+	found := map[string]doctorImage{}
+	for _, im := range rep.Images {
+		found[im.Flavor] = im
+	}
+	if !found["base"].Present || found["base"].Image != testImage || found["python"].Present || len(found) != 4 {
+		t.Fatalf("doctor images: %+v", rep.Images)
 	}
 }

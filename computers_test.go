@@ -927,7 +927,7 @@ func conformance(t *testing.T, prov string, portBase int) {
 		}
 		if !isLocal {
 			eventually(t, "the orphan in the doctor's warnings", func() bool {
-				_, _, warnings := b.s.computers.doctor(context.Background())
+				_, _, _, warnings := b.s.computers.doctor(context.Background())
 				return slices.ContainsFunc(warnings, func(w string) bool { return strings.Contains(w, orphan.ID) })
 			})
 			if got := b.s.computers.sweep(context.Background()); got[orphan.ID] != "orphan" {
@@ -999,7 +999,7 @@ func TestComputerProviderSelection(t *testing.T) {
 	if !strings.Contains(env["message"].(string), "not reachable") || env["hint"] != "start dockerd" {
 		t.Fatalf("unavailable: %v", env)
 	}
-	providers, sel, warnings := c.doctor(context.Background())
+	providers, sel, _, warnings := c.doctor(context.Background())
 	if len(providers) != 3 || providers[0].Name != "docker" || providers[0].Available || providers[0].Reason == "" || providers[0].Hint == "" {
 		t.Fatalf("providers: %+v", providers)
 	}

@@ -26,7 +26,16 @@ type DoctorReport struct {
 	Providers []doctorProvider      `json:"providers"`
 	Models    []doctorModelProvider `json:"models"`
 	Selection doctorSelection       `json:"selection"`
+	Images    []doctorImage         `json:"images"` // addition: each flavor's image on the selected engine
 	Warnings  []string              `json:"warnings"`
+}
+
+// doctorImage is a flavor's image and whether the selected engine has it locally (no pull needed).
+type doctorImage struct {
+	Flavor   string `json:"flavor"`
+	Image    string `json:"image"`
+	Provider string `json:"provider"`
+	Present  bool   `json:"present"`
 }
 
 // doctorProvider is one computer provider in the doctor report.
@@ -83,7 +92,8 @@ func (s *server) doctor(ctx context.Context) DoctorReport {
 		Version: version, Node: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH,
 		AgentHome: s.cfg.Home, FirstRun: s.firstRun, Warnings: []string{},
 	}
-	providers, sel, cw := s.computers.doctor(ctx)
+	providers, sel, images, cw := s.computers.doctor(ctx)
+	rep.Images = images
 	models, model, reason, mw := s.models.doctor(ctx)
 	rep.Providers, rep.Models, rep.Selection = providers, models, sel
 	rep.Selection.Model, rep.Selection.ModelReason = model, reason
