@@ -45,6 +45,7 @@ type server struct {
 	models    *modelService
 	runs      *runService
 	triggers  *triggerService
+	sessions  *sessionService
 	startedAt time.Time
 	firstRun  bool
 	handler   http.Handler
@@ -108,6 +109,8 @@ func (s *server) routes() *http.ServeMux {
 	mux.HandleFunc("POST /v1/models/chat/stream", s.api(s.handleChatStream))
 
 	// Sessions (transcripts → specs).
+	mux.HandleFunc("GET /v1/sessions", s.api(s.handleListSessions)) // additions: stored transcripts
+	mux.HandleFunc("GET /v1/sessions/{id}", s.api(s.handleGetSession))
 	mux.HandleFunc("GET /v1/sessions/discover", s.api(s.handleDiscoverSessions))
 	mux.HandleFunc("POST /v1/sessions/import", s.api(s.handleImportSession))
 	mux.HandleFunc("POST /v1/sessions/distill", s.api(s.handleDistill))

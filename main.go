@@ -466,6 +466,8 @@ func newServer(cfg config, logger *slog.Logger, now func() time.Time) (*server, 
 	}
 	s.runs = newRunService(runDeps{store: st, hub: s.hub, models: s.models, computers: s.computers, now: now,
 		log: logger, getenv: cfg.getenv, home: cfg.Home})
+	s.sessions = newSessionService(sessionDeps{store: st, models: s.models, log: logger, now: now, getenv: cfg.getenv,
+		dataDir: cfg.Home, maxCost: cfg.MaxCostUSD, red: newRedactor(cfg.getenv)})
 	s.triggers = newTriggerService(triggerDeps{store: st, hub: s.hub, log: logger, now: now, fireCron: s.fireCron})
 	s.handler = s.routes()
 	s.triggers.sync(context.Background(), "", "")

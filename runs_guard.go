@@ -86,6 +86,24 @@ func newRedactor(getenv func(string) string) *redactor {
 	return r
 }
 
+var (
+	homePath = regexp.MustCompile(`(?:/home|/Users)/[^/\s"'\x60:;,)]+`)
+	email    = regexp.MustCompile(`[A-Za-z0-9._%+\-]+@[A-Za-z0-9.\-]+\.[A-Za-z]{2,}`)
+)
+
+// redactPersonal is redact plus what identifies a person (distilled specs leave the machine they were
+// made on): home directories become ~ and e-mail addresses [EMAIL].
+func (r *redactor) redactPersonal(s string) string {
+	s = r.redact(s)
+	if strings.Contains(s, "@") {
+		s = email.ReplaceAllString(s, "[EMAIL]")
+	}
+	if strings.Contains(s, "/home/") || strings.Contains(s, "/Users/") {
+		s = homePath.ReplaceAllString(s, "~")
+	}
+	return s
+}
+
 // redact returns s with every recognised secret replaced by [REDACTED].
 func (r *redactor) redact(s string) string {
 	if r == nil || s == "" {

@@ -1,17 +1,718 @@
-// sessions.go — transcripts: discovery, import and distillation into agent specs.
+// sessions.go — transcripts: the Transcript shape, source detection, the importers' registry, reading a
+// path the server may read, discovery of the sessions people already have, storage, and the
+// /v1/sessions endpoints (discover, import, list, get, distill, distill/stream).
+//
+// Entry points: newSessionService (owned by the server), handleDiscoverSessions, handleImportSession,
+// handleListSessions, handleGetSession, handleDistill, handleDistillStream. Each source has its own
+// file: sessions_claude.go, sessions_codex.go, sessions_chatgpt.go, sessions_gemini.go, sessions_text.go
+// (markdown and jsonl); distillation is sessions_distill.go.
+//
+// Rules (docs/API.md Sessions, docs/DESIGN.md §7/§7a): a transcript message's content is always a string;
+// a tool call is an assistant message with toolName/toolInput, its result a `tool` message; sidechains,
+// thinking and system noise are dropped. `source` omitted → detected from the content (then the path);
+// an unknown source name → 422 naming the six; unreadable input → E_IMPORT_FAILED saying what was
+// expected. A path must be a regular file the server may read: never under the data directory, never a
+// device, FIFO or socket, at most maxImportBytes. Imports stream: a large export is read conversation by
+// conversation, never held whole twice.
 package main
 
-import "net/http"
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+)
+
+// sessionSources are the six allowed values of `source`.
+var sessionSources = []string{"claude-code", "codex", "chatgpt", "gemini", "markdown", "jsonl"}
+
+const (
+	maxImportBytes   = 1 << 30 // a file to import; a ChatGPT export of years is a few hundred MB
+	maxTranscriptMsg = 200_000 // messages kept of one transcript
+	maxMessageChars  = 1 << 20 // characters kept of one message's content
+)
+
+// Transcript is an imported conversation (docs/DESIGN.md §7).
+type Transcript struct {
+	ID        string              `json:"id"`
+	Source    string              `json:"source"`
+	Title     string              `json:"title"`
+	CreatedAt string              `json:"createdAt,omitempty"`
+	UpdatedAt string              `json:"updatedAt,omitempty"`
+	Origin    *TranscriptOrigin   `json:"origin,omitempty"`
+	Messages  []TranscriptMessage `json:"messages"`
+	Meta      map[string]any      `json:"meta,omitempty"`
+}
+
+// TranscriptOrigin says where a transcript was read from.
+type TranscriptOrigin struct {
+	Path      string `json:"path,omitempty"`
+	SessionID string `json:"sessionId,omitempty"`
+}
+
+// TranscriptMessage is one message: content is always a string; a tool call carries toolName/toolInput.
+type TranscriptMessage struct {
+	Role      string `json:"role"` // system, user, assistant, tool
+	Content   string `json:"content"`
+	TS        string `json:"ts,omitempty"`
+	ToolName  string `json:"toolName,omitempty"`
+	ToolInput any    `json:"toolInput,omitempty"`
+}
+
+// DiscoveredSession is one row of GET /v1/sessions/discover.
+type DiscoveredSession struct {
+	ID           string `json:"id"`
+	Source       string `json:"source"`
+	Title        string `json:"title"`
+	MessageCount int    `json:"messageCount"`
+	UpdatedAt    string `json:"updatedAt"`
+	Path         string `json:"path"`
+}
+
+// importer reads one source: r is the whole input; emit is called once per conversation found (a
+// ChatGPT export holds many). An importer never holds more than one conversation of its own.
+type importer func(r io.Reader, emit func(*Transcript) error) error
+
+func importerFor(source string) importer {
+	switch source {
+	case "claude-code":
+		return importClaudeCode
+	case "codex":
+		return importCodex
+	case "chatgpt":
+		return importChatGPT
+	case "gemini":
+		return importGemini
+	case "markdown":
+		return importMarkdown
+	case "jsonl":
+		return importJSONL
+	}
+	return nil
+}
+
+func errUnknownSource(s string) error {
+	return errorf(codeSpecInvalid, "source: Invalid enum value. Expected %s, received '%s'", quoteList(sessionSources), s).
+		withHint("omit source to detect it from the content")
+}
+
+func errImport(format string, a ...any) *apiError {
+	return errorf(codeImportFailed, format, a...).
+		withHint("import a Claude Code session (.jsonl), a Codex rollout (.jsonl), a ChatGPT conversations.json, a Gemini CLI chat (.json or .jsonl), a markdown transcript (## User / ## Assistant) or JSONL of {role, content}")
+}
+
+// detectSource names the source of some input from its first bytes (then its path).
+func detectSource(head []byte, path string) string {
+	t := bytes.TrimLeft(head, " \t\r\n\ufeff")
+	switch {
+	case len(t) == 0:
+	case t[0] == '[':
+		if bytes.Contains(t, []byte(`"mapping"`)) {
+			return "chatgpt"
+		}
+		return ""
+	case t[0] == '{':
+		// The first line's keys (a first line can be longer than the head: Codex's session_meta carries the
+		// whole system prompt, so this reads keys, not JSON).
+		line, _, _ := bytes.Cut(t, []byte("\n"))
+		has := func(k string) bool { return bytes.Contains(line, []byte(k)) }
+		switch {
+		case has(`"type":"session_meta"`) || has(`"type":"response_item"`) || has(`"type":"turn_context"`):
+			return "codex"
+		case has(`"parentUuid"`) || has(`"leafUuid"`) || has(`"type":"file-history-snapshot"`) || has(`"uuid"`) && has(`"sessionId"`):
+			return "claude-code"
+		case bytes.Contains(t, []byte(`"sessionId"`)) && bytes.Contains(t, []byte(`"projectHash"`)):
+			return "gemini" // a .jsonl header line, or a pretty-printed .json chat
+		case bytes.Contains(t, []byte(`"mapping"`)) && bytes.Contains(t, []byte(`"current_node"`)):
+			return "chatgpt"
+		case has(`"role"`) || has(`"messages"`):
+			return "jsonl"
+		}
+	default:
+		if looksMarkdownTranscript(string(t)) {
+			return "markdown"
+		}
+	}
+	switch p := filepath.ToSlash(path); {
+	case strings.Contains(p, "/.claude/projects/"):
+		return "claude-code"
+	case strings.Contains(p, "/.codex/sessions/") || strings.HasPrefix(filepath.Base(p), "rollout-"):
+		return "codex"
+	case strings.Contains(p, "/.gemini/"):
+		return "gemini"
+	case filepath.Base(p) == "conversations.json":
+		return "chatgpt"
+	case strings.HasSuffix(p, ".md"):
+		return "markdown"
+	}
+	return ""
+}
+
+// ---- reading a path ----
+
+// openImportPath opens a path the server may read for an import or a discovery: a regular file (or, for
+// discovery, a directory) outside the data directory, no device, FIFO or socket, and not too large.
+func (ss *sessionService) checkPath(p string, allowDir bool) (string, fs.FileInfo, error) {
+	if p == "" || strings.ContainsRune(p, 0) {
+		return "", nil, errImport("path is empty or not a path")
+	}
+	if strings.HasPrefix(p, "~/") {
+		p = filepath.Join(ss.home(), p[2:])
+	}
+	if !filepath.IsAbs(p) {
+		return "", nil, errImport("path %q is not absolute", p).withHint("send an absolute path on the server's machine, or the file's content as content")
+	}
+	real, err := filepath.EvalSymlinks(filepath.Clean(p))
+	if err != nil {
+		return "", nil, errImport("cannot read %s: %v", p, unwrapPathError(err))
+	}
+	if dataDir, derr := filepath.EvalSymlinks(ss.dataDir); derr == nil && (real == dataDir || strings.HasPrefix(real, dataDir+string(filepath.Separator))) {
+		return "", nil, errorf(codeImportFailed, "path %s is inside agentd's data directory, which sessions cannot read", p).
+			withHint("import a transcript from elsewhere")
+	}
+	fi, err := os.Stat(real)
+	if err != nil {
+		return "", nil, errImport("cannot read %s: %v", p, unwrapPathError(err))
+	}
+	switch {
+	case fi.IsDir() && allowDir:
+	case fi.IsDir():
+		return "", nil, errImport("%s is a directory: import takes one file (GET /v1/sessions/discover?path= lists a directory)", p)
+	case !fi.Mode().IsRegular():
+		return "", nil, errImport("%s is not a regular file (a device, FIFO or socket is never read)", p)
+	case fi.Size() > maxImportBytes:
+		return "", nil, errImport("%s is %d MB, more than the %d MB an import reads", p, fi.Size()>>20, maxImportBytes>>20)
+	}
+	return real, fi, nil
+}
+
+func unwrapPathError(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+// ---- the service ----
+
+type sessionDeps struct {
+	store   *store
+	models  *modelService
+	log     *slog.Logger
+	now     func() time.Time
+	getenv  func(string) string
+	dataDir string
+	maxCost float64 // the direct-chat cost ceiling, for useModel
+	red     *redactor
+}
+
+// sessionService imports, stores, discovers and distils transcripts.
+type sessionService struct {
+	sessionDeps
+	mu    sync.Mutex
+	cache map[string]discoverEntry // discovery rows by path, valid while size and mtime hold
+}
+
+type discoverEntry struct {
+	size  int64
+	mtime time.Time
+	row   DiscoveredSession
+	ok    bool
+}
+
+func newSessionService(d sessionDeps) *sessionService {
+	return &sessionService{sessionDeps: d, cache: map[string]discoverEntry{}}
+}
+
+func (ss *sessionService) home() string {
+	if h := ss.getenv("HOME"); h != "" {
+		return h
+	}
+	h, _ := os.UserHomeDir()
+	return h
+}
+
+// importReader runs one importer over r, saving every conversation; it returns the first.
+func (ss *sessionService) importReader(ctx context.Context, r io.Reader, source, path string) (*Transcript, error) {
+	br := bufio.NewReaderSize(r, 64<<10)
+	head, _ := br.Peek(16 << 10)
+	if source == "" {
+		if source = detectSource(head, path); source == "" {
+			return nil, errImport("could not tell what this is: not a transcript format agentd reads")
+		}
+	}
+	imp := importerFor(source)
+	if imp == nil {
+		return nil, errUnknownSource(source)
+	}
+	var first *Transcript
+	count := 0
+	err := imp(br, func(t *Transcript) error {
+		if len(t.Messages) == 0 {
+			return nil
+		}
+		ss.finish(t, source, path)
+		if err := ss.store.SaveTranscript(ctx, t); err != nil {
+			return err
+		}
+		count++
+		if first == nil {
+			first = t
+		}
+		return nil
+	})
+	if err != nil {
+		var ae *apiError
+		if errors.As(err, &ae) {
+			return nil, ae
+		}
+		return nil, errImport("this is not a readable %s transcript: %v", source, err)
+	}
+	if first == nil {
+		return nil, errImport("no messages found in this %s input", source)
+	}
+	if count > 1 {
+		ss.log.Info("transcripts imported", "source", source, "count", count)
+	}
+	return first, nil
+}
+
+// finish fills what every transcript has: an id, the source, a title, and times.
+func (ss *sessionService) finish(t *Transcript, source, path string) {
+	t.ID, t.Source = newID("trn"), source
+	if path != "" {
+		if t.Origin == nil {
+			t.Origin = &TranscriptOrigin{}
+		}
+		t.Origin.Path = path
+	}
+	if strings.TrimSpace(t.Title) == "" {
+		t.Title = titleFrom(t.Messages)
+	}
+	t.Title = clip(oneLine(t.Title), 120)
+	for _, m := range t.Messages {
+		if m.TS != "" && (t.CreatedAt == "" || m.TS < t.CreatedAt) {
+			t.CreatedAt = m.TS
+		}
+		if m.TS > t.UpdatedAt {
+			t.UpdatedAt = m.TS
+		}
+	}
+}
+
+// titleFrom is the first user message that is not a tool result, on one line.
+func titleFrom(msgs []TranscriptMessage) string {
+	for _, m := range msgs {
+		if m.Role == "user" && strings.TrimSpace(m.Content) != "" {
+			return clip(oneLine(m.Content), 80)
+		}
+	}
+	return "untitled session"
+}
+
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+// clip cuts s to at most n runes, marking the cut.
+func clip(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:n-1]) + "…"
+}
+
+// textOf keeps a message's text bounded and valid.
+func textOf(s string) string {
+	if !utf8.ValidString(s) {
+		s = strings.ToValidUTF8(s, "�")
+	}
+	if len(s) > maxMessageChars {
+		s = s[:maxMessageChars] + "\n[… truncated by agentd …]"
+		s = strings.ToValidUTF8(s, "")
+	}
+	return s
+}
+
+// appendMsg adds a message, dropping empty ones and keeping the count bounded.
+func appendMsg(t *Transcript, m TranscriptMessage) {
+	if m.ToolName == "" && strings.TrimSpace(m.Content) == "" {
+		return
+	}
+	if len(t.Messages) >= maxTranscriptMsg {
+		return
+	}
+	m.Content = textOf(m.Content)
+	t.Messages = append(t.Messages, m)
+}
+
+// ---- discovery ----
+
+// defaultSessionDirs are where the tools keep their sessions under a home directory.
+func defaultSessionDirs(home string) map[string][]string {
+	return map[string][]string{
+		"claude-code": {filepath.Join(home, ".claude", "projects")},
+		"codex":       {filepath.Join(home, ".codex", "sessions")},
+		"gemini":      {filepath.Join(home, ".gemini", "tmp")},
+	}
+}
+
+// discover lists sessions newest first. Only each file's head is read (title, source), plus a count of
+// its messages by lines; rows are cached while a file's size and mtime do not change.
+func (ss *sessionService) discover(ctx context.Context, source, root string) ([]DiscoveredSession, error) {
+	var roots []string
+	if root != "" {
+		real, _, err := ss.checkPath(root, true)
+		if err != nil {
+			return nil, err
+		}
+		roots = []string{real}
+	} else {
+		for src, dirs := range defaultSessionDirs(ss.home()) {
+			if source == "" || source == src {
+				roots = append(roots, dirs...)
+			}
+		}
+	}
+	out := []DiscoveredSession{}
+	for _, r := range roots {
+		filepath.WalkDir(r, func(p string, d fs.DirEntry, err error) error {
+			if err != nil || ctx.Err() != nil {
+				if d != nil && d.IsDir() && err != nil {
+					return filepath.SkipDir
+				}
+				return nil
+			}
+			if d.IsDir() {
+				return nil
+			}
+			ext := filepath.Ext(p)
+			if ext != ".jsonl" && ext != ".json" && ext != ".md" {
+				return nil
+			}
+			if row, ok := ss.discoverFile(p, d); ok && (source == "" || row.Source == source) {
+				out = append(out, row)
+			}
+			return nil
+		})
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].UpdatedAt > out[j].UpdatedAt })
+	return out, nil
+}
+
+func (ss *sessionService) discoverFile(p string, d fs.DirEntry) (DiscoveredSession, bool) {
+	fi, err := d.Info()
+	if err != nil || !fi.Mode().IsRegular() {
+		return DiscoveredSession{}, false
+	}
+	ss.mu.Lock()
+	e, hit := ss.cache[p]
+	ss.mu.Unlock()
+	if hit && e.size == fi.Size() && e.mtime.Equal(fi.ModTime()) {
+		return e.row, e.ok
+	}
+	row, ok := scanSessionFile(p, fi)
+	ss.mu.Lock()
+	ss.cache[p] = discoverEntry{size: fi.Size(), mtime: fi.ModTime(), row: row, ok: ok}
+	ss.mu.Unlock()
+	return row, ok
+}
+
+// scanSessionFile reads a file's head for its source and title and counts its message lines.
+func scanSessionFile(p string, fi fs.FileInfo) (DiscoveredSession, bool) {
+	f, err := os.Open(p)
+	if err != nil {
+		return DiscoveredSession{}, false
+	}
+	defer f.Close()
+	head := make([]byte, 32<<10)
+	n, _ := io.ReadFull(f, head)
+	head = head[:n]
+	source := detectSource(head, p)
+	if source == "" || source == "chatgpt" { // an export is imported by path, not listed
+		return DiscoveredSession{}, false
+	}
+	row := DiscoveredSession{ID: strings.TrimSuffix(filepath.Base(p), filepath.Ext(p)), Source: source, Path: p,
+		UpdatedAt: timestamp(fi.ModTime())}
+	if source == "claude-code" && strings.HasPrefix(row.ID, "agent-") {
+		return DiscoveredSession{}, false // a subagent's sidechain, not a session
+	}
+	switch {
+	case !strings.HasSuffix(p, ".jsonl"): // a .json chat or a markdown file: read it whole (bounded)
+		if t := quickImport(p, source); t != nil {
+			row.Title, row.MessageCount = firstNonEmpty(t.Title, titleFrom(t.Messages)), len(t.Messages)
+		}
+	default: // a line format: the title from its head (cut at a line, it is a shorter valid session), and
+		// the message lines counted without decoding them — an estimate (a Gemini record written twice,
+		// Codex's injected context count too) that keeps 2,000 sessions listing in well under a second
+		row.Title = headTitle(head, source)
+		f.Seek(0, io.SeekStart)
+		row.MessageCount = countMessageLines(f, source)
+	}
+	if row.Title == "" {
+		row.Title = "untitled session"
+	}
+	return row, row.MessageCount > 0
+}
+
+// headTitle finds a session's title in its first lines by decoding only the lines that can hold it: a
+// Claude Code summary, else the first message the user typed.
+func headTitle(head []byte, source string) string {
+	for _, line := range bytes.Split(head, []byte("\n")) {
+		var l struct {
+			Type        string `json:"type"`
+			Summary     string `json:"summary"`
+			IsSidechain bool   `json:"isSidechain"`
+			IsMeta      bool   `json:"isMeta"`
+			Role        string `json:"role"`
+			Content     json.RawMessage
+			Message     struct {
+				Role    string          `json:"role"`
+				Content json.RawMessage `json:"content"`
+			} `json:"message"`
+			Payload struct {
+				Type    string         `json:"type"`
+				Role    string         `json:"role"`
+				Content []codexContent `json:"content"`
+			} `json:"payload"`
+		}
+		if !bytes.Contains(line, []byte(`user`)) && !bytes.Contains(line, []byte(`summary`)) || json.Unmarshal(line, &l) != nil {
+			continue
+		}
+		text := ""
+		switch source {
+		case "claude-code":
+			if l.Type == "summary" && l.Summary != "" {
+				return l.Summary
+			}
+			if l.Type == "user" && !l.IsSidechain && !l.IsMeta {
+				if err := json.Unmarshal(l.Message.Content, &text); err != nil {
+					text = claudeResultText(l.Message.Content)
+				}
+				if claudeNoise(text) {
+					text = ""
+				}
+			}
+		case "codex":
+			if l.Payload.Type == "message" && l.Payload.Role == "user" && len(l.Payload.Content) > 0 {
+				if text = l.Payload.Content[0].Text; codexInjected(text) {
+					text = ""
+				}
+			}
+		case "gemini":
+			if l.Type == "user" {
+				text = geminiText(l.Content)
+			}
+		default:
+			if l.Role == "user" {
+				text = jsonlText(l.Content)
+			}
+		}
+		if strings.TrimSpace(text) != "" {
+			return clip(oneLine(text), 80)
+		}
+	}
+	return ""
+}
+
+// quickImport reads a file whole when it is small.
+func quickImport(p, source string) *Transcript {
+	f, err := os.Open(p)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var first *Transcript
+	importerFor(source)(io.LimitReader(f, 8<<20), func(t *Transcript) error {
+		if first == nil {
+			first = t
+		}
+		return nil
+	})
+	return first
+}
+
+// countMessageLines counts the lines that hold a conversation message, by their type key.
+func countMessageLines(r io.Reader, source string) int {
+	var keys [][]byte
+	switch source {
+	case "claude-code":
+		keys = [][]byte{[]byte(`"type":"user"`), []byte(`"type":"assistant"`)}
+	case "codex":
+		keys = [][]byte{[]byte(`"type":"message"`), []byte(`"type":"function_call"`), []byte(`"type":"custom_tool_call"`)}
+	case "gemini":
+		keys = [][]byte{[]byte(`"type":"user"`), []byte(`"type":"gemini"`)}
+	default:
+		keys = [][]byte{[]byte(`"role"`), []byte("\n## ")}
+	}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), 64<<20)
+	n := 0
+	for sc.Scan() {
+		line := sc.Bytes()
+		if bytes.Contains(line, []byte(`"isSidechain":true`)) {
+			continue
+		}
+		for _, k := range keys {
+			if bytes.Contains(line, k) {
+				n++
+				break
+			}
+		}
+	}
+	return n
+}
+
+// ---- endpoints ----
 
 func (s *server) handleDiscoverSessions(w http.ResponseWriter, r *http.Request) error {
-	return errNotImplemented()
+	q := r.URL.Query()
+	source := q.Get("source")
+	if source != "" && !slices.Contains(sessionSources, source) {
+		return errUnknownSource(source)
+	}
+	rows, err := s.sessions.discover(r.Context(), source, q.Get("path"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"sessions": rows})
+	return nil
 }
+
 func (s *server) handleImportSession(w http.ResponseWriter, r *http.Request) error {
-	return errNotImplemented()
+	var body struct {
+		Path    *string `json:"path"`
+		Content *string `json:"content"`
+		Source  string  `json:"source"`
+	}
+	if err := decode(r, &body); err != nil {
+		return err
+	}
+	if body.Source != "" && !slices.Contains(sessionSources, body.Source) {
+		return errUnknownSource(body.Source)
+	}
+	var t *Transcript
+	var err error
+	switch {
+	case body.Content != nil && *body.Content != "":
+		path := ""
+		if body.Path != nil {
+			path = *body.Path // a name for detection only; nothing is read from it
+		}
+		t, err = s.sessions.importReader(r.Context(), strings.NewReader(*body.Content), body.Source, path)
+	case body.Path != nil && *body.Path != "":
+		var real string
+		if real, _, err = s.sessions.checkPath(*body.Path, false); err != nil {
+			return err
+		}
+		f, oerr := os.Open(real)
+		if oerr != nil {
+			return errImport("cannot read %s: %v", *body.Path, unwrapPathError(oerr))
+		}
+		defer f.Close()
+		t, err = s.sessions.importReader(r.Context(), f, body.Source, real)
+	default:
+		return errImport("import needs path or content")
+	}
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"transcript": t})
+	return nil
 }
+
+// handleListSessions lists stored transcripts, newest first (an addition the contract leaves room for).
+func (s *server) handleListSessions(w http.ResponseWriter, r *http.Request) error {
+	limit := 100
+	if v := r.URL.Query().Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return errorf(codeSpecInvalid, "limit: expected an integer, received %q", v).withHint("send limit between 1 and 500")
+		}
+		limit = min(max(n, 1), 500)
+	}
+	rows, err := s.store.ListTranscripts(r.Context(), limit)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"sessions": rows})
+	return nil
+}
+
+func (s *server) handleGetSession(w http.ResponseWriter, r *http.Request) error {
+	t, err := s.store.GetTranscript(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"transcript": t})
+	return nil
+}
+
+func errTranscriptNotFound(id string) *apiError {
+	return errorf(codeTranscriptNotFound, "transcript %q not found", id).withHint("list stored transcripts with GET /v1/sessions")
+}
+
+// distillBody is the body of distill and distill/stream. useModel counts only when it is exactly true.
+type distillBody struct {
+	TranscriptID string          `json:"transcriptId"`
+	Transcript   *Transcript     `json:"transcript"`
+	UseModel     json.RawMessage `json:"useModel"`
+	Model        string          `json:"model"`
+}
+
+func (s *server) readDistill(r *http.Request) (*Transcript, bool, string, error) {
+	var b distillBody
+	if err := decode(r, &b); err != nil {
+		return nil, false, "", err
+	}
+	useModel := string(bytes.TrimSpace(b.UseModel)) == "true"
+	switch {
+	case b.Transcript != nil:
+		if len(b.Transcript.Messages) == 0 {
+			return nil, false, "", errImport("the transcript has no messages")
+		}
+		return b.Transcript, useModel, b.Model, nil
+	case b.TranscriptID != "":
+		t, err := s.store.GetTranscript(r.Context(), b.TranscriptID)
+		return t, useModel, b.Model, err
+	}
+	return nil, false, "", errImport("distill needs transcriptId or transcript")
+}
+
 func (s *server) handleDistill(w http.ResponseWriter, r *http.Request) error {
-	return errNotImplemented()
+	t, useModel, model, err := s.readDistill(r)
+	if err != nil {
+		return err
+	}
+	res := s.sessions.distill(r.Context(), t, useModel, model, nil)
+	writeJSON(w, http.StatusOK, map[string]any{"distilled": res.Distilled, "spec": res.Spec, "yaml": res.YAML})
+	return nil
 }
+
 func (s *server) handleDistillStream(w http.ResponseWriter, r *http.Request) error {
-	return errNotImplemented()
+	t, useModel, model, err := s.readDistill(r)
+	if err != nil {
+		return err
+	}
+	sse := newSSE(w, ssePingEvery)
+	defer sse.close()
+	res := s.sessions.distill(r.Context(), t, useModel, model, func(stage string, pct float64) {
+		sse.send(map[string]any{"type": "progress", "stage": stage, "pct": pct})
+	})
+	sse.send(map[string]any{"type": "done", "spec": res.Spec, "distilled": res.Distilled, "yaml": res.YAML})
+	return nil
 }

@@ -89,6 +89,13 @@ CREATE TABLE cron_firings (
 	minute TEXT NOT NULL            -- RFC 3339 UTC, fixed width, so text order is time order
 );
 `,
+	// 3: what the transcript listing shows without decoding bodies.
+	`
+ALTER TABLE transcripts ADD COLUMN message_count INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE transcripts ADD COLUMN updated_at TEXT NOT NULL DEFAULT '';
+ALTER TABLE transcripts ADD COLUMN imported_at TEXT NOT NULL DEFAULT '';
+CREATE INDEX transcripts_imported ON transcripts(imported_at);
+`,
 }
 
 type store struct {
@@ -650,3 +657,66 @@ func (st *store) AppendMemory(ctx context.Context, agent string, msgs []ModelMes
 }
 
 // ---- transcripts ----
+
+// TranscriptSummary is one row of GET /v1/sessions.
+type TranscriptSummary struct {
+	ID           string `json:"id"`
+	Source       string `json:"source"`
+	Title        string `json:"title"`
+	MessageCount int    `json:"messageCount"`
+	CreatedAt    string `json:"createdAt,omitempty"`
+	UpdatedAt    string `json:"updatedAt,omitempty"`
+	ImportedAt   string `json:"importedAt"`
+}
+
+// SaveTranscript stores an imported transcript; it stamps its import time into Meta.
+func (st *store) SaveTranscript(ctx context.Context, t *Transcript) error {
+	imported := timestamp(st.now())
+	if t.Meta == nil {
+		t.Meta = map[string]any{}
+	}
+	t.Meta["importedAt"] = imported
+	b, err := json.Marshal(t)
+	if err != nil {
+		return err
+	}
+	_, err = st.db.ExecContext(ctx, `INSERT INTO transcripts(id, source, title, created_at, body, message_count, updated_at, imported_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, t.ID, t.Source, t.Title, t.CreatedAt, b, len(t.Messages), t.UpdatedAt, imported)
+	return err
+}
+
+// GetTranscript reads a stored transcript; an unknown id is 404 E_TRANSCRIPT_NOT_FOUND.
+func (st *store) GetTranscript(ctx context.Context, id string) (*Transcript, error) {
+	var body string
+	err := st.db.QueryRowContext(ctx, `SELECT body FROM transcripts WHERE id = ?`, id).Scan(&body)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, errTranscriptNotFound(id)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var t Transcript
+	if err := json.Unmarshal([]byte(body), &t); err != nil {
+		return nil, err
+	}
+	return &t, nil
+}
+
+// ListTranscripts lists stored transcripts, newest import first.
+func (st *store) ListTranscripts(ctx context.Context, limit int) ([]TranscriptSummary, error) {
+	rows, err := st.db.QueryContext(ctx, `SELECT id, source, title, message_count, created_at, updated_at, imported_at
+		FROM transcripts ORDER BY imported_at DESC, id DESC LIMIT ?`, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []TranscriptSummary{}
+	for rows.Next() {
+		var r TranscriptSummary
+		if err := rows.Scan(&r.ID, &r.Source, &r.Title, &r.MessageCount, &r.CreatedAt, &r.UpdatedAt, &r.ImportedAt); err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}

@@ -1,0 +1,313 @@
+// sessions_distill.go — turning a transcript into an agent spec that does the task again.
+//
+// Entry point: sessionService.distill (used by POST /v1/sessions/distill and its stream).
+//
+// Rules (docs/API.md Sessions 2 and 4, docs/DESIGN.md §7a): the free heuristic path needs no model: the
+// tools the conversation used map to agent tools (a shell makes needsComputer true, the commands suggest
+// a flavor), instructions the user repeated become persona lines, long pasted text becomes knowledge,
+// user/assistant pairs become examples. With useModel exactly true a model (the body's model, else the
+// router's choice) writes the fields from the transcript, under the direct-chat cost ceiling; any model
+// failure falls back to the heuristic result with a note. Secrets, home paths and e-mail addresses never
+// reach the spec, its YAML or the model. The spec always passes validation; `origin` says where it came
+// from; notes say what was guessed.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+)
+
+// Distilled is the `distilled` object of a distill answer.
+type Distilled struct {
+	Name           string          `json:"name"`
+	Description    string          `json:"description"`
+	Persona        string          `json:"persona"`
+	Knowledge      []Knowledge `json:"knowledge"`
+	Examples       []Example       `json:"examples"`
+	SuggestedTools []string        `json:"suggestedTools"`
+	SuggestedModel string          `json:"suggestedModel,omitempty"`
+	NeedsComputer  bool            `json:"needsComputer"`
+	Confidence     float64         `json:"confidence"`
+	Notes          []string        `json:"notes"`
+}
+
+type distillResult struct {
+	Distilled Distilled
+	Spec      *AgentSpec
+	YAML      string
+}
+
+// transcriptToolBundles maps the tools of Claude Code, Codex, Gemini CLI and ChatGPT to agentd's bundles.
+var transcriptToolBundles = map[string]string{
+	"bash": "computer", "shell": "computer", "run_shell_command": "computer", "local_shell": "computer",
+	"exec_command": "computer", "python": "computer", "killshell": "computer", "bashoutput": "computer",
+	"read": "files", "write": "files", "edit": "files", "multiedit": "files", "glob": "files", "grep": "files",
+	"ls": "files", "notebookedit": "files", "read_file": "files", "write_file": "files", "replace": "files",
+	"apply_patch": "files", "list_directory": "files", "glob_tool": "files", "search_file_content": "files",
+	"read_many_files": "files", "view_image": "files",
+	"webfetch": "web", "websearch": "web", "web_search": "web", "google_web_search": "web", "web_fetch": "web",
+	"browser": "web",
+}
+
+var sourceModels = map[string]string{"claude-code": "sonnet", "codex": "gpt", "gemini": "gemini", "chatgpt": "gpt"}
+
+// distill runs the three stages; progress (may be nil) hears each.
+func (ss *sessionService) distill(ctx context.Context, t *Transcript, useModel bool, model string, progress func(stage string, pct float64)) distillResult {
+	step := func(stage string, pct float64) {
+		if progress != nil {
+			progress(stage, pct)
+		}
+	}
+	step("scanning", 0.1)
+	d := ss.heuristic(t)
+	step("extracting", 0.4)
+	if useModel {
+		if err := ss.modelDistill(ctx, t, model, &d); err != nil {
+			d.Notes = append(d.Notes, "the model could not distil this transcript ("+ss.red.redactPersonal(asAPIError(err).Message)+"); the fields come from the free heuristic instead")
+		}
+	}
+	step("merging", 0.8)
+	return ss.specOf(t, d)
+}
+
+// heuristic reads what the conversation did.
+func (ss *sessionService) heuristic(t *Transcript) Distilled {
+	d := Distilled{Knowledge: []Knowledge{}, Examples: []Example{}, SuggestedTools: []string{}, Notes: []string{}}
+	var users []string
+	tools, commands := map[string]bool{}, []string{}
+	for i, m := range t.Messages {
+		switch {
+		case m.ToolName != "" && m.Role == "assistant":
+			key := strings.ToLower(m.ToolName)
+			if b := transcriptToolBundles[key]; b != "" {
+				tools[b] = true
+			} else if strings.Contains(key, "fetch") || strings.Contains(key, "search") {
+				tools["web"] = true
+			}
+			if transcriptToolBundles[key] == "computer" {
+				commands = append(commands, fmt.Sprint(m.ToolInput))
+			}
+		case m.Role == "user":
+			users = append(users, m.Content)
+			if i+1 < len(t.Messages) && len(d.Examples) < 3 {
+				if next := nextAssistantText(t.Messages[i+1:]); next != "" && len(m.Content) < 2000 {
+					d.Examples = append(d.Examples, Example{User: clip(m.Content, 600), Assistant: clip(next, 1200)})
+				}
+			}
+		}
+	}
+	// Tools: the bundles used, in a stable order.
+	for _, b := range []string{"computer", "files", "web"} {
+		if tools[b] {
+			d.SuggestedTools = append(d.SuggestedTools, b)
+		}
+	}
+	d.NeedsComputer = tools["computer"] || tools["files"]
+	// Name and description from the task.
+	task := titleFrom(t.Messages)
+	if t.Title != "" && t.Title != "untitled session" {
+		task = t.Title
+	}
+	d.Name = slugName(task)
+	d.Description = clip(oneLine(task), 200)
+	// Persona: the task, then instructions the user gave (imperative lines, or lines said twice).
+	persona := []string{"You are an agent that does this task again: " + clip(oneLine(firstNonEmpty(firstOf(users), task)), 400) + "."}
+	seenLine := map[string]int{}
+	for _, u := range users {
+		for _, line := range strings.Split(u, "\n") {
+			if l := strings.TrimSpace(line); len(l) > 8 && len(l) < 300 {
+				seenLine[strings.ToLower(l)]++
+				if imperative.MatchString(l) && !slices.Contains(persona, l) {
+					persona = append(persona, l)
+				}
+			}
+		}
+	}
+	for l, n := range seenLine {
+		if n > 1 {
+			persona = append(persona, "The user said more than once: "+l)
+		}
+	}
+	d.Persona = strings.Join(persona[:min(len(persona), 12)], "\n")
+	// Knowledge: long pasted reference text.
+	for _, u := range users {
+		if len(u) > 800 && len(d.Knowledge) < 5 {
+			d.Knowledge = append(d.Knowledge, Knowledge{Title: "Reference " + fmt.Sprint(len(d.Knowledge)+1) + ": " + clip(oneLine(u), 60), Content: clip(u, 20000)})
+		}
+	}
+	d.SuggestedModel = sourceModels[t.Source]
+	// Confidence: how much the conversation showed.
+	d.Confidence = 0.3
+	for _, ok := range []bool{len(users) > 0, len(d.SuggestedTools) > 0, len(d.Examples) > 0, len(t.Messages) > 6, len(d.Knowledge) > 0} {
+		if ok {
+			d.Confidence += 0.1
+		}
+	}
+	d.Notes = append(d.Notes, fmt.Sprintf("distilled without a model from %d messages of a %s transcript", len(t.Messages), t.Source))
+	if d.NeedsComputer {
+		d.Notes = append(d.Notes, "the conversation ran commands or edited files, so the agent gets a computer; "+flavorNote(commands))
+	}
+	return d
+}
+
+var imperative = regexp.MustCompile(`(?i)^(always|never|don't|do not|make sure|please always|use |prefer |avoid |keep |write |only )`)
+
+func nextAssistantText(rest []TranscriptMessage) string {
+	for _, m := range rest {
+		if m.Role == "user" {
+			return ""
+		}
+		if m.Role == "assistant" && m.ToolName == "" && strings.TrimSpace(m.Content) != "" {
+			return m.Content
+		}
+	}
+	return ""
+}
+
+func firstOf(s []string) string {
+	if len(s) == 0 {
+		return ""
+	}
+	return s[0]
+}
+
+// flavorOf suggests a computer flavor from the commands run.
+func flavorOf(commands []string) string {
+	all := strings.ToLower(strings.Join(commands, "\n"))
+	switch {
+	case strings.Contains(all, "python") || strings.Contains(all, "pip ") || strings.Contains(all, "pytest") || strings.Contains(all, "uv run"):
+		return "python"
+	case strings.Contains(all, "npm ") || strings.Contains(all, "node ") || strings.Contains(all, "npx ") || strings.Contains(all, "pnpm"):
+		return "node"
+	}
+	return "base"
+}
+
+func flavorNote(commands []string) string {
+	return "its commands suggest the " + flavorOf(commands) + " flavor"
+}
+
+var nonSlug = regexp.MustCompile(`[^a-z0-9]+`)
+
+// slugName makes a valid agent name from a task.
+func slugName(task string) string {
+	s := strings.Trim(nonSlug.ReplaceAllString(strings.ToLower(task), "-"), "-")
+	words := strings.Split(s, "-")
+	if len(words) > 6 {
+		words = words[:6]
+	}
+	s = strings.Trim(strings.Join(words, "-"), "-")
+	if len(s) > 40 {
+		s = strings.TrimRight(s[:40], "-")
+	}
+	if s == "" {
+		return "distilled-agent"
+	}
+	return s
+}
+
+// modelDistill asks a model to write the fields; what it answers replaces the heuristic's where usable.
+func (ss *sessionService) modelDistill(ctx context.Context, t *Transcript, model string, d *Distilled) error {
+	if ss.models == nil {
+		return errorf(codeModelUnavailable, "no model service")
+	}
+	var b strings.Builder
+	for _, m := range t.Messages {
+		line := m.Role + ": " + m.Content
+		if m.ToolName != "" {
+			in, _ := json.Marshal(m.ToolInput)
+			line = m.Role + " called " + m.ToolName + " " + clip(string(in), 300)
+		}
+		b.WriteString(clip(ss.red.redactPersonal(line), 1500) + "\n")
+		if b.Len() > 60_000 {
+			b.WriteString("[… the rest of the transcript is left out …]\n")
+			break
+		}
+	}
+	req := ChatRequest{Model: firstNonEmpty(model, "auto"), System: distillPrompt, MaxTokens: 2000,
+		Messages: []ModelMessage{textMessage("user", b.String())}}
+	resp, err := ss.models.Chat(ctx, req, chatOptions{MaxCostUSD: ss.maxCost})
+	if err != nil {
+		return err
+	}
+	text := strings.TrimSpace(resp.Text)
+	if i, j := strings.Index(text, "{"), strings.LastIndex(text, "}"); i >= 0 && j > i {
+		text = text[i : j+1]
+	}
+	var got struct {
+		Name, Description, Persona string
+		Knowledge                  []Knowledge
+		Examples                   []Example
+	}
+	if err := json.Unmarshal([]byte(text), &got); err != nil || strings.TrimSpace(got.Persona) == "" {
+		return errorf(codeModelError, "the model's answer was not the JSON object asked for")
+	}
+	if n := slugName(got.Name); got.Name != "" && n != "distilled-agent" {
+		d.Name = n
+	}
+	d.Description = firstNonEmpty(clip(oneLine(got.Description), 200), d.Description)
+	d.Persona = got.Persona
+	if len(got.Knowledge) > 0 {
+		d.Knowledge = got.Knowledge[:min(len(got.Knowledge), 8)]
+	}
+	if len(got.Examples) > 0 {
+		d.Examples = got.Examples[:min(len(got.Examples), 5)]
+	}
+	d.SuggestedModel = firstNonEmpty(model, d.SuggestedModel)
+	d.Confidence = min(d.Confidence+0.2, 0.95)
+	d.Notes = append(d.Notes, "the name, description, persona, knowledge and examples were written by "+resp.Model)
+	return nil
+}
+
+const distillPrompt = `You turn a conversation between a person and an AI assistant into the definition of an agent that can do the same task again on its own. Answer with one JSON object and nothing else: {"name": "lowercase-dashed-name", "description": "one sentence", "persona": "the system prompt: what the agent does, how, and the user's standing instructions", "knowledge": [{"title": "...", "content": "reference text the agent needs"}], "examples": [{"user": "...", "assistant": "..."}]}. Never include secrets, personal names, e-mail addresses or home directory paths.`
+
+// specOf builds the spec from the distilled fields, redacted, and makes sure it validates.
+func (ss *sessionService) specOf(t *Transcript, d Distilled) distillResult {
+	red := ss.red.redactPersonal
+	d.Name = slugName(red(d.Name))
+	d.Description = clip(red(d.Description), 280)
+	d.Persona = red(d.Persona)
+	for i := range d.Knowledge {
+		d.Knowledge[i] = Knowledge{Title: red(firstNonEmpty(d.Knowledge[i].Title, "Reference")), Content: red(d.Knowledge[i].Content)}
+	}
+	for i := range d.Examples {
+		d.Examples[i] = Example{User: red(d.Examples[i].User), Assistant: red(d.Examples[i].Assistant)}
+	}
+	for i := range d.Notes {
+		d.Notes[i] = red(d.Notes[i])
+	}
+	d.Confidence = min(max(d.Confidence, 0), 1)
+	importedAt, _ := t.Meta["importedAt"].(string)
+	spec := defaultSpec()
+	spec.Name, spec.Description, spec.Persona = d.Name, d.Description, d.Persona
+	spec.Knowledge, spec.Examples = d.Knowledge, d.Examples
+	spec.Tools = append([]string{}, d.SuggestedTools...)
+	if d.SuggestedModel != "" {
+		spec.Model = d.SuggestedModel
+	}
+	enabled := d.NeedsComputer
+	spec.Computer.Enabled = &enabled
+	if d.NeedsComputer {
+		var cmds []string
+		for _, m := range t.Messages {
+			if transcriptToolBundles[strings.ToLower(m.ToolName)] == "computer" {
+				cmds = append(cmds, fmt.Sprint(m.ToolInput))
+			}
+		}
+		spec.Computer.Flavor = flavorOf(cmds)
+	}
+	count := len(t.Messages)
+	spec.Origin = &Origin{Source: t.Source, TranscriptID: t.ID, MessageCount: &count, ImportedAt: importedAt}
+	// Through the one validator: the answer is a spec POST /v1/agents accepts.
+	b, _ := json.Marshal(spec)
+	parsed, issues := parseSpecJSON(b)
+	if len(issues) > 0 || parsed == nil {
+		d.Notes = append(d.Notes, "the distilled spec did not validate ("+strings.Join(issues, "; ")+"); a minimal spec is returned")
+		parsed, _ = parseSpecJSON([]byte(`{"name":"distilled-agent"}`))
+	}
+	return distillResult{Distilled: d, Spec: parsed, YAML: renderSpecYAML(parsed)}
+}
