@@ -299,8 +299,3 @@ func (s *server) loadAgent(ctx context.Context, name string) (*AgentSpec, error)
 	}
 	return &spec, nil
 }
-
-// errNotImplemented is the placeholder answer of a route whose capability has not landed yet.
-func errNotImplemented() error {
-	return errorf(codeNotImplemented, "not implemented yet").withHint("this capability lands in a later release")
-}

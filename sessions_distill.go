@@ -23,16 +23,16 @@ import (
 
 // Distilled is the `distilled` object of a distill answer.
 type Distilled struct {
-	Name           string          `json:"name"`
-	Description    string          `json:"description"`
-	Persona        string          `json:"persona"`
+	Name           string      `json:"name"`
+	Description    string      `json:"description"`
+	Persona        string      `json:"persona"`
 	Knowledge      []Knowledge `json:"knowledge"`
-	Examples       []Example       `json:"examples"`
-	SuggestedTools []string        `json:"suggestedTools"`
-	SuggestedModel string          `json:"suggestedModel,omitempty"`
-	NeedsComputer  bool            `json:"needsComputer"`
-	Confidence     float64         `json:"confidence"`
-	Notes          []string        `json:"notes"`
+	Examples       []Example   `json:"examples"`
+	SuggestedTools []string    `json:"suggestedTools"`
+	SuggestedModel string      `json:"suggestedModel,omitempty"`
+	NeedsComputer  bool        `json:"needsComputer"`
+	Confidence     float64     `json:"confidence"`
+	Notes          []string    `json:"notes"`
 }
 
 type distillResult struct {
