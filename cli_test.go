@@ -533,3 +533,36 @@ func TestCLIBadInput(t *testing.T) {
 func newE2EWithToken(t *testing.T, token string) *runEnv {
 	return newE2EWith(t, cliModel(t), "", func(c *config) { c.Token = token })
 }
+
+// import prints the transcript; distill prints only the spec's YAML, so `distill X > a.yaml && apply
+// a.yaml` works; progress and notes go to stderr.
+func TestCLIImportAndDistill(t *testing.T) {
+	te := newE2E(t, cliModel(t), "")
+	abs, _ := filepath.Abs("testdata/sessions/claude-code.jsonl")
+	r := te.agentdOK("import", abs)
+	if !strings.Contains(r.stdout, "trn_") || !strings.Contains(r.stdout, "claude-code") || !strings.Contains(r.stdout, "9 messages") {
+		t.Fatalf("import: %s", r)
+	}
+	var out struct{ Transcript Transcript }
+	mustJSON(t, te.agentdOK("import", "--json", abs).stdout, &out)
+	if out.Transcript.Source != "claude-code" || len(out.Transcript.Messages) != 9 {
+		t.Fatalf("import --json: %+v", out.Transcript)
+	}
+	md, _ := os.ReadFile("testdata/sessions/transcript.md")
+	if r := te.agentd(string(md), nil, "import", "-"); r.code != 0 || !strings.Contains(r.stdout, "markdown") {
+		t.Fatalf("import from stdin: %s", r)
+	}
+	r = te.agentdOK("distill", abs)
+	if !strings.HasPrefix(r.stdout, "apiVersion: agent/v1\nname: fix-the-failing-date-test\n") || !strings.Contains(r.stderr, "distilling: merging") ||
+		!strings.Contains(r.stderr, "note:") || strings.Contains(r.stdout, "/home/ana") {
+		t.Fatalf("distill: %s", r)
+	}
+	spec := filepath.Join(t.TempDir(), "a.yaml")
+	os.WriteFile(spec, []byte(r.stdout), 0o644)
+	if r := te.agentdOK("apply", spec); r.stdout != "created fix-the-failing-date-test\n" {
+		t.Fatalf("apply the distilled spec: %s", r)
+	}
+	if r := te.agentd("", nil, "distill", "trn_nope"); r.code != 1 || !strings.Contains(r.stderr, "E_TRANSCRIPT_NOT_FOUND") {
+		t.Fatalf("distill unknown: %s", r)
+	}
+}
