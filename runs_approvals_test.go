@@ -194,9 +194,7 @@ func TestCancelDeniesPendingApproval(t *testing.T) {
 	if end := s.until(t, "run_end")["result"].(map[string]any); end["stopReason"] != "aborted" {
 		t.Fatalf("end %v", end)
 	}
-	if r := te.do("POST", "/v1/approvals/"+id, map[string]any{"approve": true}); r.status != 404 {
-		t.Fatalf("approval of a cancelled run still answerable: %d", r.status)
-	}
+	te.wantError("POST", "/v1/approvals/"+id, map[string]any{"approve": true}, 404, codeApprovalNotFound) // a cancelled run's approval is gone
 	if te.comp.execs.Load() != 0 {
 		t.Fatal("command ran after cancel")
 	}
@@ -328,7 +326,5 @@ func TestRunTimeoutDeniesBlockedApproval(t *testing.T) {
 	if res["stopReason"] != "timeout" || te.comp.execs.Load() != 0 {
 		t.Fatalf("end %v, execs %d", res, te.comp.execs.Load())
 	}
-	if r := te.do("POST", "/v1/approvals/"+id, map[string]any{"approve": true}); r.status != 404 {
-		t.Fatalf("approval of a timed-out run answered %d", r.status)
-	}
+	te.wantError("POST", "/v1/approvals/"+id, map[string]any{"approve": true}, 404, codeApprovalNotFound) // a timed-out run's approval is gone
 }

@@ -434,9 +434,7 @@ func TestE2EApprovals(t *testing.T) {
 	mt.fireAll()
 	s.until(t, "tool_denied")
 	s.until(t, "run_end")
-	if r := te.do("POST", "/v1/approvals/"+ap["approvalId"].(string), map[string]any{"approve": true}); r.status != 404 {
-		t.Fatalf("expired approval: %d", r.status)
-	}
+	te.wantError("POST", "/v1/approvals/"+ap["approvalId"].(string), map[string]any{"approve": true}, 404, codeApprovalNotFound) // expired
 	// remember
 	s = te.stream("e2e-ask", map[string]any{"input": "remembered run"})
 	ap = s.until(t, "approval_required")

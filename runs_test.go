@@ -342,9 +342,7 @@ func TestRunMultiStepWithToolsAndRecord(t *testing.T) {
 	if c := te.call("POST", "/v1/runs/"+id+"/cancel", nil, 202, nil).json(t); c["cancelled"] != false || c["status"] != "complete" || c["runId"] != id {
 		t.Fatalf("cancel finished: %v", c)
 	}
-	if r := te.do("DELETE", "/v1/runs/"+id, nil); r.status != 204 {
-		t.Fatalf("delete: %d", r.status)
-	}
+	te.call("DELETE", "/v1/runs/"+id, nil, 204, nil)
 	te.wantError("GET", "/v1/runs/"+id, nil, 404, "E_RUN_NOT_FOUND")
 }
 
@@ -591,15 +589,11 @@ func TestDeleteInFlightCancelsFirst(t *testing.T) {
 	s := te.stream("slow", map[string]any{"input": "x"})
 	id := s.until(t, "run_start")["runId"].(string)
 	<-entered
-	if r := te.do("DELETE", "/v1/runs/"+id, nil); r.status != 204 {
-		t.Fatalf("delete: %d", r.status)
-	}
+	te.call("DELETE", "/v1/runs/"+id, nil, 204, nil)
 	if res := s.until(t, "run_end")["result"].(map[string]any); res["stopReason"] != "aborted" {
 		t.Fatalf("end %v", res)
 	}
-	if r := te.do("GET", "/v1/runs/"+id, nil); r.status != 404 {
-		t.Fatalf("deleted run still there: %d", r.status)
-	}
+	te.wantError("GET", "/v1/runs/"+id, nil, 404, codeRunNotFound) // deleted
 }
 
 func TestStreamDisconnectAborts(t *testing.T) {
@@ -825,14 +819,10 @@ func TestDeleteOfSlowWindingRunStaysDeleted(t *testing.T) {
 	id := s.until(t, "run_start")["runId"].(string)
 	<-entered
 	ar := te.s.runs.get(id)
-	if r := te.do("DELETE", "/v1/runs/"+id, nil); r.status != 204 {
-		t.Fatalf("delete: %d", r.status)
-	}
+	te.call("DELETE", "/v1/runs/"+id, nil, 204, nil)
 	close(release)
 	ar.wait()
-	if r := te.do("GET", "/v1/runs/"+id, nil); r.status != 404 {
-		t.Fatalf("deleted run came back: %d %s", r.status, r.body)
-	}
+	te.wantError("GET", "/v1/runs/"+id, nil, 404, codeRunNotFound) // the late end record did not bring it back
 }
 
 // At shutdown the server cancels every request's context; the runs those requests drive are recorded
