@@ -180,7 +180,7 @@ func TestStrictJSON(t *testing.T) {
 
 func TestCORS(t *testing.T) {
 	off := newTestServer(t)
-	on := newTestServer(t, func(c *config) { c.CORSOrigins = []string{"https://app.example"} })
+	on := newTestServer(t, func(c *testSetup) { c.CORSOrigins = []string{"https://app.example"} })
 	preflight := []string{"Origin", "https://app.example", "Access-Control-Request-Method", "POST",
 		"Access-Control-Request-Headers", "content-type"}
 
@@ -218,7 +218,7 @@ func TestCORS(t *testing.T) {
 		t.Fatalf("preflight from unlisted origin answered: %d", res.status)
 	}
 	// Preflight needs no token (browsers never send one on it).
-	tok := newTestServer(t, func(c *config) { c.CORSOrigins = []string{"*"}; c.Token = "secret" })
+	tok := newTestServer(t, func(c *testSetup) { c.CORSOrigins = []string{"*"}; c.Token = "secret" })
 	if res := tok.do("OPTIONS", "/v1/agents", nil, preflight...); res.status != 204 {
 		t.Fatalf("preflight with token configured: %d", res.status)
 	}
@@ -226,7 +226,7 @@ func TestCORS(t *testing.T) {
 
 func TestBearerAuth(t *testing.T) {
 	const token = "s3cret-token"
-	ts := newTestServer(t, func(c *config) { c.Token = token })
+	ts := newTestServer(t, func(c *testSetup) { c.Token = token })
 	open := newTestServer(t)
 	cases := []struct {
 		name    string
@@ -271,9 +271,8 @@ func TestBearerAuth(t *testing.T) {
 		})
 	}
 	// The query token works for a WebSocket upgrade.
-	c := dialEvents(t, ts.url+"/v1/events?token="+token, "")
-	c.Close()
-	if _, err := tryDialEvents(ts.url+"/v1/events?token=wrong", ""); err == nil {
+	ts.dial("/v1/events?token="+token, "").Close()
+	if _, err := ts.tryDial("/v1/events?token=wrong", ""); err == nil {
 		t.Fatal("WebSocket with a wrong query token was accepted")
 	}
 	// With no token configured every request passes.
@@ -295,9 +294,7 @@ func TestTokenEqual(t *testing.T) {
 
 func TestIdempotency(t *testing.T) {
 	clock := newFakeClock()
-	cfg := defaultConfig()
-	cfg.Home = t.TempDir()
-	ts := newTestServerWith(t, cfg, clock.now)
+	ts := newTestServer(t, withClock(clock.now))
 	create := func(name, key string) response {
 		return ts.do("POST", "/v1/agents", map[string]any{"yaml": "name: " + name + "\n"}, "Idempotency-Key", key)
 	}
@@ -535,7 +532,7 @@ func TestIdempotencyStreamingDuplicateDoesNotWait(t *testing.T) {
 // A cross-origin write from a browser page (a "simple" text/plain POST needs no preflight) is refused on a
 // token-less server unless the origin is the server's own or listed; CLIs send no Origin and pass.
 func TestForeignOriginWriteRefused(t *testing.T) {
-	ts := newTestServer(t, func(c *config) { c.CORSOrigins = []string{"https://app.example"} })
+	ts := newTestServer(t, func(c *testSetup) { c.CORSOrigins = []string{"https://app.example"} })
 	spec := `{"yaml":"name: csrf\n"}`
 	r := ts.do("POST", "/v1/agents", spec, "Origin", "https://evil.example", "Content-Type", "text/plain")
 	if r.status != 403 || r.errCode(t) != codeExecDenied || r.header.Get(versionHeader) == "" {
@@ -561,18 +558,11 @@ func TestForeignOriginWriteRefused(t *testing.T) {
 func TestTokenlessServerRefusesForeignHost(t *testing.T) {
 	ts := newTestServer(t)
 	get := func(ts *testServer, host, path string) int {
-		req, _ := http.NewRequest("GET", ts.url+path, nil)
-		req.Host = host
-		req.Header.Set("Authorization", "Bearer sekret")
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		res.Body.Close()
-		if res.Header.Get(versionHeader) == "" {
+		res := ts.do("GET", path, nil, "Host", host, "Authorization", "Bearer sekret")
+		if res.header.Get(versionHeader) == "" {
 			t.Fatalf("no %s", versionHeader)
 		}
-		return res.StatusCode
+		return res.status
 	}
 	for host, want := range map[string]int{"evil.example:7377": 403, "evil.example": 403, "127.0.0.1:7377": 200,
 		"localhost:7377": 200, "LOCALHOST": 200, "app.localhost:1": 200, "[::1]:7377": 200, "127.1.2.3": 200} {
@@ -583,7 +573,7 @@ func TestTokenlessServerRefusesForeignHost(t *testing.T) {
 	if got := get(ts, "evil.example", "/health"); got != 200 {
 		t.Errorf("/health: %d", got)
 	}
-	withToken := newTestServer(t, func(c *config) { c.Token = "sekret" })
+	withToken := newTestServer(t, func(c *testSetup) { c.Token = "sekret" })
 	if got := get(withToken, "agentd.internal:7377", "/v1/agents"); got != 200 {
 		t.Errorf("token server, other host: %d", got)
 	}

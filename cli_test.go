@@ -54,10 +54,10 @@ func (r cliResult) String() string {
 }
 
 // agentd runs the binary with AGENT_URL pointing at the test server (env adds or overrides variables).
-func (te *runEnv) agentd(stdin string, env []string, args ...string) cliResult {
+func (te *testServer) agentd(stdin string, env []string, args ...string) cliResult {
 	te.t.Helper()
 	cmd := exec.Command(cliBinary(te.t), args...)
-	cmd.Env = append([]string{"AGENT_URL=" + te.ts.URL + "/", "HOME=" + te.home, "PATH=" + os.Getenv("PATH"), "AGENT_HOME=" + te.home}, env...)
+	cmd.Env = append([]string{"AGENT_URL=" + te.url + "/", "HOME=" + te.s.cfg.Home, "PATH=" + os.Getenv("PATH"), "AGENT_HOME=" + te.s.cfg.Home}, env...)
 	cmd.Stdin = strings.NewReader(stdin)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
@@ -71,7 +71,7 @@ func (te *runEnv) agentd(stdin string, env []string, args ...string) cliResult {
 	return cliResult{code, out.String(), errb.String()}
 }
 
-func (te *runEnv) agentdOK(args ...string) cliResult {
+func (te *testServer) agentdOK(args ...string) cliResult {
 	te.t.Helper()
 	r := te.agentd("", nil, args...)
 	if r.code != 0 {
@@ -222,7 +222,7 @@ func TestCLIApprovals(t *testing.T) {
 	done := make(chan cliResult, 1)
 	go func() { done <- te.agentd("", nil, "run", "careful", "shell please") }()
 	var apr string
-	pollUntil(t, "a pending approval", func() bool {
+	eventually(t, "a pending approval", func() bool {
 		var out struct{ Approvals []PendingApproval }
 		json.Unmarshal([]byte(te.agentdOK("approvals", "--json").stdout), &out)
 		if len(out.Approvals) > 0 {
@@ -316,7 +316,7 @@ func TestCLIShellOnAPseudoTerminal(t *testing.T) {
 	master, slave := openPTY(t)
 	before := termios(t, slave)
 	cmd := exec.Command(cliBinary(t), "shell", "ttybox")
-	cmd.Env = []string{"AGENT_URL=" + te.ts.URL, "PATH=" + os.Getenv("PATH")}
+	cmd.Env = []string{"AGENT_URL=" + te.url, "PATH=" + os.Getenv("PATH")}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true}
 	if err := cmd.Start(); err != nil {
@@ -337,9 +337,9 @@ func TestCLIShellOnAPseudoTerminal(t *testing.T) {
 		}
 	}()
 	seen := func(s string) bool { mu.Lock(); defer mu.Unlock(); return strings.Contains(screen.String(), s) }
-	pollUntil(t, "the prompt", func() bool { return seen("ttybox:/work$ ") })
+	eventually(t, "the prompt", func() bool { return seen("ttybox:/work$ ") })
 	master.Write([]byte("echo typ\x7fped-in-a-pty\r"))
-	pollUntil(t, "the command's output", func() bool { return seen("\r\nped-in-a-pty\r\n") || seen("typed-in-a-pty\r\n") })
+	eventually(t, "the command's output", func() bool { return seen("\r\nped-in-a-pty\r\n") || seen("typed-in-a-pty\r\n") })
 	master.Write([]byte{4}) // Ctrl-D
 	waited := make(chan error, 1)
 	go func() { waited <- cmd.Wait() }()
@@ -423,7 +423,7 @@ func TestCLIModelsTriggersEventsDoctor(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, cliBinary(t), "events", "triggers")
-	cmd.Env = []string{"AGENT_URL=" + te.ts.URL}
+	cmd.Env = []string{"AGENT_URL=" + te.url}
 	out, _ := cmd.StdoutPipe()
 	cmd.Start()
 	lines := make(chan string, 100)
@@ -530,8 +530,8 @@ func TestCLIBadInput(t *testing.T) {
 	}
 }
 
-func newE2EWithToken(t *testing.T, token string) *runEnv {
-	return newE2EWith(t, cliModel(t), "", func(c *config) { c.Token = token })
+func newE2EWithToken(t *testing.T, token string) *testServer {
+	return newE2E(t, cliModel(t), "", func(c *testSetup) { c.Token = token })
 }
 
 // import prints the transcript; distill prints only the spec's YAML, so `distill X > a.yaml && apply

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"slices"
@@ -43,7 +42,7 @@ func pct(ds []time.Duration, p float64) time.Duration {
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d.Microseconds())/1000) }
 
 func benchProvider(t *testing.T, prov string, out *strings.Builder) {
-	e := newTestEnv(t, "", func(c *config) { c.MaxComputers = 32 })
+	e := newTestServer(t, withHostEnv, func(c *testSetup) { c.MaxComputers = 32 })
 	fmt.Fprintf(out, "### %s\n", prov)
 
 	// create → first exec
@@ -53,7 +52,7 @@ func benchProvider(t *testing.T, prov string, out *strings.Builder) {
 		m := e.create(map[string]any{"provider": prov})
 		e.exec(m.ID, map[string]any{"cmd": "echo hi"})
 		firsts = append(firsts, time.Since(start))
-		e.json("DELETE", "/v1/computers/"+m.ID, nil, 204, nil)
+		e.call("DELETE", "/v1/computers/"+m.ID, nil, 204, nil)
 	}
 	fmt.Fprintf(out, "- create → first exec: p50 %s (n=5)\n", ms(pct(firsts, 0.5)))
 
@@ -91,15 +90,13 @@ func benchProvider(t *testing.T, prov string, out *strings.Builder) {
 
 	// 100 MB through exec SSE.
 	start := time.Now()
-	var got int64
-	var mu sync.Mutex
 	_, err := e.s.computers.Exec(context.Background(), m.ID, ExecRequest{Cmd: execCommand{Shell: "head -c 100000000 /dev/zero | tr '\\0' a"}, TimeoutSec: 600}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	direct := time.Since(start)
 	start = time.Now()
-	frames, done := streamExecCount(t, e, m.ID, "head -c 100000000 /dev/zero | tr '\\0' a", &got, &mu)
+	frames, got, done := streamExecCount(e, m.ID, "head -c 100000000 /dev/zero | tr '\\0' a")
 	sse := time.Since(start)
 	if !done || got != 100000000 {
 		t.Fatalf("sse: got %d bytes in %d frames (done=%v)", got, frames, done)
@@ -123,7 +120,7 @@ func benchProvider(t *testing.T, prov string, out *strings.Builder) {
 	wg.Wait()
 	fmt.Fprintf(out, "- 20 concurrent `echo hi` on one machine: all done in %s, per exec p50 %s, max %s\n",
 		ms(time.Since(start)), ms(pct(lat, 0.5)), ms(pct(lat, 1)))
-	e.json("DELETE", "/v1/computers/"+m.ID, nil, 204, nil)
+	e.call("DELETE", "/v1/computers/"+m.ID, nil, 204, nil)
 
 	// 8 machines created in parallel.
 	ids := make([]string, 8)
@@ -138,26 +135,18 @@ func benchProvider(t *testing.T, prov string, out *strings.Builder) {
 	wg.Wait()
 	fmt.Fprintf(out, "- 8 machines created in parallel: %s wall\n\n", ms(time.Since(start)))
 	for _, id := range ids {
-		e.json("DELETE", "/v1/computers/"+id, nil, 204, nil)
+		e.call("DELETE", "/v1/computers/"+id, nil, 204, nil)
 	}
 }
 
-// streamExecCount counts stdout bytes of an exec/stream without keeping them.
-func streamExecCount(t *testing.T, e *testEnv, id, cmd string, got *int64, mu *sync.Mutex) (int, bool) {
-	frames := 0
-	done := false
-	fr, d := streamExec(t, e, id, map[string]any{"cmd": cmd, "timeoutSec": 600}, func(f map[string]any) bool {
+// streamExecCount counts the frames and stdout bytes of an exec/stream without keeping them.
+func streamExecCount(e *testServer, id, cmd string) (frames int, stdout int64, done bool) {
+	s := e.sse("POST", "/v1/computers/"+id+"/exec/stream", map[string]any{"cmd": cmd, "timeoutSec": 600})
+	for f := s.next(); f != nil; f = s.next() {
 		if f["type"] == "stdout" {
-			mu.Lock()
-			*got += int64(len(f["data"].(string)))
-			mu.Unlock()
+			stdout += int64(len(f["data"].(string)))
 		}
 		frames++
-		return false
-	})
-	_ = fr
-	done = d
-	return frames, done
+	}
+	return frames, stdout, s.done
 }
-
-var _ = io.Discard

@@ -17,8 +17,7 @@ func TestJailHoldsThroughPlantedSymlink(t *testing.T) {
 	for _, prov := range []string{"local", "docker"} {
 		t.Run(prov, func(t *testing.T) {
 			requireProvider(t, prov)
-			e := newTestEnv(t, "", nil)
-			defer e.close()
+			e := newTestServer(t, withHostEnv)
 			m := e.create(map[string]any{"provider": prov, "image": testImage})
 
 			// The outside directory, with one file, and a way to list what it holds.
@@ -98,10 +97,9 @@ func TestJailHoldsThroughPlantedSymlink(t *testing.T) {
 // fixes; the doctor lists each flavor's image and whether it is here.
 func TestMissingImageIsExplained(t *testing.T) {
 	requireProvider(t, "docker")
-	e := newTestEnv(t, "", func(c *config) {
+	e := newTestServer(t, withHostEnv, func(c *testSetup) {
 		c.Images = map[string]string{"base": testImage, "python": "localhost:1/agentd-no-such-image:1"}
 	})
-	defer e.close()
 	env := e.wantError("POST", "/v1/computers", map[string]any{"provider": "docker", "flavor": "python"}, 503, codeProviderUnavailable)
 	msg, hint := fmt.Sprint(env["message"]), fmt.Sprint(env["hint"])
 	for _, want := range []string{"python flavor", "localhost:1/agentd-no-such-image:1"} {
@@ -115,7 +113,7 @@ func TestMissingImageIsExplained(t *testing.T) {
 		}
 	}
 	var rep DoctorReport
-	e.json("GET", "/v1/doctor", nil, 200, &rep)
+	e.call("GET", "/v1/doctor", nil, 200, &rep)
 	found := map[string]doctorImage{}
 	for _, im := range rep.Images {
 		found[im.Flavor] = im

@@ -2,17 +2,12 @@ package main
 
 import (
 	"archive/tar"
-	"bufio"
 	"bytes"
 	"compress/gzip"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,165 +23,44 @@ import (
 	"golang.org/x/net/websocket"
 )
 
-const testImage = "agentd-test:bookworm"
+// withHostEnv lets the server read this process's environment (PATH and the like reach local machines
+// through the allow-list; the leak test looks for the host's secrets inside a machine).
+func withHostEnv(c *testSetup) { c.getenv = os.Getenv }
 
-// testEnv is one agentd server on loopback with its own data directory.
-type testEnv struct {
-	t    *testing.T
-	s    *server
-	ts   *httptest.Server
-	home string
-	once *sync.Once
-	keep bool // leave machines running at close (restart tests)
-}
-
-// with returns the same server bound to another (sub)test, so helpers fail the right test.
-func (e *testEnv) with(t *testing.T) *testEnv {
-	c := *e
-	c.t = t
-	return &c
-}
-
-func newTestEnv(t *testing.T, home string, mod func(*config)) *testEnv {
-	t.Helper()
-	if home == "" {
-		home = t.TempDir()
-	}
-	// Owner ids carry this test process's pid, so the leak check sees only what this run created even
-	// when another run shares the engine.
-	if _, err := os.Stat(home + "/instance-id"); err != nil {
-		os.WriteFile(home+"/instance-id", []byte(testOwnerPrefix()+randomChars(4)+"\n"), 0o600)
-	}
-	cfg := defaultConfig()
-	cfg.Home = home
-	cfg.getenv = os.Getenv
-	cfg.ReaperIntervalSec = 3600 // tests sweep by hand
-	cfg.Images = map[string]string{"base": testImage, "python": testImage, "node": testImage, "full": testImage}
-	if mod != nil {
-		mod(&cfg)
-	}
-	s, err := newServer(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), time.Now)
-	if err != nil {
-		t.Fatalf("newServer: %v", err)
-	}
-	e := &testEnv{t: t, s: s, ts: httptest.NewServer(s), home: home, once: &sync.Once{}}
-	t.Cleanup(e.close)
-	return e
-}
-
-func (e *testEnv) close() {
-	e.once.Do(func() {
-		if !e.keep { // a failed test must not leak machines
-			recs, _ := e.s.store.ListComputers(context.Background())
-			for _, m := range recs {
-				e.s.computers.destroy(context.Background(), m.ID, "")
-			}
-		}
-		e.s.cancelStream()
-		e.s.hub.Close()
-		e.ts.Close()
-		e.s.Close(context.Background())
-	})
-}
-
-// do sends a request; body is JSON unless it is []byte.
-func (e *testEnv) do(method, path string, body any) (int, []byte) {
-	e.t.Helper()
-	var rd io.Reader
-	ct := "application/json"
-	switch b := body.(type) {
-	case nil:
-	case []byte:
-		rd, ct = bytes.NewReader(b), "application/octet-stream"
-	case string:
-		rd = strings.NewReader(b)
-	default:
-		j, _ := json.Marshal(b)
-		rd = bytes.NewReader(j)
-	}
-	req, _ := http.NewRequest(method, e.ts.URL+path, rd)
-	req.Header.Set("Content-Type", ct)
-	cl := &http.Client{Timeout: 120 * time.Second}
-	resp, err := cl.Do(req)
-	if err != nil {
-		e.t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	out, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, out
-}
-
-func (e *testEnv) json(method, path string, body any, want int, into any) {
-	e.t.Helper()
-	st, b := e.do(method, path, body)
-	if st != want {
-		e.t.Fatalf("%s %s: status %d, want %d: %s", method, path, st, want, b)
-	}
-	if into != nil {
-		if err := json.Unmarshal(b, into); err != nil {
-			e.t.Fatalf("%s %s: decode %s: %v", method, path, b, err)
-		}
-	}
-}
-
-// wantError checks status and code of an error envelope and returns it.
-func (e *testEnv) wantError(method, path string, body any, status int, code string) map[string]any {
-	e.t.Helper()
-	st, b := e.do(method, path, body)
-	var env struct {
-		Error map[string]any `json:"error"`
-	}
-	json.Unmarshal(b, &env)
-	if st != status || env.Error["code"] != code {
-		e.t.Fatalf("%s %s: got %d %s, want %d %s", method, path, st, b, status, code)
-	}
-	if _, ok := env.Error["hint"]; !ok {
-		e.t.Fatalf("%s %s: envelope without hint: %s", method, path, b)
-	}
-	return env.Error
-}
-
-func (e *testEnv) create(spec map[string]any) ComputerInfo {
-	e.t.Helper()
+func (ts *testServer) create(spec map[string]any) ComputerInfo {
+	ts.t.Helper()
 	var m ComputerInfo
-	e.json("POST", "/v1/computers", spec, 201, &m)
+	ts.call("POST", "/v1/computers", spec, 201, &m)
 	return m
 }
 
-func (e *testEnv) exec(id string, body map[string]any) ExecResult {
-	e.t.Helper()
+func (ts *testServer) exec(id string, body map[string]any) ExecResult {
+	ts.t.Helper()
 	var r ExecResult
-	e.json("POST", "/v1/computers/"+id+"/exec", body, 200, &r)
+	ts.call("POST", "/v1/computers/"+id+"/exec", body, 200, &r)
 	return r
 }
 
+// sh runs a shell command in the machine and returns its stdout.
+func (ts *testServer) sh(id, cmd string) string {
+	ts.t.Helper()
+	return ts.exec(id, map[string]any{"cmd": cmd}).Stdout
+}
+
 // processes lists the command lines of the processes visible inside the machine.
-func (e *testEnv) processes(id string) string {
-	e.t.Helper()
-	r := e.exec(id, map[string]any{"cmd": `for f in /proc/[0-9]*/cmdline; do tr '\0' ' ' < "$f" 2>/dev/null; echo; done`})
-	return r.Stdout
+func (ts *testServer) processes(id string) string {
+	ts.t.Helper()
+	return ts.sh(id, `for f in /proc/[0-9]*/cmdline; do tr '\0' ' ' < "$f" 2>/dev/null; echo; done`)
 }
 
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// engineAvailable reports whether a provider can run here; with AGENT_TEST_DOCKER=1 a missing engine
-// fails the test instead of skipping it.
+// requireProvider skips a test whose provider cannot run here; with AGENT_TEST_DOCKER=1 a missing engine
+// fails it instead.
 func requireProvider(t *testing.T, name string) {
 	t.Helper()
 	if name == "local" {
 		return
 	}
-	e := newTestEnv(t, "", nil)
+	e := newTestServer(t, withHostEnv)
 	pr := e.s.computers.probe(context.Background(), e.s.computers.providerByName(name))
 	e.close()
 	if !pr.available {
@@ -200,13 +74,12 @@ func requireProvider(t *testing.T, name string) {
 	}
 }
 
-func tarGz(t *testing.T, entries []tar.Header, bodies map[string]string) []byte {
+func tarGz(t testing.TB, entries []tar.Header, bodies map[string]string) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	zw := gzip.NewWriter(&buf)
 	tw := tar.NewWriter(zw)
 	for _, h := range entries {
-		h := h
 		if h.Typeflag == tar.TypeReg {
 			h.Size = int64(len(bodies[h.Name]))
 		}
@@ -225,21 +98,22 @@ func tarGz(t *testing.T, entries []tar.Header, bodies map[string]string) []byte 
 	return buf.Bytes()
 }
 
-// TestComputerConformance is THE conformance suite, run against every provider.
+// TestComputerConformance is THE conformance suite, run against every provider: one machine per provider
+// is shared by the subtests that only use it; those that need machines of their own run in parallel.
 func TestComputerConformance(t *testing.T) {
 	for i, prov := range []string{"local", "docker", "podman"} {
 		t.Run(prov, func(t *testing.T) {
 			t.Parallel()
 			requireProvider(t, prov)
-			conformance(t, prov, 41000+i*10)
+			c := &conformance{prov: prov, local: prov == "local", portBase: 41000 + i*10,
+				e: newTestServer(t, withHostEnv, func(c *testSetup) { c.MaxComputers = 4 })}
+			c.run(t)
 		})
 	}
 	t.Cleanup(func() { checkNoLeaks(t) })
 }
 
-func testOwnerPrefix() string { return fmt.Sprintf("agdtest%d-", os.Getpid()) }
-
-// checkNoLeaks: the suite ends with no agentd container left on any engine.
+// checkNoLeaks: the suite ends with no agentd container of this process left on any engine.
 func checkNoLeaks(t *testing.T) {
 	for _, eng := range []string{"docker", "podman"} {
 		if _, err := exec.LookPath(eng); err != nil {
@@ -265,65 +139,91 @@ func checkNoLeaks(t *testing.T) {
 	}
 }
 
-func conformance(t *testing.T, prov string, portBase int) {
-	e := newTestEnv(t, "", func(c *config) { c.MaxComputers = 4 })
-	isLocal := prov == "local"
-	m := e.create(map[string]any{"provider": prov, "name": "conf-" + prov, "idleTimeoutSec": 0, "env": map[string]string{"SPEC_VAR": "from-spec"}})
-	id := m.ID
-	t.Cleanup(func() { e.do("DELETE", "/v1/computers/"+id, nil) })
-	if m.State != "running" || m.Provider != prov || m.Workdir != "/work" || !strings.HasPrefix(id, "cmp_") {
-		t.Fatalf("created: %+v", m)
-	}
-	if m.Isolated == isLocal {
-		t.Fatalf("isolated=%v for %s", m.Isolated, prov)
-	}
+// conformance is one provider's run of the suite.
+type conformance struct {
+	prov     string
+	local    bool
+	portBase int         // spreads ports and sleep markers between the providers running at once
+	e        *testServer // the provider's server
+	id       string      // the shared machine
+}
 
-	t.Run("lifecycle", func(t *testing.T) {
-		e := e.with(t)
+// sub runs a subtest with the server bound to it.
+func (c *conformance) sub(t *testing.T, name string, f func(t *testing.T, e *testServer)) {
+	t.Run(name, func(t *testing.T) { f(t, c.e.with(t)) })
+}
+
+// parallel runs a subtest with its own machines beside the others.
+func (c *conformance) parallel(t *testing.T, name string, f func(t *testing.T, e *testServer)) {
+	t.Run(name, func(t *testing.T) { t.Parallel(); f(t, c.e.with(t)) })
+}
+
+func (c *conformance) run(t *testing.T) {
+	m := c.e.with(t).create(map[string]any{"provider": c.prov, "name": "conf-" + c.prov, "idleTimeoutSec": 0,
+		"env": map[string]string{"SPEC_VAR": "from-spec"}})
+	c.id = m.ID
+	c.sub(t, "lifecycle/create", func(t *testing.T, e *testServer) {
+		if m.State != "running" || m.Provider != c.prov || m.Workdir != "/work" || !strings.HasPrefix(m.ID, "cmp_") {
+			t.Fatalf("created: %+v", m)
+		}
+		if m.Isolated == c.local {
+			t.Fatalf("isolated=%v for %s", m.Isolated, c.prov)
+		}
+	})
+	c.lifecycle(t)
+	c.setup(t)
+	c.execs(t)
+	c.execStream(t)
+	c.files(t)
+	c.uploads(t)
+	c.ports(t)
+	c.terminal(t)
+	c.badInput(t)
+	c.quota(t)
+	c.reaper(t)
+	c.restart(t)
+}
+
+func (c *conformance) lifecycle(t *testing.T) {
+	c.sub(t, "lifecycle/by-name", func(t *testing.T, e *testServer) {
 		var got ComputerInfo
-		e.json("GET", "/v1/computers/conf-"+prov, nil, 200, &got) // by unique name
-		if got.ID != id {
+		if e.call("GET", "/v1/computers/conf-"+c.prov, nil, 200, &got); got.ID != c.id {
 			t.Fatalf("by name: %+v", got)
 		}
+	})
+	c.sub(t, "lifecycle/stop-start-destroy", func(t *testing.T, e *testServer) {
 		sub, _ := e.s.hub.subscribe()
 		defer e.s.hub.unsubscribe(sub)
-		m2 := e.create(map[string]any{"provider": prov, "idleTimeoutSec": 0, "labels": map[string]string{"team": "a"}})
+		m2 := e.create(map[string]any{"provider": c.prov, "idleTimeoutSec": 0, "labels": map[string]string{"team": "a"}})
+		var got ComputerInfo
 		var list struct{ Computers []ComputerInfo }
-		e.json("POST", "/v1/computers/"+m2.ID+"/stop", nil, 200, &got)
-		if got.State != "stopped" {
+		if e.call("POST", "/v1/computers/"+m2.ID+"/stop", nil, 200, &got); got.State != "stopped" {
 			t.Fatalf("stop: %+v", got)
 		}
-		e.json("GET", "/v1/computers", nil, 200, &list)
-		if slices.ContainsFunc(list.Computers, func(c ComputerInfo) bool { return c.ID == m2.ID }) {
+		listed := func(c ComputerInfo) bool { return c.ID == m2.ID }
+		if e.call("GET", "/v1/computers", nil, 200, &list); slices.ContainsFunc(list.Computers, listed) {
 			t.Fatal("a stopped machine is listed without ?all=true")
 		}
-		e.json("GET", "/v1/computers?all=true", nil, 200, &list)
-		if !slices.ContainsFunc(list.Computers, func(c ComputerInfo) bool { return c.ID == m2.ID }) {
+		if e.call("GET", "/v1/computers?all=true", nil, 200, &list); !slices.ContainsFunc(list.Computers, listed) {
 			t.Fatal("a stopped machine is missing from ?all=true")
 		}
 		e.wantError("POST", "/v1/computers/"+m2.ID+"/exec", map[string]any{"cmd": "true"}, 500, codeComputerFailed)
-		e.json("POST", "/v1/computers/"+m2.ID+"/start", nil, 200, &got)
-		if got.State != "running" {
+		if e.call("POST", "/v1/computers/"+m2.ID+"/start", nil, 200, &got); got.State != "running" {
 			t.Fatalf("start: %+v", got)
 		}
-		if r := e.exec(m2.ID, map[string]any{"cmd": "echo again"}); r.Stdout != "again\n" {
-			t.Fatalf("exec after start: %+v", r)
+		if out := e.sh(m2.ID, "echo again"); out != "again\n" {
+			t.Fatalf("exec after start: %q", out)
 		}
 		// A restarted machine's user can still write its workspace and /tmp (Docker resets tmpfs modes).
-		if r := e.exec(m2.ID, map[string]any{"cmd": "touch w && test -w /tmp && echo ok"}); r.Stdout != "ok\n" {
-			t.Fatalf("write after start: %+v", r)
+		if out := e.sh(m2.ID, "touch w && test -w /tmp && echo ok"); out != "ok\n" {
+			t.Fatalf("write after start: %q", out)
 		}
-		if st, b := e.do("DELETE", "/v1/computers/"+m2.ID, nil); st != 204 {
-			t.Fatalf("delete: %d %s", st, b)
-		}
+		e.call("DELETE", "/v1/computers/"+m2.ID, nil, 204, nil)
 		e.wantError("GET", "/v1/computers/"+m2.ID, nil, 404, codeComputerNotFound)
 		var seen []string
 		for len(seen) < 4 {
 			select {
 			case ev := <-sub.ch:
-				if ev.Topic != "computers" {
-					continue
-				}
 				var id string
 				switch p := ev.Payload.(type) {
 				case *ComputerInfo:
@@ -331,7 +231,7 @@ func conformance(t *testing.T, prov string, portBase int) {
 				case map[string]any:
 					id, _ = p["computerId"].(string)
 				}
-				if id == m2.ID {
+				if ev.Topic == "computers" && id == m2.ID {
 					seen = append(seen, ev.Type)
 				}
 			case <-time.After(10 * time.Second):
@@ -343,104 +243,136 @@ func conformance(t *testing.T, prov string, portBase int) {
 		}
 		e.wantError("POST", "/v1/computers/"+m2.ID+"/exec", map[string]any{"cmd": "true"}, 404, codeComputerNotFound)
 		e.wantError("DELETE", "/v1/computers/"+m2.ID, nil, 404, codeComputerNotFound)
+	})
+	c.sub(t, "lifecycle/not-found", func(t *testing.T, e *testServer) {
 		e.wantError("GET", "/v1/computers/cmp_nope", nil, 404, codeComputerNotFound)
 	})
+}
 
-	t.Run("setup", func(t *testing.T) {
-		t.Parallel()
-		e := e.with(t)
-		ok := e.create(map[string]any{"provider": prov, "setup": "echo provisioned > setup.txt"})
-		if r := e.exec(ok.ID, map[string]any{"cmd": "cat setup.txt"}); r.Stdout != "provisioned\n" {
-			t.Fatalf("setup: %+v", r)
+func (c *conformance) setup(t *testing.T) {
+	c.parallel(t, "setup/script", func(t *testing.T, e *testServer) {
+		ok := e.create(map[string]any{"provider": c.prov, "setup": "echo provisioned > setup.txt"})
+		if out := e.sh(ok.ID, "cat setup.txt"); out != "provisioned\n" {
+			t.Fatalf("setup: %q", out)
 		}
-		e.json("DELETE", "/v1/computers/"+ok.ID, nil, 204, nil)
-		env := e.wantError("POST", "/v1/computers", map[string]any{"provider": prov, "setup": "echo broken >&2; exit 3"}, 500, codeComputerFailed)
+		e.call("DELETE", "/v1/computers/"+ok.ID, nil, 204, nil)
+	})
+	c.parallel(t, "setup/failure", func(t *testing.T, e *testServer) {
+		env := e.wantError("POST", "/v1/computers", map[string]any{"provider": c.prov, "setup": "echo broken >&2; exit 3"}, 500, codeComputerFailed)
 		d, _ := env["details"].(map[string]any)
 		var bad ComputerInfo
-		e.json("GET", "/v1/computers/"+fmt.Sprint(d["computerId"]), nil, 200, &bad)
+		e.call("GET", "/v1/computers/"+fmt.Sprint(d["computerId"]), nil, 200, &bad)
 		if bad.State != "error" || !strings.Contains(bad.Error, "broken") {
 			t.Fatalf("failed setup: %+v", bad)
 		}
-		e.json("DELETE", "/v1/computers/"+bad.ID, nil, 204, nil)
-		if isLocal {
-			e.wantError("POST", "/v1/computers", map[string]any{"provider": prov, "packages": []string{"jq"}}, 501, codeNotImplemented)
+		e.call("DELETE", "/v1/computers/"+bad.ID, nil, 204, nil)
+	})
+	c.parallel(t, "setup/packages", func(t *testing.T, e *testServer) {
+		if c.local {
+			e.wantError("POST", "/v1/computers", map[string]any{"provider": c.prov, "packages": []string{"jq"}}, 501, codeNotImplemented)
 			return
 		}
-		if os.Getenv("AGENT_TEST_PACKAGES") == "1" { // needs a Debian mirror reachable from the machine
-			pk := e.create(map[string]any{"provider": prov, "packages": []string{"jq"}})
-			if r := e.exec(pk.ID, map[string]any{"cmd": "echo '{\"a\":7}' | jq .a; id -u"}); r.Stdout != "7\n1000\n" {
-				t.Fatalf("packages: %+v", r)
-			}
-			e.json("DELETE", "/v1/computers/"+pk.ID, nil, 204, nil)
+		if os.Getenv("AGENT_TEST_PACKAGES") != "1" {
+			t.Skip("packages need a Debian mirror reachable from the machine (AGENT_TEST_PACKAGES=1)")
+		}
+		pk := e.create(map[string]any{"provider": c.prov, "packages": []string{"jq"}})
+		if out := e.sh(pk.ID, "echo '{\"a\":7}' | jq .a; id -u"); out != "7\n1000\n" {
+			t.Fatalf("packages: %q", out)
+		}
+		e.call("DELETE", "/v1/computers/"+pk.ID, nil, 204, nil)
+	})
+	c.parallel(t, "setup/persist", func(t *testing.T, e *testServer) {
+		if c.local {
+			t.Skip("a local machine's /work is a host directory")
 		}
 		// persist keeps /work across stop and start; without it /work is a tmpfs.
-		p := e.create(map[string]any{"provider": prov, "persist": true, "workdir": "/work/proj"})
-		e.exec(p.ID, map[string]any{"cmd": "pwd > where && echo kept > f"})
-		e.json("POST", "/v1/computers/"+p.ID+"/stop", nil, 200, nil)
-		e.json("POST", "/v1/computers/"+p.ID+"/start", nil, 200, nil)
-		if r := e.exec(p.ID, map[string]any{"cmd": "cat f where"}); r.Stdout != "kept\n/work/proj\n" {
-			t.Fatalf("persist: %+v", r)
+		p := e.create(map[string]any{"provider": c.prov, "persist": true, "workdir": "/work/proj"})
+		e.sh(p.ID, "pwd > where && echo kept > f")
+		e.call("POST", "/v1/computers/"+p.ID+"/stop", nil, 200, nil)
+		e.call("POST", "/v1/computers/"+p.ID+"/start", nil, 200, nil)
+		if out := e.sh(p.ID, "cat f where"); out != "kept\n/work/proj\n" {
+			t.Fatalf("persist: %q", out)
 		}
-		e.json("DELETE", "/v1/computers/"+p.ID, nil, 204, nil)
-		// The container's hardening is real.
-		n := e.create(map[string]any{"provider": prov, "network": map[string]any{"mode": "none"}})
-		r := e.exec(n.ID, map[string]any{"cmd": "id -u; touch /etc/x 2>/dev/null && echo root-writable; grep CapEff /proc/self/status"})
-		if !strings.HasPrefix(r.Stdout, "1000\n") || strings.Contains(r.Stdout, "root-writable") || !strings.Contains(r.Stdout, "0000000000000000") {
-			t.Fatalf("hardening: %+v", r)
+		e.call("DELETE", "/v1/computers/"+p.ID, nil, 204, nil)
+	})
+	c.parallel(t, "setup/hardening", func(t *testing.T, e *testServer) {
+		if c.local {
+			t.Skip("a local machine is not a container")
 		}
-		env = e.wantError("POST", "/v1/computers/"+n.ID+"/ports", map[string]any{"port": 80}, 500, codeComputerFailed)
+		n := e.create(map[string]any{"provider": c.prov, "network": map[string]any{"mode": "none"}})
+		out := e.sh(n.ID, "id -u; touch /etc/x 2>/dev/null && echo root-writable; grep CapEff /proc/self/status")
+		if !strings.HasPrefix(out, "1000\n") || strings.Contains(out, "root-writable") || !strings.Contains(out, "0000000000000000") {
+			t.Fatalf("hardening: %q", out)
+		}
+		env := e.wantError("POST", "/v1/computers/"+n.ID+"/ports", map[string]any{"port": 80}, 500, codeComputerFailed)
 		if !strings.Contains(env["message"].(string), "network mode none") {
 			t.Fatalf("ports with network none: %v", env)
 		}
-		e.json("DELETE", "/v1/computers/"+n.ID, nil, 204, nil)
+		e.call("DELETE", "/v1/computers/"+n.ID, nil, 204, nil)
 	})
+}
 
-	t.Run("exec", func(t *testing.T) {
-		e := e.with(t)
+func (c *conformance) execs(t *testing.T) {
+	id, x := c.id, "/v1/computers/"+c.id+"/exec"
+	c.sub(t, "exec/exit-code-and-streams", func(t *testing.T, e *testServer) {
 		if r := e.exec(id, map[string]any{"cmd": "echo out; echo err >&2; exit 3"}); r.ExitCode != 3 || r.Stdout != "out\n" || r.Stderr != "err\n" || r.TimedOut {
 			t.Fatalf("non-zero exit: %+v", r)
 		}
+	})
+	c.sub(t, "exec/argv", func(t *testing.T, e *testServer) {
 		if r := e.exec(id, map[string]any{"cmd": []string{"echo", "a b", "$HOME"}}); r.Stdout != "a b $HOME\n" {
 			t.Fatalf("argv: %+v", r)
 		}
 		if r := e.exec(id, map[string]any{"cmd": []string{"no-such-program-x"}}); r.ExitCode != 127 {
 			t.Fatalf("argv with a missing program: %+v", r)
 		}
+	})
+	c.sub(t, "exec/stdin", func(t *testing.T, e *testServer) {
 		if r := e.exec(id, map[string]any{"cmd": "cat", "stdin": "hello\nworld"}); r.Stdout != "hello\nworld" {
 			t.Fatalf("stdin: %+v", r)
 		}
+	})
+	c.sub(t, "exec/env", func(t *testing.T, e *testServer) {
 		if r := e.exec(id, map[string]any{"cmd": "echo $FOO $SPEC_VAR", "env": map[string]string{"FOO": "bar baz"}}); r.Stdout != "bar baz from-spec\n" {
 			t.Fatalf("env: %+v", r)
 		}
-		if r := e.exec(id, map[string]any{"cmd": "env"}); strings.Contains(r.Stdout, "AGENT_TOKEN") || strings.Contains(r.Stdout, "_API_KEY") {
-			t.Fatalf("server environment leaked into the machine: %s", r.Stdout)
+		if out := e.sh(id, "env"); strings.Contains(out, "AGENT_TOKEN") || strings.Contains(out, "_API_KEY") {
+			t.Fatalf("server environment leaked into the machine: %s", out)
 		}
-		e.exec(id, map[string]any{"cmd": "mkdir -p sub/dir"})
+	})
+	c.sub(t, "exec/cwd", func(t *testing.T, e *testServer) {
+		e.sh(id, "mkdir -p sub/dir")
 		if r := e.exec(id, map[string]any{"cmd": "pwd", "cwd": "/work/sub/dir"}); !strings.HasSuffix(r.Stdout, "/work/sub/dir\n") {
 			t.Fatalf("cwd: %+v", r)
 		}
 		if r := e.exec(id, map[string]any{"cmd": "pwd", "cwd": "sub"}); !strings.HasSuffix(r.Stdout, "/work/sub\n") {
 			t.Fatalf("relative cwd: %+v", r)
 		}
-		// Timeout: partial output, timedOut, 124, and the tree is gone inside the machine.
-		sleepN := fmt.Sprint(portBase + 31000000)
-		r := e.exec(id, map[string]any{"cmd": "echo started; sleep " + sleepN + "; echo never", "timeoutSec": 1})
+		e.wantError("POST", x, map[string]any{"cmd": "pwd", "cwd": "/work/does/not/exist"}, 500, codeExecFailed)
+	})
+	c.sub(t, "exec/timeout", func(t *testing.T, e *testServer) {
+		// Partial output, timedOut, 124, and the tree is gone inside the machine.
+		n := fmt.Sprint(c.portBase + 31000000)
+		r := e.exec(id, map[string]any{"cmd": "echo started; sleep " + n + "; echo never", "timeoutSec": 1})
 		if !r.TimedOut || r.ExitCode != 124 || r.Stdout != "started\n" {
 			t.Fatalf("timeout: %+v", r)
 		}
-		eventually(t, "the timed-out tree to die", func() bool { return !strings.Contains(e.processes(id), "sleep "+sleepN) })
+		eventually(t, "the timed-out tree to die", func() bool { return !strings.Contains(e.processes(id), "sleep "+n) })
+	})
+	c.sub(t, "exec/background-child", func(t *testing.T, e *testServer) {
 		// A background child holding stdout must not hold the exec; it keeps running.
-		bgN := fmt.Sprint(portBase + 32000000)
-		r = e.exec(id, map[string]any{"cmd": "sleep " + bgN + " & echo bg", "timeoutSec": 60})
+		n := fmt.Sprint(c.portBase + 32000000)
+		r := e.exec(id, map[string]any{"cmd": "sleep " + n + " & echo bg", "timeoutSec": 60})
 		if r.TimedOut || r.ExitCode != 0 || r.Stdout != "bg\n" {
 			t.Fatalf("background child: %+v", r)
 		}
-		if !strings.Contains(e.processes(id), "sleep "+bgN) {
+		if !strings.Contains(e.processes(id), "sleep "+n) {
 			t.Fatal("the background child should keep running")
 		}
-		e.exec(id, map[string]any{"cmd": killScript("sleep", bgN)})
-		// Truncation keeps head and tail.
-		r = e.exec(id, map[string]any{"cmd": "printf 'HEAD'; head -c 100000 /dev/zero | tr '\\0' 'x'; printf 'TAIL'", "maxOutputBytes": 1000})
+		e.sh(id, killScript("sleep", n))
+	})
+	c.sub(t, "exec/truncation", func(t *testing.T, e *testServer) {
+		r := e.exec(id, map[string]any{"cmd": "printf 'HEAD'; head -c 100000 /dev/zero | tr '\\0' 'x'; printf 'TAIL'", "maxOutputBytes": 1000})
 		if !r.Truncated || !strings.HasPrefix(r.Stdout, "HEADx") || !strings.HasSuffix(r.Stdout, "xTAIL") || len(r.Stdout) > 1100 || !strings.Contains(r.Stdout, "bytes elided") {
 			t.Fatalf("truncation: truncated=%v len=%d", r.Truncated, len(r.Stdout))
 		}
@@ -451,19 +383,22 @@ func conformance(t *testing.T, prov string, portBase int) {
 				t.Fatalf("utf-8 with cap %d: %q", capN, r.Stdout)
 			}
 		}
-		if isLocal {
-			e.wantError("POST", "/v1/computers/"+id+"/exec", map[string]any{"cmd": "true", "tty": true}, 501, codeNotImplemented)
-			e.wantError("POST", "/v1/computers/"+id+"/exec", map[string]any{"cmd": "true", "user": "root"}, 501, codeNotImplemented)
-		} else {
-			if r := e.exec(id, map[string]any{"cmd": "test -t 1 && echo tty; exit 4", "tty": true}); r.ExitCode != 4 || !strings.HasPrefix(r.Stdout, "tty") {
-				t.Fatalf("tty: %+v", r)
-			}
-			if r := e.exec(id, map[string]any{"cmd": "id -u", "user": "0"}); r.Stdout != "0\n" {
-				t.Fatalf("user: %+v", r)
-			}
+	})
+	c.sub(t, "exec/tty-and-user", func(t *testing.T, e *testServer) {
+		if c.local {
+			e.wantError("POST", x, map[string]any{"cmd": "true", "tty": true}, 501, codeNotImplemented)
+			e.wantError("POST", x, map[string]any{"cmd": "true", "user": "root"}, 501, codeNotImplemented)
+			return
 		}
-		// The command policy.
-		env := e.wantError("POST", "/v1/computers/"+id+"/exec", map[string]any{"cmd": "sudo ls"}, 403, codeExecDenied)
+		if r := e.exec(id, map[string]any{"cmd": "test -t 1 && echo tty; exit 4", "tty": true}); r.ExitCode != 4 || !strings.HasPrefix(r.Stdout, "tty") {
+			t.Fatalf("tty: %+v", r)
+		}
+		if out := e.exec(id, map[string]any{"cmd": "id -u", "user": "0"}).Stdout; out != "0\n" {
+			t.Fatalf("user: %q", out)
+		}
+	})
+	c.sub(t, "exec/policy", func(t *testing.T, e *testServer) {
+		env := e.wantError("POST", x, map[string]any{"cmd": "sudo ls"}, 403, codeExecDenied)
 		if d, _ := env["details"].(map[string]any); d["rule"] != "sudo" {
 			t.Fatalf("denied without details.rule: %v", env)
 		}
@@ -471,10 +406,12 @@ func conformance(t *testing.T, prov string, portBase int) {
 			t.Fatalf("allowed command: %+v", r)
 		}
 	})
+}
 
-	t.Run("exec-stream", func(t *testing.T) {
-		e := e.with(t)
-		frames, _ := streamExec(t, e, id, map[string]any{"cmd": "echo out; echo err >&2; exit 2"}, nil)
+func (c *conformance) execStream(t *testing.T) {
+	id, path := c.id, "/v1/computers/"+c.id+"/exec/stream"
+	c.sub(t, "exec/stream", func(t *testing.T, e *testServer) {
+		frames := e.sse("POST", path, map[string]any{"cmd": "echo out; echo err >&2; exit 2"}).all()
 		var sawOut, sawErr bool
 		var exit map[string]any
 		for _, f := range frames {
@@ -490,86 +427,132 @@ func conformance(t *testing.T, prov string, portBase int) {
 		if !sawOut || !sawErr || exit == nil || exit["exitCode"].(float64) != 2 {
 			t.Fatalf("frames: %v", frames)
 		}
-		// A client disconnect kills the process tree inside the machine.
-		n := fmt.Sprint(portBase + 33000000)
-		streamExec(t, e, id, map[string]any{"cmd": "echo ready; sleep " + n}, func(f map[string]any) bool { return f["type"] == "stdout" })
-		eventually(t, "the disconnected exec's tree to die", func() bool { return !strings.Contains(e.processes(id), "sleep "+n) })
-		e.wantError("POST", "/v1/computers/"+id+"/exec/stream", map[string]any{"cmd": "sudo id"}, 403, codeExecDenied)
 	})
+	c.sub(t, "exec/stream-disconnect", func(t *testing.T, e *testServer) {
+		// A client disconnect kills the process tree inside the machine.
+		n := fmt.Sprint(c.portBase + 33000000)
+		s := e.sse("POST", path, map[string]any{"cmd": "echo ready; sleep " + n})
+		s.until(t, "stdout")
+		s.close()
+		eventually(t, "the disconnected exec's tree to die", func() bool { return !strings.Contains(e.processes(id), "sleep "+n) })
+	})
+	c.sub(t, "exec/stream-policy", func(t *testing.T, e *testServer) {
+		e.wantError("POST", path, map[string]any{"cmd": "sudo id"}, 403, codeExecDenied)
+	})
+}
 
-	t.Run("files", func(t *testing.T) {
-		e := e.with(t)
-		bin := make([]byte, 256*4)
-		for i := range bin {
-			bin[i] = byte(i)
+func (c *conformance) files(t *testing.T) {
+	id, fs := c.id, "/v1/computers/"+c.id+"/fs"
+	// The fixture the subtests read: 1024 bytes, every byte value.
+	bin := make([]byte, 256*4)
+	for i := range bin {
+		bin[i] = byte(i)
+	}
+	c.e.with(t).call("PUT", fs+"/write?path=/work/dir/bin.dat", bin, 204, nil)
+	c.sub(t, "files/binary-round-trip", func(t *testing.T, e *testServer) {
+		if r := e.do("GET", fs+"/read?path=dir/bin.dat", nil); r.status != 200 || !bytes.Equal(r.body, bin) {
+			t.Fatalf("binary round trip: %d len %d", r.status, len(r.body))
 		}
-		if st, b := e.do("PUT", "/v1/computers/"+id+"/fs/write?path=/work/dir/bin.dat", bin); st != 204 {
-			t.Fatalf("write: %d %s", st, b)
+		if out := e.sh(id, "wc -c < dir/bin.dat"); strings.TrimSpace(out) != "1024" {
+			t.Fatalf("written file seen by exec: %q", out)
 		}
-		st, got := e.do("GET", "/v1/computers/"+id+"/fs/read?path=dir/bin.dat", nil)
-		if st != 200 || !bytes.Equal(got, bin) {
-			t.Fatalf("binary round trip: %d len %d", st, len(got))
-		}
+		e.call("PUT", fs+"/write?path=/tmp/t.json", `{"a":1}`, 204, nil)
+	})
+	c.sub(t, "files/read-limit", func(t *testing.T, e *testServer) {
 		e.s.computers.readLimit = 100
-		e.wantError("GET", "/v1/computers/"+id+"/fs/read?path=dir/bin.dat", nil, 429, codeQuota)
-		e.s.computers.readLimit = 256 << 20
-		if r := e.exec(id, map[string]any{"cmd": "wc -c < dir/bin.dat"}); strings.TrimSpace(r.Stdout) != "1024" {
-			t.Fatalf("written file seen by exec: %+v", r)
-		}
-		e.json("PUT", "/v1/computers/"+id+"/fs/write?path=/tmp/t.json", `{"a":1}`, 204, nil)
+		defer func() { e.s.computers.readLimit = 256 << 20 }()
+		e.wantError("GET", fs+"/read?path=dir/bin.dat", nil, 429, codeQuota)
+	})
+	c.sub(t, "files/list", func(t *testing.T, e *testServer) {
 		var ls struct{ Entries []DirEntry }
-		e.json("GET", "/v1/computers/"+id+"/fs?path=/work/dir", nil, 200, &ls)
+		e.call("GET", fs+"?path=/work/dir", nil, 200, &ls)
 		if len(ls.Entries) != 1 || ls.Entries[0].Name != "bin.dat" || ls.Entries[0].Type != "file" || ls.Entries[0].Size != 1024 || ls.Entries[0].Path != "/work/dir/bin.dat" {
 			t.Fatalf("list: %+v", ls.Entries)
 		}
-		e.json("PUT", "/v1/computers/"+id+"/fs/write?path=a-file", []byte("a"), 204, nil) // sorts before "dir"
-		e.json("GET", "/v1/computers/"+id+"/fs?path=/work", nil, 200, &ls)
-		if len(ls.Entries) < 2 || ls.Entries[0].Type != "dir" {
+		e.call("PUT", fs+"/write?path=a-file", []byte("a"), 204, nil) // sorts before "dir"
+		if e.call("GET", fs+"?path=/work", nil, 200, &ls); len(ls.Entries) < 2 || ls.Entries[0].Type != "dir" {
 			t.Fatalf("directories first: %+v", ls.Entries)
 		}
-		// Escapes.
+	})
+	c.sub(t, "files/escapes", func(t *testing.T, e *testServer) {
 		for _, p := range []string{"../etc/passwd", "/etc/passwd", "/work/../etc/passwd", "/proc/self/environ", "/", "/var"} {
-			e.wantError("GET", "/v1/computers/"+id+"/fs/read?path="+p, nil, 403, codeFSDenied)
+			e.wantError("GET", fs+"/read?path="+p, nil, 403, codeFSDenied)
 		}
-		e.exec(id, map[string]any{"cmd": "ln -sf /etc etc-link; ln -sf / root-link; ln -sf /etc/passwd pw"})
+	})
+	c.sub(t, "files/symlinks", func(t *testing.T, e *testServer) {
+		e.sh(id, "ln -sf /etc etc-link; ln -sf / root-link; ln -sf /etc/passwd pw")
 		for _, p := range []string{"/work/etc-link/passwd", "/work/pw", "/work/root-link/etc/hostname"} {
-			env := e.wantError("GET", "/v1/computers/"+id+"/fs/read?path="+p, nil, 403, codeFSDenied)
+			env := e.wantError("GET", fs+"/read?path="+p, nil, 403, codeFSDenied)
 			if !strings.Contains(env["message"].(string), "symlink") {
 				t.Fatalf("%s: %v", p, env)
 			}
 		}
-		e.wantError("GET", "/v1/computers/"+id+"/fs?path=/work/root-link", nil, 403, codeFSDenied)
-		e.wantError("PUT", "/v1/computers/"+id+"/fs/write?path=/work/etc-link/evil", []byte("x"), 403, codeFSDenied)
+		e.wantError("GET", fs+"?path=/work/root-link", nil, 403, codeFSDenied)
+		e.wantError("PUT", fs+"/write?path=/work/etc-link/evil", []byte("x"), 403, codeFSDenied)
 		// Deleting the link itself is fine; its target is untouched.
-		e.json("DELETE", "/v1/computers/"+id+"/fs?path=/work/pw", nil, 204, nil)
+		e.call("DELETE", fs+"?path=/work/pw", nil, 204, nil)
+	})
+	c.sub(t, "files/delete", func(t *testing.T, e *testServer) {
 		for _, p := range []string{"/work", "/tmp", "/work/", "/work/.", "dir/.."} {
-			env := e.wantError("DELETE", "/v1/computers/"+id+"/fs?path="+p+"&recursive=true", nil, 403, codeFSDenied)
+			env := e.wantError("DELETE", fs+"?path="+p+"&recursive=true", nil, 403, codeFSDenied)
 			if !strings.Contains(env["message"].(string), "workspace root") {
 				t.Fatalf("root delete %s: %v", p, env)
 			}
 		}
-		e.wantError("DELETE", "/v1/computers/"+id+"/fs?path=/work/dir", nil, 403, codeFSDenied) // not empty
-		e.json("DELETE", "/v1/computers/"+id+"/fs?path=/work/dir&recursive=true", nil, 204, nil)
-		e.wantError("GET", "/v1/computers/"+id+"/fs/read?path=/work/dir/bin.dat", nil, 403, codeFSDenied)
-		e.wantError("GET", "/v1/computers/"+id+"/fs/read", nil, 422, codeSpecInvalid)
-		e.wantError("GET", "/v1/computers/"+id+"/fs/read?path=/work", nil, 403, codeFSDenied)
+		e.call("PUT", fs+"/write?path=/work/del/f", []byte("x"), 204, nil)
+		e.wantError("DELETE", fs+"?path=/work/del", nil, 403, codeFSDenied) // not empty
+		e.call("DELETE", fs+"?path=/work/del&recursive=true", nil, 204, nil)
+		e.wantError("GET", fs+"/read?path=/work/del/f", nil, 403, codeFSDenied)
 	})
+	c.sub(t, "files/read-errors", func(t *testing.T, e *testServer) {
+		e.wantError("GET", fs+"/read", nil, 422, codeSpecInvalid)
+		e.wantError("GET", fs+"/read?path=/work", nil, 403, codeFSDenied)
+	})
+	c.sub(t, "files/download", func(t *testing.T, e *testServer) {
+		// Entries are relative to the parent of path.
+		r := e.call("GET", fs+"/download?path=/work/dir", nil, 200, nil)
+		zr, err := gzip.NewReader(bytes.NewReader(r.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr := tar.NewReader(zr)
+		files := map[string]string{}
+		for h, err := tr.Next(); err == nil; h, err = tr.Next() {
+			b, _ := io.ReadAll(tr)
+			files[h.Name] = string(b)
+		}
+		if files["dir/bin.dat"] != string(bin) {
+			t.Fatalf("download content: %q", files)
+		}
+	})
+	c.sub(t, "files/download-limits", func(t *testing.T, e *testServer) {
+		e.s.computers.downloadLimit = 10
+		defer func() { e.s.computers.downloadLimit = 256 << 20 }()
+		env := e.wantError("GET", fs+"/download?path=/work/dir", nil, 429, codeQuota)
+		if d, _ := env["details"].(map[string]any); d["limit"].(float64) != 10 || d["bytes"].(float64) <= 10 {
+			t.Fatalf("download limit: %v", env)
+		}
+		e.wantError("GET", fs+"/download?path=/etc", nil, 403, codeFSDenied)
+	})
+}
 
-	t.Run("upload-download", func(t *testing.T) {
-		e := e.with(t)
+func (c *conformance) uploads(t *testing.T) {
+	id, fs := c.id, "/v1/computers/"+c.id+"/fs"
+	c.sub(t, "files/upload", func(t *testing.T, e *testServer) {
 		good := tarGz(t, []tar.Header{
 			{Name: "proj/", Typeflag: tar.TypeDir, Mode: 0o755},
 			{Name: "proj/a.txt", Typeflag: tar.TypeReg},
 			{Name: "proj/link", Typeflag: tar.TypeSymlink, Linkname: "a.txt"},
 		}, map[string]string{"proj/a.txt": "alpha"})
-		var up map[string]any
-		e.json("POST", "/v1/computers/"+id+"/fs/upload?path=/work/up", good, 200, &up)
+		up := e.call("POST", fs+"/upload?path=/work/up", good, 200, nil).json(t)
 		if up["path"] != "/work/up" || up["entries"].(float64) != 3 || up["bytes"].(float64) != float64(len(good)) {
 			t.Fatalf("upload answer: %v", up)
 		}
-		if r := e.exec(id, map[string]any{"cmd": "cat up/proj/a.txt up/proj/link"}); r.Stdout != "alphaalpha" {
-			t.Fatalf("uploaded: %+v", r)
+		if out := e.sh(id, "cat up/proj/a.txt up/proj/link"); out != "alphaalpha" {
+			t.Fatalf("uploaded: %q", out)
 		}
+	})
+	c.sub(t, "files/upload-refused", func(t *testing.T, e *testServer) {
 		bad := map[string][]tar.Header{
 			"dotdot":   {{Name: "ok.txt", Typeflag: tar.TypeReg}, {Name: "../x", Typeflag: tar.TypeReg}},
 			"absolute": {{Name: "ok.txt", Typeflag: tar.TypeReg}, {Name: "/tmp/abs", Typeflag: tar.TypeReg}},
@@ -580,29 +563,32 @@ func conformance(t *testing.T, prov string, portBase int) {
 			"device":   {{Name: "ok.txt", Typeflag: tar.TypeReg}, {Name: "dev", Typeflag: tar.TypeChar}},
 		}
 		for name, hs := range bad {
-			dir := "/work/bad-" + name
-			e.wantError("POST", "/v1/computers/"+id+"/fs/upload?path="+dir, tarGz(t, hs, map[string]string{"ok.txt": "x"}), 403, codeFSDenied)
-			if r := e.exec(id, map[string]any{"cmd": "ls " + strings.TrimPrefix(dir, "/work/") + " x ../tmp/abs 2>/dev/null | wc -l"}); strings.TrimSpace(r.Stdout) != "0" {
-				t.Fatalf("%s: something was written: %+v", name, r)
+			e.wantError("POST", fs+"/upload?path=/work/bad-"+name, tarGz(t, hs, map[string]string{"ok.txt": "x"}), 403, codeFSDenied)
+			if out := e.sh(id, "ls bad-"+name+" x ../tmp/abs 2>/dev/null | wc -l"); strings.TrimSpace(out) != "0" {
+				t.Fatalf("%s: something was written: %q", name, out)
 			}
 		}
+		e.wantError("POST", fs+"/upload?path=/work/x", []byte("not a tarball"), 422, codeSpecInvalid)
+	})
+	c.sub(t, "files/upload-through-planted-link", func(t *testing.T, e *testServer) {
 		// A link planted inside the machine does not redirect an upload.
-		e.exec(id, map[string]any{"cmd": "mkdir -p trap && ln -sfn /etc trap/sub"})
-		e.wantError("POST", "/v1/computers/"+id+"/fs/upload?path=/work/trap", tarGz(t, []tar.Header{{Name: "sub/evil", Typeflag: tar.TypeReg}}, nil), 403, codeFSDenied)
+		e.sh(id, "mkdir -p trap && ln -sfn /etc trap/sub")
+		e.wantError("POST", fs+"/upload?path=/work/trap", tarGz(t, []tar.Header{{Name: "sub/evil", Typeflag: tar.TypeReg}}, nil), 403, codeFSDenied)
 		// A hard link naming a target through that planted link would share an inode outside the jail.
-		e.wantError("POST", "/v1/computers/"+id+"/fs/upload?path=/work/trap", tarGz(t, []tar.Header{{Name: "h", Typeflag: tar.TypeLink, Linkname: "sub/passwd"}}, nil), 403, codeFSDenied)
-		if r := e.exec(id, map[string]any{"cmd": "ls trap/h 2>/dev/null | wc -l"}); strings.TrimSpace(r.Stdout) != "0" {
-			t.Fatalf("hard link through a planted link was written: %+v", r)
+		e.wantError("POST", fs+"/upload?path=/work/trap", tarGz(t, []tar.Header{{Name: "h", Typeflag: tar.TypeLink, Linkname: "sub/passwd"}}, nil), 403, codeFSDenied)
+		if out := e.sh(id, "ls trap/h 2>/dev/null | wc -l"); strings.TrimSpace(out) != "0" {
+			t.Fatalf("hard link through a planted link was written: %q", out)
 		}
 		// ... nor when the archive first adds its own (lexically inside) link to the planted one.
-		e.wantError("POST", "/v1/computers/"+id+"/fs/upload?path=/work/trap", tarGz(t, []tar.Header{
+		e.wantError("POST", fs+"/upload?path=/work/trap", tarGz(t, []tar.Header{
 			{Name: "x", Typeflag: tar.TypeSymlink, Linkname: "sub"},
 			{Name: "h2", Typeflag: tar.TypeLink, Linkname: "x/passwd"},
 		}, nil), 403, codeFSDenied)
-		if r := e.exec(id, map[string]any{"cmd": "ls trap/h2 trap/x 2>/dev/null | wc -l"}); strings.TrimSpace(r.Stdout) != "0" {
-			t.Fatalf("hard link through an archive link was written: %+v", r)
+		if out := e.sh(id, "ls trap/h2 trap/x 2>/dev/null | wc -l"); strings.TrimSpace(out) != "0" {
+			t.Fatalf("hard link through an archive link was written: %q", out)
 		}
-		e.wantError("POST", "/v1/computers/"+id+"/fs/upload?path=/work/x", []byte("not a tarball"), 422, codeSpecInvalid)
+	})
+	c.sub(t, "files/upload-bomb", func(t *testing.T, e *testServer) {
 		// A decompression bomb is stopped without writing anything.
 		e.s.computers.uploadLimit = 4 << 20
 		var bomb bytes.Buffer
@@ -612,57 +598,29 @@ func conformance(t *testing.T, prov string, portBase int) {
 		tw.Write(make([]byte, 64<<20))
 		tw.Close()
 		zw.Close()
-		env := e.wantError("POST", "/v1/computers/"+id+"/fs/upload?path=/work/bomb", bomb.Bytes(), 429, codeQuota)
+		env := e.wantError("POST", fs+"/upload?path=/work/bomb", bomb.Bytes(), 429, codeQuota)
 		if d, _ := env["details"].(map[string]any); d["limit"] == nil {
 			t.Fatalf("bomb: %v", env)
 		}
-		if r := e.exec(id, map[string]any{"cmd": "ls bomb 2>/dev/null | wc -l"}); strings.TrimSpace(r.Stdout) != "0" {
+		if out := e.sh(id, "ls bomb 2>/dev/null | wc -l"); strings.TrimSpace(out) != "0" {
 			t.Fatal("bomb: something was written")
 		}
-		// Download: entries relative to the parent of path.
-		st, b := e.do("GET", "/v1/computers/"+id+"/fs/download?path=/work/up/proj", nil)
-		if st != 200 {
-			t.Fatalf("download: %d %s", st, b)
-		}
-		zr, err := gzip.NewReader(bytes.NewReader(b))
-		if err != nil {
-			t.Fatal(err)
-		}
-		tr := tar.NewReader(zr)
-		files := map[string]string{}
-		for {
-			h, err := tr.Next()
-			if err != nil {
-				break
-			}
-			c, _ := io.ReadAll(tr)
-			files[h.Name] = string(c)
-		}
-		if files["proj/a.txt"] != "alpha" {
-			t.Fatalf("download content: %v", files)
-		}
-		e.s.computers.downloadLimit = 10
-		env = e.wantError("GET", "/v1/computers/"+id+"/fs/download?path=/work/up", nil, 429, codeQuota)
-		if d, _ := env["details"].(map[string]any); d["limit"].(float64) != 10 || d["bytes"].(float64) <= 10 {
-			t.Fatalf("download limit: %v", env)
-		}
-		e.s.computers.downloadLimit = 256 << 20
-		e.wantError("GET", "/v1/computers/"+id+"/fs/download?path=/etc", nil, 403, codeFSDenied)
 	})
+}
 
-	t.Run("ports", func(t *testing.T) {
-		e := e.with(t)
-		if _, err := exec.LookPath("python3"); isLocal && err != nil {
+func (c *conformance) ports(t *testing.T) {
+	id, ports := c.id, "/v1/computers/"+c.id+"/ports"
+	c.sub(t, "ports/expose", func(t *testing.T, e *testServer) {
+		if _, err := exec.LookPath("python3"); c.local && err != nil {
 			t.Skip("the local port test serves with python3, which this host lacks")
 		}
-		port := portBase + 1
-		if !isLocal {
+		port := c.portBase + 1
+		if !c.local {
 			port = 8000
 		}
-		e.exec(id, map[string]any{"cmd": fmt.Sprintf("mkdir -p www && echo served-%s > www/index.html && cd www && nohup python3 -m http.server %d --bind 0.0.0.0 >/dev/null 2>&1 &", prov, port)})
-		var b PortBinding
-		e.json("POST", "/v1/computers/"+id+"/ports", map[string]any{"port": port}, 200, &b)
-		if b.HostPort == 0 || b.URL == "" {
+		e.sh(id, fmt.Sprintf("mkdir -p www && echo served-%s > www/index.html && cd www && nohup python3 -m http.server %d --bind 0.0.0.0 >/dev/null 2>&1 &", c.prov, port))
+		var b, b2 PortBinding
+		if e.call("POST", ports, map[string]any{"port": port}, 200, &b); b.HostPort == 0 || b.URL == "" {
 			t.Fatalf("binding: %+v", b)
 		}
 		var body string
@@ -676,70 +634,52 @@ func conformance(t *testing.T, prov string, portBase int) {
 			body = string(x)
 			return resp.StatusCode == 200
 		})
-		if strings.TrimSpace(body) != "served-"+prov {
+		if strings.TrimSpace(body) != "served-"+c.prov {
 			t.Fatalf("served: %q", body)
 		}
-		var b2 PortBinding
-		e.json("POST", "/v1/computers/"+id+"/ports", map[string]any{"port": port}, 200, &b2)
-		if b2.HostPort != b.HostPort || !b2.Reachable {
+		if e.call("POST", ports, map[string]any{"port": port}, 200, &b2); b2.HostPort != b.HostPort || !b2.Reachable {
 			t.Fatalf("not idempotent: %+v vs %+v", b, b2)
 		}
 		var got ComputerInfo
-		e.json("GET", "/v1/computers/"+id, nil, 200, &got)
-		if got.Ports[fmt.Sprint(port)].HostPort != b.HostPort || !got.Ports[fmt.Sprint(port)].Reachable {
+		if e.call("GET", "/v1/computers/"+id, nil, 200, &got); got.Ports[fmt.Sprint(port)].HostPort != b.HostPort || !got.Ports[fmt.Sprint(port)].Reachable {
 			t.Fatalf("ports in info: %+v", got.Ports)
 		}
-		for _, bad := range []any{0, 65536, -1, "80", 1.5} {
-			e.wantError("POST", "/v1/computers/"+id+"/ports", map[string]any{"port": bad}, 422, codeSpecInvalid)
-		}
-		e.wantError("POST", "/v1/computers/"+id+"/ports", map[string]any{}, 422, codeSpecInvalid)
-		e.exec(id, map[string]any{"cmd": killScript("http.server", fmt.Sprint(port))})
+		e.sh(id, killScript("http.server", fmt.Sprint(port)))
 		// reachable is checked when the info is read (cached for a second), not frozen at expose time.
 		eventually(t, "the stopped server to show as unreachable", func() bool {
 			var now ComputerInfo
-			e.json("GET", "/v1/computers/"+id, nil, 200, &now)
+			e.call("GET", "/v1/computers/"+id, nil, 200, &now)
 			return !now.Ports[fmt.Sprint(port)].Reachable
 		})
 	})
+	c.sub(t, "ports/bad-input", func(t *testing.T, e *testServer) {
+		for _, bad := range []any{0, 65536, -1, "80", 1.5} {
+			e.wantError("POST", ports, map[string]any{"port": bad}, 422, codeSpecInvalid)
+		}
+		e.wantError("POST", ports, map[string]any{}, 422, codeSpecInvalid)
+	})
+}
 
-	t.Run("terminal", func(t *testing.T) {
-		e := e.with(t)
+func (c *conformance) terminal(t *testing.T) {
+	id, path := c.id, "/v1/computers/"+c.id+"/terminal"
+	c.sub(t, "terminal/upgrade", func(t *testing.T, e *testServer) {
 		// The 101 is written on the hijacked connection; it too carries the version header.
-		req, _ := http.NewRequest("GET", e.ts.URL+"/v1/computers/"+id+"/terminal", nil)
-		for k, v := range map[string]string{"Upgrade": "websocket", "Connection": "Upgrade",
-			"Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==", "Sec-WebSocket-Version": "13"} {
-			req.Header.Set(k, v)
+		if r := e.do("GET", path, nil, upgradeHeaders()...); r.status != http.StatusSwitchingProtocols || r.header.Get(versionHeader) != version {
+			t.Fatalf("terminal upgrade: %d, %s=%q", r.status, versionHeader, r.header.Get(versionHeader))
 		}
-		if res, err := http.DefaultClient.Do(req); err != nil {
-			t.Fatal(err)
-		} else {
-			res.Body.Close()
-			if res.StatusCode != http.StatusSwitchingProtocols || res.Header.Get(versionHeader) != version {
-				t.Fatalf("terminal upgrade: %d, %s=%q", res.StatusCode, versionHeader, res.Header.Get(versionHeader))
-			}
-		}
-		wsURL := "ws" + strings.TrimPrefix(e.ts.URL, "http") + "/v1/computers/" + id + "/terminal"
-		conn, err := websocket.Dial(wsURL, "", e.ts.URL)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
-		recv := func() map[string]any {
-			conn.SetReadDeadline(time.Now().Add(60 * time.Second))
-			var f map[string]any
-			if err := websocket.JSON.Receive(conn, &f); err != nil {
-				t.Fatalf("terminal receive: %v", err)
-			}
-			return f
-		}
-		if f := recv(); f["type"] != "ready" || f["computerId"] != id || f["workdir"] != "/work" {
+		e.wantError("GET", path, nil, 422, codeSpecInvalid) // a plain GET
+	})
+	c.sub(t, "terminal/commands", func(t *testing.T, e *testServer) {
+		// One command per message, one after another on the socket.
+		conn := e.dial(path, "")
+		if f := frame(t, conn); f["type"] != "ready" || f["computerId"] != id || f["workdir"] != "/work" {
 			t.Fatalf("ready: %v", f)
 		}
 		websocket.Message.Send(conn, `{"type":"resize","cols":80,"rows":24}`)
 		websocket.Message.Send(conn, "echo from-terminal; exit 5")
 		var out string
 		for {
-			f := recv()
+			f := frame(t, conn)
 			if f["type"] == "stdout" {
 				out += f["data"].(string)
 			}
@@ -754,18 +694,19 @@ func conformance(t *testing.T, prov string, portBase int) {
 			t.Fatalf("terminal stdout %q", out)
 		}
 		websocket.Message.Send(conn, `{"type":"exec","cmd":"sudo reboot"}`)
-		if f := recv(); f["type"] != "error" {
+		if f := frame(t, conn); f["type"] != "error" {
 			t.Fatalf("denied in terminal: %v", f)
 		}
 		websocket.Message.Send(conn, `{"type":"exec","cmd":["echo","argv"]}`)
-		if f := recv(); f["type"] != "stdout" || f["data"] != "argv\n" {
+		if f := frame(t, conn); f["type"] != "stdout" || f["data"] != "argv\n" {
 			t.Fatalf("argv frame: %v", f)
 		}
 	})
+}
 
-	t.Run("bad-input", func(t *testing.T) {
-		e := e.with(t)
-		x := "/v1/computers/" + id + "/exec"
+func (c *conformance) badInput(t *testing.T) {
+	id := c.id
+	c.sub(t, "exec/bad-input", func(t *testing.T, e *testServer) {
 		for _, body := range []any{
 			map[string]any{"cmd": "true", "bogus": 1},
 			map[string]any{"cmd": 5},
@@ -782,59 +723,65 @@ func conformance(t *testing.T, prov string, portBase int) {
 			map[string]any{"cmd": "true", "tty": "yes"},
 			"not json",
 		} {
-			e.wantError("POST", x, body, 422, codeSpecInvalid)
+			e.wantError("POST", "/v1/computers/"+id+"/exec", body, 422, codeSpecInvalid)
 		}
-		for _, body := range []any{
-			map[string]any{"provider": prov, "bogus": true},
-			map[string]any{"provider": prov, "cpus": 0},
-			map[string]any{"provider": prov, "cpus": 65},
-			map[string]any{"provider": prov, "memoryMb": 131073},
-			map[string]any{"provider": prov, "memoryMb": 1.5},
-			map[string]any{"provider": prov, "flavor": "huge"},
-			map[string]any{"provider": prov, "idleTimeoutSec": -1},
-			map[string]any{"provider": prov, "network": map[string]any{"mode": "all"}},
-			map[string]any{"provider": prov, "network": map[string]any{"mode": "none", "extra": 1}},
-			map[string]any{"provider": prov, "mounts": []any{map[string]any{"target": "/x"}}},
-			map[string]any{"provider": prov, "name": "bad name!"},
-			map[string]any{"provider": prov, "image": "--privileged"},
-			map[string]any{"provider": prov, "workdir": "relative"},
+	})
+	c.sub(t, "lifecycle/bad-input", func(t *testing.T, e *testServer) {
+		for _, body := range []map[string]any{
+			{"bogus": true},
+			{"cpus": 0},
+			{"cpus": 65},
+			{"memoryMb": 131073},
+			{"memoryMb": 1.5},
+			{"flavor": "huge"},
+			{"idleTimeoutSec": -1},
+			{"network": map[string]any{"mode": "all"}},
+			{"network": map[string]any{"mode": "none", "extra": 1}},
+			{"mounts": []any{map[string]any{"target": "/x"}}},
+			{"name": "bad name!"},
+			{"image": "--privileged"},
+			{"workdir": "relative"},
 		} {
+			body["provider"] = c.prov
 			e.wantError("POST", "/v1/computers", body, 422, codeSpecInvalid)
 		}
 		e.wantError("POST", "/v1/computers", map[string]any{"provider": "nope"}, 503, codeProviderUnavailable)
-		e.wantError("GET", "/v1/computers/"+id+"/fs?path=", nil, 422, codeSpecInvalid)
-		e.wantError("GET", "/v1/computers/"+id+"/terminal", nil, 422, codeSpecInvalid)
-		e.wantError("DELETE", "/v1/computers/"+id+"/fs?path=/work/x&recursive=maybe", nil, 422, codeSpecInvalid)
-		e.wantError("POST", "/v1/computers/"+id+"/exec", map[string]any{"cmd": "pwd", "cwd": "/work/does/not/exist"}, 500, codeExecFailed)
 	})
+	c.sub(t, "files/bad-input", func(t *testing.T, e *testServer) {
+		e.wantError("GET", "/v1/computers/"+id+"/fs?path=", nil, 422, codeSpecInvalid)
+		e.wantError("DELETE", "/v1/computers/"+id+"/fs?path=/work/x&recursive=maybe", nil, 422, codeSpecInvalid)
+	})
+}
 
-	t.Run("quota", func(t *testing.T) {
+func (c *conformance) quota(t *testing.T) {
+	t.Run("quota/max-computers", func(t *testing.T) {
 		t.Parallel()
-		q := newTestEnv(t, "", func(c *config) { c.MaxComputers = 2 })
-		a := q.create(map[string]any{"provider": prov})
-		b := q.create(map[string]any{"provider": prov})
-		env := q.wantError("POST", "/v1/computers", map[string]any{"provider": prov}, 429, codeQuota)
+		q := newTestServer(t, withHostEnv, func(c *testSetup) { c.MaxComputers = 2 })
+		a := q.create(map[string]any{"provider": c.prov})
+		b := q.create(map[string]any{"provider": c.prov})
+		env := q.wantError("POST", "/v1/computers", map[string]any{"provider": c.prov}, 429, codeQuota)
 		if d, _ := env["details"].(map[string]any); d["limit"].(float64) != 2 {
 			t.Fatalf("quota details: %v", env)
 		}
-		q.json("POST", "/v1/computers/"+b.ID+"/stop", nil, 200, nil) // stopped machines do not count
-		c := q.create(map[string]any{"provider": prov})
+		q.call("POST", "/v1/computers/"+b.ID+"/stop", nil, 200, nil) // stopped machines do not count
+		third := q.create(map[string]any{"provider": c.prov})
 		q.wantError("POST", "/v1/computers/"+b.ID+"/start", nil, 429, codeQuota)
-		for _, m := range []ComputerInfo{a, b, c} {
-			q.json("DELETE", "/v1/computers/"+m.ID, nil, 204, nil)
+		for _, m := range []ComputerInfo{a, b, third} {
+			q.call("DELETE", "/v1/computers/"+m.ID, nil, 204, nil)
 		}
 	})
+}
 
-	t.Run("reaper", func(t *testing.T) {
+func (c *conformance) reaper(t *testing.T) {
+	t.Run("reaper/idle-and-lifetime", func(t *testing.T) {
 		t.Parallel()
-		r := newTestEnv(t, "", nil)
-		idle := r.create(map[string]any{"provider": prov, "idleTimeoutSec": 5})
-		life := r.create(map[string]any{"provider": prov, "idleTimeoutSec": 0, "maxLifetimeSec": 30})
-		keep := r.create(map[string]any{"provider": prov, "idleTimeoutSec": 0})
+		r := newTestServer(t, withHostEnv)
+		idle := r.create(map[string]any{"provider": c.prov, "idleTimeoutSec": 5})
+		life := r.create(map[string]any{"provider": c.prov, "idleTimeoutSec": 0, "maxLifetimeSec": 30})
+		keep := r.create(map[string]any{"provider": c.prov, "idleTimeoutSec": 0})
 		sub, _ := r.s.hub.subscribe()
 		defer r.s.hub.unsubscribe(sub)
-		base := time.Now()
-		cs := r.s.computers
+		base, cs := time.Now(), r.s.computers
 		cs.setNow(func() time.Time { return base.Add(10 * time.Second) })
 		if got := cs.sweep(context.Background()); got[idle.ID] != "idle" || len(got) != 1 {
 			t.Fatalf("first sweep: %v", got)
@@ -860,8 +807,13 @@ func conformance(t *testing.T, prov string, portBase int) {
 		if reasons[idle.ID] != "idle" || reasons[life.ID] != "lifetime" {
 			t.Fatalf("reaper events: %v", reasons)
 		}
-		// A running exec counts as activity.
-		busy := r.create(map[string]any{"provider": prov, "idleTimeoutSec": 5})
+		r.call("DELETE", "/v1/computers/"+keep.ID, nil, 204, nil)
+	})
+	t.Run("reaper/exec-is-activity", func(t *testing.T) {
+		t.Parallel()
+		r := newTestServer(t, withHostEnv)
+		base, cs := time.Now(), r.s.computers
+		busy := r.create(map[string]any{"provider": c.prov, "idleTimeoutSec": 5})
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() {
@@ -883,49 +835,51 @@ func conformance(t *testing.T, prov string, portBase int) {
 		if got := cs.sweep(context.Background()); got[busy.ID] != "idle" {
 			t.Fatalf("idle after the exec: %v", got)
 		}
-		r.json("DELETE", "/v1/computers/"+keep.ID, nil, 204, nil)
 	})
+}
 
-	t.Run("restart", func(t *testing.T) {
+func (c *conformance) restart(t *testing.T) {
+	if !c.local {
+		c.parallel(t, "lifecycle/vanished", func(t *testing.T, e *testServer) {
+			// A machine removed behind agentd's back while it runs.
+			vanish := e.create(map[string]any{"provider": c.prov})
+			e.s.computers.providerByName(c.prov).destroy(context.Background(), &vanish)
+			e.wantError("POST", "/v1/computers/"+vanish.ID+"/exec", map[string]any{"cmd": "true"}, 404, codeComputerNotFound)
+			e.wantError("GET", "/v1/computers/"+vanish.ID, nil, 404, codeComputerNotFound)
+		})
+	}
+	t.Run("restart/adopt-and-reconcile", func(t *testing.T) {
 		t.Parallel()
 		home := t.TempDir()
-		a := newTestEnv(t, home, nil)
+		a := newTestServer(t, withHostEnv, withHome(home))
 		a.keep = true
-		live := a.create(map[string]any{"provider": prov, "idleTimeoutSec": 0})
-		gone := a.create(map[string]any{"provider": prov, "idleTimeoutSec": 0})
-		a.exec(live.ID, map[string]any{"cmd": "echo kept > note"})
+		live := a.create(map[string]any{"provider": c.prov, "idleTimeoutSec": 0})
+		gone := a.create(map[string]any{"provider": c.prov, "idleTimeoutSec": 0})
+		a.sh(live.ID, "echo kept > note")
 		a.close()
 		// The machine of `gone` disappears while agentd is down.
-		p := a.s.computers.providerByName(prov)
+		p := a.s.computers.providerByName(c.prov)
 		p.destroy(context.Background(), &gone)
 		// An unrecorded container of this owner appears (an orphan).
 		var orphan ComputerInfo
-		if !isLocal {
-			orphan = ComputerInfo{ID: "cmp_orphan" + strings.ToLower(randomChars(4)), Image: testImage, Provider: prov, Workdir: "/work"}
-			orphan.Spec = ComputerSpec{}
+		if !c.local {
+			orphan = ComputerInfo{ID: "cmp_orphan" + strings.ToLower(randomChars(4)), Image: testImage, Provider: c.prov, Workdir: "/work"}
 			applyComputerDefaults(&orphan.Spec)
 			if err := p.create(context.Background(), &orphan); err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { p.destroy(context.Background(), &orphan) })
 		}
-		b := newTestEnv(t, home, nil)
+		b := newTestServer(t, withHostEnv, withHome(home))
 		var got ComputerInfo
-		b.json("GET", "/v1/computers/"+live.ID, nil, 200, &got)
-		if got.State != "running" {
+		if b.call("GET", "/v1/computers/"+live.ID, nil, 200, &got); got.State != "running" {
 			t.Fatalf("adopted: %+v", got)
 		}
-		if r := b.exec(live.ID, map[string]any{"cmd": "cat note"}); r.Stdout != "kept\n" {
-			t.Fatalf("after restart: %+v", r)
+		if out := b.sh(live.ID, "cat note"); out != "kept\n" {
+			t.Fatalf("after restart: %q", out)
 		}
 		b.wantError("GET", "/v1/computers/"+gone.ID, nil, 404, codeComputerNotFound)
-		if !isLocal { // a machine removed behind agentd's back while it runs
-			vanish := b.create(map[string]any{"provider": prov})
-			p.destroy(context.Background(), &vanish)
-			b.wantError("POST", "/v1/computers/"+vanish.ID+"/exec", map[string]any{"cmd": "true"}, 404, codeComputerNotFound)
-			b.wantError("GET", "/v1/computers/"+vanish.ID, nil, 404, codeComputerNotFound)
-		}
-		if !isLocal {
+		if !c.local {
 			eventually(t, "the orphan in the doctor's warnings", func() bool {
 				_, _, _, warnings := b.s.computers.doctor(context.Background())
 				return slices.ContainsFunc(warnings, func(w string) bool { return strings.Contains(w, orphan.ID) })
@@ -937,7 +891,7 @@ func conformance(t *testing.T, prov string, portBase int) {
 				t.Fatalf("orphan still there: %s", st)
 			}
 		}
-		b.json("DELETE", "/v1/computers/"+live.ID, nil, 204, nil)
+		b.call("DELETE", "/v1/computers/"+live.ID, nil, 204, nil)
 	})
 }
 
@@ -946,50 +900,10 @@ func killScript(word, arg string) string {
 	return `W='` + word + `'; A='` + arg + `'; for f in /proc/[0-9]*; do if tr '\0' ' ' < $f/cmdline 2>/dev/null | grep -qF "$W $A"; then kill ${f#/proc/} 2>/dev/null; fi; done; true`
 }
 
-// streamExec runs exec/stream and returns its data frames. With stopAt, it disconnects as soon as a
-// frame satisfies it.
-func streamExec(t *testing.T, e *testEnv, id string, body map[string]any, stopAt func(map[string]any) bool) ([]map[string]any, bool) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	j, _ := json.Marshal(body)
-	req, _ := http.NewRequestWithContext(ctx, "POST", e.ts.URL+"/v1/computers/"+id+"/exec/stream", bytes.NewReader(j))
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" {
-		b, _ := io.ReadAll(resp.Body)
-		t.Fatalf("stream: %d %s", resp.StatusCode, b)
-	}
-	var frames []map[string]any
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 64<<20)
-	done := false
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "event: done" {
-			done = true
-		}
-		if d, ok := strings.CutPrefix(line, "data: "); ok {
-			var f map[string]any
-			if json.Unmarshal([]byte(d), &f) == nil && f["type"] != nil {
-				if stopAt == nil {
-					frames = append(frames, f)
-				} else if stopAt(f) {
-					return frames, false
-				}
-			}
-		}
-	}
-	return frames, done
-}
-
 // TestComputerProviderSelection: a named unavailable provider is 503 with reason and hint, never a
 // substitute; the doctor reports every provider.
 func TestComputerProviderSelection(t *testing.T) {
-	e := newTestEnv(t, "", nil)
+	e := newTestServer(t, withHostEnv)
 	c := e.s.computers
 	c.mu.Lock()
 	c.probes["docker"] = probeResult{reason: "the docker daemon is not reachable", hint: "start dockerd", at: time.Now()}
@@ -1013,12 +927,12 @@ func TestComputerProviderSelection(t *testing.T) {
 	if m.Provider != "local" || m.IsolationKind != "guardrails" {
 		t.Fatalf("auto: %+v", m)
 	}
-	e.json("DELETE", "/v1/computers/"+m.ID, nil, 204, nil)
+	e.call("DELETE", "/v1/computers/"+m.ID, nil, 204, nil)
 }
 
 // TestEnsureForAgent: one computer per agent, shared by concurrent callers, restarted when stopped.
 func TestEnsureForAgent(t *testing.T) {
-	e := newTestEnv(t, "", func(c *config) { c.ComputerProvider = "local" })
+	e := newTestServer(t, withHostEnv, func(c *testSetup) { c.ComputerProvider = "local" })
 	c := e.s.computers
 	var wg sync.WaitGroup
 	ids := make([]string, 5)
@@ -1085,7 +999,7 @@ func TestEnsureForAgent(t *testing.T) {
 
 // TestComputerLocalKillOnDestroy: destroying a local machine kills its background processes.
 func TestComputerLocalKillOnDestroy(t *testing.T) {
-	e := newTestEnv(t, "", nil)
+	e := newTestServer(t, withHostEnv)
 	m := e.create(map[string]any{"provider": "local"})
 	e.exec(m.ID, map[string]any{"cmd": "sleep 41999 &"})
 	hasSleep := func() bool {
@@ -1095,7 +1009,7 @@ func TestComputerLocalKillOnDestroy(t *testing.T) {
 	if !hasSleep() {
 		t.Fatal("background process not running")
 	}
-	e.json("DELETE", "/v1/computers/"+m.ID, nil, 204, nil)
+	e.call("DELETE", "/v1/computers/"+m.ID, nil, 204, nil)
 	eventually(t, "the local machine's processes to die", func() bool { return !hasSleep() })
 }
 
@@ -1194,13 +1108,10 @@ func FuzzCheckArchive(f *testing.F) {
 	})
 }
 
-var _ = net.Dial
-
 // TestExecRefusesUnusableCwdAndUser: a NUL or newline in cwd or user, or a user read as an engine flag,
 // is the caller's mistake (422), not a failure of the mechanism (500).
 func TestExecRefusesUnusableCwdAndUser(t *testing.T) {
-	e := newTestEnv(t, "", nil)
-	defer e.close()
+	e := newTestServer(t, withHostEnv)
 	m := e.create(map[string]any{"provider": "local"})
 	for _, b := range []map[string]any{
 		{"cmd": "true", "cwd": "/work/a\x00b"},
@@ -1216,8 +1127,7 @@ func TestExecRefusesUnusableCwdAndUser(t *testing.T) {
 // TestExposePortAfterConcurrentStop: an expose that waited for a stop to finish must see the stopped
 // machine, not save its stale running record back (which resurrected the computer as running).
 func TestExposePortAfterConcurrentStop(t *testing.T) {
-	e := newTestEnv(t, "", nil)
-	defer e.close()
+	e := newTestServer(t, withHostEnv)
 	m := e.create(map[string]any{"provider": "local"})
 	c := e.s.computers
 	rt := c.runtime(m.ID)
@@ -1268,13 +1178,12 @@ func (g *gatedLocal) start(ctx context.Context, m *ComputerInfo) error {
 // TestComputerStartQuotaIsAtomic: two starts racing for the last live slot cannot both pass the
 // maxComputers count (the first was still stopped in the record when the second counted).
 func TestComputerStartQuotaIsAtomic(t *testing.T) {
-	e := newTestEnv(t, "", func(c *config) { c.MaxComputers = 1 })
-	defer e.close()
+	e := newTestServer(t, withHostEnv, func(c *testSetup) { c.MaxComputers = 1 })
 	c := e.s.computers
 	a := e.create(map[string]any{"provider": "local"})
-	e.json("POST", "/v1/computers/"+a.ID+"/stop", nil, 200, nil)
+	e.call("POST", "/v1/computers/"+a.ID+"/stop", nil, 200, nil)
 	b := e.create(map[string]any{"provider": "local"})
-	e.json("POST", "/v1/computers/"+b.ID+"/stop", nil, 200, nil)
+	e.call("POST", "/v1/computers/"+b.ID+"/stop", nil, 200, nil)
 	quiesce(c)
 	var g *gatedLocal
 	for i, p := range c.providers {
@@ -1320,17 +1229,16 @@ func TestComputerStartQuotaIsAtomic(t *testing.T) {
 // TestComputerLocalWorkdirDotDot: a workdir climbing out of /work with `..` is not mapped onto the host
 // (it created directories anywhere the server could write).
 func TestComputerLocalWorkdirDotDot(t *testing.T) {
-	e := newTestEnv(t, "", nil)
-	defer e.close()
+	e := newTestServer(t, withHostEnv)
 	outside := filepath.Join(t.TempDir(), "escaped")
 	wd := "/work/" + strings.Repeat("../", 30) + strings.TrimPrefix(outside, "/")
-	st, body := e.do("POST", "/v1/computers", map[string]any{"provider": "local", "workdir": wd})
+	r := e.do("POST", "/v1/computers", map[string]any{"provider": "local", "workdir": wd})
 	if _, err := os.Stat(outside); err == nil {
-		t.Fatalf("workdir %s created %s on the host (answer %d %s)", wd, outside, st, body)
+		t.Fatalf("workdir %s created %s on the host (answer %d %s)", wd, outside, r.status, r.body)
 	}
 	// It is judged where it lands: here inside the guest /tmp, mapped under the machine's directory.
-	if st != 201 || strings.Contains(string(body), "..") {
-		t.Fatalf("create with workdir %s: %d %s, want the cleaned workdir", wd, st, body)
+	if r.status != 201 || strings.Contains(string(r.body), "..") {
+		t.Fatalf("create with workdir %s: %d %s, want the cleaned workdir", wd, r.status, r.body)
 	}
 }
 
@@ -1356,8 +1264,7 @@ func (r *racingLocal) owned(ctx context.Context) (map[string]bool, error) {
 // TestReconcileDoesNotOrphanFreshMachines: a machine created while reconcile runs is not taken for an
 // orphan and reaped by the next sweep.
 func TestReconcileDoesNotOrphanFreshMachines(t *testing.T) {
-	e := newTestEnv(t, "", nil)
-	defer e.close()
+	e := newTestServer(t, withHostEnv)
 	c := e.s.computers
 	quiesce(c)
 	var r *racingLocal
@@ -1400,8 +1307,7 @@ func TestCheckEngineArgsMountTargets(t *testing.T) {
 // TestReaperSparesMachineUsedWhileWaiting: an exec that starts while the reaper waits for the machine's
 // lifecycle lock keeps an idle machine alive.
 func TestReaperSparesMachineUsedWhileWaiting(t *testing.T) {
-	e := newTestEnv(t, "", nil)
-	defer e.close()
+	e := newTestServer(t, withHostEnv)
 	c := e.s.computers
 	m := e.create(map[string]any{"provider": "local", "idleTimeoutSec": 5})
 	base := time.Now()
@@ -1441,12 +1347,11 @@ func quiesce(c *computerService) {
 // held no record at start) runs while the server answers, so every record it sees was made by this
 // process. It must neither destroy a machine being created nor undo a stop made meanwhile.
 func TestComputerBackgroundReconcileLeavesNewRecordsAlone(t *testing.T) {
-	e := newTestEnv(t, "", nil)
-	defer e.close()
+	e := newTestServer(t, withHostEnv)
 	c := e.s.computers
 	quiesce(c)
 	stopped := e.create(map[string]any{"provider": "local"})
-	e.json("POST", "/v1/computers/"+stopped.ID+"/stop", nil, 200, nil)
+	e.call("POST", "/v1/computers/"+stopped.ID+"/stop", nil, 200, nil)
 	// A record inserted by a create whose machine does not exist yet.
 	now := timestamp(time.Now())
 	creating := ComputerInfo{ID: "cmp_beingcreated0001", Name: "new", Provider: "local", State: stateCreating,

@@ -36,7 +36,7 @@ func TestDoctor(t *testing.T) {
 		t.Fatalf("no token-less warning: %s", res.body)
 	}
 
-	withToken := newTestServer(t, func(c *config) { c.Token = "t" })
+	withToken := newTestServer(t, func(c *testSetup) { c.Token = "t" })
 	res = withToken.do("GET", "/v1/doctor", nil, "Authorization", "Bearer t")
 	if res.status != 200 || strings.Contains(string(res.body), "AGENT_TOKEN") {
 		t.Fatalf("token warning with a token set: %s", res.body)

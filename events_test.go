@@ -4,7 +4,6 @@ import (
 	"archive/tar"
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -14,56 +13,6 @@ import (
 	"golang.org/x/net/websocket"
 )
 
-func wsURL(httpURL string) string { return "ws" + strings.TrimPrefix(httpURL, "http") }
-
-// tryDialEvents opens a WebSocket; origin "" means the server's own origin.
-func tryDialEvents(url, origin string) (*websocket.Conn, error) {
-	if origin == "" {
-		origin = url[:strings.Index(url, "/v1")]
-	}
-	return websocket.Dial(wsURL(url), "", origin)
-}
-
-func dialEvents(t testing.TB, url, origin string) *websocket.Conn {
-	t.Helper()
-	c, err := tryDialEvents(url, origin)
-	if err != nil {
-		t.Fatalf("dial %s: %v", url, err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
-}
-
-// frame reads one JSON frame with a deadline.
-func frame(t testing.TB, c *websocket.Conn) map[string]any {
-	t.Helper()
-	c.SetReadDeadline(time.Now().Add(10 * time.Second))
-	var m map[string]any
-	if err := websocket.JSON.Receive(c, &m); err != nil {
-		t.Fatalf("read frame: %v", err)
-	}
-	return m
-}
-
-func sendFrame(t testing.TB, c *websocket.Conn, v any) {
-	t.Helper()
-	if err := websocket.JSON.Send(c, v); err != nil {
-		t.Fatalf("send frame: %v", err)
-	}
-}
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
 func TestEventsHelloPingSubscribeReplay(t *testing.T) {
 	ts := newTestServer(t)
 	// History published before the client connects.
@@ -71,7 +20,7 @@ func TestEventsHelloPingSubscribeReplay(t *testing.T) {
 	ts.s.hub.publish("triggers", "agent_created", map[string]any{"name": "a"})
 	ts.s.hub.publish("runs", "run_started", map[string]any{"runId": "run_1"})
 
-	c := dialEvents(t, ts.url+"/v1/events", "")
+	c := ts.dial("/v1/events", "")
 	hello := frame(t, c)
 	payload, _ := hello["payload"].(map[string]any)
 	if hello["type"] != "hello" || hello["topic"] != "providers" || hello["at"] == "" || payload == nil {
@@ -130,9 +79,9 @@ func TestEventsHelloPingSubscribeReplay(t *testing.T) {
 
 func TestEventsWithoutSubscribeGetEverything(t *testing.T) {
 	ts := newTestServer(t)
-	c := dialEvents(t, ts.url+"/v1/events", "")
+	c := ts.dial("/v1/events", "")
 	frame(t, c) // hello
-	waitFor(t, "subscriber", func() bool { return ts.s.hub.subscribers() == 1 })
+	eventually(t, "subscriber", func() bool { return ts.s.hub.subscribers() == 1 })
 	for _, topic := range eventTopics {
 		ts.s.hub.publish(topic, "x", nil)
 	}
@@ -156,27 +105,17 @@ func TestEventsRingKeepsLast512(t *testing.T) {
 }
 
 func TestEventsOriginAndPlainGET(t *testing.T) {
-	ts := newTestServer(t, func(c *config) { c.CORSOrigins = []string{"https://app.example"} })
-	if _, err := tryDialEvents(ts.url+"/v1/events", "https://evil.example"); err == nil {
+	ts := newTestServer(t, func(c *testSetup) { c.CORSOrigins = []string{"https://app.example"} })
+	if _, err := ts.tryDial("/v1/events", "https://evil.example"); err == nil {
 		t.Fatal("a foreign origin was accepted")
 	}
-	c := dialEvents(t, ts.url+"/v1/events", "https://app.example")
+	c := ts.dial("/v1/events", "https://app.example")
 	if f := frame(t, c); f["type"] != "hello" {
 		t.Fatal("no hello for a listed origin")
 	}
 	// No Origin at all (curl, CLIs) is accepted: a raw upgrade without the header.
-	req, _ := http.NewRequest("GET", ts.url+"/v1/events", nil)
-	for k, v := range map[string]string{"Upgrade": "websocket", "Connection": "Upgrade",
-		"Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==", "Sec-WebSocket-Version": "13"} {
-		req.Header.Set(k, v)
-	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res.Body.Close()
-	if res.StatusCode != http.StatusSwitchingProtocols {
-		t.Fatalf("upgrade without Origin: %d", res.StatusCode)
+	if r := ts.do("GET", "/v1/events", nil, upgradeHeaders()...); r.status != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade without Origin: %d", r.status)
 	}
 	// A plain GET gets the envelope, not a bare 400.
 	if r := ts.do("GET", "/v1/events", nil); r.status != 422 || r.errCode(t) != codeSpecInvalid {
@@ -186,8 +125,8 @@ func TestEventsOriginAndPlainGET(t *testing.T) {
 
 func TestEventsClientThatNeverReads(t *testing.T) {
 	ts := newTestServer(t)
-	stuck := dialEvents(t, ts.url+"/v1/events", "")
-	waitFor(t, "subscriber", func() bool { return ts.s.hub.subscribers() == 1 })
+	stuck := ts.dial("/v1/events", "")
+	eventually(t, "subscriber", func() bool { return ts.s.hub.subscribers() == 1 })
 
 	// The publisher never blocks: thousands of large events go out while the client reads nothing.
 	big := strings.Repeat("x", 32<<10)
@@ -204,7 +143,7 @@ func TestEventsClientThatNeverReads(t *testing.T) {
 		t.Fatal("the publisher blocked on a client that does not read")
 	}
 	// The client is dropped and its socket closed by the server.
-	waitFor(t, "the stuck client to be dropped", func() bool { return ts.s.hub.subscribers() == 0 })
+	eventually(t, "the stuck client to be dropped", func() bool { return ts.s.hub.subscribers() == 0 })
 	stuck.SetReadDeadline(time.Now().Add(20 * time.Second))
 	var err error
 	for err == nil {
@@ -215,7 +154,7 @@ func TestEventsClientThatNeverReads(t *testing.T) {
 		t.Fatalf("the server did not close the stuck socket: %v", err)
 	}
 	// The server goes on serving sockets and HTTP.
-	c := dialEvents(t, ts.url+"/v1/events", "")
+	c := ts.dial("/v1/events", "")
 	frame(t, c)
 	sendFrame(t, c, map[string]any{"type": "ping"})
 	if f := frame(t, c); f["type"] != "pong" {
@@ -242,7 +181,7 @@ func TestEventsThousandClients(t *testing.T) {
 		go func(i int) {
 			defer wg.Done()
 			defer func() { <-sem }()
-			c, err := tryDialEvents(ts.url+"/v1/events", "")
+			c, err := ts.tryDial("/v1/events", "")
 			if err != nil {
 				errs <- err
 				return
@@ -265,7 +204,7 @@ func TestEventsThousandClients(t *testing.T) {
 			t.Fatalf("hello %v", f)
 		}
 	}
-	waitFor(t, "1,000 subscribers", func() bool { return ts.s.hub.subscribers() == n })
+	eventually(t, "1,000 subscribers", func() bool { return ts.s.hub.subscribers() == n })
 	ts.s.hub.publish("triggers", "agent_created", map[string]any{"name": "everyone"})
 	for i, c := range clients {
 		f := frame(t, c)
@@ -284,45 +223,22 @@ func TestEventsThousandClients(t *testing.T) {
 // refusal is the contract's envelope rather than x/net/websocket's bare 400.
 func TestEventsUpgradeAnswersCarryTheVersion(t *testing.T) {
 	ts := newTestServer(t)
-	upgrade := func(mod map[string]string) *http.Response {
-		t.Helper()
-		req, _ := http.NewRequest("GET", ts.url+"/v1/events", nil)
-		h := map[string]string{"Upgrade": "websocket", "Connection": "Upgrade",
-			"Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==", "Sec-WebSocket-Version": "13"}
-		for k, v := range mod {
-			h[k] = v
-		}
-		for k, v := range h {
-			if v != "" {
-				req.Header.Set(k, v)
-			}
-		}
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { res.Body.Close() })
-		return res
-	}
 	for name, tc := range map[string]struct {
-		mod    map[string]string
+		mod    []string
 		status int
 	}{
 		"accepted":            {nil, http.StatusSwitchingProtocols},
-		"several subprotocol": {map[string]string{"Sec-WebSocket-Protocol": "a, b"}, http.StatusSwitchingProtocols},
-		"old version":         {map[string]string{"Sec-WebSocket-Version": "8"}, 422},
-		"no key":              {map[string]string{"Sec-WebSocket-Key": ""}, 422},
-		"no Connection":       {map[string]string{"Connection": ""}, 422},
+		"several subprotocol": {[]string{"Sec-WebSocket-Protocol", "a, b"}, http.StatusSwitchingProtocols},
+		"old version":         {[]string{"Sec-WebSocket-Version", "8"}, 422},
+		"no key":              {[]string{"Sec-WebSocket-Key", ""}, 422},
+		"no Connection":       {[]string{"Connection", ""}, 422},
 	} {
-		res := upgrade(tc.mod)
-		if res.StatusCode != tc.status || res.Header.Get(versionHeader) != version {
-			t.Errorf("%s: %d, %s=%q", name, res.StatusCode, versionHeader, res.Header.Get(versionHeader))
+		r := ts.do("GET", "/v1/events", nil, append(upgradeHeaders(), tc.mod...)...)
+		if r.status != tc.status || r.header.Get(versionHeader) != version {
+			t.Errorf("%s: %d, %s=%q", name, r.status, versionHeader, r.header.Get(versionHeader))
 		}
-		if tc.status == 422 {
-			b, _ := io.ReadAll(res.Body)
-			if r := (response{status: res.StatusCode, body: b}); r.errCode(t) != codeSpecInvalid {
-				t.Errorf("%s: %s", name, b)
-			}
+		if tc.status == 422 && r.errCode(t) != codeSpecInvalid {
+			t.Errorf("%s: %s", name, r.body)
 		}
 	}
 }
@@ -331,9 +247,9 @@ func TestEventsUpgradeAnswersCarryTheVersion(t *testing.T) {
 func TestEventsSubscribeAfterLiveTrafficNoDuplicate(t *testing.T) {
 	ts := newTestServer(t)
 	ts.s.hub.publish("runs", "run_started", map[string]any{"runId": "run_old"})
-	c := dialEvents(t, ts.url+"/v1/events", "")
+	c := ts.dial("/v1/events", "")
 	frame(t, c) // hello
-	waitFor(t, "subscriber", func() bool { return ts.s.hub.subscribers() == 1 })
+	eventually(t, "subscriber", func() bool { return ts.s.hub.subscribers() == 1 })
 	ts.s.hub.publish("runs", "run_started", map[string]any{"runId": "run_live"})
 	if f := frame(t, c); f["payload"].(map[string]any)["runId"] != "run_live" {
 		t.Fatalf("live %v", f)
@@ -387,7 +303,7 @@ func TestEveryEventTypeIsPublished(t *testing.T) {
 		return scriptReply{text: "done"}
 	})
 	te := newE2E(t, so, "")
-	c := dialEvents(t, te.ts.URL+"/v1/events", "")
+	c := te.dial("/v1/events", "")
 	frame(t, c) // hello
 	sendFrame(t, c, map[string]any{"type": "subscribe", "topics": eventTopics})
 	var mu sync.Mutex
@@ -426,8 +342,8 @@ func TestEveryEventTypeIsPublished(t *testing.T) {
 	// runs: a run that asks for approval, answered.
 	go te.do("POST", "/v1/agents/ev/run", map[string]any{"input": "ask first"})
 	var apr string
-	pollUntil(t, "an approval", func() bool {
-		_, list := te.do("GET", "/v1/approvals", nil)
+	eventually(t, "an approval", func() bool {
+		list := te.do("GET", "/v1/approvals", nil).json(t)
 		if aps := list["approvals"].([]any); len(aps) > 0 {
 			apr = aps[0].(map[string]any)["approvalId"].(string)
 		}
@@ -436,16 +352,14 @@ func TestEveryEventTypeIsPublished(t *testing.T) {
 	te.do("POST", "/v1/approvals/"+apr, map[string]any{"approve": false})
 
 	// computers and the reaper.
-	_, m := te.do("POST", "/v1/computers", map[string]any{"name": "evbox"})
+	m := te.do("POST", "/v1/computers", map[string]any{"name": "evbox"}).json(t)
 	id := m["id"].(string)
 	te.do("POST", "/v1/computers/"+id+"/stop", nil)
 	te.do("POST", "/v1/computers/"+id+"/start", nil)
 	te.do("POST", "/v1/computers/"+id+"/ports", map[string]any{"port": 8080})
-	if code, _, out := te.trig("POST", "/v1/computers/"+id+"/fs/upload?path=/work", string(tarGz(t, []tar.Header{{Name: "a.txt", Typeflag: tar.TypeReg}}, map[string]string{"a.txt": "x"}))); code != 200 {
-		t.Fatalf("upload: %d %v", code, out)
-	}
+	te.call("POST", "/v1/computers/"+id+"/fs/upload?path=/work", tarGz(t, []tar.Header{{Name: "a.txt", Typeflag: tar.TypeReg}}, map[string]string{"a.txt": "x"}), 200, nil)
 	te.do("DELETE", "/v1/computers/"+id, nil)
-	_, m = te.do("POST", "/v1/computers", map[string]any{"name": "idlebox", "idleTimeoutSec": 1})
+	m = te.do("POST", "/v1/computers", map[string]any{"name": "idlebox", "idleTimeoutSec": 1}).json(t)
 	te.s.computers.setNow(func() time.Time { return time.Now().Add(time.Hour) })
 	te.s.computers.sweep(context.Background())
 	te.s.computers.setNow(time.Now)
@@ -456,7 +370,7 @@ func TestEveryEventTypeIsPublished(t *testing.T) {
 	te.s.models.mu.Unlock()
 	te.do("GET", "/v1/models", nil)
 	so.Close()
-	pollUntil(t, "provider_changed", func() bool { te.do("GET", "/v1/models", nil); return saw("provider_changed") })
+	eventually(t, "provider_changed", func() bool { te.do("GET", "/v1/models", nil); return saw("provider_changed") })
 
 	want := []string{"agent_created", "agent_updated", "agent_deleted", "triggers_synced", "cron_fired", "cron_skipped",
 		"run_started", "run_finished", "approval_required", "approval_answered",

@@ -289,11 +289,7 @@ func TestEndToEnd(t *testing.T) {
 	}
 
 	// The socket, authenticated by query token, subscribed to triggers.
-	ws, err := websocket.Dial(wsURL(base)+"/v1/events?token=e2e-token", "", base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ws.Close()
+	ws := ts.dial("/v1/events?token=e2e-token", "")
 	if f := frame(t, ws); f["type"] != "hello" {
 		t.Fatalf("hello %v", f)
 	}
@@ -321,7 +317,7 @@ func TestEndToEnd(t *testing.T) {
 	}
 	ws.SetReadDeadline(time.Now().Add(10 * time.Second))
 	var b []byte
-	err = nil
+	var err error
 	for err == nil { // frames already sent before the shutdown may still be read
 		err = websocket.Message.Receive(ws, &b)
 	}
@@ -442,7 +438,7 @@ func TestKill9LosesNoAcknowledgedWrite(t *testing.T) {
 			}
 		}(w)
 	}
-	waitFor(t, "a burst of acknowledged writes", func() bool {
+	eventually(t, "a burst of acknowledged writes", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(acked) >= 300
@@ -536,11 +532,7 @@ func TestSIGTERMShutsDownCleanly(t *testing.T) {
 		t.Fatal("child did not start")
 	}
 	base := "http://" + addr
-	ws, err := websocket.Dial(wsURL(base)+"/v1/events", "", base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ws.Close()
+	ws := (&testServer{t: t, url: base}).dial("/v1/events", "")
 	frame(t, ws)
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)

@@ -90,18 +90,12 @@ func BenchmarkRouterChat(b *testing.B) {
 // validation, router, adapter, encode) against the same fake.
 func BenchmarkChatEndpoint(b *testing.B) {
 	ts := zeroLatencyOpenAI(b, 0)
-	_, api := newTestAPI(b, map[string]string{"OPENAI_API_KEY": "sk-bench-1234567890", "OPENAI_BASE_URL": ts.URL}, nil)
-	client := &http.Client{}
+	api := newModelServer(b, map[string]string{"OPENAI_API_KEY": "sk-bench-1234567890", "OPENAI_BASE_URL": ts.URL})
 	d := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		t0 := time.Now()
-		resp, err := client.Post(api.URL+"/v1/models/chat", "application/json", strings.NewReader(benchBody))
-		if err != nil || resp.StatusCode != 200 {
-			b.Fatal(err, resp.StatusCode)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
+		api.call("POST", "/v1/models/chat", benchBody, 200, nil)
 		d = append(d, time.Since(t0))
 	}
 	percentiles(b, d)
@@ -113,19 +107,12 @@ func BenchmarkChatEndpoint(b *testing.B) {
 func BenchmarkChatStreamPerEvent(b *testing.B) {
 	const deltas = 1000
 	ts := zeroLatencyOpenAI(b, deltas)
-	_, api := newTestAPI(b, map[string]string{"OPENAI_API_KEY": "sk-bench-1234567890", "OPENAI_BASE_URL": ts.URL}, nil)
-	client := &http.Client{}
+	api := newModelServer(b, map[string]string{"OPENAI_API_KEY": "sk-bench-1234567890", "OPENAI_BASE_URL": ts.URL})
 	body := `{"model":"openai/gpt-4o","messages":[{"role":"user","content":"count"}]}`
 	b.ResetTimer()
 	start := time.Now()
 	for i := 0; i < b.N; i++ {
-		resp, err := client.Post(api.URL+"/v1/models/chat/stream", "application/json", strings.NewReader(body))
-		if err != nil {
-			b.Fatal(err)
-		}
-		n, _ := io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if n < deltas*50 {
+		if n := len(api.do("POST", "/v1/models/chat/stream", body).body); n < deltas*50 {
 			b.Fatalf("short stream: %d bytes", n)
 		}
 	}
@@ -141,7 +128,8 @@ func BenchmarkListModelsBlackHoles(b *testing.B) {
 		"OPENAI_API_KEY": "k-1234567890", "OPENAI_BASE_URL": hole(),
 		"GROQ_API_KEY": "k-1234567890", "GROQ_BASE_URL": hole(),
 	}
-	s, api := newTestAPI(b, env, nil)
+	api := newModelServer(b, env)
+	s := api.s
 	s.models.probeTimeout = 2 * time.Second
 	d := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
@@ -150,12 +138,7 @@ func BenchmarkListModelsBlackHoles(b *testing.B) {
 		s.models.probedAt = time.Time{}
 		s.models.mu.Unlock()
 		t0 := time.Now()
-		resp, err := http.Get(api.URL + "/v1/models")
-		if err != nil {
-			b.Fatal(err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
+		api.do("GET", "/v1/models", nil)
 		d = append(d, time.Since(t0))
 	}
 	percentiles(b, d)
@@ -164,17 +147,13 @@ func BenchmarkListModelsBlackHoles(b *testing.B) {
 // BenchmarkListModelsCached is the same listing served from the probe cache.
 func BenchmarkListModelsCached(b *testing.B) {
 	env := map[string]string{"OPENAI_API_KEY": "k-1234567890", "OPENAI_BASE_URL": blackHole(b)}
-	s, api := newTestAPI(b, env, nil)
+	api := newModelServer(b, env)
+	s := api.s
 	s.models.probeTimeout = 50 * time.Millisecond
 	s.models.statuses(context.Background())
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		resp, err := http.Get(api.URL + "/v1/models")
-		if err != nil {
-			b.Fatal(err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
+		api.do("GET", "/v1/models", nil)
 	}
 }
 
@@ -200,7 +179,7 @@ func BenchmarkStreamServerPerEvent(b *testing.B) {
 		fmt.Fprintf(&sse, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"tok%d \"},\"finish_reason\":null}]}\n\n", i)
 	}
 	sse.WriteString("data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n")
-	s, _ := newTestAPI(b, map[string]string{"OPENAI_API_KEY": "sk-bench-1234567890", "OPENAI_BASE_URL": "http://upstream.invalid/v1"}, nil)
+	s := newModelServer(b, map[string]string{"OPENAI_API_KEY": "sk-bench-1234567890", "OPENAI_BASE_URL": "http://upstream.invalid/v1"}).s
 	s.models.client = &http.Client{Transport: memTransport{body: sse.Bytes()}}
 	body := `{"model":"openai/gpt-4o","messages":[{"role":"user","content":"count"}]}`
 	b.ResetTimer()

@@ -1,10 +1,7 @@
 package main
 
 import (
-	"bufio"
-	"context"
 	"encoding/json"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -25,61 +22,11 @@ func openaiFake(t *testing.T) *fakeUpstream {
 	})
 }
 
-func postJSON(t *testing.T, url, body string) *http.Response {
-	t.Helper()
-	resp, err := http.Post(url, "application/json", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp
-}
-
-func decodeResp(t *testing.T, resp *http.Response, v any) {
-	t.Helper()
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if err := json.Unmarshal(b, v); err != nil {
-		t.Fatalf("decode %s: %v", b, err)
-	}
-}
-
-// sseFrame is one parsed frame of a response stream.
-type sseFrame struct {
-	event string
-	data  string
-}
-
-func readFrames(t *testing.T, r io.Reader) []sseFrame {
-	var out []sseFrame
-	sc := bufio.NewScanner(r)
-	var cur sseFrame
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case line == "":
-			if cur.event != "" || cur.data != "" {
-				out = append(out, cur)
-			}
-			cur = sseFrame{}
-		case strings.HasPrefix(line, "event: "):
-			cur.event = strings.TrimPrefix(line, "event: ")
-		case strings.HasPrefix(line, "data: "):
-			cur.data = strings.TrimPrefix(line, "data: ")
-		}
-	}
-	return out
-}
-
 func TestChatEndpoint(t *testing.T) {
 	f := openaiFake(t)
-	_, ts := newTestAPI(t, openaiEnv(f), nil)
-	resp := postJSON(t, ts.URL+"/v1/models/chat", `{"model":"openai/gpt-4o","messages":[{"role":"user","content":"capital of France?"}],"maxTokens":100}`)
-	if resp.StatusCode != 200 {
-		b, _ := io.ReadAll(resp.Body)
-		t.Fatalf("%d %s", resp.StatusCode, b)
-	}
+	ts := newModelServer(t, openaiEnv(f))
 	var cr ChatResponse
-	decodeResp(t, resp, &cr)
+	ts.call("POST", "/v1/models/chat", `{"model":"openai/gpt-4o","messages":[{"role":"user","content":"capital of France?"}],"maxTokens":100}`, 200, &cr)
 	if cr.Text != "The capital of France is Paris." || cr.Model != "openai/gpt-4o" || cr.Usage.CostUSD <= 0 || cr.ToolCalls == nil || cr.FinishReason != "stop" {
 		t.Fatalf("%+v", cr)
 	}
@@ -87,7 +34,7 @@ func TestChatEndpoint(t *testing.T) {
 
 func TestChatEndpointValidation(t *testing.T) {
 	f := openaiFake(t)
-	_, ts := newTestAPI(t, openaiEnv(f), nil)
+	ts := newModelServer(t, openaiEnv(f))
 	for _, body := range []string{
 		`{"model":"openai/gpt-4o","messages":[]}`,
 		`{"model":"openai/gpt-4o"}`,
@@ -104,11 +51,11 @@ func TestChatEndpointValidation(t *testing.T) {
 		`{"model":"openai/gpt-4o","messages":[{"role":"user","content":"x"}],"tools":[{"name":"ls","description":"a"},{"name":"ls","description":"b"}]}`,
 	} {
 		for _, path := range []string{"/v1/models/chat", "/v1/models/chat/stream"} {
-			resp := postJSON(t, ts.URL+path, body)
+			r := ts.do("POST", path, body)
 			var e struct{ Error apiError }
-			decodeResp(t, resp, &e)
-			if resp.StatusCode != 422 || e.Error.Code != codeSpecInvalid || e.Error.Message == "" {
-				t.Errorf("%s %s: %d %+v", path, body, resp.StatusCode, e)
+			r.decode(t, &e)
+			if r.status != 422 || e.Error.Code != codeSpecInvalid || e.Error.Message == "" {
+				t.Errorf("%s %s: %d %+v", path, body, r.status, e)
 			}
 		}
 	}
@@ -119,14 +66,12 @@ func TestChatEndpointValidation(t *testing.T) {
 
 func TestChatEndpointConfigCeilingBeforeUpstream(t *testing.T) {
 	f := openaiFake(t)
-	_, ts := newTestAPI(t, openaiEnv(f), func(c *config) { c.MaxCostUSD = 0.001 })
+	ts := newModelServer(t, openaiEnv(f), func(c *testSetup) { c.MaxCostUSD = 0.001 })
 	body := `{"model":"openai/gpt-4o","messages":[{"role":"user","content":"hi"}],"maxTokens":100000}`
 	for _, path := range []string{"/v1/models/chat", "/v1/models/chat/stream"} {
-		resp := postJSON(t, ts.URL+path, body)
-		var e struct{ Error apiError }
-		decodeResp(t, resp, &e)
-		if resp.StatusCode != 429 || e.Error.Code != codeBudgetExceeded || resp.Header.Get("Content-Type") != "application/json" {
-			t.Fatalf("%s: %d %+v", path, resp.StatusCode, e)
+		r := ts.do("POST", path, body)
+		if r.status != 429 || r.errCode(t) != codeBudgetExceeded || r.header.Get("Content-Type") != "application/json" {
+			t.Fatalf("%s: %d %s", path, r.status, r.body)
 		}
 	}
 	if n := len(f.requests()); n != 0 {
@@ -136,15 +81,10 @@ func TestChatEndpointConfigCeilingBeforeUpstream(t *testing.T) {
 
 func TestChatStreamEndpoint(t *testing.T) {
 	f := openaiFake(t)
-	_, ts := newTestAPI(t, openaiEnv(f), nil)
-	resp := postJSON(t, ts.URL+"/v1/models/chat/stream", `{"model":"openai/gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}`)
-	defer resp.Body.Close()
-	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" {
-		t.Fatalf("%d %v", resp.StatusCode, resp.Header)
-	}
-	frames := readFrames(t, resp.Body)
+	ts := newModelServer(t, openaiEnv(f))
+	s := ts.sse("POST", "/v1/models/chat/stream", `{"model":"openai/gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}`)
 	var types []string
-	for _, fr := range frames {
+	for fr, ok := s.frame(); ok; fr, ok = s.frame() {
 		if fr.event != "" {
 			types = append(types, "event:"+fr.event)
 			continue
@@ -165,10 +105,11 @@ func TestChatStreamEndpoint(t *testing.T) {
 
 func TestChatStreamEndpointErrorAfterOutput(t *testing.T) {
 	f := newFake(t, func(w http.ResponseWriter, n int, r recorded) { resetAfter(w, wireSpecs[0].before+wireSpecs[0].output) })
-	_, ts := newTestAPI(t, openaiEnv(f), nil)
-	resp := postJSON(t, ts.URL+"/v1/models/chat/stream", `{"model":"openai/gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}`)
-	defer resp.Body.Close()
-	frames := readFrames(t, resp.Body)
+	s := newModelServer(t, openaiEnv(f)).sse("POST", "/v1/models/chat/stream", `{"model":"openai/gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}`)
+	var frames []sseFrame
+	for fr, ok := s.frame(); ok; fr, ok = s.frame() {
+		frames = append(frames, fr)
+	}
 	n := len(frames)
 	if n < 3 || frames[n-2].event != "error" || frames[n-1].event != "done" || !strings.Contains(frames[n-2].data, codeModelError) {
 		t.Fatalf("frames: %+v", frames)
@@ -185,26 +126,9 @@ func TestChatStreamClientDisconnectCancelsUpstream(t *testing.T) {
 		<-r.Ctx.Done()
 		close(cancelled)
 	})
-	_, ts := newTestAPI(t, openaiEnv(f), nil)
-	ctx, cancel := context.WithCancel(context.Background())
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, ts.URL+"/v1/models/chat/stream",
-		strings.NewReader(`{"model":"openai/gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}`))
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	br := bufio.NewReader(resp.Body)
-	for { // read until the first text delta arrived, then hang up
-		line, err := br.ReadString('\n')
-		if err != nil {
-			t.Fatal(err)
-		}
-		if strings.Contains(line, "text_delta") {
-			break
-		}
-	}
-	cancel()
-	resp.Body.Close()
+	s := newModelServer(t, openaiEnv(f)).sse("POST", "/v1/models/chat/stream", `{"model":"openai/gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}`)
+	s.until(t, "text_delta") // the first text delta arrived: hang up
+	s.close()
 	select {
 	case <-cancelled:
 	case <-time.After(10 * time.Second):
@@ -214,16 +138,11 @@ func TestChatStreamClientDisconnectCancelsUpstream(t *testing.T) {
 
 func TestListModelsEndpoint(t *testing.T) {
 	f := openaiFake(t)
-	_, ts := newTestAPI(t, openaiEnv(f), nil)
-	resp, err := http.Get(ts.URL + "/v1/models")
-	if err != nil {
-		t.Fatal(err)
-	}
 	var out struct {
 		Models    []ModelInfo    `json:"models"`
 		Providers []providerView `json:"providers"`
 	}
-	decodeResp(t, resp, &out)
+	newModelServer(t, openaiEnv(f)).do("GET", "/v1/models", nil).decode(t, &out)
 	if len(out.Providers) != len(providerTable) {
 		t.Fatalf("providers: %+v", out.Providers)
 	}
@@ -257,14 +176,12 @@ func TestListModelsEndpoint(t *testing.T) {
 // the same status and JSON envelope as the non-streamed endpoint, not a 200 stream carrying an error.
 func TestChatStreamEndpointPreflightRefusalIsPlainError(t *testing.T) {
 	f := openaiFake(t)
-	_, ts := newTestAPI(t, openaiEnv(f), nil)
+	ts := newModelServer(t, openaiEnv(f))
 	body := `{"model":"anthropic/claude-sonnet-4-5","messages":[{"role":"user","content":"hi"}]}`
 	for _, path := range []string{"/v1/models/chat", "/v1/models/chat/stream"} {
-		resp := postJSON(t, ts.URL+path, body)
-		var e struct{ Error apiError }
-		decodeResp(t, resp, &e)
-		if resp.StatusCode != 401 || e.Error.Code != codeNoCredentials || resp.Header.Get("Content-Type") != "application/json" {
-			t.Fatalf("%s: %d %s %+v", path, resp.StatusCode, resp.Header.Get("Content-Type"), e)
+		r := ts.do("POST", path, body)
+		if r.status != 401 || r.errCode(t) != codeNoCredentials || r.header.Get("Content-Type") != "application/json" {
+			t.Fatalf("%s: %d %s %s", path, r.status, r.header.Get("Content-Type"), r.body)
 		}
 	}
 	if n := len(f.chatRequests()); n != 0 {

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 )
 
 // selfHostedServer is an OpenAI-compatible server of the user's own (vLLM, llama.cpp): it serves one
@@ -60,11 +59,9 @@ func (s *selfHostedServer) seen() ([]string, []string) {
 // serverWithEnv starts the real server with exactly this model environment.
 func serverWithEnv(t *testing.T, env map[string]string) *testServer {
 	t.Helper()
-	cfg := defaultConfig()
-	cfg.Home = t.TempDir()
-	cfg.ComputerProvider = "local"
-	cfg.getenv = func(k string) string { return env[k] }
-	return newTestServerWith(t, cfg, time.Now)
+	return newTestServer(t, func(c *testSetup) {
+		c.ComputerProvider, c.getenv = "local", func(k string) string { return env[k] }
+	})
 }
 
 func TestSelfHostedBaseURLAndNoKey(t *testing.T) {

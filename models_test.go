@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -19,27 +17,6 @@ import (
 )
 
 // ---- helpers shared by the model tests ----
-
-// closedURL is a loopback URL nothing listens on (connection refused at once).
-func closedURL(t testing.TB) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return "http://" + addr
-}
-
-// hermeticEnv points the keyless providers at a closed port so no test ever reaches a real ollama or
-// LM Studio on this machine; keyed providers stay off unless the test sets their key.
-func hermeticEnv(t testing.TB, env map[string]string) map[string]string {
-	out := map[string]string{"OLLAMA_BASE_URL": closedURL(t), "LMSTUDIO_BASE_URL": closedURL(t)}
-	for k, v := range env {
-		out[k] = v
-	}
-	return out
-}
 
 // sleepRecorder replaces the retry sleep: it records the delays and returns at once.
 type sleepRecorder struct {
@@ -63,7 +40,7 @@ func (r *sleepRecorder) get() []time.Duration {
 // newTestModels builds a model service over a bare server with the given environment and config.
 func newTestModels(t testing.TB, env map[string]string, edit func(*config)) (*modelService, *sleepRecorder) {
 	t.Helper()
-	env = hermeticEnv(t, env)
+	env = hermeticEnv(env)
 	cfg := defaultConfig()
 	cfg.getenv = func(k string) string { return env[k] }
 	if edit != nil {
@@ -81,28 +58,14 @@ func newTestModels(t testing.TB, env map[string]string, edit func(*config)) (*mo
 	return m, rec
 }
 
-// newTestAPI runs the whole server on loopback with the given provider environment.
-func newTestAPI(t testing.TB, env map[string]string, edit func(*config)) (*server, *httptest.Server) {
+// newModelServer is a test server whose model providers see env; retries do not sleep and a probe gives
+// up after 0.5 s.
+func newModelServer(t testing.TB, env map[string]string, opts ...testOption) *testServer {
 	t.Helper()
-	env = hermeticEnv(t, env)
-	cfg := defaultConfig()
-	cfg.Home = t.TempDir()
-	cfg.getenv = func(k string) string { return env[k] }
-	if edit != nil {
-		edit(&cfg)
-	}
-	s, err := newServer(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), time.Now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.models.sleep = (&sleepRecorder{}).sleep
-	s.models.probeTimeout = 500 * time.Millisecond
-	ts := httptest.NewServer(s)
-	t.Cleanup(func() {
-		ts.Close()
-		s.Close(context.Background())
-	})
-	return s, ts
+	ts := newTestServer(t, append(opts, withEnv(env))...)
+	ts.s.models.sleep = (&sleepRecorder{}).sleep
+	ts.s.models.probeTimeout = 500 * time.Millisecond
+	return ts
 }
 
 // recorded is one request the fake upstream saw.

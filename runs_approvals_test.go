@@ -51,7 +51,7 @@ func lastToolResult(m *fakeModel) ContentPart {
 
 func TestApprovalApprove(t *testing.T) {
 	m := &fakeModel{script: shellThenDone("echo approved-ran")}
-	te := newRunEnv(t, m, nil)
+	te := newTestServer(t, withFakeModel(m))
 	te.putAgent(askSpec("asker"))
 	sub, _ := te.s.hub.subscribe()
 	defer te.s.hub.unsubscribe(sub)
@@ -65,7 +65,7 @@ func TestApprovalApprove(t *testing.T) {
 		t.Fatalf("approval_required %v", ev)
 	}
 	// The events socket got it too, as a PendingApproval.
-	pollUntil(t, "approval_required on the runs topic", func() bool {
+	eventually(t, "approval_required on the runs topic", func() bool {
 		for {
 			select {
 			case e := <-sub.ch:
@@ -77,14 +77,13 @@ func TestApprovalApprove(t *testing.T) {
 			}
 		}
 	})
-	code, list := te.do("GET", "/v1/approvals", nil)
+	list := te.call("GET", "/v1/approvals", nil, 200, nil).json(t)
 	aps := list["approvals"].([]any)
-	if code != 200 || len(aps) != 1 || aps[0].(map[string]any)["approvalId"] != id || aps[0].(map[string]any)["expiresAt"] == "" {
+	if len(aps) != 1 || aps[0].(map[string]any)["approvalId"] != id || aps[0].(map[string]any)["expiresAt"] == "" {
 		t.Fatalf("list %v", list)
 	}
-	code, ans := te.do("POST", "/v1/approvals/"+id, map[string]any{"approve": true})
-	if code != 200 || ans["approved"] != true || ans["remembered"] != false || ans["approvalId"] != id {
-		t.Fatalf("answer %d %v", code, ans)
+	if ans := te.call("POST", "/v1/approvals/"+id, map[string]any{"approve": true}, 200, nil).json(t); ans["approved"] != true || ans["remembered"] != false || ans["approvalId"] != id {
+		t.Fatalf("answer %v", ans)
 	}
 	end := s.until(t, "run_end")["result"].(map[string]any)
 	if end["stopReason"] != "complete" {
@@ -94,24 +93,20 @@ func TestApprovalApprove(t *testing.T) {
 		t.Fatalf("tool result %+v", tr)
 	}
 	// Answered twice: the approval is gone.
-	code, again := te.do("POST", "/v1/approvals/"+id, map[string]any{"approve": true})
-	if code != 404 || again["error"].(map[string]any)["code"] != "E_APPROVAL_NOT_FOUND" {
-		t.Fatalf("second answer %d %v", code, again)
-	}
-	if _, list := te.do("GET", "/v1/approvals", nil); len(list["approvals"].([]any)) != 0 {
+	te.wantError("POST", "/v1/approvals/"+id, map[string]any{"approve": true}, 404, "E_APPROVAL_NOT_FOUND") // a second answer
+	if list := te.do("GET", "/v1/approvals", nil).json(t); len(list["approvals"].([]any)) != 0 {
 		t.Fatalf("still listed %v", list)
 	}
 }
 
 func TestApprovalDeny(t *testing.T) {
 	m := &fakeModel{script: shellThenDone("touch /work/should-not-exist")}
-	te := newRunEnv(t, m, nil)
+	te := newTestServer(t, withFakeModel(m))
 	te.putAgent(askSpec("asker"))
 	s := te.stream("asker", map[string]any{"input": "x"})
 	id := s.until(t, "approval_required")["approvalId"].(string)
-	code, ans := te.do("POST", "/v1/approvals/"+id, map[string]any{"approve": false, "remember": true})
-	if code != 200 || ans["approved"] != false || ans["remembered"] != false {
-		t.Fatalf("deny %d %v", code, ans)
+	if ans := te.call("POST", "/v1/approvals/"+id, map[string]any{"approve": false, "remember": true}, 200, nil).json(t); ans["approved"] != false || ans["remembered"] != false {
+		t.Fatalf("deny %v", ans)
 	}
 	denied := s.until(t, "tool_denied")
 	if denied["call"].(map[string]any)["name"] != "shell" {
@@ -130,7 +125,7 @@ func TestApprovalDeny(t *testing.T) {
 
 func TestApprovalTimeoutWithInjectedTimer(t *testing.T) {
 	m := &fakeModel{script: shellThenDone("echo never")}
-	te := newRunEnv(t, m, nil)
+	te := newTestServer(t, withFakeModel(m))
 	timer := &manualTimer{}
 	te.s.runs.approvals.timer = timer.start
 	te.putAgent(askSpec("asker"))
@@ -147,9 +142,7 @@ func TestApprovalTimeoutWithInjectedTimer(t *testing.T) {
 		t.Fatalf("reason %v", d)
 	}
 	s.until(t, "run_end")
-	if code, out := te.do("POST", "/v1/approvals/"+id, map[string]any{"approve": true}); code != 404 || out["error"].(map[string]any)["code"] != "E_APPROVAL_NOT_FOUND" {
-		t.Fatalf("expired approval answered: %d %v", code, out)
-	}
+	te.wantError("POST", "/v1/approvals/"+id, map[string]any{"approve": true}, 404, "E_APPROVAL_NOT_FOUND") // expired
 	if te.comp.execs.Load() != 0 {
 		t.Fatal("an expired approval ran the command")
 	}
@@ -163,12 +156,12 @@ func TestApprovalRemember(t *testing.T) {
 		}
 		return toolResp(call("s1", "shell", map[string]any{"command": "echo hi"})), nil
 	}
-	te := newRunEnv(t, m, nil)
+	te := newTestServer(t, withFakeModel(m))
 	te.putAgent(askSpec("asker"))
 	te.putAgent(askSpec("other"))
 	s := te.stream("asker", map[string]any{"input": "x"})
 	id := s.until(t, "approval_required")["approvalId"].(string)
-	if _, ans := te.do("POST", "/v1/approvals/"+id, map[string]any{"approve": true, "remember": true}); ans["remembered"] != true {
+	if ans := te.do("POST", "/v1/approvals/"+id, map[string]any{"approve": true, "remember": true}).json(t); ans["remembered"] != true {
 		t.Fatalf("answer %v", ans)
 	}
 	s.until(t, "run_end")
@@ -190,27 +183,25 @@ func TestApprovalRemember(t *testing.T) {
 
 func TestCancelDeniesPendingApproval(t *testing.T) {
 	m := &fakeModel{script: shellThenDone("echo x")}
-	te := newRunEnv(t, m, nil)
+	te := newTestServer(t, withFakeModel(m))
 	te.putAgent(askSpec("asker"))
 	s := te.stream("asker", map[string]any{"input": "x"})
 	start := s.until(t, "run_start")
 	id := s.until(t, "approval_required")["approvalId"].(string)
-	if code, c := te.do("POST", "/v1/runs/"+start["runId"].(string)+"/cancel", nil); code != 202 || c["cancelled"] != true {
-		t.Fatalf("cancel %d %v", code, c)
+	if c := te.call("POST", "/v1/runs/"+start["runId"].(string)+"/cancel", nil, 202, nil).json(t); c["cancelled"] != true {
+		t.Fatalf("cancel %v", c)
 	}
 	if end := s.until(t, "run_end")["result"].(map[string]any); end["stopReason"] != "aborted" {
 		t.Fatalf("end %v", end)
 	}
-	if code, _ := te.do("POST", "/v1/approvals/"+id, map[string]any{"approve": true}); code != 404 {
-		t.Fatalf("approval of a cancelled run still answerable: %d", code)
-	}
+	te.wantError("POST", "/v1/approvals/"+id, map[string]any{"approve": true}, 404, codeApprovalNotFound) // a cancelled run's approval is gone
 	if te.comp.execs.Load() != 0 {
 		t.Fatal("command ran after cancel")
 	}
 }
 
 func TestApprovalBadBodies(t *testing.T) {
-	te := newRunEnv(t, &fakeModel{script: scriptOf()}, nil)
+	te := newTestServer(t, withFakeModel(&fakeModel{script: scriptOf()}))
 	for _, c := range []struct {
 		body any
 		code int
@@ -220,8 +211,8 @@ func TestApprovalBadBodies(t *testing.T) {
 		{map[string]any{"approve": true, "extra": 1}, 422},
 		{map[string]any{"approve": true}, 404},
 	} {
-		if code, out := te.do("POST", "/v1/approvals/apr_nope", c.body); code != c.code {
-			t.Fatalf("%v: %d %v", c.body, code, out)
+		if r := te.do("POST", "/v1/approvals/apr_nope", c.body); r.status != c.code {
+			t.Fatalf("%v: %d %s", c.body, r.status, r.body)
 		}
 	}
 }
@@ -231,7 +222,7 @@ func TestReadonlyRefusesDangerousTools(t *testing.T) {
 		call("w", "write_file", map[string]any{"path": "x.txt", "content": "no"}),
 		call("l", "list_dir", map[string]any{}),
 	))}
-	te := newRunEnv(t, m, nil)
+	te := newTestServer(t, withFakeModel(m))
 	te.putAgent(testSpec("reader", func(sp *AgentSpec) { sp.Guardrails.ApprovalMode = "readonly" }))
 	evs := te.stream("reader", map[string]any{"input": "x"}).all()
 	var denied bool
@@ -319,7 +310,7 @@ func TestApprovalAfterRunEndFailsClosed(t *testing.T) {
 // approval is denied and gone.
 func TestRunTimeoutDeniesBlockedApproval(t *testing.T) {
 	m := &fakeModel{script: shellThenDone("echo never")}
-	te := newRunEnv(t, m, nil)
+	te := newTestServer(t, withFakeModel(m))
 	te.s.runs.approvals.timer = (&manualTimer{}).start // the 120 s timer never fires here
 	te.putAgent(testSpec("clockask", func(sp *AgentSpec) {
 		sp.Guardrails.ApprovalMode = "ask"
@@ -335,7 +326,5 @@ func TestRunTimeoutDeniesBlockedApproval(t *testing.T) {
 	if res["stopReason"] != "timeout" || te.comp.execs.Load() != 0 {
 		t.Fatalf("end %v, execs %d", res, te.comp.execs.Load())
 	}
-	if code, _ := te.do("POST", "/v1/approvals/"+id, map[string]any{"approve": true}); code != 404 {
-		t.Fatalf("approval of a timed-out run answered %d", code)
-	}
+	te.wantError("POST", "/v1/approvals/"+id, map[string]any{"approve": true}, 404, codeApprovalNotFound) // a timed-out run's approval is gone
 }

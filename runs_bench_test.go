@@ -22,7 +22,7 @@ func BenchmarkLoopStep(b *testing.B) {
 	m := &fakeModel{script: func(ctx context.Context, n int, req ChatRequest) (*ChatResponse, error) {
 		return toolResp(call(fmt.Sprint("c", n), "computer_info", map[string]any{"n": n})), nil
 	}}
-	te := newRunEnv(b, m, nil)
+	te := newTestServer(b, withFakeModel(m))
 	sp := testSpec("bench", func(sp *AgentSpec) { sp.Limits.MaxSteps = steps })
 	b.ResetTimer()
 	start := time.Now()
@@ -66,7 +66,7 @@ func BenchmarkConcurrentStreamingRuns(b *testing.B) {
 			r.Text = "thinking about step " + fmt.Sprint(turns)
 			return r, nil
 		}}
-		te := newRunEnv(b, m, nil)
+		te := newTestServer(b, withFakeModel(m))
 		te.putAgent(testSpec("many", func(sp *AgentSpec) { sp.Limits.MaxSteps = steps }))
 		runtime.GC()
 		var before, during runtime.MemStats
@@ -82,7 +82,7 @@ func BenchmarkConcurrentStreamingRuns(b *testing.B) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				req, _ := http.NewRequest("POST", te.ts.URL+"/v1/agents/many/run/stream", strings.NewReader(`{"input":"go"}`))
+				req, _ := http.NewRequest("POST", te.url+"/v1/agents/many/run/stream", strings.NewReader(`{"input":"go"}`))
 				resp, err := client.Do(req)
 				if err != nil {
 					b.Error(err)
@@ -126,27 +126,17 @@ func BenchmarkConcurrentStreamingRuns(b *testing.B) {
 // BenchmarkTimeToRunStart measures POST /run/stream until the run_start frame is read.
 func BenchmarkTimeToRunStart(b *testing.B) {
 	m := &fakeModel{script: scriptOf()}
-	te := newRunEnv(b, m, nil)
+	te := newTestServer(b, withFakeModel(m))
 	te.putAgent(testSpec("quick", nil))
-	client := &http.Client{}
 	var total time.Duration
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		t0 := time.Now()
-		resp, err := client.Post(te.ts.URL+"/v1/agents/quick/run/stream", "application/json", strings.NewReader(`{"input":"hi"}`))
-		if err != nil {
-			b.Fatal(err)
-		}
-		sc := bufio.NewScanner(resp.Body)
-		for sc.Scan() {
-			if strings.Contains(sc.Text(), `"type":"run_start"`) {
-				total += time.Since(t0)
-				break
-			}
-		}
-		for sc.Scan() { // drain the rest so runs do not pile up
-		}
-		resp.Body.Close()
+		s := te.stream("quick", map[string]any{"input": "hi"})
+		s.until(b, "run_start")
+		total += time.Since(t0)
+		s.all() // drain the rest so runs do not pile up
+		s.close()
 	}
 	b.ReportMetric(float64(total.Microseconds())/float64(b.N), "µs-to-run_start")
 }

@@ -5,7 +5,6 @@ package main
 // chunks, tool calls, usage), the local computer provider (docker when AGENT_TEST_DOCKER=1), SQLite.
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -205,71 +204,27 @@ func e2eProvider() string {
 }
 
 // newE2E starts the real server on a fresh home (or the given one) with the scripted model server.
-func newE2E(t testing.TB, so *scriptedOpenAI, home string) *runEnv {
-	t.Helper()
-	return newE2EWith(t, so, home, nil)
-}
-
-// newE2EWith is newE2E with a change to the configuration before the server starts.
-func newE2EWith(t testing.TB, so *scriptedOpenAI, home string, mod func(*config)) *runEnv {
+func newE2E(t testing.TB, so *scriptedOpenAI, home string, opts ...testOption) *testServer {
 	t.Helper()
 	if home == "" {
 		home = t.TempDir()
 	}
-	env := map[string]string{"OPENAI_API_KEY": e2eKey, "OPENAI_BASE_URL": so.URL, "HOME": home}
-	cfg := defaultConfig()
-	cfg.Home = home
-	cfg.getenv = func(k string) string { return env[k] }
-	cfg.ComputerProvider = e2eProvider()
-	if cfg.ComputerProvider == "docker" {
-		// The computers suite's image (built by .ci/run); no registry is reachable in CI.
-		cfg.Images = map[string]string{"base": testImage, "python": testImage, "node": testImage, "full": testImage}
-	}
-	if mod != nil {
-		mod(&cfg)
-	}
-	s, err := newServer(cfg, testLogger(), time.Now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(s)
-	te := &runEnv{t: t, s: s, ts: ts, home: home}
-	t.Cleanup(func() {
-		// Leave no machine behind (containers in CI).
-		if resp, err := http.Get(ts.URL + "/v1/computers?all=true"); err == nil {
-			var list struct {
-				Computers []struct{ ID string } `json:"computers"`
-			}
-			json.NewDecoder(resp.Body).Decode(&list)
-			resp.Body.Close()
-			for _, c := range list.Computers {
-				req, _ := http.NewRequest("DELETE", ts.URL+"/v1/computers/"+c.ID, nil)
-				if r, err := http.DefaultClient.Do(req); err == nil {
-					r.Body.Close()
-				}
-			}
-		}
-		s.cancelStream()
-		ts.Close()
-		s.Close(context.Background())
-	})
+	te := newTestServer(t, append([]testOption{withHome(home), withEnv(map[string]string{"OPENAI_API_KEY": e2eKey, "OPENAI_BASE_URL": so.URL, "HOME": home}),
+		func(c *testSetup) { c.ComputerProvider = e2eProvider() }}, opts...)...)
 	// The router has landed: a router that cannot price the scripted model is a failure, not a skip.
-	if _, _, err := s.models.EstimateCost(ChatRequest{Model: "openai/gpt-4o-mini", Messages: []ModelMessage{textMessage("user", "x")}}); err != nil {
+	if _, _, err := te.s.models.EstimateCost(ChatRequest{Model: "openai/gpt-4o-mini", Messages: []ModelMessage{textMessage("user", "x")}}); err != nil {
 		t.Fatalf("the model router cannot price the scripted model: %v", err)
 	}
 	return te
 }
 
 // createAgent posts a spec through the real agents API.
-func (te *runEnv) createAgent(spec map[string]any) {
+func (te *testServer) createAgent(spec map[string]any) {
 	te.t.Helper()
 	if _, ok := spec["model"]; !ok {
 		spec["model"] = "openai/gpt-4o-mini"
 	}
-	code, out := te.do("POST", "/v1/agents", map[string]any{"spec": spec})
-	if code != 201 {
-		te.t.Fatalf("create agent: %d %v", code, out)
-	}
+	te.call("POST", "/v1/agents", map[string]any{"spec": spec}, 201, nil)
 }
 
 func tc(id, name string, args map[string]any) ToolCall {
@@ -343,16 +298,13 @@ func TestE2EMultiStepShellAndFiles(t *testing.T) {
 		t.Fatalf("last request %s", last.all())
 	}
 	// The computer is named after the agent and left running.
-	code, info := te.do("GET", "/v1/computers/"+computerID, nil)
-	if code != 200 || info["name"] != "e2e-files" || info["state"] != "running" {
-		t.Fatalf("computer %d %v", code, info)
+	if info := te.call("GET", "/v1/computers/"+computerID, nil, 200, nil).json(t); info["name"] != "e2e-files" || info["state"] != "running" {
+		t.Fatalf("computer %v", info)
 	}
-	code, got := te.do("GET", "/v1/runs/"+start["runId"].(string), nil)
-	if code != 200 || len(got["events"].([]any)) != len(evs) {
-		t.Fatalf("stored run: %d, %d events vs %d streamed", code, len(got["events"].([]any)), len(evs))
+	if got := te.call("GET", "/v1/runs/"+start["runId"].(string), nil, 200, nil).json(t); len(got["events"].([]any)) != len(evs) {
+		t.Fatalf("stored run: %d events vs %d streamed", len(got["events"].([]any)), len(evs))
 	}
-	code, agent := te.do("GET", "/v1/agents", nil)
-	if code != 200 || !strings.Contains(fmt.Sprint(agent), "runCount:1") {
+	if agent := te.call("GET", "/v1/agents", nil, 200, nil).json(t); !strings.Contains(fmt.Sprint(agent), "runCount:1") {
 		t.Fatalf("runCount: %v", agent)
 	}
 }
@@ -403,8 +355,8 @@ func TestE2EStopReasons(t *testing.T) {
 	s := te.stream("e2e-stops", map[string]any{"input": "hang here"})
 	id := s.until(t, "run_start")["runId"].(string)
 	s.until(t, "step_start")
-	if code, c := te.do("POST", "/v1/runs/"+id+"/cancel", nil); code != 202 || c["cancelled"] != true || c["status"] != "aborted" {
-		t.Fatalf("cancel: %d %v", code, c)
+	if c := te.call("POST", "/v1/runs/"+id+"/cancel", nil, 202, nil).json(t); c["cancelled"] != true || c["status"] != "aborted" {
+		t.Fatalf("cancel: %v", c)
 	}
 	if r := s.until(t, "run_end")["result"].(map[string]any); r["stopReason"] != "aborted" || r["runId"] != id {
 		t.Fatalf("cancelled: %v", r)
@@ -414,14 +366,14 @@ func TestE2EStopReasons(t *testing.T) {
 	id = s.until(t, "run_start")["runId"].(string)
 	s.until(t, "step_start")
 	s.cancel()
-	pollUntil(t, "the disconnected run to be aborted", func() bool {
-		_, got := te.do("GET", "/v1/runs/"+id, nil)
+	eventually(t, "the disconnected run to be aborted", func() bool {
+		got := te.do("GET", "/v1/runs/"+id, nil).json(t)
 		return got["result"].(map[string]any)["stopReason"] == "aborted"
 	})
 }
 
 // e2eManualTimer makes the approval wait fire on demand.
-func injectTimer(te *runEnv) *manualTimer {
+func injectTimer(te *testServer) *manualTimer {
 	mt := &manualTimer{}
 	te.s.runs.approvals.timer = mt.start
 	return mt
@@ -438,7 +390,7 @@ func TestE2EApprovals(t *testing.T) {
 	mt := injectTimer(te)
 	te.createAgent(map[string]any{"name": "e2e-ask", "guardrails": map[string]any{"approvalMode": "ask"}})
 
-	ws := dialEvents(t, te.ts.URL+"/v1/events", "")
+	ws := te.dial("/v1/events", "")
 	if hello := frame(t, ws); hello["type"] != "hello" || hello["payload"].(map[string]any)["activeRuns"] == nil {
 		t.Fatalf("hello %v", hello)
 	}
@@ -462,9 +414,8 @@ func TestE2EApprovals(t *testing.T) {
 			break
 		}
 	}
-	code, ans := te.do("POST", "/v1/approvals/"+ap["approvalId"].(string), map[string]any{"approve": true})
-	if code != 200 || ans["approved"] != true {
-		t.Fatalf("approve %d %v", code, ans)
+	if ans := te.call("POST", "/v1/approvals/"+ap["approvalId"].(string), map[string]any{"approve": true}, 200, nil).json(t); ans["approved"] != true {
+		t.Fatalf("approve %v", ans)
 	}
 	if r := s.until(t, "run_end")["result"].(map[string]any); !strings.Contains(r["text"].(string), "approved") {
 		t.Fatalf("approved run: %v", r)
@@ -483,9 +434,7 @@ func TestE2EApprovals(t *testing.T) {
 	mt.fireAll()
 	s.until(t, "tool_denied")
 	s.until(t, "run_end")
-	if code, _ := te.do("POST", "/v1/approvals/"+ap["approvalId"].(string), map[string]any{"approve": true}); code != 404 {
-		t.Fatalf("expired approval: %d", code)
-	}
+	te.wantError("POST", "/v1/approvals/"+ap["approvalId"].(string), map[string]any{"approve": true}, 404, codeApprovalNotFound) // expired
 	// remember
 	s = te.stream("e2e-ask", map[string]any{"input": "remembered run"})
 	ap = s.until(t, "approval_required")
@@ -536,7 +485,7 @@ func TestE2EReadonlyAllowDenyAndRedaction(t *testing.T) {
 	if outs := toolOutputs(evs); !strings.Contains(outs["k"], "key=[REDACTED]") {
 		t.Fatalf("redaction: %v", outs)
 	}
-	_, got := te.do("GET", "/v1/runs/"+evs[0]["runId"].(string), nil)
+	got := te.do("GET", "/v1/runs/"+evs[0]["runId"].(string), nil).json(t)
 	if b, _ := json.Marshal(got); strings.Contains(string(b), planted) {
 		t.Fatal("stored events hold the planted key")
 	}
@@ -598,7 +547,7 @@ func TestE2EThreeConcurrentRunsShareTheComputer(t *testing.T) {
 			if res["stopReason"] != "complete" {
 				t.Errorf("run %d: %v", i, res)
 			}
-			_, got := te.do("GET", "/v1/runs/"+res["runId"].(string), nil)
+			got := te.do("GET", "/v1/runs/"+res["runId"].(string), nil).json(t)
 			for _, e := range got["events"].([]any) {
 				if em := e.(map[string]any); em["type"] == "computer_ready" {
 					comps[i] = em["computerId"].(string)
@@ -610,7 +559,7 @@ func TestE2EThreeConcurrentRunsShareTheComputer(t *testing.T) {
 	if comps[0] == "" || comps[0] != comps[1] || comps[1] != comps[2] {
 		t.Fatalf("computers: %v", comps)
 	}
-	_, list := te.do("GET", "/v1/computers", nil)
+	list := te.do("GET", "/v1/computers", nil).json(t)
 	n := 0
 	for _, c := range list["computers"].([]any) {
 		if c.(map[string]any)["name"] == "e2e-trio" {
@@ -620,9 +569,8 @@ func TestE2EThreeConcurrentRunsShareTheComputer(t *testing.T) {
 	if n != 1 {
 		t.Fatalf("%d computers named e2e-trio", n)
 	}
-	code, out := te.do("POST", "/v1/computers/"+comps[0]+"/exec", map[string]any{"cmd": "sort shared.log"})
-	if code != 200 || out["stdout"] != "run0\nrun1\nrun2\n" {
-		t.Fatalf("shared log: %d %v", code, out)
+	if out := te.call("POST", "/v1/computers/"+comps[0]+"/exec", map[string]any{"cmd": "sort shared.log"}, 200, nil).json(t); out["stdout"] != "run0\nrun1\nrun2\n" {
+		t.Fatalf("shared log: %v", out)
 	}
 }
 
@@ -642,7 +590,7 @@ func TestE2ERestartWithRunInFlight(t *testing.T) {
 	// A second process opens the same home while the first still holds the run: as after a crash, the
 	// run left in flight is marked aborted at start.
 	b := newE2E(t, so, home)
-	_, got := b.do("GET", "/v1/runs/"+id, nil)
+	got := b.do("GET", "/v1/runs/"+id, nil).json(t)
 	res := got["result"].(map[string]any)
 	if res["stopReason"] != "aborted" || res["error"].(map[string]any)["code"] != "E_ABORTED" {
 		t.Fatalf("after restart: %v", res)
@@ -663,19 +611,15 @@ func TestE2ETimeoutAbortsLongShell(t *testing.T) {
 	})
 	te := newE2E(t, so, "")
 	te.createAgent(map[string]any{"name": "e2e-sleepy", "limits": map[string]any{"timeoutSec": 1, "execTimeoutSec": 900}})
-	type answer struct {
-		code int
-		body map[string]any
-	}
-	done := make(chan answer, 1)
+	done := make(chan response, 1)
 	go func() { // te.do, not te.run: no t.Fatal off the test goroutine
-		code, body := te.do("POST", "/v1/agents/e2e-sleepy/run", map[string]any{"input": "sleep"})
-		done <- answer{code, body}
+		done <- te.do("POST", "/v1/agents/e2e-sleepy/run", map[string]any{"input": "sleep"})
 	}()
 	select {
-	case a := <-done:
-		if e, _ := a.body["error"].(map[string]any); a.code != 200 || a.body["stopReason"] != "timeout" || e["code"] != "E_ABORTED" {
-			t.Fatalf("%d %v", a.code, a.body)
+	case r := <-done:
+		body := r.json(t)
+		if e, _ := body["error"].(map[string]any); r.status != 200 || body["stopReason"] != "timeout" || e["code"] != "E_ABORTED" {
+			t.Fatalf("%d %s", r.status, r.body)
 		}
 	case <-time.After(120 * time.Second): // far below the command's 600 s: the tool was not aborted
 		t.Fatal("the run waited for the shell command past its wall clock")

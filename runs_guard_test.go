@@ -82,7 +82,7 @@ func TestEffectiveApprovalMode(t *testing.T) {
 func TestPlantedKeyRedactedInToolOutputAndStoredEvents(t *testing.T) {
 	key := planted["anthropic"]
 	m := &fakeModel{script: scriptOf(toolResp(call("k", "shell", map[string]any{"command": "echo leaked " + key})))}
-	te := newRunEnv(t, m, nil)
+	te := newTestServer(t, withFakeModel(m))
 	te.putAgent(testSpec("leaky", nil))
 	evs := te.stream("leaky", map[string]any{"input": "x"}).all()
 	id := evs[0]["runId"].(string)

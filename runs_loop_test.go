@@ -14,7 +14,7 @@ import (
 
 func TestSystemPromptAndMessageOrder(t *testing.T) {
 	m := &fakeModel{script: scriptOf(textResp("hi"))}
-	te := newRunEnv(t, m, nil)
+	te := newTestServer(t, withFakeModel(m))
 	te.putAgent(testSpec("shaped", func(sp *AgentSpec) {
 		sp.Persona = "You help {{ user }} with {{topic}}. Keep {{unknown}} as is."
 		sp.Knowledge = []Knowledge{{Title: "Prices", Content: "Tea costs 2."}, {Title: "Hours", Content: "Open 9-5."}}
@@ -80,7 +80,7 @@ func TestStopReasonLoopAndNudge(t *testing.T) {
 	m := &fakeModel{script: func(ctx context.Context, n int, req ChatRequest) (*ChatResponse, error) {
 		return toolResp(call(fmt.Sprint("c", n), "computer_info", map[string]any{"same": true})), nil
 	}}
-	te := newRunEnv(t, m, nil)
+	te := newTestServer(t, withFakeModel(m))
 	te.putAgent(testSpec("looper", nil))
 	res := te.run("looper", map[string]any{"input": "x"})
 	if res["stopReason"] != "loop" || res["steps"].(float64) != 5 {
@@ -105,7 +105,7 @@ func TestStopReasonStepLimitAndTokens(t *testing.T) {
 	m := &fakeModel{script: func(ctx context.Context, n int, req ChatRequest) (*ChatResponse, error) {
 		return toolResp(call(fmt.Sprint("c", n), "computer_info", map[string]any{"n": n})), nil
 	}}
-	te := newRunEnv(t, m, nil)
+	te := newTestServer(t, withFakeModel(m))
 	te.putAgent(testSpec("steps", func(sp *AgentSpec) { sp.Limits.MaxSteps = 2 }))
 	res := te.run("steps", map[string]any{"input": "x"})
 	if res["stopReason"] != "step_limit" || res["steps"].(float64) != 2 || res["error"] != nil {
@@ -128,7 +128,7 @@ func TestStopReasonStepLimitAndTokens(t *testing.T) {
 
 func TestStopReasonBudgetBeforeCall(t *testing.T) {
 	m := &fakeModel{cost: 0.6, script: scriptOf()}
-	te := newRunEnv(t, m, nil)
+	te := newTestServer(t, withFakeModel(m))
 	te.putAgent(testSpec("pricey", nil)) // ceiling 0.5
 	res := te.run("pricey", map[string]any{"input": "x"})
 	if res["stopReason"] != "budget" || res["steps"].(float64) != 0 || res["error"].(map[string]any)["code"] != "E_BUDGET_EXCEEDED" {
@@ -147,7 +147,7 @@ func TestStopReasonTimeoutCeilingWithClock(t *testing.T) {
 		clock.Add(int64(40 * time.Second)) // each step takes 40 s of the injected clock
 		return toolResp(call(fmt.Sprint("c", n), "computer_info", map[string]any{"n": n})), nil
 	}}
-	te := newRunEnv(t, m, nil)
+	te := newTestServer(t, withFakeModel(m))
 	te.s.runs.now = now
 	sp := testSpec("clocked", func(sp *AgentSpec) { sp.Limits.TimeoutSec = 100 })
 	ar, err := te.s.runs.start(sp, &runParams{Input: []ModelMessage{textMessage("user", "x")}, MaxSteps: 10, MaxCostUSD: 1, ApprovalMode: "auto"}, nil)
@@ -168,7 +168,7 @@ func TestStopReasonTimeoutAbortsStepInFlight(t *testing.T) {
 		<-ctx.Done() // hangs until the run's wall clock runs out
 		return nil, ctx.Err()
 	}}
-	te := newRunEnv(t, m, nil)
+	te := newTestServer(t, withFakeModel(m))
 	te.putAgent(testSpec("hang", func(sp *AgentSpec) { sp.Limits.TimeoutSec = 1 }))
 	res := te.run("hang", map[string]any{"input": "x"})
 	if res["stopReason"] != "timeout" || res["error"].(map[string]any)["code"] != "E_ABORTED" {
@@ -185,7 +185,7 @@ func TestModelErrorEndsRunWithError(t *testing.T) {
 	m := &fakeModel{script: func(ctx context.Context, n int, req ChatRequest) (*ChatResponse, error) {
 		return nil, errorf(codeModelError, "upstream said 500 with key sk-ant-abcdefghijklmnopqrstuvwxyz012345")
 	}}
-	te := newRunEnv(t, m, nil)
+	te := newTestServer(t, withFakeModel(m))
 	te.putAgent(testSpec("broken", nil))
 	res := te.run("broken", map[string]any{"input": "x"})
 	e := res["error"].(map[string]any)
@@ -212,7 +212,7 @@ func TestParallelToolsBoundedAndOrdered(t *testing.T) {
 		calls = append(calls, call(fmt.Sprint("p", i), "shell", map[string]any{"command": fmt.Sprintf("echo out-%d", i)}))
 	}
 	m.script = scriptOf(toolResp(calls...), textResp("ok"))
-	te := newRunEnv(t, m, nil)
+	te := newTestServer(t, withFakeModel(m))
 	te.comp.onExec = func(ctx context.Context, cmd string) {
 		n := running.Add(1)
 		mu.Lock()
@@ -255,7 +255,7 @@ func TestUnknownToolAndBadArgsAreToolErrors(t *testing.T) {
 		call("u3", "read_file", map[string]any{"path": "/etc/passwd"}),
 		call("u4", "edit_file", map[string]any{"path": "f.txt", "old_string": "zzz", "new_string": "y"}),
 	))}
-	te := newRunEnv(t, m, nil)
+	te := newTestServer(t, withFakeModel(m))
 	te.comp.WriteFile(context.Background(), "", "/work/f.txt", []byte("a a"))
 	te.putAgent(testSpec("errs", nil))
 	res := te.run("errs", map[string]any{"input": "x"})
@@ -282,7 +282,7 @@ func TestThreeConcurrentRunsShareTheComputer(t *testing.T) {
 		}
 		return toolResp(call("c", "shell", map[string]any{"command": "echo shared >> log.txt"})), nil
 	}}
-	te := newRunEnv(t, m, nil)
+	te := newTestServer(t, withFakeModel(m))
 	te.putAgent(testSpec("trio", nil))
 	var wg sync.WaitGroup
 	ids := make([]string, 3)
@@ -315,7 +315,7 @@ func TestLoopPanicIsARecordedError(t *testing.T) {
 	m := &fakeModel{script: func(ctx context.Context, n int, req ChatRequest) (*ChatResponse, error) {
 		panic("boom")
 	}}
-	te := newRunEnv(t, m, nil)
+	te := newTestServer(t, withFakeModel(m))
 	te.putAgent(testSpec("buggy", nil))
 	res := te.run("buggy", map[string]any{"input": "x"})
 	if res["stopReason"] != "error" || res["error"].(map[string]any)["code"] != "E_INTERNAL" {
@@ -344,7 +344,7 @@ func (p perModelCost) EstimateCost(req ChatRequest) (string, float64, error) {
 // unavailable or over-budget primary does not end a run that a fallback can carry.
 func TestCeilingCheckHonoursFallbackModels(t *testing.T) {
 	m := &fakeModel{script: scriptOf(textResp("from the fallback"))}
-	te := newRunEnv(t, m, nil)
+	te := newTestServer(t, withFakeModel(m))
 	te.s.runs.models = perModelCost{fakeModel: m, cost: map[string]float64{"pricey/model": 5, "fake/model": 0}}
 	te.putAgent(testSpec("fallsback", func(sp *AgentSpec) {
 		sp.Model = "down/model"
@@ -369,7 +369,7 @@ func TestCeilingCheckHonoursFallbackModels(t *testing.T) {
 // the run out before its first step.
 func TestHugeTimeoutSecDoesNotOverflow(t *testing.T) {
 	m := &fakeModel{script: scriptOf(textResp("fine"))}
-	te := newRunEnv(t, m, nil)
+	te := newTestServer(t, withFakeModel(m))
 	te.putAgent(testSpec("patient", func(sp *AgentSpec) { sp.Limits.TimeoutSec = 10_000_000_000 }))
 	if res := te.run("patient", map[string]any{"input": "x"}); res["stopReason"] != "complete" {
 		t.Fatalf("result %v", res)
@@ -379,13 +379,13 @@ func TestHugeTimeoutSecDoesNotOverflow(t *testing.T) {
 // A cancel that lands while the model is answering stops the run before the tools of that answer run:
 // a file write does not look at the cancelled context, so it must not be started at all.
 func TestCancelDuringModelCallRunsNoTool(t *testing.T) {
-	var te *runEnv
+	var te *testServer
 	var runID atomic.Value
 	m := &fakeModel{script: func(ctx context.Context, n int, req ChatRequest) (*ChatResponse, error) {
 		te.s.runs.cancelRun(runID.Load().(string), errCancelled)
 		return toolResp(call("w", "write_file", map[string]any{"path": "after-cancel.txt", "content": "x"})), nil
 	}}
-	te = newRunEnv(t, m, nil)
+	te = newTestServer(t, withFakeModel(m))
 	sp := testSpec("late", nil)
 	ar, err := te.s.runs.start(sp, &runParams{Input: []ModelMessage{textMessage("user", "x")}, MaxSteps: 3, MaxCostUSD: 1, ApprovalMode: "auto"},
 		func(ev runEvent, _ []byte) {
@@ -417,7 +417,7 @@ func TestCancelStopsQueuedToolCalls(t *testing.T) {
 	}
 	calls = append(calls, call("w", "write_file", map[string]any{"path": "queued.txt", "content": "x"}))
 	m := &fakeModel{script: scriptOf(toolResp(calls...))}
-	te := newRunEnv(t, m, nil)
+	te := newTestServer(t, withFakeModel(m))
 	var runID atomic.Value
 	var once sync.Once
 	te.comp.onExec = func(ctx context.Context, cmd string) {

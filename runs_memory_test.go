@@ -16,7 +16,7 @@ func TestMemoryAcrossTwoRuns(t *testing.T) {
 			m.script = func(ctx context.Context, n int, req ChatRequest) (*ChatResponse, error) {
 				return textResp(fmt.Sprintf("answer %d", n)), nil
 			}
-			te := newRunEnv(t, m, nil)
+			te := newTestServer(t, withFakeModel(m))
 			te.putAgent(testSpec("rememberer", func(sp *AgentSpec) {
 				sp.Memory = MemorySpec{Enabled: true, Backend: backend, WindowTurns: 20, Summarise: false}
 			}))
@@ -32,7 +32,7 @@ func TestMemoryAcrossTwoRuns(t *testing.T) {
 				t.Fatalf("second run saw %v", got)
 			}
 			if backend == "file" {
-				if _, err := os.Stat(filepath.Join(te.home, "memory", "rememberer.jsonl")); err != nil {
+				if _, err := os.Stat(filepath.Join(te.s.cfg.Home, "memory", "rememberer.jsonl")); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -48,7 +48,7 @@ func TestMemoryAcrossTwoRuns(t *testing.T) {
 
 func TestMemoryOffStoresNothing(t *testing.T) {
 	m := &fakeModel{script: scriptOf(textResp("a"), textResp("b"))}
-	te := newRunEnv(t, m, nil)
+	te := newTestServer(t, withFakeModel(m))
 	te.putAgent(testSpec("forgetful", nil))
 	te.run("forgetful", map[string]any{"input": "one"})
 	te.run("forgetful", map[string]any{"input": "two"})
@@ -95,7 +95,7 @@ func TestWindowSummarisedByModel(t *testing.T) {
 		}
 		return textResp("ok"), nil
 	}
-	te := newRunEnv(t, m, nil)
+	te := newTestServer(t, withFakeModel(m))
 	te.putAgent(testSpec("windowed", func(sp *AgentSpec) {
 		sp.Memory = MemorySpec{Enabled: true, Backend: "memory", WindowTurns: 2, Summarise: true}
 	}))
@@ -127,7 +127,7 @@ func TestWindowSummaryCountsTowardsTheCostCeiling(t *testing.T) {
 		}
 		return textResp("ok"), nil
 	}
-	te := newRunEnv(t, m, nil)
+	te := newTestServer(t, withFakeModel(m))
 	te.putAgent(testSpec("summing", func(sp *AgentSpec) {
 		sp.Limits.MaxCostUSD = 0.5
 		sp.Memory = MemorySpec{Enabled: true, Backend: "memory", WindowTurns: 1, Summarise: true}
@@ -152,7 +152,7 @@ func TestWindowSummaryCountsTowardsTheCostCeiling(t *testing.T) {
 func TestMemoryLoadCapStartsAtATurn(t *testing.T) {
 	for _, backend := range []string{"sqlite", "file", "memory"} {
 		t.Run(backend, func(t *testing.T) {
-			te := newRunEnv(t, &fakeModel{}, nil)
+			te := newTestServer(t, withFakeModel(&fakeModel{}))
 			ms := te.s.runs.memory
 			spec := MemorySpec{Enabled: true, Backend: backend, WindowTurns: 20}
 			var msgs []ModelMessage

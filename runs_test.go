@@ -1,15 +1,11 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -235,43 +231,7 @@ func (f *fakeComputer) ExposePort(ctx context.Context, id string, port int) (*Po
 	return &PortBinding{HostPort: port, URL: fmt.Sprintf("http://127.0.0.1:%d", port), Reachable: true}, nil
 }
 
-// ---- the test server ----
-
-type runEnv struct {
-	t     testing.TB
-	s     *server
-	ts    *httptest.Server
-	model *fakeModel
-	comp  *fakeComputer
-	home  string
-}
-
-func newRunEnv(t testing.TB, model *fakeModel, env map[string]string) *runEnv {
-	t.Helper()
-	home := t.TempDir()
-	st, err := openStore(filepath.Join(home, "agentd.db"), time.Now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	getenv := func(k string) string { return env[k] }
-	s := &server{cfg: config{Home: home, getenv: getenv}, log: testLogger(), store: st,
-		hub: newHub(time.Now), idem: newIdempotencyCache(time.Now), startedAt: time.Now()}
-	s.streamCtx, s.cancelStream = context.WithCancel(context.Background())
-	comp := newFakeComputer(t)
-	s.runs = newRunService(runDeps{store: st, hub: s.hub, models: model, computers: comp, now: time.Now,
-		log: s.log, getenv: getenv, home: home})
-	s.handler = s.routes()
-	ts := httptest.NewServer(s)
-	te := &runEnv{t: t, s: s, ts: ts, model: model, comp: comp, home: home}
-	t.Cleanup(func() {
-		s.cancelStream()
-		ts.Close()
-		s.runs.Close()
-		s.hub.Close()
-		st.Close()
-	})
-	return te
-}
+// ---- the test server: newTestServer(t, withFakeModel(m)) ----
 
 // testSpec is a spec with the defaults the foundation applies, then changed by mut.
 func testSpec(name string, mut func(*AgentSpec)) *AgentSpec {
@@ -288,7 +248,7 @@ func testSpec(name string, mut func(*AgentSpec)) *AgentSpec {
 	return sp
 }
 
-func (te *runEnv) putAgent(sp *AgentSpec) {
+func (te *testServer) putAgent(sp *AgentSpec) {
 	te.t.Helper()
 	b, _ := json.Marshal(sp)
 	now := timestamp(time.Now())
@@ -297,127 +257,16 @@ func (te *runEnv) putAgent(sp *AgentSpec) {
 	}
 }
 
-func (te *runEnv) do(method, path string, body any) (int, map[string]any) {
+// run runs agent to its end and returns the result.
+func (te *testServer) run(agent string, body any) map[string]any {
 	te.t.Helper()
-	var rd io.Reader
-	switch b := body.(type) {
-	case nil:
-	case string:
-		rd = strings.NewReader(b)
-	default:
-		j, _ := json.Marshal(b)
-		rd = bytes.NewReader(j)
-	}
-	req, _ := http.NewRequest(method, te.ts.URL+path, rd)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		te.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	var out map[string]any
-	if len(bytes.TrimSpace(raw)) > 0 {
-		if err := json.Unmarshal(raw, &out); err != nil {
-			te.t.Fatalf("%s %s: not JSON: %s", method, path, raw)
-		}
-	}
-	return resp.StatusCode, out
+	return te.call("POST", "/v1/agents/"+agent+"/run", body, 200, nil).json(te.t)
 }
 
-func (te *runEnv) run(agent string, body any) map[string]any {
+// stream starts a streamed run.
+func (te *testServer) stream(agent string, body any) *sseStream {
 	te.t.Helper()
-	code, out := te.do("POST", "/v1/agents/"+agent+"/run", body)
-	if code != 200 {
-		te.t.Fatalf("run: %d %v", code, out)
-	}
-	return out
-}
-
-// sseStream reads a run stream event by event.
-type sseStream struct {
-	resp   *http.Response
-	sc     *bufio.Scanner
-	cancel context.CancelFunc
-}
-
-func (te *runEnv) stream(agent string, body any) *sseStream {
-	te.t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	j, _ := json.Marshal(body)
-	req, _ := http.NewRequestWithContext(ctx, "POST", te.ts.URL+"/v1/agents/"+agent+"/run/stream", bytes.NewReader(j))
-	req.Header.Set("Accept", "text/event-stream")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		cancel()
-		te.t.Fatal(err)
-	}
-	if resp.StatusCode != 200 {
-		b, _ := io.ReadAll(resp.Body)
-		cancel()
-		te.t.Fatalf("stream: %d %s", resp.StatusCode, b)
-	}
-	te.t.Cleanup(func() { cancel(); resp.Body.Close() })
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 0, 64<<10), 8<<20)
-	return &sseStream{resp: resp, sc: sc, cancel: cancel}
-}
-
-// next returns the next data event, or nil at `event: done` / end of stream.
-func (s *sseStream) next() map[string]any {
-	event := ""
-	for s.sc.Scan() {
-		line := s.sc.Text()
-		switch {
-		case strings.HasPrefix(line, "event: "):
-			event = strings.TrimPrefix(line, "event: ")
-		case strings.HasPrefix(line, "data: "):
-			if event == "done" {
-				return nil
-			}
-			var m map[string]any
-			json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &m)
-			if event == "error" {
-				m["type"] = "stream_error"
-			}
-			return m
-		}
-	}
-	return nil
-}
-
-// until reads events until one of type typ, returning it (fails at the end of the stream).
-func (s *sseStream) until(t testing.TB, typ string) map[string]any {
-	t.Helper()
-	for {
-		ev := s.next()
-		if ev == nil {
-			t.Fatalf("stream ended before %s", typ)
-		}
-		if ev["type"] == typ {
-			return ev
-		}
-	}
-}
-
-func (s *sseStream) all() []map[string]any {
-	var out []map[string]any
-	for ev := s.next(); ev != nil; ev = s.next() {
-		out = append(out, ev)
-	}
-	return out
-}
-
-// waitFor polls cond until it holds or the deadline passes.
-func pollUntil(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	return te.sse("POST", "/v1/agents/"+agent+"/run/stream", body, "Accept", "text/event-stream")
 }
 
 func types(evs []any) []string {
@@ -437,7 +286,7 @@ func TestRunMultiStepWithToolsAndRecord(t *testing.T) {
 		toolResp(call("c2", "shell", map[string]any{"command": "cat notes.txt; echo made >&2"})),
 		textResp("all done"),
 	)
-	te := newRunEnv(t, m, nil)
+	te := newTestServer(t, withFakeModel(m))
 	te.putAgent(testSpec("writer", nil))
 
 	res := te.run("writer", map[string]any{"input": "write notes"})
@@ -462,10 +311,7 @@ func TestRunMultiStepWithToolsAndRecord(t *testing.T) {
 	if !strings.HasPrefix(id, "run_") {
 		t.Fatalf("run id %q", id)
 	}
-	code, got := te.do("GET", "/v1/runs/"+id, nil)
-	if code != 200 {
-		t.Fatalf("get: %d %v", code, got)
-	}
+	got := te.call("GET", "/v1/runs/"+id, nil, 200, nil).json(t)
 	r := got["result"].(map[string]any)
 	if r["runId"] != id || r["stopReason"] != "complete" {
 		t.Fatalf("stored result: %v", r)
@@ -483,31 +329,26 @@ func TestRunMultiStepWithToolsAndRecord(t *testing.T) {
 			t.Fatalf("missing %s in %v", want, ts)
 		}
 	}
-	code, list := te.do("GET", "/v1/runs?agent=writer", nil)
+	list := te.call("GET", "/v1/runs?agent=writer", nil, 200, nil).json(t)
 	runs := list["runs"].([]any)
-	if code != 200 || len(runs) != 1 || runs[0].(map[string]any)["status"] != "complete" || runs[0].(map[string]any)["runId"] != id {
-		t.Fatalf("list: %d %v", code, list)
+	if len(runs) != 1 || runs[0].(map[string]any)["status"] != "complete" || runs[0].(map[string]any)["runId"] != id {
+		t.Fatalf("list: %v", list)
 	}
 	counts, _ := te.s.store.RunCounts(context.Background())
 	if counts["writer"] != 1 {
 		t.Fatalf("runCount %v", counts)
 	}
 	// cancel of a finished run: 202, cancelled false, its status.
-	code, c := te.do("POST", "/v1/runs/"+id+"/cancel", nil)
-	if code != 202 || c["cancelled"] != false || c["status"] != "complete" || c["runId"] != id {
-		t.Fatalf("cancel finished: %d %v", code, c)
+	if c := te.call("POST", "/v1/runs/"+id+"/cancel", nil, 202, nil).json(t); c["cancelled"] != false || c["status"] != "complete" || c["runId"] != id {
+		t.Fatalf("cancel finished: %v", c)
 	}
-	if code, _ := te.do("DELETE", "/v1/runs/"+id, nil); code != 204 {
-		t.Fatalf("delete: %d", code)
-	}
-	if code, e := te.do("GET", "/v1/runs/"+id, nil); code != 404 || e["error"].(map[string]any)["code"] != "E_RUN_NOT_FOUND" {
-		t.Fatalf("after delete: %d %v", code, e)
-	}
+	te.call("DELETE", "/v1/runs/"+id, nil, 204, nil)
+	te.wantError("GET", "/v1/runs/"+id, nil, 404, "E_RUN_NOT_FOUND")
 }
 
 func TestRunStreamEventsAndSameID(t *testing.T) {
 	m := &fakeModel{script: scriptOf(toolResp(call("c1", "shell", map[string]any{"command": "echo streamed"})), textResp("ok"))}
-	te := newRunEnv(t, m, nil)
+	te := newTestServer(t, withFakeModel(m))
 	te.putAgent(testSpec("streamer", nil))
 	s := te.stream("streamer", map[string]any{"input": "go"})
 	if ct := s.resp.Header.Get("Content-Type"); ct != "text/event-stream" {
@@ -539,15 +380,14 @@ func TestRunStreamEventsAndSameID(t *testing.T) {
 	if !sawDelta {
 		t.Fatal("no tool_delta with the shell output")
 	}
-	code, got := te.do("GET", "/v1/runs/"+id, nil)
-	if code != 200 || len(got["events"].([]any)) != len(evs) {
+	if got := te.call("GET", "/v1/runs/"+id, nil, 200, nil).json(t); len(got["events"].([]any)) != len(evs) {
 		t.Fatalf("stored %d events, streamed %d", len(got["events"].([]any)), len(evs))
 	}
 }
 
 func TestRunBadInput(t *testing.T) {
 	m := &fakeModel{script: scriptOf()}
-	te := newRunEnv(t, m, nil)
+	te := newTestServer(t, withFakeModel(m))
 	te.putAgent(testSpec("bad", func(sp *AgentSpec) { sp.Limits.MaxSteps = 5; sp.Limits.MaxCostUSD = 0.2 }))
 	cases := []struct {
 		name, path string
@@ -578,10 +418,9 @@ func TestRunBadInput(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			code, out := te.do("POST", c.path, c.body)
-			e, _ := out["error"].(map[string]any)
-			if code != c.code || e == nil || e["code"] != c.errCode || !strings.Contains(e["message"].(string), c.msg) {
-				t.Fatalf("got %d %v", code, out)
+			e := te.with(t).wantError("POST", c.path, c.body, c.code, c.errCode)
+			if !strings.Contains(e["message"].(string), c.msg) {
+				t.Fatalf("got %v", e)
 			}
 			if _, ok := e["hint"]; !ok {
 				t.Fatal("no hint")
@@ -589,14 +428,14 @@ func TestRunBadInput(t *testing.T) {
 		})
 	}
 	// An unknown key names what the body accepts; maxTokens and timeoutSec say where they are set.
-	if _, out := te.do("POST", "/v1/agents/bad/run", map[string]any{"input": "x", "timeoutSec": 5}); !strings.Contains(out["error"].(map[string]any)["hint"].(string), "spec") {
+	if out := te.do("POST", "/v1/agents/bad/run", map[string]any{"input": "x", "timeoutSec": 5}).json(t); !strings.Contains(out["error"].(map[string]any)["hint"].(string), "spec") {
 		t.Fatalf("timeoutSec hint: %v", out)
 	}
-	if _, out := te.do("POST", "/v1/agents/bad/run", map[string]any{"input": "x", "prompt": "y"}); !strings.Contains(out["error"].(map[string]any)["hint"].(string), "computerId") {
+	if out := te.do("POST", "/v1/agents/bad/run", map[string]any{"input": "x", "prompt": "y"}).json(t); !strings.Contains(out["error"].(map[string]any)["hint"].(string), "computerId") {
 		t.Fatalf("unknown key hint: %v", out)
 	}
 	// Nothing was recorded by the refused requests.
-	if _, list := te.do("GET", "/v1/runs", nil); len(list["runs"].([]any)) != 0 {
+	if list := te.do("GET", "/v1/runs", nil).json(t); len(list["runs"].([]any)) != 0 {
 		t.Fatalf("refused runs were recorded: %v", list)
 	}
 	for _, c := range []struct{ method, path, code string }{
@@ -604,16 +443,15 @@ func TestRunBadInput(t *testing.T) {
 		{"DELETE", "/v1/runs/run_nope", "E_RUN_NOT_FOUND"},
 		{"POST", "/v1/runs/run_nope/cancel", "E_RUN_NOT_FOUND"},
 	} {
-		code, out := te.do(c.method, c.path, nil)
-		if code != 404 || out["error"].(map[string]any)["code"] != c.code || !strings.Contains(out["error"].(map[string]any)["message"].(string), "run_nope") {
-			t.Fatalf("%s %s: %d %v", c.method, c.path, code, out)
+		if e := te.wantError(c.method, c.path, nil, 404, c.code); !strings.Contains(e["message"].(string), "run_nope") {
+			t.Fatalf("%s %s: %v", c.method, c.path, e)
 		}
 	}
-	if code, out := te.do("GET", "/v1/runs?limit=abc", nil); code != 422 {
-		t.Fatalf("limit=abc: %d %v", code, out)
+	if r := te.do("GET", "/v1/runs?limit=abc", nil); r.status != 422 {
+		t.Fatalf("limit=abc: %d %s", r.status, r.body)
 	}
-	if code, out := te.do("GET", "/v1/runs?cursor=!!", nil); code != 422 {
-		t.Fatalf("bad cursor: %d %v", code, out)
+	if r := te.do("GET", "/v1/runs?cursor=!!", nil); r.status != 422 {
+		t.Fatalf("bad cursor: %d %s", r.status, r.body)
 	}
 }
 
@@ -621,7 +459,7 @@ func TestRunBodyClampsCeilings(t *testing.T) {
 	m := &fakeModel{cost: 0.01, script: func(ctx context.Context, n int, req ChatRequest) (*ChatResponse, error) {
 		return toolResp(call(fmt.Sprint("c", n), "computer_info", map[string]any{"n": n})), nil
 	}}
-	te := newRunEnv(t, m, nil)
+	te := newTestServer(t, withFakeModel(m))
 	te.putAgent(testSpec("clamp", func(sp *AgentSpec) { sp.Limits.MaxSteps = 3; sp.Limits.MaxCostUSD = 1 }))
 
 	// maxSteps 10,000 is clamped to the spec's 3.
@@ -659,7 +497,7 @@ func TestRunBodyClampsCeilings(t *testing.T) {
 
 func TestRunListPagination(t *testing.T) {
 	m := &fakeModel{script: scriptOf()}
-	te := newRunEnv(t, m, nil)
+	te := newTestServer(t, withFakeModel(m))
 	te.putAgent(testSpec("a1", nil))
 	te.putAgent(testSpec("a2", nil))
 	var ids []string
@@ -670,7 +508,7 @@ func TestRunListPagination(t *testing.T) {
 	var seen []string
 	cursor := ""
 	for page := 0; page < 10; page++ {
-		_, out := te.do("GET", "/v1/runs?agent=a1&limit=2"+cursor, nil)
+		out := te.do("GET", "/v1/runs?agent=a1&limit=2"+cursor, nil).json(t)
 		for _, r := range out["runs"].([]any) {
 			seen = append(seen, r.(map[string]any)["runId"].(string))
 		}
@@ -688,13 +526,13 @@ func TestRunListPagination(t *testing.T) {
 			t.Fatalf("order: got %v want newest first of %v", seen, ids)
 		}
 	}
-	if _, out := te.do("GET", "/v1/runs?limit=0", nil); len(out["runs"].([]any)) != 1 {
+	if out := te.do("GET", "/v1/runs?limit=0", nil).json(t); len(out["runs"].([]any)) != 1 {
 		t.Fatalf("limit=0 clamps to 1: %v", out)
 	}
-	if _, out := te.do("GET", "/v1/runs?limit=100000", nil); len(out["runs"].([]any)) != 6 {
+	if out := te.do("GET", "/v1/runs?limit=100000", nil).json(t); len(out["runs"].([]any)) != 6 {
 		t.Fatalf("limit clamps to 500: %v", out)
 	}
-	if _, out := te.do("GET", "/v1/runs", nil); len(out["runs"].([]any)) != 6 || out["nextCursor"] != nil {
+	if out := te.do("GET", "/v1/runs", nil).json(t); len(out["runs"].([]any)) != 6 || out["nextCursor"] != nil {
 		t.Fatalf("default page: %v", out)
 	}
 }
@@ -706,22 +544,20 @@ func TestCancelInFlightAndIdempotent(t *testing.T) {
 		<-ctx.Done()
 		return nil, ctx.Err()
 	}}
-	te := newRunEnv(t, m, nil)
+	te := newTestServer(t, withFakeModel(m))
 	te.putAgent(testSpec("slow", nil))
 	s := te.stream("slow", map[string]any{"input": "x"})
 	id := s.until(t, "run_start")["runId"].(string)
 	<-entered
 	// In flight: GET answers the summary.
-	code, got := te.do("GET", "/v1/runs/"+id, nil)
-	if code != 200 || got["result"].(map[string]any)["status"] != "running" {
-		t.Fatalf("in flight get: %d %v", code, got)
+	if got := te.call("GET", "/v1/runs/"+id, nil, 200, nil).json(t); got["result"].(map[string]any)["status"] != "running" {
+		t.Fatalf("in flight get: %v", got)
 	}
 	if act := te.s.activeRuns(); len(act) != 1 || act[0]["runId"] != id || act[0]["agent"] != "slow" {
 		t.Fatalf("hello activeRuns: %v", act)
 	}
-	code, c := te.do("POST", "/v1/runs/"+id+"/cancel", nil)
-	if code != 202 || c["cancelled"] != true || c["status"] != "aborted" || c["runId"] != id {
-		t.Fatalf("cancel: %d %v", code, c)
+	if c := te.call("POST", "/v1/runs/"+id+"/cancel", nil, 202, nil).json(t); c["cancelled"] != true || c["status"] != "aborted" || c["runId"] != id {
+		t.Fatalf("cancel: %v", c)
 	}
 	if act := te.s.activeRuns(); len(act) != 0 {
 		t.Fatalf("activeRuns after cancel: %v", act)
@@ -730,12 +566,10 @@ func TestCancelInFlightAndIdempotent(t *testing.T) {
 	if end["stopReason"] != "aborted" || end["error"].(map[string]any)["code"] != "E_ABORTED" || end["runId"] != id {
 		t.Fatalf("end: %v", end)
 	}
-	code, c = te.do("POST", "/v1/runs/"+id+"/cancel", nil)
-	if code != 202 || c["cancelled"] != false || c["status"] != "aborted" {
-		t.Fatalf("second cancel: %d %v", code, c)
+	if c := te.call("POST", "/v1/runs/"+id+"/cancel", nil, 202, nil).json(t); c["cancelled"] != false || c["status"] != "aborted" {
+		t.Fatalf("second cancel: %v", c)
 	}
-	code, got = te.do("GET", "/v1/runs/"+id, nil)
-	if got["result"].(map[string]any)["stopReason"] != "aborted" {
+	if got := te.do("GET", "/v1/runs/"+id, nil).json(t); got["result"].(map[string]any)["stopReason"] != "aborted" {
 		t.Fatalf("stored: %v", got)
 	}
 	if te.comp.ensures != 0 {
@@ -750,20 +584,16 @@ func TestDeleteInFlightCancelsFirst(t *testing.T) {
 		<-ctx.Done()
 		return nil, ctx.Err()
 	}}
-	te := newRunEnv(t, m, nil)
+	te := newTestServer(t, withFakeModel(m))
 	te.putAgent(testSpec("slow", nil))
 	s := te.stream("slow", map[string]any{"input": "x"})
 	id := s.until(t, "run_start")["runId"].(string)
 	<-entered
-	if code, _ := te.do("DELETE", "/v1/runs/"+id, nil); code != 204 {
-		t.Fatalf("delete: %d", code)
-	}
+	te.call("DELETE", "/v1/runs/"+id, nil, 204, nil)
 	if res := s.until(t, "run_end")["result"].(map[string]any); res["stopReason"] != "aborted" {
 		t.Fatalf("end %v", res)
 	}
-	if code, _ := te.do("GET", "/v1/runs/"+id, nil); code != 404 {
-		t.Fatalf("deleted run still there: %d", code)
-	}
+	te.wantError("GET", "/v1/runs/"+id, nil, 404, codeRunNotFound) // deleted
 }
 
 func TestStreamDisconnectAborts(t *testing.T) {
@@ -773,18 +603,18 @@ func TestStreamDisconnectAborts(t *testing.T) {
 		<-ctx.Done()
 		return nil, ctx.Err()
 	}}
-	te := newRunEnv(t, m, nil)
+	te := newTestServer(t, withFakeModel(m))
 	te.putAgent(testSpec("gone", nil))
 	s := te.stream("gone", map[string]any{"input": "x"})
 	id := s.until(t, "run_start")["runId"].(string)
 	<-entered
 	s.cancel()
 	s.resp.Body.Close()
-	pollUntil(t, "the run to be recorded aborted", func() bool {
+	eventually(t, "the run to be recorded aborted", func() bool {
 		st, _, _, _ := te.s.store.GetRun(context.Background(), id)
 		return st == "aborted"
 	})
-	_, got := te.do("GET", "/v1/runs/"+id, nil)
+	got := te.do("GET", "/v1/runs/"+id, nil).json(t)
 	if !strings.Contains(got["result"].(map[string]any)["error"].(map[string]any)["message"].(string), "disconnect") {
 		t.Fatalf("abort reason: %v", got["result"])
 	}
@@ -809,10 +639,10 @@ func TestRestartMarksInFlightAborted(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-entered
-	pollUntil(t, "the run row", func() bool { s, _, _, _ := st.GetRun(context.Background(), ar.id); return s == "running" })
+	eventually(t, "the run row", func() bool { s, _, _, _ := st.GetRun(context.Background(), ar.id); return s == "running" })
 	// The run is blocked in its model call; wait until what it emitted before (step_start) is stored, as a
 	// crashed process writes nothing more — otherwise the old recorder's late flush could follow run_end.
-	pollUntil(t, "step_start stored", func() bool {
+	eventually(t, "step_start stored", func() bool {
 		evs, _ := st.RunEvents(context.Background(), ar.id)
 		return len(evs) > 0 && strings.Contains(string(evs[len(evs)-1]), "step_start")
 	})
@@ -842,7 +672,7 @@ func TestCloseAbortsRunsInFlight(t *testing.T) {
 		<-ctx.Done()
 		return nil, ctx.Err()
 	}}
-	te := newRunEnv(t, m, nil)
+	te := newTestServer(t, withFakeModel(m))
 	sp := testSpec("x", nil)
 	ar, err := te.s.runs.start(sp, &runParams{Input: []ModelMessage{textMessage("user", "x")}, MaxSteps: 3, MaxCostUSD: 1, ApprovalMode: "auto"}, nil)
 	if err != nil {
@@ -863,7 +693,7 @@ func TestCloseAbortsRunsInFlight(t *testing.T) {
 
 func TestEventsSocketRunsTopic(t *testing.T) {
 	m := &fakeModel{script: scriptOf()}
-	te := newRunEnv(t, m, nil)
+	te := newTestServer(t, withFakeModel(m))
 	te.putAgent(testSpec("pub", nil))
 	sub, _ := te.s.hub.subscribe()
 	defer te.s.hub.unsubscribe(sub)
@@ -950,19 +780,14 @@ func (floodModel) Stream(ctx context.Context, req ChatRequest, opts chatOptions,
 }
 
 func TestStalledConsumerAbortsRun(t *testing.T) {
-	te := newRunEnv(t, &fakeModel{}, nil)
+	te := newTestServer(t, withFakeModel(&fakeModel{}))
 	te.s.runs.models = floodModel{}
 	te.s.runs.streamStall = 200 * time.Millisecond
 	te.putAgent(testSpec("flood", nil))
-	req, _ := http.NewRequest("POST", te.ts.URL+"/v1/agents/flood/run/stream", strings.NewReader(`{"input":"go"}`))
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close() // never read: the consumer stalls
+	te.stream("flood", map[string]any{"input": "go"}) // never read: the consumer stalls
 	var id string
-	pollUntil(t, "the stalled run to be aborted", func() bool {
-		_, list := te.do("GET", "/v1/runs?agent=flood", nil)
+	eventually(t, "the stalled run to be aborted", func() bool {
+		list := te.do("GET", "/v1/runs?agent=flood", nil).json(t)
 		runs := list["runs"].([]any)
 		if len(runs) == 0 {
 			return false
@@ -971,7 +796,7 @@ func TestStalledConsumerAbortsRun(t *testing.T) {
 		id = sum["runId"].(string)
 		return sum["status"] == "aborted"
 	})
-	_, got := te.do("GET", "/v1/runs/"+id, nil)
+	got := te.do("GET", "/v1/runs/"+id, nil).json(t)
 	if msg := got["result"].(map[string]any)["error"].(map[string]any)["message"].(string); !strings.Contains(msg, "stalled") {
 		t.Fatalf("abort reason %q", msg)
 	}
@@ -982,7 +807,7 @@ func TestStalledConsumerAbortsRun(t *testing.T) {
 func TestDeleteOfSlowWindingRunStaysDeleted(t *testing.T) {
 	release := make(chan struct{})
 	m := &fakeModel{script: scriptOf(toolResp(call("s1", "shell", map[string]any{"command": "echo stuck"})))}
-	te := newRunEnv(t, m, nil)
+	te := newTestServer(t, withFakeModel(m))
 	entered := make(chan struct{}, 1)
 	te.comp.onExec = func(ctx context.Context, cmd string) {
 		entered <- struct{}{}
@@ -994,14 +819,10 @@ func TestDeleteOfSlowWindingRunStaysDeleted(t *testing.T) {
 	id := s.until(t, "run_start")["runId"].(string)
 	<-entered
 	ar := te.s.runs.get(id)
-	if code, _ := te.do("DELETE", "/v1/runs/"+id, nil); code != 204 {
-		t.Fatalf("delete: %d", code)
-	}
+	te.call("DELETE", "/v1/runs/"+id, nil, 204, nil)
 	close(release)
 	ar.wait()
-	if code, out := te.do("GET", "/v1/runs/"+id, nil); code != 404 {
-		t.Fatalf("deleted run came back: %d %v", code, out)
-	}
+	te.wantError("GET", "/v1/runs/"+id, nil, 404, codeRunNotFound) // the late end record did not bring it back
 }
 
 // At shutdown the server cancels every request's context; the runs those requests drive are recorded
@@ -1013,7 +834,7 @@ func TestShutdownCancelledRequestRecordsShutdown(t *testing.T) {
 		<-ctx.Done()
 		return nil, ctx.Err()
 	}}
-	te := newRunEnv(t, m, nil)
+	te := newTestServer(t, withFakeModel(m))
 	te.putAgent(testSpec("down", nil))
 	s := te.stream("down", map[string]any{"input": "x"})
 	id := s.until(t, "run_start")["runId"].(string)
@@ -1021,7 +842,7 @@ func TestShutdownCancelledRequestRecordsShutdown(t *testing.T) {
 	te.s.cancelStream() // what the server does first on shutdown; it also ends every request context
 	s.cancel()
 	s.resp.Body.Close()
-	pollUntil(t, "the run to be recorded aborted", func() bool {
+	eventually(t, "the run to be recorded aborted", func() bool {
 		st, _, _, _ := te.s.store.GetRun(context.Background(), id)
 		return st == "aborted"
 	})
@@ -1035,7 +856,7 @@ func TestShutdownCancelledRequestRecordsShutdown(t *testing.T) {
 // client that GETs the run on seeing run_end never finds it still running.
 func TestRunEndIsStoredBeforeItIsStreamed(t *testing.T) {
 	m := &fakeModel{script: scriptOf()}
-	te := newRunEnv(t, m, nil)
+	te := newTestServer(t, withFakeModel(m))
 	checked := make(chan string, 1)
 	ar, err := te.s.runs.start(testSpec("ordered", nil), &runParams{Input: []ModelMessage{textMessage("user", "x")}, MaxSteps: 2, MaxCostUSD: 1, ApprovalMode: "auto"},
 		func(ev runEvent, _ []byte) {

@@ -21,7 +21,7 @@ import (
 // toolHarness runs tools directly against the temp-dir computer.
 func toolHarness(t *testing.T, mut func(*AgentSpec)) (*toolEnv, *fakeComputer) {
 	t.Helper()
-	te := newRunEnv(t, &fakeModel{script: scriptOf()}, nil)
+	te := newTestServer(t, withFakeModel(&fakeModel{script: scriptOf()}))
 	sp := testSpec("tooly", mut)
 	ar := newActiveRun(te.s.runs, sp, &runParams{Input: []ModelMessage{textMessage("user", "x")}, MaxSteps: 1}, nil)
 	t.Cleanup(func() { ar.cancel(nil); ar.stopTimer() })
@@ -241,7 +241,7 @@ func TestWebSearch(t *testing.T) {
 		w.Write([]byte(`{"web":{"results":[{"title":"Go","url":"https://go.dev","description":"The <strong>Go</strong> language"}]}}`))
 	}))
 	defer api.Close()
-	te := newRunEnv(t, &fakeModel{script: scriptOf()}, map[string]string{searchKeyEnv: "brave-key", "BRAVE_BASE_URL": api.URL})
+	te := newTestServer(t, withFakeModel(&fakeModel{script: scriptOf()}), withEnv(map[string]string{searchKeyEnv: "brave-key", "BRAVE_BASE_URL": api.URL}))
 	sp := testSpec("searcher", func(sp *AgentSpec) { sp.Tools = []string{"web"} })
 	ar := newActiveRun(te.s.runs, sp, &runParams{Input: []ModelMessage{textMessage("user", "x")}, MaxSteps: 1}, nil)
 	defer ar.stopTimer()

@@ -224,15 +224,7 @@ func TestImportBadInput(t *testing.T) {
 // what it cannot read.
 func TestDiscoverSessions(t *testing.T) {
 	home := t.TempDir()
-	cfg := defaultConfig()
-	cfg.Home = t.TempDir()
-	cfg.getenv = func(k string) string {
-		if k == "HOME" {
-			return home
-		}
-		return ""
-	}
-	ts := newTestServerWith(t, cfg, time.Now)
+	ts := newTestServer(t, withEnv(map[string]string{"HOME": home}))
 	if res := ts.do("GET", "/v1/sessions/discover", nil); res.status != 200 || len(res.json(t)["sessions"].([]any)) != 0 {
 		t.Fatalf("empty home: %d %s", res.status, res.body)
 	}
@@ -273,14 +265,7 @@ func TestDiscoverSessions(t *testing.T) {
 
 // Every fixture distils to a spec POST /v1/agents/validate accepts, with no secret, home path or e-mail.
 func TestDistillFixtures(t *testing.T) {
-	ts := newTestServer(t, func(c *config) {
-		c.getenv = func(k string) string {
-			if k == "OPENAI_API_KEY" {
-				return "sk-proj-DISTILLSECRET0123456789abcdefghij"
-			}
-			return ""
-		}
-	})
+	ts := newTestServer(t, withEnv(map[string]string{"OPENAI_API_KEY": "sk-proj-DISTILLSECRET0123456789abcdefghij"}))
 	files, _ := filepath.Glob("testdata/sessions/*")
 	for _, f := range files {
 		tr := importFile(t, ts, f)
@@ -329,20 +314,20 @@ func TestDistillFixtures(t *testing.T) {
 func TestDistillStreamFrames(t *testing.T) {
 	ts := newTestServer(t)
 	tr := importFile(t, ts, "testdata/sessions/codex.jsonl")
-	res := ts.do("POST", "/v1/sessions/distill/stream", map[string]any{"transcriptId": tr["id"]})
-	evs := readSSE(t, bytes.NewReader(res.body))
-	if len(evs) != 4 || !strings.HasSuffix(strings.TrimSpace(string(res.body)), "event: done\ndata: {}") {
-		t.Fatalf("frames: %s", res.body)
+	st := ts.sse("POST", "/v1/sessions/distill/stream", map[string]any{"transcriptId": tr["id"]})
+	evs := st.all()
+	if len(evs) != 4 || !st.done {
+		t.Fatalf("frames: %v (event: done read: %v)", evs, st.done)
 	}
 	for i, want := range []struct {
 		stage string
 		pct   float64
 	}{{"scanning", 0.1}, {"extracting", 0.4}, {"merging", 0.8}} {
-		if f := evs[i].data; f["type"] != "progress" || f["stage"] != want.stage || f["pct"] != want.pct || len(f) != 3 {
+		if f := evs[i]; f["type"] != "progress" || f["stage"] != want.stage || f["pct"] != want.pct || len(f) != 3 {
 			t.Errorf("frame %d: %v", i, f)
 		}
 	}
-	if f := evs[3].data; f["type"] != "done" || f["spec"] == nil || f["distilled"] == nil || f["yaml"] == nil || len(f) != 4 {
+	if f := evs[3]; f["type"] != "done" || f["spec"] == nil || f["distilled"] == nil || f["yaml"] == nil || len(f) != 4 {
 		t.Errorf("done frame: %v", f)
 	}
 }
@@ -360,10 +345,7 @@ func TestDistillUseModel(t *testing.T) {
 		return scriptReply{text: answer}
 	})
 	te := newE2E(t, so, "")
-	code, out := te.do("POST", "/v1/sessions/import", map[string]any{"content": mustReadFile(t, "testdata/sessions/claude-code.jsonl")})
-	if code != 200 {
-		t.Fatalf("import: %d %v", code, out)
-	}
+	out := te.call("POST", "/v1/sessions/import", map[string]any{"content": mustReadFile(t, "testdata/sessions/claude-code.jsonl")}, 200, nil).json(t)
 	id := out["transcript"].(map[string]any)["id"]
 	for _, v := range []any{"true", 1, false, nil} {
 		te.do("POST", "/v1/sessions/distill", map[string]any{"transcriptId": id, "useModel": v})
@@ -371,13 +353,13 @@ func TestDistillUseModel(t *testing.T) {
 	if calls != 0 {
 		t.Fatalf("the model was called %d times without useModel: true", calls)
 	}
-	_, res := te.do("POST", "/v1/sessions/distill", map[string]any{"transcriptId": id, "useModel": true, "model": "openai/gpt-4o-mini"})
+	res := te.do("POST", "/v1/sessions/distill", map[string]any{"transcriptId": id, "useModel": true, "model": "openai/gpt-4o-mini"}).json(t)
 	d := res["distilled"].(map[string]any)
 	if calls != 1 || d["name"] != "date-fixer" || d["persona"] != "You fix date bugs and run pytest." || res["spec"].(map[string]any)["name"] != "date-fixer" {
 		t.Fatalf("useModel: calls %d, %v", calls, d)
 	}
 	answer = "not JSON at all"
-	_, res = te.do("POST", "/v1/sessions/distill", map[string]any{"transcriptId": id, "useModel": true, "model": "openai/gpt-4o-mini"})
+	res = te.do("POST", "/v1/sessions/distill", map[string]any{"transcriptId": id, "useModel": true, "model": "openai/gpt-4o-mini"}).json(t)
 	if d := res["distilled"].(map[string]any); d["name"] == "date-fixer" || !strings.Contains(fmt.Sprint(d["notes"]), "free heuristic") {
 		t.Fatalf("fallback: %v", d)
 	}

@@ -1,15 +1,12 @@
 package main
 
 import (
-	"bufio"
-	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -118,35 +115,6 @@ func TestVerifyWebhook(t *testing.T) {
 
 // ---- against the real server ----
 
-// trig sends a raw request to the test server.
-func (te *runEnv) trig(method, path, body string, headers ...string) (int, http.Header, map[string]any) {
-	te.t.Helper()
-	req, _ := http.NewRequest(method, te.ts.URL+path, strings.NewReader(body))
-	for i := 0; i+1 < len(headers); i += 2 {
-		req.Header.Set(headers[i], headers[i+1])
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		te.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	var out map[string]any
-	json.Unmarshal(raw, &out)
-	if out == nil {
-		out = map[string]any{"raw": string(raw)}
-	}
-	return resp.StatusCode, resp.Header, out
-}
-
-func errCodeOf(m map[string]any) string {
-	if e, ok := m["error"].(map[string]any); ok {
-		code, _ := e["code"].(string)
-		return code
-	}
-	return ""
-}
-
 // echoModel answers every request with "echo: <last user message>".
 func echoModel(t testing.TB) *scriptedOpenAI {
 	return newScriptedOpenAI(t, func(r scriptReq) scriptReply { return scriptReply{text: "echo: " + r.lastUser()} })
@@ -164,17 +132,15 @@ func TestHTTPTrigger(t *testing.T) {
 		map[string]any{"type": "http"}, map[string]any{"type": "http", "path": "/deep/er"}}}))
 
 	for _, path := range []string{"/v1/t/helper?input=hello", "/v1/t/helper/?input=hello"} {
-		code, _, out := te.trig("GET", path, "")
-		if code != 200 || out["text"] != "echo: hello" || out["stopReason"] != "complete" || !strings.HasPrefix(fmt.Sprint(out["runId"]), "run_") || out["usage"] == nil {
-			t.Fatalf("GET %s: %d %v", path, code, out)
+		if out := te.call("GET", path, nil, 200, nil).json(t); out["text"] != "echo: hello" || out["stopReason"] != "complete" || !strings.HasPrefix(fmt.Sprint(out["runId"]), "run_") || out["usage"] == nil {
+			t.Fatalf("GET %s: %v", path, out)
 		}
 	}
-	code, _, out := te.trig("PUT", "/v1/t/helper/deep/er", `{"message":"from json"}`, "Content-Type", "application/json")
-	if code != 200 || out["text"] != "echo: from json" {
-		t.Fatalf("PUT deep: %d %v", code, out)
+	if out := te.call("PUT", "/v1/t/helper/deep/er", `{"message":"from json"}`, 200, nil).json(t); out["text"] != "echo: from json" {
+		t.Fatalf("PUT deep: %v", out)
 	}
 	// The run is an ordinary recorded run that names its trigger.
-	_, list := te.do("GET", "/v1/runs?agent=helper", nil)
+	list := te.do("GET", "/v1/runs?agent=helper", nil).json(t)
 	if runs := list["runs"].([]any); len(runs) != 3 || runs[0].(map[string]any)["trigger"] != "http:/deep/er" ||
 		runs[2].(map[string]any)["trigger"] != "http:/" {
 		t.Fatalf("runs %v", list)
@@ -185,18 +151,7 @@ func TestHTTPTrigger(t *testing.T) {
 		if len(hdr) == 0 {
 			path += "&stream=true"
 		}
-		req, _ := http.NewRequest("POST", te.ts.URL+path, nil)
-		if len(hdr) == 2 {
-			req.Header.Set(hdr[0], hdr[1])
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		evs := readSSE(t, resp.Body)
-		resp.Body.Close()
-		if resp.Header.Get("Content-Type") != "text/event-stream" || len(evs) < 3 || evs[0].data["type"] != "run_start" ||
-			evs[len(evs)-1].data["type"] != "run_end" {
+		if evs := te.sse("POST", path, nil, hdr...).all(); len(evs) < 3 || evs[0]["type"] != "run_start" || evs[len(evs)-1]["type"] != "run_end" {
 			t.Fatalf("stream %v: %+v", hdr, evs)
 		}
 	}
@@ -213,9 +168,8 @@ func TestHTTPTrigger(t *testing.T) {
 		{"POST", "/v1/t/helper", "\xff\xfe", 422, codeSpecInvalid},
 		{"POST", "/v1/t/helper", strings.Repeat("x", maxBodyBytes+1), 422, codeSpecInvalid},
 	} {
-		code, _, out := te.trig(tc.method, tc.path, tc.body)
-		if code != tc.status || errCodeOf(out) != tc.code {
-			t.Errorf("%s %s: %d %v", tc.method, tc.path, code, out)
+		if r := te.do(tc.method, tc.path, tc.body); r.status != tc.status || r.errCode(t) != tc.code {
+			t.Errorf("%s %s: %d %s", tc.method, tc.path, r.status, r.body)
 		}
 	}
 }
@@ -242,9 +196,8 @@ func TestWebhookTrigger(t *testing.T) {
 		map[string]any{"type": "webhook", "path": "/github", "secret": "s3cret"}}}))
 
 	// Unsigned.
-	code, _, out := te.trig("POST", "/v1/w/triage/open", `{"text":"issue 1"}`)
-	if code != 200 || out["text"] != "handled: issue 1" {
-		t.Fatalf("unsigned: %d %v", code, out)
+	if out := te.call("POST", "/v1/w/triage/open", `{"text":"issue 1"}`, 200, nil).json(t); out["text"] != "handled: issue 1" {
+		t.Fatalf("unsigned: %v", out)
 	}
 	// Signed: missing, wrong and right signatures on the raw body.
 	body := `{"action":"opened","issue":{"title":"crash"}}`
@@ -259,44 +212,44 @@ func TestWebhookTrigger(t *testing.T) {
 		{[]string{"X-Hub-Signature-256", hubSig("s3cret", body)}, 200, ""},
 		{[]string{"X-Agent-Signature", hubSig("s3cret", body)}, 200, ""},
 	} {
-		code, _, out := te.trig("POST", "/v1/w/triage/github", body, tc.headers...)
-		if code != tc.status || (tc.msg != "" && !strings.Contains(fmt.Sprint(out), tc.msg)) || (code == 403 && errCodeOf(out) != codeExecDenied) {
-			t.Fatalf("signed %v: %d %v", tc.headers, code, out)
+		r := te.do("POST", "/v1/w/triage/github", body, tc.headers...)
+		if r.status != tc.status || !strings.Contains(string(r.body), tc.msg) || (r.status == 403 && r.errCode(t) != codeExecDenied) {
+			t.Fatalf("signed %v: %d %s", tc.headers, r.status, r.body)
 		}
-		if code == 200 && out["text"] != "handled: "+body {
-			t.Fatalf("signed answer %v", out)
+		if r.status == 200 && r.json(t)["text"] != "handled: "+body {
+			t.Fatalf("signed answer %s", r.body)
 		}
-	}
-	if strings.Contains(fmt.Sprint(out), "s3cret") {
-		t.Fatal("the secret leaked into an answer")
+		if strings.Contains(string(r.body), "s3cret") {
+			t.Fatal("the secret leaked into an answer")
+		}
 	}
 	// A GET is not a webhook, and a wrong method never runs the agent.
 	before := modelCalls()
-	if code, _, out := te.trig("GET", "/v1/w/triage/open?input=x", ""); code != 404 || errCodeOf(out) != codeRouteNotFound || modelCalls() != before {
-		t.Fatalf("GET webhook: %d %v", code, out)
+	if r := te.do("GET", "/v1/w/triage/open?input=x", nil); r.status != 404 || r.errCode(t) != codeRouteNotFound || modelCalls() != before {
+		t.Fatalf("GET webhook: %d %s", r.status, r.body)
 	}
 	// A retried delivery is answered from the first one: same run, one model call.
 	sig := hubSig("s3cret", body)
-	_, _, first := te.trig("POST", "/v1/w/triage/github", body, "X-Hub-Signature-256", sig, "X-GitHub-Delivery", "d-1")
+	first := te.do("POST", "/v1/w/triage/github", body, "X-Hub-Signature-256", sig, "X-GitHub-Delivery", "d-1").json(t)
 	calls0 := modelCalls()
-	code, hdr, again := te.trig("POST", "/v1/w/triage/github", body, "X-Hub-Signature-256", sig, "X-GitHub-Delivery", "d-1")
-	if code != 200 || again["runId"] != first["runId"] || modelCalls() != calls0 || hdr.Get("X-Agent-Replayed") != "true" {
-		t.Fatalf("replay: %d %v vs %v (model calls %d → %d)", code, again, first, calls0, modelCalls())
+	again := te.do("POST", "/v1/w/triage/github", body, "X-Hub-Signature-256", sig, "X-GitHub-Delivery", "d-1")
+	if again.status != 200 || again.json(t)["runId"] != first["runId"] || modelCalls() != calls0 || again.header.Get("X-Agent-Replayed") != "true" {
+		t.Fatalf("replay: %d %s vs %v (model calls %d → %d)", again.status, again.body, first, calls0, modelCalls())
 	}
 	// A refused delivery (bad signature) does not block the valid one with the same id.
-	te.trig("POST", "/v1/w/triage/github", body, "X-Hub-Signature-256", hubSig("x", body), "X-GitHub-Delivery", "d-2")
-	if code, _, out := te.trig("POST", "/v1/w/triage/github", body, "X-Hub-Signature-256", sig, "X-GitHub-Delivery", "d-2"); code != 200 || out["runId"] == first["runId"] {
-		t.Fatalf("after a refused delivery: %d %v", code, out)
+	te.do("POST", "/v1/w/triage/github", body, "X-Hub-Signature-256", hubSig("x", body), "X-GitHub-Delivery", "d-2")
+	if r := te.do("POST", "/v1/w/triage/github", body, "X-Hub-Signature-256", sig, "X-GitHub-Delivery", "d-2"); r.status != 200 || r.json(t)["runId"] == first["runId"] {
+		t.Fatalf("after a refused delivery: %d %s", r.status, r.body)
 	}
 	// A retry that arrives while the first delivery's run is still going waits for it: one model call.
 	slow := `{"text":"slow one"}`
 	calls.Add(1)
-	answers := make(chan map[string]any, 2)
-	go func() { _, _, a := te.trig("POST", "/v1/w/triage/open", slow, "webhook-id", "msg-slow"); answers <- a }()
+	answers := make(chan response, 2)
+	go func() { answers <- te.do("POST", "/v1/w/triage/open", slow, "webhook-id", "msg-slow") }()
 	calls.Wait() // the first delivery's run is at the model
 	before = modelCalls()
-	go func() { _, _, a := te.trig("POST", "/v1/w/triage/open", slow, "webhook-id", "msg-slow"); answers <- a }()
-	pollUntil(t, "the retry to wait for the first delivery", func() bool {
+	go func() { answers <- te.do("POST", "/v1/w/triage/open", slow, "webhook-id", "msg-slow") }()
+	eventually(t, "the retry to wait for the first delivery", func() bool {
 		b := te.s.triggers.deliveries
 		b.mu.Lock()
 		defer b.mu.Unlock()
@@ -304,7 +257,7 @@ func TestWebhookTrigger(t *testing.T) {
 		return d != nil && d.retries.Load() == 1
 	})
 	close(gate)
-	a1, a2 := <-answers, <-answers
+	a1, a2 := (<-answers).json(t), (<-answers).json(t)
 	if a1["runId"] == nil || a1["runId"] != a2["runId"] || a1["text"] != "handled: slow one" || modelCalls() != before {
 		t.Fatalf("concurrent retry: %v / %v, model calls %d → %d", a1, a2, before, modelCalls())
 	}
@@ -313,7 +266,7 @@ func TestWebhookTrigger(t *testing.T) {
 func TestTriggerListingFollowsAgents(t *testing.T) {
 	te := newE2E(t, echoModel(t), "")
 	listing := func() ([]any, []any) {
-		_, out := te.do("GET", "/v1/triggers", nil)
+		out := te.do("GET", "/v1/triggers", nil).json(t)
 		return out["triggers"].([]any), out["cron"].([]any)
 	}
 	if tr, cr := listing(); len(tr) != 0 || len(cr) != 0 {
@@ -347,15 +300,11 @@ func TestTriggerListingFollowsAgents(t *testing.T) {
 	}
 	// Update: the triggers change without a restart.
 	spec["triggers"] = []any{map[string]any{"type": "http", "path": "/other"}}
-	if code, out := te.do("PUT", "/v1/agents/ops", map[string]any{"spec": spec}); code != 200 {
-		t.Fatalf("put %d %v", code, out)
-	}
+	te.call("PUT", "/v1/agents/ops", map[string]any{"spec": spec}, 200, nil)
 	if tr, cr := listing(); len(tr) != 1 || tr[0].(map[string]any)["at"] != "/v1/t/ops/other" || len(cr) != 0 {
 		t.Fatalf("after update: %v %v", tr, cr)
 	}
-	if code, _, _ := te.trig("POST", "/v1/w/ops/open", "x"); code != 404 {
-		t.Fatalf("a removed webhook still answers: %d", code)
-	}
+	te.call("POST", "/v1/w/ops/open", "x", 404, nil)
 	te.do("DELETE", "/v1/agents/ops", nil)
 	if tr, cr := listing(); len(tr) != 0 || len(cr) != 0 {
 		t.Fatalf("after delete: %v %v", tr, cr)
@@ -372,7 +321,7 @@ func TestTriggerSpecValidation(t *testing.T) {
 		"name: a\ntriggers:\n  - type: http\n  - type: http\n    path: /\n":                      "triggers.1.path: http trigger path / is already used by triggers.0",
 		"name: a\ntriggers:\n  - type: webhook\n    path: /x\n  - type: webhook\n    path: /x\n": "triggers.1.path",
 	} {
-		_, out := te.do("POST", "/v1/agents/validate", map[string]any{"yaml": spec})
+		out := te.do("POST", "/v1/agents/validate", map[string]any{"yaml": spec}).json(t)
 		if out["ok"] != false || !strings.Contains(fmt.Sprint(out["issues"]), want) {
 			t.Errorf("%q: %v, want %q", spec, out, want)
 		}
@@ -382,20 +331,11 @@ func TestTriggerSpecValidation(t *testing.T) {
 // A cron trigger fires a real run through the server's own scheduler: the server's clock is set a
 // little before a minute boundary, so the first firing comes within about a second.
 func TestCronTriggerFiresARun(t *testing.T) {
-	so := echoModel(t)
-	home := t.TempDir()
 	real := time.Now()
 	offset := real.Truncate(time.Minute).Add(time.Minute - 700*time.Millisecond).Sub(real)
-	env := map[string]string{"OPENAI_API_KEY": e2eKey, "OPENAI_BASE_URL": so.URL, "HOME": home}
-	cfg := defaultConfig()
-	cfg.Home, cfg.getenv, cfg.ComputerProvider = home, func(k string) string { return env[k] }, "local"
-	s, err := newServer(cfg, testLogger(), func() time.Time { return time.Now().Add(offset) })
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(s)
-	t.Cleanup(func() { s.cancelStream(); ts.Close(); s.Close(context.Background()) })
-	te := &runEnv{t: t, s: s, ts: ts, home: home}
+	te := newE2E(t, echoModel(t), "", withClock(func() time.Time { return time.Now().Add(offset) }),
+		func(c *testSetup) { c.ComputerProvider = "local" })
+	s := te.s
 	sub, _ := s.hub.subscribe()
 	defer s.hub.unsubscribe(sub)
 	te.createAgent(noComputer(map[string]any{"name": "reporter", "triggers": []any{
@@ -409,15 +349,15 @@ func TestCronTriggerFiresARun(t *testing.T) {
 			}
 			p := ev.Payload.(map[string]any)
 			runID := p["runId"].(string)
-			pollUntil(t, "the cron run to end", func() bool {
-				_, out := te.do("GET", "/v1/runs/"+runID, nil)
+			eventually(t, "the cron run to end", func() bool {
+				out := te.do("GET", "/v1/runs/"+runID, nil).json(t)
 				return out["result"].(map[string]any)["stopReason"] == "complete"
 			})
-			_, out := te.do("GET", "/v1/runs/"+runID, nil)
+			out := te.do("GET", "/v1/runs/"+runID, nil).json(t)
 			if r := out["result"].(map[string]any); r["text"] != "echo: daily report" {
 				t.Fatalf("cron run %v", r)
 			}
-			_, list := te.do("GET", "/v1/runs?agent=reporter", nil)
+			list := te.do("GET", "/v1/runs?agent=reporter", nil).json(t)
 			if sum := list["runs"].([]any)[0].(map[string]any); sum["trigger"] != "cron:"+p["jobId"].(string) {
 				t.Fatalf("summary %v", sum)
 			}
@@ -430,35 +370,23 @@ func TestCronTriggerFiresARun(t *testing.T) {
 
 // ---- following and detaching runs ----
 
+// sseEvent is a data frame with its id.
 type sseEvent struct {
-	id    int
-	event string
-	data  map[string]any
+	id   int
+	data map[string]any
 }
 
-// readSSE reads a whole stream (until `event: done` or EOF).
-func readSSE(t testing.TB, r io.Reader) []sseEvent {
+// events reads a stream's data frames until `event: done` or its end; with stopAt, it stops after the
+// first event that satisfies it.
+func events(s *sseStream, stopAt func(sseEvent) bool) []sseEvent {
 	var out []sseEvent
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64<<10), 8<<20)
-	cur := sseEvent{id: -1}
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case strings.HasPrefix(line, "id: "):
-			cur.id, _ = strconv.Atoi(strings.TrimPrefix(line, "id: "))
-		case strings.HasPrefix(line, "event: "):
-			cur.event = strings.TrimPrefix(line, "event: ")
-		case strings.HasPrefix(line, "data: "):
-			json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &cur.data)
-		case line == "":
-			if cur.event == "done" {
-				return out
+	for f, ok := s.frame(); ok && f.event != "done"; f, ok = s.frame() {
+		ev := sseEvent{id: f.id}
+		if json.Unmarshal([]byte(f.data), &ev.data) == nil && ev.data != nil {
+			out = append(out, ev)
+			if stopAt != nil && stopAt(ev) {
+				break
 			}
-			if cur.data != nil {
-				out = append(out, cur)
-			}
-			cur = sseEvent{id: -1}
 		}
 	}
 	return out
@@ -480,64 +408,36 @@ func TestFollowAndDetachedRun(t *testing.T) {
 	te.createAgent(noComputer(map[string]any{"name": "long"}))
 
 	// Detached: 202 with the id at once, while the run is still going.
-	req, _ := http.NewRequest("POST", te.ts.URL+"/v1/agents/long/run?detach=true", strings.NewReader(`{"input":"go"}`))
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := te.do("POST", "/v1/agents/long/run?detach=true", `{"input":"go"}`)
 	var started map[string]string
-	json.NewDecoder(resp.Body).Decode(&started)
-	resp.Body.Close()
+	r.decode(t, &started)
 	runID := started["runId"]
-	if resp.StatusCode != 202 || !strings.HasPrefix(runID, "run_") || resp.Header.Get("Location") != "/v1/runs/"+runID {
-		t.Fatalf("detach: %d %v %s", resp.StatusCode, started, resp.Header.Get("Location"))
+	if r.status != 202 || !strings.HasPrefix(runID, "run_") || r.header.Get("Location") != "/v1/runs/"+runID {
+		t.Fatalf("detach: %d %v %s", r.status, started, r.header.Get("Location"))
 	}
 
 	// A follower reads until the first tool_end, then disconnects.
-	ctx, cancel := context.WithCancel(context.Background())
-	freq, _ := http.NewRequestWithContext(ctx, "GET", te.ts.URL+"/v1/runs/"+runID+"/events", nil)
-	fresp, err := http.DefaultClient.Do(freq)
-	if err != nil || fresp.StatusCode != 200 {
-		t.Fatalf("follow: %v %v", err, fresp)
+	follow := te.sse("GET", "/v1/runs/"+runID+"/events", nil)
+	seen := events(follow, func(ev sseEvent) bool { return ev.data["type"] == "tool_end" })
+	follow.close()
+	if len(seen) == 0 || seen[len(seen)-1].data["type"] != "tool_end" {
+		t.Fatalf("follow: %v", seen)
 	}
-	var seen []sseEvent
-	sc := bufio.NewScanner(fresp.Body)
-	cur := sseEvent{id: -1}
-	for sc.Scan() && !(len(seen) > 0 && seen[len(seen)-1].data["type"] == "tool_end") {
-		line := sc.Text()
-		switch {
-		case strings.HasPrefix(line, "id: "):
-			cur.id, _ = strconv.Atoi(strings.TrimPrefix(line, "id: "))
-		case strings.HasPrefix(line, "data: "):
-			json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &cur.data)
-			seen = append(seen, cur)
-			cur = sseEvent{id: -1}
-		}
-	}
-	cancel()
-	fresp.Body.Close()
 	lastID := seen[len(seen)-1].id
 
 	// The disconnect did not touch the run.
-	_, out := te.do("GET", "/v1/runs/"+runID, nil)
+	out := te.do("GET", "/v1/runs/"+runID, nil).json(t)
 	if out["result"].(map[string]any)["status"] != "running" {
 		t.Fatalf("the run stopped with its follower: %v", out["result"])
 	}
 
 	// Reconnect with the last id; let the run go on; read to the end.
-	freq, _ = http.NewRequest("GET", te.ts.URL+"/v1/runs/"+runID+"/events", nil)
-	freq.Header.Set("Last-Event-ID", strconv.Itoa(lastID))
-	fresp, err = http.DefaultClient.Do(freq)
-	if err != nil {
-		t.Fatal(err)
-	}
+	follow = te.sse("GET", "/v1/runs/"+runID+"/events", nil, "Last-Event-ID", strconv.Itoa(lastID))
 	close(gate)
-	rest := readSSE(t, fresp.Body)
-	fresp.Body.Close()
-	all := append(seen, rest...)
+	all := append(seen, events(follow, nil)...)
 
 	// Every event exactly once, ids strictly increasing, the same as the stored run.
-	_, out = te.do("GET", "/v1/runs/"+runID, nil)
+	out = te.do("GET", "/v1/runs/"+runID, nil).json(t)
 	stored := out["events"].([]any)
 	if len(all) != len(stored) {
 		t.Fatalf("followed %d events, the run has %d", len(all), len(stored))
@@ -551,28 +451,20 @@ func TestFollowAndDetachedRun(t *testing.T) {
 		t.Fatalf("end: %v / %v", all[len(all)-1], out["result"])
 	}
 	// The detached run is listed with its result.
-	_, list := te.do("GET", "/v1/runs?agent=long", nil)
+	list := te.do("GET", "/v1/runs?agent=long", nil).json(t)
 	if sum := list["runs"].([]any)[0].(map[string]any); sum["runId"] != runID || sum["status"] != "complete" || sum["preview"] != "all done" {
 		t.Fatalf("listed %v", sum)
 	}
 	// A finished run replays everything, or what is after ?after=N; unknown runs are 404; bad ids 422.
-	resp, _ = http.Get(te.ts.URL + "/v1/runs/" + runID + "/events?after=3")
-	if evs := readSSE(t, resp.Body); len(evs) != len(stored)-3 || evs[0].id != 4 {
+	if evs := events(te.sse("GET", "/v1/runs/"+runID+"/events?after=3", nil), nil); len(evs) != len(stored)-3 || evs[0].id != 4 {
 		t.Fatalf("after=3: %d events from %v", len(evs), evs[0].id)
 	}
-	resp.Body.Close()
-	if code, _, out := te.trig("GET", "/v1/runs/run_nope/events", ""); code != 404 || errCodeOf(out) != codeRunNotFound {
-		t.Fatalf("unknown run: %d %v", code, out)
-	}
-	if code, _, out := te.trig("GET", "/v1/runs/"+runID+"/events", "", "Last-Event-ID", "x"); code != 422 || errCodeOf(out) != codeSpecInvalid {
-		t.Fatalf("bad id: %d %v", code, out)
+	te.wantError("GET", "/v1/runs/run_nope/events", nil, 404, codeRunNotFound)
+	if r := te.do("GET", "/v1/runs/"+runID+"/events", nil, "Last-Event-ID", "x"); r.status != 422 || r.errCode(t) != codeSpecInvalid {
+		t.Fatalf("bad id: %d %s", r.status, r.body)
 	}
 	// The original stream's ids are the same sequence numbers.
-	req, _ = http.NewRequest("POST", te.ts.URL+"/v1/agents/long/run/stream", strings.NewReader(`{"input":"again"}`))
-	resp, _ = http.DefaultClient.Do(req)
-	evs := readSSE(t, resp.Body)
-	resp.Body.Close()
-	for i, ev := range evs {
+	for i, ev := range events(te.stream("long", map[string]any{"input": "again"}), nil) {
 		if ev.id != i+1 {
 			t.Fatalf("run stream ids: %d at %d", ev.id, i)
 		}

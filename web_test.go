@@ -47,7 +47,7 @@ func TestDashboard(t *testing.T) {
 	if res := ts.do("POST", "/some/page", nil); res.status != 404 || res.errCode(t) != codeRouteNotFound {
 		t.Fatalf("POST deep link: %d", res.status)
 	}
-	tok := newTestServer(t, func(c *config) { c.Token = "t" })
+	tok := newTestServer(t, func(c *testSetup) { c.Token = "t" })
 	res := tok.do("GET", "/", nil, "Authorization", "Bearer t")
 	if !strings.Contains(string(res.body), "requires a token") {
 		t.Fatalf("token note missing")
