@@ -277,13 +277,14 @@ func (s *server) originAllowed(origin string, r *http.Request) bool {
 }
 
 // authorized checks the bearer token in constant time. Browsers cannot set headers on EventSource or
-// WebSocket, so for those two transports only the token may come as ?token= or ?access_token=.
+// WebSocket, so for those two transports only — a GET of a stream or socket route — the token may come
+// as ?token= or ?access_token=.
 func (s *server) authorized(r *http.Request) bool {
 	if s.cfg.Token == "" {
 		return true
 	}
 	got, ok := bearerToken(r.Header.Get("Authorization"))
-	if !ok && isStreamOrSocket(r) {
+	if !ok && isStreamOrSocket(r) && r.Method == http.MethodGet && streamRoute(r.URL.Path) {
 		got = r.URL.Query().Get("token")
 		if got == "" {
 			got = r.URL.Query().Get("access_token")
@@ -304,6 +305,20 @@ func bearerToken(h string) (string, bool) {
 func tokenEqual(got, want string) bool {
 	a, b := sha256.Sum256([]byte(got)), sha256.Sum256([]byte(want))
 	return subtle.ConstantTimeCompare(a[:], b[:]) == 1 && got != ""
+}
+
+// streamRoute: the GET routes that are event streams or sockets, the only ones a browser cannot send a
+// header to — and so the only ones where ?token= is accepted (a DELETE carrying ?token= is not).
+func streamRoute(p string) bool {
+	switch {
+	case p == "/v1/events":
+		return true
+	case strings.HasPrefix(p, "/v1/computers/") && strings.HasSuffix(p, "/terminal"):
+		return strings.Count(p, "/") == 4
+	case strings.HasPrefix(p, "/v1/runs/") && strings.HasSuffix(p, "/events"):
+		return strings.Count(p, "/") == 4
+	}
+	return false
 }
 
 func isStreamOrSocket(r *http.Request) bool {

@@ -245,9 +245,11 @@ func TestBearerAuth(t *testing.T) {
 		{"unknown route still 401", "/v1/nope", nil, 401},
 		{"query token on plain request", "/v1/agents?token=" + token, nil, 401},
 		{"access_token on plain request", "/v1/agents?access_token=" + token, nil, 401},
-		{"query token with SSE accept", "/v1/agents?token=" + token, []string{"Accept", "text/event-stream"}, 200},
-		{"access_token with SSE accept", "/v1/agents?access_token=" + token, []string{"Accept", "text/event-stream"}, 200},
-		{"wrong query token with SSE", "/v1/agents?token=x", []string{"Accept", "text/event-stream"}, 401},
+		{"query token with SSE accept on a plain route", "/v1/agents?token=" + token, []string{"Accept", "text/event-stream"}, 401},
+		{"query token on a stream route", "/v1/runs/run_nope/events?token=" + token, []string{"Accept", "text/event-stream"}, 404},
+		{"access_token on a stream route", "/v1/runs/run_nope/events?access_token=" + token, []string{"Accept", "text/event-stream"}, 404},
+		{"wrong query token on a stream route", "/v1/runs/run_nope/events?token=x", []string{"Accept", "text/event-stream"}, 401},
+		{"query token with an upgrade on a plain route", "/v1/agents?token=" + token, []string{"Upgrade", "websocket"}, 401},
 		{"X-Forwarded-For is not trusted", "/v1/agents", []string{"X-Forwarded-For", "127.0.0.1", "X-Real-IP", "127.0.0.1"}, 401},
 		{"dashboard needs the token too", "/", nil, 401},
 	}
@@ -271,6 +273,11 @@ func TestBearerAuth(t *testing.T) {
 		})
 	}
 	// The query token works for a WebSocket upgrade.
+	// Only a GET of a stream or socket route takes ?token=: a DELETE that merely says it wants a stream
+	// does not (it went through before).
+	if res := ts.do("DELETE", "/v1/runs/run_nope/events?token="+token, nil, "Accept", "text/event-stream"); res.status != 401 {
+		t.Fatalf("DELETE with a query token: %d", res.status)
+	}
 	ts.dial("/v1/events?token="+token, "").Close()
 	if _, err := ts.tryDial("/v1/events?token=wrong", ""); err == nil {
 		t.Fatal("WebSocket with a wrong query token was accepted")

@@ -50,6 +50,7 @@ func (e *engineProvider) meta() providerMeta {
 func (e *engineProvider) cli(ctx context.Context, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, e.name, args...)
 	cmd.WaitDelay = 2 * time.Second
+	dieWithParent(cmd) // an engine CLI child (a long docker exec) must not outlive a killed server
 	return cmd
 }
 

@@ -105,6 +105,9 @@ func (s *server) doctor(ctx context.Context) DoctorReport {
 	}
 	rep.Warnings = append(rep.Warnings, cw...)
 	rep.Warnings = append(rep.Warnings, mw...)
+	if s.cfg.Token != "" && len(s.cfg.Token) < minTokenLen {
+		rep.Warnings = append(rep.Warnings, fmt.Sprintf("AGENT_TOKEN has %d characters: use at least %d (openssl rand -hex 24)", len(s.cfg.Token), minTokenLen))
+	}
 	if s.cfg.Token == "" {
 		rep.Warnings = append(rep.Warnings, fmt.Sprintf("no AGENT_TOKEN is set: any program on this machine that can reach %s can run shell commands through the API; set AGENT_TOKEN to require a bearer token",
 			net.JoinHostPort(s.cfg.Host, strconv.Itoa(s.cfg.Port))))

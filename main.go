@@ -205,6 +205,10 @@ func defaultConfig() config {
 }
 
 // loadConfig applies defaults < config.yaml < environment < flags, and creates the data directory.
+// minTokenLen is the shortest bearer token a non-loopback server accepts (a shorter one is warned about
+// on loopback).
+const minTokenLen = 16
+
 const serveUsage = "usage: agentd serve [--host H] [--port P] [--home DIR] [--token-file F] [--log-format text|json] [--log-level L]\n"
 
 var logLevels = map[string]slog.Level{"debug": slog.LevelDebug, "info": slog.LevelInfo, "warn": slog.LevelWarn, "error": slog.LevelError}
@@ -302,6 +306,10 @@ func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (co
 	}
 	if err := cfg.check(); err != nil {
 		return config{}, err
+	}
+	if cfg.Token != "" && len(cfg.Token) < minTokenLen && !isLoopbackHost(cfg.Host) {
+		return config{}, errorf(codeConfig, "refusing to bind %s with a %d-character token: a token guessable in an afternoon guards shell access to this host", cfg.Host, len(cfg.Token)).
+			withHint(fmt.Sprintf("use a token of at least %d characters (openssl rand -hex 24)", minTokenLen))
 	}
 	if cfg.Token == "" && !isLoopbackHost(cfg.Host) {
 		return config{}, errorf(codeConfig, "refusing to bind %s without a token: the API can execute shell commands on this host", cfg.Host).

@@ -353,6 +353,14 @@ func TestHelperProcess(t *testing.T) {
 		os.Args = append([]string{"agentd"}, strings.Fields(os.Getenv("AGENTD_TEST_ARGS"))...)
 		main()
 		os.Exit(0)
+	case "engine-child": // an engine CLI call in flight, through the one engine helper
+		e := &engineProvider{name: "sleep"}
+		cmd := e.cli(context.Background(), "300")
+		if err := cmd.Start(); err != nil {
+			os.Exit(4)
+		}
+		fmt.Println(cmd.Process.Pid)
+		select {}
 	}
 }
 
@@ -664,5 +672,56 @@ func TestDoctorShowsTheBoundPort(t *testing.T) {
 	w := fmt.Sprint(ts.do("GET", "/v1/doctor", nil).json(t)["warnings"])
 	if !strings.Contains(w, "127.0.0.1:"+port) || strings.Contains(w, "127.0.0.1:0 ") {
 		t.Fatalf("bound port %s not in the warnings: %s", port, w)
+	}
+}
+
+// An engine CLI child (a docker exec in flight) dies with the server, even a server killed with -9.
+func TestEngineChildDiesWithTheServer(t *testing.T) {
+	cmd := helperCommand(t, "engine-child")
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	if _, err := fmt.Fscan(out, &pid); err != nil || pid <= 0 {
+		cmd.Process.Kill()
+		t.Fatalf("no child pid: %v", err)
+	}
+	if err := syscall.Kill(pid, 0); err != nil {
+		t.Fatalf("the child is not running: %v", err)
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+	eventually(t, "the engine child to die with its parent", func() bool {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		return err != nil || strings.Contains(string(b), ") Z ") // gone, or a zombie awaiting init
+	})
+}
+
+// agentd.db and its WAL and SHM files are readable by their owner only; a short token is refused on a
+// non-loopback bind, warned about on loopback, and redacted whatever its length.
+func TestDatabaseModeAndShortTokens(t *testing.T) {
+	ts := newTestServer(t)
+	ts.do("POST", "/v1/agents", map[string]any{"yaml": "name: x\n"})
+	for _, f := range []string{"agentd.db", "agentd.db-wal", "agentd.db-shm"} {
+		fi, err := os.Stat(filepath.Join(ts.s.cfg.Home, f))
+		if err != nil || fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s: %v %v", f, fi.Mode().Perm(), err)
+		}
+	}
+	env := map[string]string{"AGENT_HOME": t.TempDir(), "AGENT_TOKEN": "short-token"}
+	if _, err := loadConfig([]string{"--host", "0.0.0.0"}, envOf(env), io.Discard); err == nil || !strings.Contains(err.Error(), "11-character token") {
+		t.Fatalf("short token on 0.0.0.0: %v", err)
+	}
+	env["AGENT_TOKEN"] = "a-long-enough-token-of-32-chars!"
+	if _, err := loadConfig([]string{"--host", "0.0.0.0"}, envOf(env), io.Discard); err != nil {
+		t.Fatalf("long token on 0.0.0.0: %v", err)
+	}
+	short := newTestServer(t, func(c *testSetup) { c.Token = "abc" })
+	if w := fmt.Sprint(short.do("GET", "/v1/doctor", nil, "Authorization", "Bearer abc").json(t)["warnings"]); !strings.Contains(w, "AGENT_TOKEN has 3 characters") {
+		t.Fatalf("no warning: %s", w)
+	}
+	if got := newRedactor(envOf(map[string]string{"AGENT_TOKEN": "abc"})).redact("token=abc here"); strings.Contains(got, "abc") {
+		t.Fatalf("a short token was not redacted: %q", got)
 	}
 }

@@ -77,7 +77,9 @@ func newRedactor(getenv func(string) string) *redactor {
 	r := &redactor{}
 	if getenv != nil {
 		for _, k := range secretEnvKeys {
-			if v := strings.TrimSpace(getenv(k)); len(v) >= 8 {
+			// The bearer token is redacted whatever its length; other values only when long enough
+			// not to be an ordinary word.
+			if v := strings.TrimSpace(getenv(k)); len(v) >= 8 || (k == "AGENT_TOKEN" && v != "") {
 				r.literals = append(r.literals, v)
 			}
 		}

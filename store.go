@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
 	"sync"
 	"time"
 
@@ -114,6 +115,15 @@ func openStore(path string, now func() time.Time) (*store, error) {
 		q.Add("_pragma", p)
 	}
 	q.Set("_txlock", "immediate")
+	// The database holds spec env values and webhook secrets: owner-only, and SQLite gives its -wal and
+	// -shm files the database file's mode.
+	if f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600); err == nil {
+		f.Close()
+		os.Chmod(path, 0o600) // an older agentd created it 0644
+	}
+	for _, side := range []string{"-wal", "-shm"} {
+		os.Chmod(path+side, 0o600)
+	}
 	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
 	if err != nil {
 		return nil, fmt.Errorf("open database %s: %w", path, err)
