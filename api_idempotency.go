@@ -4,11 +4,16 @@
 // 1000 entries (expired first, then oldest); only responses with status < 400 are recorded; streaming
 // responses (SSE, hijacked sockets) are never recorded; a replay short-circuits the handler and carries
 // Idempotency-Replayed: true. A second request arriving while the first is still running waits for it.
+// A key is bound to its request body (Stripe's rule): the same key with another body is 422 naming the
+// key, never a replay of an answer to a different request. The recorded bodies are bounded in bytes
+// (idemMaxBytes in all, idemMaxBody each), the oldest finished entries going first.
 package main
 
 import (
 	"bufio"
 	"bytes"
+	"crypto/sha256"
+	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -17,9 +22,10 @@ import (
 )
 
 const (
-	idemTTL     = 15 * time.Minute
-	idemSoftCap = 1000
-	idemMaxBody = 4 << 20 // bodies larger than this are not kept (they are still answered)
+	idemTTL      = 15 * time.Minute
+	idemSoftCap  = 1000
+	idemMaxBody  = 1 << 20  // answers larger than this are not kept (they are still answered)
+	idemMaxBytes = 64 << 20 // all kept answers together
 )
 
 type idempotencyCache struct {
@@ -27,6 +33,7 @@ type idempotencyCache struct {
 
 	mu      sync.Mutex
 	entries map[string]*idemEntry
+	bytes   int // kept answer bytes
 }
 
 type idemEntry struct {
@@ -38,6 +45,7 @@ type idemEntry struct {
 	header   http.Header
 	body     []byte
 	created  time.Time
+	sum      [32]byte // sha256 of the request body the key was first used with
 }
 
 func newIdempotencyCache(now func() time.Time) *idempotencyCache {
@@ -57,16 +65,23 @@ func (c *idempotencyCache) serve(w http.ResponseWriter, r *http.Request, next ht
 		return
 	}
 	ck := r.Method + " " + r.URL.String() + " " + key
+	reqBody, err := io.ReadAll(r.Body) // already capped at 32 MB by ServeHTTP
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	r.Body = io.NopCloser(bytes.NewReader(reqBody))
+	sum := sha256.Sum256(reqBody)
 
 	for {
 		c.mu.Lock()
 		e, found := c.entries[ck]
 		if found && c.now().Sub(e.created) > idemTTL {
-			delete(c.entries, ck)
+			c.drop(ck, e)
 			found = false
 		}
 		if !found {
-			e = &idemEntry{done: make(chan struct{}), streamed: make(chan struct{}), created: c.now()}
+			e = &idemEntry{done: make(chan struct{}), streamed: make(chan struct{}), created: c.now(), sum: sum}
 			c.entries[ck] = e
 			c.evictLocked()
 			c.mu.Unlock()
@@ -74,6 +89,11 @@ func (c *idempotencyCache) serve(w http.ResponseWriter, r *http.Request, next ht
 			return
 		}
 		c.mu.Unlock()
+		if e.sum != sum {
+			writeError(w, errorf(codeSpecInvalid, "Idempotency-Key %q was already used with a different request body", key).
+				withHint("use a new Idempotency-Key for a new request; a retry must send the same body"))
+			return
+		}
 		select {
 		case <-e.done:
 		case <-e.streamed:
@@ -105,6 +125,7 @@ func (c *idempotencyCache) record(w http.ResponseWriter, r *http.Request, next h
 		c.mu.Lock()
 		if completed && rec.status < 400 && !rec.streaming && !rec.overflow {
 			e.ok, e.status, e.body = true, rec.status, rec.buf.Bytes()
+			c.bytes += len(e.body)
 			e.header = w.Header().Clone()
 			// Set afresh on every response: the version, and CORS headers, which depend on the caller's Origin.
 			e.header.Del(versionHeader)
@@ -113,6 +134,7 @@ func (c *idempotencyCache) record(w http.ResponseWriter, r *http.Request, next h
 					e.header.Del(k)
 				}
 			}
+			c.evictLocked()
 		} else {
 			delete(c.entries, ck)
 		}
@@ -125,16 +147,16 @@ func (c *idempotencyCache) record(w http.ResponseWriter, r *http.Request, next h
 
 // evictLocked keeps the cache near its soft cap: expired entries go first, then the oldest finished ones.
 func (c *idempotencyCache) evictLocked() {
-	if len(c.entries) <= idemSoftCap {
+	if len(c.entries) <= idemSoftCap && c.bytes <= idemMaxBytes {
 		return
 	}
 	now := c.now()
 	for k, e := range c.entries {
 		if now.Sub(e.created) > idemTTL {
-			delete(c.entries, k)
+			c.drop(k, e)
 		}
 	}
-	for len(c.entries) > idemSoftCap {
+	for len(c.entries) > idemSoftCap || c.bytes > idemMaxBytes {
 		var oldestKey string
 		var oldest time.Time
 		for k, e := range c.entries {
@@ -150,8 +172,13 @@ func (c *idempotencyCache) evictLocked() {
 		if oldestKey == "" {
 			return
 		}
-		delete(c.entries, oldestKey)
+		c.drop(oldestKey, c.entries[oldestKey])
 	}
+}
+
+func (c *idempotencyCache) drop(k string, e *idemEntry) {
+	delete(c.entries, k)
+	c.bytes -= len(e.body)
 }
 
 // idemRecorder tees the response so it can be replayed; flushing or hijacking marks it streaming.

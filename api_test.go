@@ -650,3 +650,46 @@ func TestInternalErrorHidesDetail(t *testing.T) {
 		t.Fatalf("a junk caller id is echoed: %q", res.header.Get("X-Request-Id"))
 	}
 }
+
+// An Idempotency-Key is bound to its body: the same key with another body is 422 naming the key, also when
+// the two arrive together; the same body replays.
+func TestIdempotencyKeyBoundToBody(t *testing.T) {
+	ts := newTestServer(t)
+	create := func(desc string) response {
+		return ts.do("POST", "/v1/agents", map[string]any{"yaml": "name: idem\ndescription: " + desc + "\n"}, "Idempotency-Key", "k-1")
+	}
+	if res := create("first"); res.status != 201 {
+		t.Fatalf("first: %d %s", res.status, res.body)
+	}
+	if res := create("first"); res.status != 201 || res.header.Get("Idempotency-Replayed") != "true" {
+		t.Fatalf("replay: %d %v", res.status, res.header)
+	}
+	res := create("second")
+	if res.status != 422 || res.errCode(t) != codeSpecInvalid || !strings.Contains(res.errMessage(t), `"k-1"`) {
+		t.Fatalf("other body: %d %s", res.status, res.body)
+	}
+	// Concurrent: one key, different bodies: one success, the rest refused.
+	var wg sync.WaitGroup
+	codes := make(chan int, 6)
+	for i := range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			codes <- ts.do("POST", "/v1/agents", map[string]any{"yaml": fmt.Sprintf("name: race%d\n", i)}, "Idempotency-Key", "k-race").status
+		}()
+	}
+	wg.Wait()
+	close(codes)
+	ok, refused := 0, 0
+	for c := range codes {
+		switch c {
+		case 201:
+			ok++
+		case 422:
+			refused++
+		}
+	}
+	if ok != 1 || refused != 5 {
+		t.Fatalf("concurrent: %d created, %d refused", ok, refused)
+	}
+}
