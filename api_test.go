@@ -693,3 +693,36 @@ func TestIdempotencyKeyBoundToBody(t *testing.T) {
 		t.Fatalf("concurrent: %d created, %d refused", ok, refused)
 	}
 }
+
+// Every JSON body refuses a repeated key (encoding/json would keep the last one silently, where the YAML
+// reader refuses): the path of the repeat is named.
+func TestDuplicateJSONKeysRefused(t *testing.T) {
+	for in, want := range map[string]string{
+		`{"a":1,"b":2}`: "", `{"a":1,"a":2}`: "a", `{"a":{"b":1,"b":2}}`: "a.b", `{"a":[{"x":1},{"x":1,"x":2}]}`: "a.1.x",
+		`[{"k":1},{"k":2}]`: "", `{"a":[1,2,{"b":{"c":1}}],"a":3}`: "a", `{"a":{},"b":{"a":1}}`: "",
+	} {
+		if got := duplicateKey([]byte(in)); got != want {
+			t.Errorf("%s: %q, want %q", in, got, want)
+		}
+	}
+	ts := newTestServer(t)
+	for path, body := range map[string]string{
+		"/v1/agents/validate":       `{"yaml":"name: a","yaml":"name: b"}`,
+		"/v1/agents":                `{"spec":{"name":"a","name":"b"}}`,
+		"/v1/agents/x/run":          `{"input":"a","input":"b"}`,
+		"/v1/models/chat":           `{"model":"auto","model":"free","messages":[{"role":"user","content":"x"}]}`,
+		"/v1/sessions/import":       `{"content":"x","content":"y"}`,
+		"/v1/computers/cmp_x/ports": `{"port":1,"port":2}`,
+	} {
+		res := ts.do("POST", path, body)
+		if res.status != 422 || res.errCode(t) != codeSpecInvalid || !strings.Contains(res.errMessage(t), "duplicate key") {
+			t.Errorf("%s: %d %s", path, res.status, res.body)
+		}
+	}
+	// Validation reports every issue at once, an out-of-range number among them.
+	res := ts.do("POST", "/v1/agents/validate", `{"spec":{"name":"Bad","limits":{"maxSteps":1e400,"timeoutSec":-1}}}`)
+	if issues := fmt.Sprint(res.json(t)["issues"]); !strings.Contains(issues, "name must be lowercase") ||
+		!strings.Contains(issues, "limits.maxSteps: number 1e400 is out of range") || !strings.Contains(issues, "limits.timeoutSec") {
+		t.Errorf("issues: %s", issues)
+	}
+}

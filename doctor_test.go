@@ -36,8 +36,8 @@ func TestDoctor(t *testing.T) {
 		t.Fatalf("no token-less warning: %s", res.body)
 	}
 
-	withToken := newTestServer(t, func(c *testSetup) { c.Token = "t" })
-	res = withToken.do("GET", "/v1/doctor", nil, "Authorization", "Bearer t")
+	withToken := newTestServer(t, func(c *testSetup) { c.Token = "a-long-enough-token" })
+	res = withToken.do("GET", "/v1/doctor", nil, "Authorization", "Bearer a-long-enough-token")
 	if res.status != 200 || strings.Contains(string(res.body), "AGENT_TOKEN") {
 		t.Fatalf("token warning with a token set: %s", res.body)
 	}

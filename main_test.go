@@ -140,7 +140,7 @@ func TestConfigErrors(t *testing.T) {
 	// Loopback names and a token make non-default binds acceptable.
 	for _, ok := range []struct {
 		host, token string
-	}{{"localhost", ""}, {"::1", ""}, {"127.0.0.5", ""}, {"0.0.0.0", "t"}} {
+	}{{"localhost", ""}, {"::1", ""}, {"127.0.0.5", ""}, {"0.0.0.0", "a-token-of-sixteen-chars"}} {
 		if _, err := loadConfig([]string{"--host", ok.host}, envOf(map[string]string{"AGENT_HOME": t.TempDir(), "AGENT_TOKEN": ok.token}), io.Discard); err != nil {
 			t.Fatalf("%s: %v", ok.host, err)
 		}

@@ -321,6 +321,10 @@ func (c *specCheck) checkNum(p string, v any, b bounds) (specNum, bool) {
 		c.expected(p, "number", v)
 		return n, false
 	}
+	if n.huge != "" {
+		c.add(p, "number "+n.huge+" is out of range")
+		return n, false
+	}
 	if b.isInt && !n.isInt {
 		if n.f == math.Trunc(n.f) {
 			c.add(p, fmt.Sprintf("Number must be less than or equal to %d", maxSafeInt))
@@ -817,6 +821,9 @@ func yamlNodeOf(v any) *yaml.Node {
 		}
 		return n
 	case specNum:
+		if t.huge != "" {
+			return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!float", Value: t.huge}
+		}
 		if t.isInt {
 			return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!int", Value: strconv.FormatInt(int64(t.f), 10)}
 		}

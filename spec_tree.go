@@ -41,6 +41,7 @@ func (o *specObj) set(k string, v any) {
 type specNum struct {
 	f     float64
 	isInt bool
+	huge  string // the literal of a number past float64's range (f is ±Inf)
 }
 
 const maxSafeInt = 1<<53 - 1
@@ -351,8 +352,11 @@ func (p *jsonParser) value(depth int) (any, error) {
 		}
 		lit := string(p.b[start:p.i])
 		f, err := strconv.ParseFloat(lit, 64)
-		if err != nil || math.IsInf(f, 0) {
-			return nil, &specInputError{"", fmt.Sprintf("number %s is out of range", lit)}
+		if math.IsInf(f, 0) { // a value validation reports at its path, beside every other issue
+			return specNum{f: f, huge: lit}, nil
+		}
+		if err != nil {
+			return nil, &specInputError{"", fmt.Sprintf("number %s is not a number", lit)}
 		}
 		return newSpecNum(f), nil
 	}
@@ -395,6 +399,9 @@ func plainValue(v any) any {
 		}
 		return out
 	case specNum:
+		if t.huge != "" { // past float64: carried as its literal, which JSON still reads as a number
+			return json.Number(t.huge)
+		}
 		if t.isInt {
 			return int64(t.f)
 		}
