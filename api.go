@@ -50,6 +50,8 @@ type server struct {
 	firstRun  bool
 	handler   http.Handler
 
+	bodyWindowFor time.Duration // tests shorten the body progress window (bodyWindow)
+
 	// diskFree reads the free space of the data directory (doctor); nil means the real one.
 	diskFree func(dir string) (avail, total uint64, err error)
 
@@ -176,17 +178,72 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			withHint("use http://127.0.0.1 or http://localhost, or set AGENT_TOKEN"))
 		return
 	}
+	if r.Context().Value(reserveConnKey{}) != nil && r.URL.Path != "/health" {
+		writeError(w, errAtCapacity())
+		return
+	}
 	if r.URL.Path != "/health" && !s.authorized(r) {
+		// Decided from the headers alone: the body is never waited for, and the connection is closed
+		// so the server does not drain it either (a trickled body must not hold a connection).
+		w.Header().Set("Connection", "close")
 		writeError(w, errorf(codeNoCredentials, "missing or wrong bearer token").
 			withHint("send Authorization: Bearer <AGENT_TOKEN>"))
 		return
 	}
 	if r.ContentLength > maxBodyBytes { // declared too large: refuse before reading a byte
+		w.Header().Set("Connection", "close")
 		writeError(w, &http.MaxBytesError{Limit: maxBodyBytes})
 		return
 	}
-	r.Body = http.MaxBytesReader(w, r.Body, maxBodyBytes)
+	r.Body = &progressBody{ReadCloser: http.MaxBytesReader(w, r.Body, maxBodyBytes), rc: http.NewResponseController(w),
+		window: s.bodyWindow()}
 	s.idem.serve(w, r, s.handler)
+}
+
+// bodyMinRate: a request body must keep coming — at least 1 KiB per bodyWindow — or it is cut off with
+// 408; a slow client cannot hold a connection with a trickle (DESIGN §3).
+const bodyMinRate = 1 << 10
+
+func (s *server) bodyWindow() time.Duration {
+	if s.bodyWindowFor > 0 { // tests shorten it
+		return s.bodyWindowFor
+	}
+	return 10 * time.Second
+}
+
+// progressBody moves the connection's read deadline forward each time another bodyMinRate bytes have
+// arrived; at the end of the body the deadline is cleared (a stream or socket then keeps its own rules).
+type progressBody struct {
+	io.ReadCloser
+	rc      *http.ResponseController
+	window  time.Duration
+	started bool
+	since   int // bytes since the deadline was last moved
+}
+
+func (b *progressBody) Read(p []byte) (int, error) {
+	if !b.started {
+		b.started = true
+		b.rc.SetReadDeadline(time.Now().Add(b.window))
+	}
+	n, err := b.ReadCloser.Read(p)
+	if b.since += n; b.since >= bodyMinRate {
+		b.since = 0
+		b.rc.SetReadDeadline(time.Now().Add(b.window))
+	}
+	if err == io.EOF {
+		b.rc.SetReadDeadline(time.Time{})
+	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		return n, errBodyTooSlow()
+	}
+	return n, err
+}
+
+// errBodyTooSlow is a body that stalled or trickled: 408, and the connection closed.
+func errBodyTooSlow() *apiError {
+	return &apiError{Code: codeSpecInvalid, status: http.StatusRequestTimeout,
+		Message: fmt.Sprintf("the request body stalled: it must keep arriving at %d bytes per 10 s at least", bodyMinRate),
+		Hint:    "send the body at once; for large uploads keep the connection busy"}
 }
 
 // loggedWriter counts what a response wrote for the request log. It unwraps for http.ResponseController
@@ -420,6 +477,7 @@ type apiError struct {
 	Hint    string         `json:"hint"`
 	Details map[string]any `json:"details,omitempty"`
 	cause   error          // an unclassified error behind E_INTERNAL: logged, never answered
+	status  int            // a transport refusal the codes do not name (408 for a stalled body); else from the code
 }
 
 func (e *apiError) Error() string {
@@ -545,6 +603,10 @@ func writeError(w http.ResponseWriter, err error) {
 	status, ok := statusOf[ae.Code]
 	if !ok {
 		status = http.StatusInternalServerError
+	}
+	if ae.status != 0 {
+		status = ae.status
+		w.Header().Set("Connection", "close")
 	}
 	writeJSON(w, status, map[string]any{"error": ae})
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -8,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -724,5 +726,110 @@ func TestDuplicateJSONKeysRefused(t *testing.T) {
 	if issues := fmt.Sprint(res.json(t)["issues"]); !strings.Contains(issues, "name must be lowercase") ||
 		!strings.Contains(issues, "limits.maxSteps: number 1e400 is out of range") || !strings.Contains(issues, "limits.timeoutSec") {
 		t.Errorf("issues: %s", issues)
+	}
+}
+
+// A client cannot hold a connection with a trickled body (408 and closed), and a request without the
+// token is answered 401 from its headers without its body being waited for.
+func TestSlowClientsDoNotHoldConnections(t *testing.T) {
+	ts := newTestServer(t, func(c *testSetup) { c.Token = "a-long-enough-token-1234" })
+	ts.s.bodyWindowFor = 300 * time.Millisecond
+	addr := strings.TrimPrefix(ts.url, "http://")
+	raw := func(head string) (net.Conn, *bufio.Reader) {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		c.Write([]byte(head))
+		return c, bufio.NewReader(c)
+	}
+	// Unauthenticated, a large body declared and never sent: 401 at once, then the connection closes.
+	c, br := raw("POST /v1/agents HTTP/1.1\r\nHost: " + addr + "\r\nContent-Length: 1000000\r\n\r\n")
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != 401 {
+		t.Fatalf("unauthenticated: %v %v", resp, err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	if _, err := br.ReadByte(); err == nil {
+		t.Fatal("the connection stayed open after the 401")
+	}
+	// Authenticated, the body trickled at 10 bytes a tick: 408, closed.
+	c, br = raw("POST /v1/agents/validate HTTP/1.1\r\nHost: " + addr + "\r\nAuthorization: Bearer a-long-enough-token-1234\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n")
+	start := time.Now()
+	go func() {
+		for i := 0; i < 100; i++ {
+			if _, err := c.Write([]byte(`          `)); err != nil {
+				return
+			}
+			time.Sleep(50 * time.Millisecond) // the trickle being tested, not a wait for a result
+		}
+	}()
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err = http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != 408 {
+		t.Fatalf("trickled body: %v %v", resp, err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("cut off only after %s", took)
+	}
+	// A whole body at once is fine.
+	if res := ts.do("POST", "/v1/agents/validate", map[string]any{"yaml": "name: ok\n"}, "Authorization", "Bearer a-long-enough-token-1234"); res.status != 200 {
+		t.Fatalf("normal body: %d %s", res.status, res.body)
+	}
+}
+
+// Past the connection cap the server still answers /health (on the reserve) and refuses the rest with
+// 503; past the reserve it stops accepting rather than run out of descriptors.
+func TestConnectionCapKeepsHealth(t *testing.T) {
+	ts := newTestServer(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim := newConnLimiter(ln, 3)
+	hs := &http.Server{Handler: ts.s, ConnContext: connContext, ReadHeaderTimeout: 10 * time.Second}
+	go hs.Serve(lim)
+	t.Cleanup(func() { hs.Close() })
+	addr := ln.Addr().String()
+	var slow []net.Conn
+	for range 3 { // three slow clients: headers begun, never finished
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Write([]byte("GET /v1/agents HTTP/1.1\r\nHost: 127.0.0.1\r\n"))
+		slow = append(slow, c)
+		defer c.Close()
+	}
+	eventually(t, "the slow clients to be counted", func() bool { lim.mu.Lock(); defer lim.mu.Unlock(); return lim.open == 3 })
+	get := func(path string) int {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", path)
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := get("/health"); code != 200 {
+		t.Fatalf("/health past the cap: %d", code)
+	}
+	if code := get("/v1/agents"); code != 503 {
+		t.Fatalf("/v1/agents past the cap: %d", code)
+	}
+	for _, c := range slow {
+		c.Close()
+	}
+	eventually(t, "the slots to free", func() bool { lim.mu.Lock(); defer lim.mu.Unlock(); return lim.open == 0 })
+	if code := get("/v1/agents"); code != 200 {
+		t.Fatalf("/v1/agents after the slow clients left: %d", code)
 	}
 }

@@ -402,7 +402,8 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		return errorf(codeConfig, "cannot listen on %s: %v", addr, err).
 			withHint(fmt.Sprintf("port %d may be in use; pick another with --port or AGENT_PORT", cfg.Port))
 	}
-	cfg.Port = ln.Addr().(*net.TCPAddr).Port // --port 0 picked one: the doctor and the page show the real one
+	cfg.Port = ln.Addr().(*net.TCPAddr).Port           // --port 0 picked one: the doctor and the page show the real one
+	ln = newConnLimiter(ln, connCap(raiseFileLimit())) // /health answers even when slow clients pile up
 	s, err := newServer(cfg, logger, time.Now)
 	if err != nil {
 		ln.Close()
@@ -413,6 +414,8 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       120 * time.Second,
 		BaseContext:       func(net.Listener) context.Context { return s.streamCtx },
+		ConnContext:       connContext,
+		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
 	fmt.Fprintf(stderr, "agentd %s listening on http://%s\n", version, ln.Addr())
