@@ -23,6 +23,7 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -170,6 +171,7 @@ type computerDeps struct {
 	home         string              // the data directory: instance id, local workspaces, podman probe root
 	provider     string              // computerProvider: auto or a provider's name
 	images       map[string]string   // flavor → image, overriding defaultImages
+	registries   []string            // allowedRegistries (config); empty: the flavor images' registries
 	maxComputers int
 	reapInterval time.Duration
 }
@@ -588,11 +590,67 @@ func (c *computerService) imageFor(sp ComputerSpec) string {
 	return defaultImages[sp.Flavor]
 }
 
+// Limits of this host that a valid spec can still exceed: each a 422 naming the limit, never an engine's 500.
+const (
+	minMachineMemoryMB = 64      // below this a container cannot start its init and shell
+	maxMachineDiskMB   = 1 << 20 // 1 TB of tmpfs or volume
+)
+
+// checkHostLimits refuses what this host cannot give, and images from registries not allowed.
+func (c *computerService) checkHostLimits(sp ComputerSpec) error {
+	switch {
+	case sp.CPUs > float64(runtime.NumCPU()):
+		return errorf(codeSpecInvalid, "cpus: %g is more than this host's %d CPUs", sp.CPUs, runtime.NumCPU()).
+			withHint(fmt.Sprintf("ask for at most %d", runtime.NumCPU())).withDetail("limit", runtime.NumCPU())
+	case sp.MemoryMB < minMachineMemoryMB:
+		return errorf(codeSpecInvalid, "memoryMb: %d MB is below the %d MB a machine needs", sp.MemoryMB, minMachineMemoryMB).
+			withHint(fmt.Sprintf("ask for at least %d", minMachineMemoryMB)).withDetail("limit", minMachineMemoryMB)
+	case sp.DiskMB > maxMachineDiskMB:
+		return errorf(codeSpecInvalid, "diskMb: %d MB is above the %d MB ceiling", sp.DiskMB, maxMachineDiskMB).
+			withHint(fmt.Sprintf("ask for at most %d", maxMachineDiskMB)).withDetail("limit", maxMachineDiskMB)
+	}
+	if img := c.imageFor(sp); sp.Image != "" {
+		if reg := imageRegistry(img); !slices.Contains(c.allowedRegistries(), reg) {
+			return errorf(codeSpecInvalid, "image: %s is from registry %s, which this server does not pull from", img, reg).
+				withHint("use an image from "+strings.Join(c.allowedRegistries(), ", ")+", or add the registry to allowedRegistries in config.yaml").
+				withDetail("allowedRegistries", c.allowedRegistries())
+		}
+	}
+	return nil
+}
+
+// imageRegistry is an image reference's registry: its first component when that names a host
+// (a dot, a port, or localhost), else Docker Hub.
+func imageRegistry(ref string) string {
+	first, rest, found := strings.Cut(ref, "/")
+	if found && rest != "" && (strings.ContainsAny(first, ".:") || first == "localhost") {
+		return strings.ToLower(first)
+	}
+	return "docker.io"
+}
+
+// allowedRegistries: config's allowedRegistries, else the registries of the flavor images in use.
+func (c *computerService) allowedRegistries() []string {
+	if len(c.registries) > 0 {
+		return c.registries
+	}
+	var out []string
+	for _, f := range []string{"base", "python", "node", "full"} {
+		if r := imageRegistry(c.imageFor(ComputerSpec{Flavor: f})); !slices.Contains(out, r) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 // create makes a machine from a validated spec (defaults applied). Creation is not tied to the caller's
 // context: a client that goes away mid-create leaves a consistent record, not a half machine.
 func (c *computerService) create(ctx context.Context, sp ComputerSpec) (*ComputerInfo, error) {
 	applyComputerDefaults(&sp)
 	if err := checkEngineArgs(sp, c.imageFor(sp)); err != nil {
+		return nil, err
+	}
+	if err := c.checkHostLimits(sp); err != nil {
 		return nil, err
 	}
 	p, err := c.selectProvider(ctx, sp.Provider)

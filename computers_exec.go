@@ -136,6 +136,10 @@ func normaliseExec(req *ExecRequest) error {
 	if strings.ContainsAny(req.Cwd, "\x00\n\r") {
 		return errorf(codeSpecInvalid, "cwd: contains a control character").withHint("use a plain path under /work or /tmp")
 	}
+	if req.Cwd != "" && !strings.HasPrefix(req.Cwd, "/") {
+		return errorf(codeSpecInvalid, "cwd: must be an absolute path, received %q", req.Cwd).
+			withHint("send an absolute directory such as /work/src (omit cwd for the machine's workdir)")
+	}
 	if strings.HasPrefix(req.User, "-") || strings.ContainsAny(req.User, "\x00\n\r \t") {
 		return errorf(codeSpecInvalid, "user: invalid value %q", req.User).withHint(`use a user name or uid[:gid], e.g. "1000:1000"`)
 	}

@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -120,5 +121,37 @@ func TestMissingImageIsExplained(t *testing.T) {
 	}
 	if !found["base"].Present || found["base"].Image != testImage || found["python"].Present || len(found) != 4 {
 		t.Fatalf("doctor images: %+v", rep.Images)
+	}
+}
+
+// What a valid spec can still ask that this host cannot give is a 422 naming the limit, never an
+// engine's 500: CPUs above the host's, memory below a floor, disk above a ceiling, an image from a
+// registry the server does not pull from, a package name outside the package managers' grammar.
+func TestHostLimitsAre422(t *testing.T) {
+	ts := newTestServer(t)
+	for _, tc := range []struct {
+		body map[string]any
+		msg  string
+	}{
+		{map[string]any{"provider": "local", "cpus": float64(runtime.NumCPU() + 1)}, fmt.Sprintf("this host's %d CPUs", runtime.NumCPU())},
+		{map[string]any{"provider": "local", "memoryMb": 5}, "below the 64 MB"},
+		{map[string]any{"provider": "local", "diskMb": 2 << 20}, "above the 1048576 MB ceiling"},
+		{map[string]any{"provider": "local", "image": "localhost:7377/evil:1"}, "registry localhost:7377"},
+		{map[string]any{"provider": "local", "image": "evil.example:5000/x"}, "registry evil.example:5000"},
+		{map[string]any{"provider": "local", "packages": []any{"-o", "APT::Get::foo"}}, "invalid package name"},
+		{map[string]any{"provider": "local", "packages": []any{"curl; rm -rf /"}}, "invalid package name"},
+	} {
+		env := ts.wantError("POST", "/v1/computers", tc.body, 422, codeSpecInvalid)
+		if !strings.Contains(fmt.Sprint(env), tc.msg) {
+			t.Errorf("%v: %v, want %q", tc.body, env, tc.msg)
+		}
+	}
+	for _, ok := range []string{"python3", "g++", "libc6:amd64", "curl=7.88.1-10+deb12u5", "python3.11"} {
+		if !packageName.MatchString(ok) {
+			t.Errorf("%q refused", ok)
+		}
+	}
+	if imageRegistry("debian:bookworm") != "docker.io" || imageRegistry("ghcr.io/a/b:1") != "ghcr.io" || imageRegistry("library/debian") != "docker.io" {
+		t.Error("imageRegistry")
 	}
 }

@@ -345,7 +345,9 @@ func (c *conformance) execs(t *testing.T) {
 		if r := e.exec(id, map[string]any{"cmd": "pwd", "cwd": "/work/sub/dir"}); !strings.HasSuffix(r.Stdout, "/work/sub/dir\n") {
 			t.Fatalf("cwd: %+v", r)
 		}
-		if r := e.exec(id, map[string]any{"cmd": "pwd", "cwd": "sub"}); !strings.HasSuffix(r.Stdout, "/work/sub\n") {
+		e.wantError("POST", x, map[string]any{"cmd": "pwd", "cwd": "sub"}, 422, codeSpecInvalid) // relative: refused
+		e.wantError("POST", x, map[string]any{"cmd": "pwd", "cwd": "--privileged"}, 422, codeSpecInvalid)
+		if r := e.exec(id, map[string]any{"cmd": "pwd", "cwd": "/work/sub"}); !strings.HasSuffix(r.Stdout, "/work/sub\n") {
 			t.Fatalf("relative cwd: %+v", r)
 		}
 		e.wantError("POST", x, map[string]any{"cmd": "pwd", "cwd": "/work/does/not/exist"}, 500, codeExecFailed)

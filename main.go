@@ -187,6 +187,7 @@ type config struct {
 	MaxComputers      int               `yaml:"maxComputers"`
 	ComputerProvider  string            `yaml:"computerProvider"`
 	Images            map[string]string `yaml:"images"`
+	AllowedRegistries []string          `yaml:"allowedRegistries"` // registries a spec's image may come from
 	ModelAliases      map[string]string `yaml:"modelAliases"`
 	MaxCostUSD        float64           `yaml:"maxCostUsd"`
 	ReaperIntervalSec int               `yaml:"reaperIntervalSec"`
@@ -469,7 +470,7 @@ func newServer(cfg config, logger *slog.Logger, now func() time.Time) (*server, 
 		return nil, err
 	}
 	if s.computers, err = newComputerService(computerDeps{store: st, hub: s.hub, log: logger, clock: now,
-		getenv: cfg.getenv, home: cfg.Home, provider: cfg.ComputerProvider, images: cfg.Images,
+		getenv: cfg.getenv, home: cfg.Home, provider: cfg.ComputerProvider, images: cfg.Images, registries: cfg.AllowedRegistries,
 		maxComputers: cfg.MaxComputers, reapInterval: time.Duration(cfg.ReaperIntervalSec) * time.Second}); err != nil {
 		s.models.Close()
 		st.Close()

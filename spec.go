@@ -608,6 +608,10 @@ func validateSpecTree(tree any) (*AgentSpec, []string) {
 	return &spec, nil
 }
 
+// packageName is the grammar of Debian and Alpine package names, with an optional =version or :arch;
+// anything else never reaches the package manager (an `-o ...` would be an option).
+var packageName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9+._~-]*(?::[a-z0-9]+)?(?:=[A-Za-z0-9+._~:-]+)?$`)
+
 // computer validates a computer block into dst, which already holds the defaults. create selects the
 // keys of the POST /v1/computers body (name, user, labels) over the agent spec's (enabled).
 func (c *specCheck) computer(o *specObj, p string, dst *ComputerSpec, create bool) {
@@ -632,8 +636,8 @@ func (c *specCheck) computer(o *specObj, p string, dst *ComputerSpec, create boo
 	c.strList(o, p, "packages", &dst.Packages)
 	c.str(o, p, "setup", false, -1, false, &dst.Setup)
 	for i, pkg := range dst.Packages {
-		if pkg == "" || strings.HasPrefix(pkg, "-") || strings.ContainsAny(pkg, " \t\n;&|") {
-			c.add(joinPath(p, "packages."+strconv.Itoa(i)), fmt.Sprintf("invalid package name %q", pkg))
+		if !packageName.MatchString(pkg) {
+			c.add(joinPath(p, "packages."+strconv.Itoa(i)), fmt.Sprintf("invalid package name %q: letters, digits and + . - _ : = ~ (a version pin as name=1.2), starting with a letter or digit", pkg))
 		}
 	}
 	c.strMap(o, p, "env", &dst.Env)
