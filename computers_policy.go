@@ -6,9 +6,13 @@
 //
 // The built-in list matches only at command position (start, after `;`, `&`, `&&`, `||`, `|`, `$(`,
 // backticks, `(`, `{`, newlines, and after the keywords then/do/else/if/while/until/!), so that
-// `grep -r sudo .` and `echo shutdown >> notes` run. The scanner is quote-aware; `sh -c '<script>'` is
-// checked recursively. It is a guardrail against accidents and careless models, not a sandbox: the
-// isolation is the container.
+// `grep -r sudo .` and `echo shutdown >> notes` run. The scanner is quote-aware; `sh -c '<script>'`
+// (also `-c -e`, `-c --`) and `find -exec` are checked recursively; a variable assigned earlier in the
+// line is substituted where it is the command word, and a command word the policy cannot know — `$x`
+// unassigned, `$(...)`, backticks — is refused (rule computed-command): what cannot be seen cannot be
+// judged. Paths are judged as they resolve (`//` is `/`). allowCommands allow only a simple command:
+// `^git status` does not allow `git status; rm -rf /`. It is a guardrail against accidents and careless
+// models, not a sandbox: the isolation is the container.
 package main
 
 import (
@@ -25,9 +29,11 @@ type commandPolicy struct {
 
 // check returns nil when cmd may run, else a 403 E_EXEC_DENIED `refused: <reason>` with details.rule.
 func (p commandPolicy) check(cmd string) *apiError {
-	for _, pat := range p.Allow {
-		if patternMatch(pat, cmd) {
-			return nil
+	if simpleCommand(cmd) { // an allow pattern vouches for one command, never for a chain behind it
+		for _, pat := range p.Allow {
+			if patternMatch(pat, cmd) {
+				return nil
+			}
 		}
 	}
 	for _, pat := range p.Deny {
@@ -43,6 +49,16 @@ func (p commandPolicy) check(cmd string) *apiError {
 			withDetail("rule", r.name)
 	}
 	return nil
+}
+
+// simpleCommand: one command, with no chaining, substitution or expansion in command position.
+func simpleCommand(cmd string) bool {
+	segs := splitCommand(strings.ReplaceAll(cmd, "\\\n", ""))
+	if len(segs) != 1 || strings.ContainsAny(cmd, "`\n") || strings.Contains(cmd, "$(") {
+		return false
+	}
+	w, _ := firstWord(stripPrefixes(segs[0].text))
+	return !strings.HasPrefix(w, "$") && !strings.Contains(w, "${")
 }
 
 // patternMatch: a regular expression, or a plain substring when the pattern does not compile.
@@ -83,8 +99,10 @@ var builtinRules = []denyRule{
 		regexp.MustCompile(`(?:>\s*/etc/(?:passwd|shadow|sudoers)\b|^(?:tee|cp|mv|install|ln)\s(?:.*\s)?/etc/(?:passwd|shadow|sudoers)\s*$|^dd\s.*\bof=/etc/(?:passwd|shadow|sudoers)\b)`), false},
 	{"chmod-777-root", "chmod 777 /",
 		regexp.MustCompile(`^chmod\s+(?:-\S+\s+)*(?:0?777|a\+rwx|ugo\+rwx)\s+(?:-\S+\s+)*/(?:\s|$)`), false},
-	{"pipe-to-shell", "piping into a shell",
-		regexp.MustCompile(`^(?:sudo\s+)?(?:/usr)?(?:/bin/)?(?:sh|bash|zsh|dash|ksh|fish|ash)(?:\s+-\S+)*\s*$`), true},
+	{"pipe-to-shell", "piping into a shell or an interpreter",
+		regexp.MustCompile(`^(?:sudo\s+)?(?:/usr)?(?:/bin/)?(?:sh|bash|zsh|dash|ksh|fish|ash|python[0-9.]*|perl[0-9.]*|ruby|node|nodejs|php[0-9.]*|lua[0-9.]*|tclsh|osascript)(?:\s+-\S*)*\s*$`), true},
+	{"rm-root", "recursive delete of /",
+		regexp.MustCompile(`^find\s+(?:\S+\s+)*?(?:/|~|\$HOME)\s+(?:.*\s)?-delete(?:\s|$)`), false},
 	{"sudo", "sudo",
 		regexp.MustCompile(`^(?:sudo|doas)(?:\s|$)`), false},
 	{"netcat-exec", "netcat with -e",
@@ -93,6 +111,15 @@ var builtinRules = []denyRule{
 
 // forkBomb catches `:(){ :|:& };:` and its renamed variants anywhere in the command.
 var forkBomb = regexp.MustCompile(`([A-Za-z_:][A-Za-z0-9_:]*)\s*\(\s*\)\s*\{[^}]*\|\s*([A-Za-z_:][A-Za-z0-9_:]*)\s*&[^}]*\}`)
+
+// computedWord is a command word the policy cannot know before it runs.
+var (
+	computedWord = regexp.MustCompile(`^"?(?:\$[A-Za-z_{(]|\$\$|\x60)`)
+	// substitutionAsCommand: `$(...)` or a backtick where a command word goes (after the start, a
+	// separator, a keyword or assignments): `$(echo sudo) id`. Quote-unaware on purpose: a false positive
+	// costs a rewrite, a false negative a bypass.
+	substitutionAsCommand = regexp.MustCompile(`(?:^|[;&|\n(]|\bthen|\bdo|\belse)\s*(?:[A-Za-z_][A-Za-z0-9_]*=\S*\s+)*(?:eval\s+[^;&|\n]*[$\x60]|\$\(|\x60)`)
+)
 
 // assignmentPrefix and wrapperPrefix are stripped from a segment before rules match.
 var (
@@ -113,8 +140,30 @@ func builtinDenied(cmd string, depth int) *denyRule {
 	if m := forkBomb.FindStringSubmatch(cmd); m != nil && m[1] == m[2] {
 		return &denyRule{name: "fork-bomb", reason: "a fork bomb"}
 	}
+	if substitutionAsCommand.MatchString(cmd) {
+		return &denyRule{name: "computed-command", reason: "the command word is computed when it runs ($(...) or backticks), so the policy cannot see what would run; write the command out"}
+	}
+	vars := map[string]string{} // NAME=word assignments seen so far in this line
 	for _, sg := range splitCommand(cmd) {
+		if v := assignmentOnly.FindStringSubmatch(sg.text); v != nil {
+			if v[2] == "" { // x=$(...) or x=`...`: the value is computed, so unknown
+				delete(vars, v[1])
+			} else {
+				vars[v[1]] = unquoteWords(v[2])
+			}
+			continue
+		}
 		raw := stripPrefixes(sg.text)
+		if computedWord.MatchString(raw) {
+			w, _ := firstWord(raw)
+			name := strings.Trim(strings.TrimPrefix(w, "$"), "{}")
+			val, known := vars[name]
+			if !known || strings.ContainsAny(val, "$`") {
+				return &denyRule{name: "computed-command", reason: "the command word is computed when it runs ($VAR, $(...) or backticks), so the policy cannot see what would run; write the command out"}
+			}
+			raw = stripPrefixes(val + raw[strings.Index(raw, w)+len(w):]) // x=sudo; $x id runs sudo
+		}
+		raw = normalizePaths(raw)
 		text := raw
 		// Quotes may hide a wrapper or a path (`"env" /usr/bin/sudo`): strip again on the unquoted words.
 		for range 8 {
@@ -133,11 +182,27 @@ func builtinDenied(cmd string, depth int) *denyRule {
 				return r
 			}
 		}
-		// sh -c '<script>' runs a script: check it as a command of its own.
 		if depth < 4 {
+			// sh -c '<script>' runs a script (after more options, or --): check it as a command of its own.
 			if loc := shellDashC.FindStringIndex(raw); loc != nil {
-				if script, ok := firstWord(raw[loc[1]:]); ok {
+				rest := raw[loc[1]:]
+				for {
+					w, ok := firstWord(rest)
+					if !ok || !strings.HasPrefix(w, "-") {
+						break
+					}
+					rest = strings.TrimLeft(rest, " \t")[len(w):] // an option after -c; the script follows
+				}
+				if script, ok := firstWord(rest); ok {
 					if r := builtinDenied(script, depth+1); r != nil {
+						return r
+					}
+				}
+			}
+			// find ... -exec CMD ... ; runs CMD for every file.
+			if strings.HasPrefix(text, "find ") {
+				if m := findExec.FindStringSubmatch(text); m != nil {
+					if r := builtinDenied(m[1], depth+1); r != nil {
 						return r
 					}
 				}
@@ -145,6 +210,29 @@ func builtinDenied(cmd string, depth int) *denyRule {
 		}
 	}
 	return nil
+}
+
+var (
+	assignmentOnly = regexp.MustCompile(`^([A-Za-z_][A-Za-z0-9_]*)=('[^']*'|"[^"]*"|\S*)\s*$`)
+	findExec       = regexp.MustCompile(`\s-(?:exec|execdir|ok|okdir)\s+(.*?)(?:\s+\\?;|\s+\+|$)`)
+)
+
+// normalizePaths writes every word that resolves to the root as the root itself: `//`, `/./`, `/../`
+// are `/`, and `//*` is `/*`.
+func normalizePaths(s string) string {
+	words := strings.Fields(s)
+	changed := false
+	for i, w := range words {
+		if len(w) > 1 && strings.HasPrefix(w, "/") {
+			if c := path.Clean(w); c == "/" || c == "/*" {
+				words[i], changed = c, true
+			}
+		}
+	}
+	if !changed {
+		return s
+	}
+	return strings.Join(words, " ")
 }
 
 func stripPrefixes(s string) string {

@@ -127,11 +127,11 @@ func (m *modelService) probeAll(done chan struct{}) {
 	}
 	wg.Wait()
 
+	// The flips are published under m.mu and before done closes: a caller that waited for this round
+	// sees its events, and two rounds' events reach the hub in the order the rounds were stored.
 	m.mu.Lock()
 	prev, had := m.probes, !m.probedAt.IsZero()
 	m.probes, m.probedAt, m.inflight, m.partial = results, m.now(), nil, nil
-	m.mu.Unlock()
-	close(done)
 	if had && m.hub != nil {
 		for _, p := range providerTable {
 			if prev[p.ID].Available != results[p.ID].Available {
@@ -141,6 +141,8 @@ func (m *modelService) probeAll(done chan struct{}) {
 			}
 		}
 	}
+	m.mu.Unlock()
+	close(done)
 }
 
 // probe lists one provider's models.
