@@ -182,7 +182,7 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errAtCapacity())
 		return
 	}
-	if r.URL.Path != "/health" && !s.authorized(r) {
+	if r.URL.Path != "/health" && !dashboardPage(r) && !s.authorized(r) {
 		// Decided from the headers alone: the body is never waited for, and the connection is closed
 		// so the server does not drain it either (a trickled body must not hold a connection).
 		w.Header().Set("Connection", "close")
@@ -384,10 +384,16 @@ func isStreamOrSocket(r *http.Request) bool {
 }
 
 func (s *server) handleFallback(w http.ResponseWriter, r *http.Request) error {
-	if (r.Method == http.MethodGet || r.Method == http.MethodHead) && r.URL.Path != "/v1" && !strings.HasPrefix(r.URL.Path, "/v1/") {
+	if dashboardPage(r) {
 		return s.handleDashboard(w, r)
 	}
 	return errRouteNotFound(r)
+}
+
+// dashboardPage: a GET or HEAD outside /v1 is the dashboard (its page, assets, deep links). It holds no
+// data, so it is public even with a token (DESIGN §9); everything it shows comes from /v1, which is not.
+func dashboardPage(r *http.Request) bool {
+	return (r.Method == http.MethodGet || r.Method == http.MethodHead) && r.URL.Path != "/v1" && !strings.HasPrefix(r.URL.Path, "/v1/")
 }
 
 func errRouteNotFound(r *http.Request) error {

@@ -253,7 +253,9 @@ func TestBearerAuth(t *testing.T) {
 		{"wrong query token on a stream route", "/v1/runs/run_nope/events?token=x", []string{"Accept", "text/event-stream"}, 401},
 		{"query token with an upgrade on a plain route", "/v1/agents?token=" + token, []string{"Upgrade", "websocket"}, 401},
 		{"X-Forwarded-For is not trusted", "/v1/agents", []string{"X-Forwarded-For", "127.0.0.1", "X-Real-IP", "127.0.0.1"}, 401},
-		{"dashboard needs the token too", "/", nil, 401},
+		{"the dashboard page is public (DESIGN §9)", "/", nil, 200},
+		{"a dashboard deep link is public", "/runs/run_x", nil, 200},
+		{"/v1 with Accept: text/html still needs the token", "/v1", []string{"Accept", "text/html"}, 401},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
