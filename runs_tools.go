@@ -48,6 +48,17 @@ type toolEnv struct {
 
 func (e *toolEnv) computer(ctx context.Context) (string, error) { return e.ar.computer(ctx) }
 
+// jailed puts a path through the jail, then gets the run's computer: how every file tool starts.
+func (e *toolEnv) jailed(ctx context.Context, p string) (id, jailedPath string, err error) {
+	if jailedPath, err = lexicalJail(p); err != nil {
+		return "", "", err
+	}
+	id, err = e.computer(ctx)
+	return id, jailedPath, err
+}
+
+func isBinary(b []byte) bool { return bytes.IndexByte(b[:min(len(b), 8192)], 0) >= 0 }
+
 func (e *toolEnv) policy() commandPolicy {
 	g := e.ar.spec.Guardrails
 	return commandPolicy{Allow: g.AllowCommands, Deny: g.DenyCommands}
@@ -251,19 +262,18 @@ func toolShell(ctx context.Context, env *toolEnv, args map[string]any) (string, 
 	if err := toolArgs(args, &a); err != nil {
 		return "", err
 	}
-	cmd, cwd, timeout := a.Command, a.Cwd, a.Timeout
-	if strings.TrimSpace(cmd) == "" {
+	if strings.TrimSpace(a.Command) == "" {
 		return "", argError("command is empty")
 	}
-	if cwd != "" {
+	if a.Cwd != "" {
 		var err error
-		if cwd, err = lexicalJail(cwd); err != nil {
+		if a.Cwd, err = lexicalJail(a.Cwd); err != nil {
 			return "", err
 		}
 	}
-	timeout = min(max(timeout, 1), lim.ExecTimeoutSec, 3600)
+	timeout := min(max(a.Timeout, 1), lim.ExecTimeoutSec, 3600)
 	pol := env.policy()
-	if ae := pol.check(cmd); ae != nil {
+	if ae := pol.check(a.Command); ae != nil {
 		return "", ae
 	}
 	id, err := env.computer(ctx)
@@ -271,22 +281,22 @@ func toolShell(ctx context.Context, env *toolEnv, args map[string]any) (string, 
 		return "", err
 	}
 	res, err := env.ar.rs.computers.Exec(ctx, id, ExecRequest{
-		Cmd: execCommand{Shell: cmd}, Cwd: cwd, TimeoutSec: timeout,
+		Cmd: execCommand{Shell: a.Command}, Cwd: a.Cwd, TimeoutSec: timeout,
 		MaxOutputBytes: min(lim.MaxOutputBytes, 16<<20), Policy: pol,
 	}, env.delta)
 	if err != nil {
 		return "", err
 	}
 	var b strings.Builder
-	if res.Stdout != "" {
-		b.WriteString(res.Stdout)
-		if !strings.HasSuffix(res.Stdout, "\n") {
-			b.WriteByte('\n')
+	for i, s := range []string{res.Stdout, res.Stderr} {
+		if s == "" {
+			continue
 		}
-	}
-	if res.Stderr != "" {
-		b.WriteString("[stderr]\n" + res.Stderr)
-		if !strings.HasSuffix(res.Stderr, "\n") {
+		if i == 1 {
+			b.WriteString("[stderr]\n")
+		}
+		b.WriteString(s)
+		if !strings.HasSuffix(s, "\n") {
 			b.WriteByte('\n')
 		}
 	}
@@ -308,15 +318,14 @@ func toolExposePort(ctx context.Context, env *toolEnv, args map[string]any) (str
 	if err := toolArgs(args, &a); err != nil {
 		return "", err
 	}
-	port := a.Port
-	if port < 1 || port > 65535 {
+	if a.Port < 1 || a.Port > 65535 {
 		return "", argError("port must be between 1 and 65535")
 	}
 	id, err := env.computer(ctx)
 	if err != nil {
 		return "", err
 	}
-	pb, err := env.ar.rs.computers.ExposePort(ctx, id, port)
+	pb, err := env.ar.rs.computers.ExposePort(ctx, id, a.Port)
 	if err != nil {
 		return "", err
 	}
@@ -356,20 +365,16 @@ func toolReadFile(ctx context.Context, env *toolEnv, args map[string]any) (strin
 	if err := toolArgs(args, &a); err != nil {
 		return "", err
 	}
-	p, err := lexicalJail(a.Path)
+	id, p, err := env.jailed(ctx, a.Path)
 	if err != nil {
 		return "", err
 	}
 	start, end := a.Start, a.End
-	id, err := env.computer(ctx)
-	if err != nil {
-		return "", err
-	}
 	data, err := env.ar.rs.computers.ReadFile(ctx, id, p)
 	if err != nil {
 		return "", err
 	}
-	if bytes.IndexByte(data[:min(len(data), 8192)], 0) >= 0 {
+	if isBinary(data) {
 		return fmt.Sprintf("%s is a binary file of %d bytes; not shown", p, len(data)), nil
 	}
 	lines := strings.SplitAfter(string(data), "\n")
@@ -413,19 +418,14 @@ func toolWriteFile(ctx context.Context, env *toolEnv, args map[string]any) (stri
 	if err := toolArgs(args, &a); err != nil {
 		return "", err
 	}
-	p, err := lexicalJail(a.Path)
+	id, p, err := env.jailed(ctx, a.Path)
 	if err != nil {
 		return "", err
 	}
-	content := a.Content
-	id, err := env.computer(ctx)
-	if err != nil {
+	if err := env.ar.rs.computers.WriteFile(ctx, id, p, []byte(a.Content)); err != nil {
 		return "", err
 	}
-	if err := env.ar.rs.computers.WriteFile(ctx, id, p, []byte(content)); err != nil {
-		return "", err
-	}
-	return fmt.Sprintf("wrote %d bytes to %s", len(content), p), nil
+	return fmt.Sprintf("wrote %d bytes to %s", len(a.Content), p), nil
 }
 
 func toolEditFile(ctx context.Context, env *toolEnv, args map[string]any) (string, error) {
@@ -438,15 +438,10 @@ func toolEditFile(ctx context.Context, env *toolEnv, args map[string]any) (strin
 	if err := toolArgs(args, &a); err != nil {
 		return "", err
 	}
-	oldS, newS, all := a.Old, a.New, a.All
-	if oldS == "" {
+	if a.Old == "" {
 		return "", argError("old_string is empty; to create or overwrite a file use write_file")
 	}
-	p, err := lexicalJail(a.Path)
-	if err != nil {
-		return "", err
-	}
-	id, err := env.computer(ctx)
+	id, p, err := env.jailed(ctx, a.Path)
 	if err != nil {
 		return "", err
 	}
@@ -455,18 +450,14 @@ func toolEditFile(ctx context.Context, env *toolEnv, args map[string]any) (strin
 		return "", err
 	}
 	text := string(data)
-	n := strings.Count(text, oldS)
+	n := strings.Count(text, a.Old)
 	switch {
 	case n == 0:
 		return "", argError("old_string was not found in %s; read the file and copy the text exactly, including whitespace", p)
-	case n > 1 && !all:
+	case n > 1 && !a.All:
 		return "", argError("old_string matches %d places in %s; include more surrounding lines to make it unique, or set replace_all", n, p)
 	}
-	if all {
-		text = strings.ReplaceAll(text, oldS, newS)
-	} else {
-		text = strings.Replace(text, oldS, newS, 1)
-	}
+	text = strings.Replace(text, a.Old, a.New, n) // n is 1 unless replace_all
 	if err := env.ar.rs.computers.WriteFile(ctx, id, p, []byte(text)); err != nil {
 		return "", err
 	}
@@ -482,16 +473,11 @@ func toolListDir(ctx context.Context, env *toolEnv, args map[string]any) (string
 	if err := toolArgs(args, &a); err != nil {
 		return "", err
 	}
-	p, err := lexicalJail(a.Path)
+	id, p, err := env.jailed(ctx, a.Path)
 	if err != nil {
 		return "", err
 	}
-	rec, maxN := a.Recursive, a.Max
-	maxN = min(max(maxN, 1), 2000)
-	id, err := env.computer(ctx)
-	if err != nil {
-		return "", err
-	}
+	maxN := min(max(a.Max, 1), 2000)
 	var b strings.Builder
 	count, truncated := 0, false
 	queue := []string{p}
@@ -519,7 +505,7 @@ func toolListDir(ctx context.Context, env *toolEnv, args map[string]any) (string
 			switch e.Type {
 			case "dir":
 				fmt.Fprintf(&b, "%s/\n", full)
-				if rec && e.Name != ".git" && e.Name != "node_modules" {
+				if a.Recursive && e.Name != ".git" && e.Name != "node_modules" {
 					queue = append(queue, full)
 				}
 			case "symlink":
@@ -549,28 +535,22 @@ func toolSearchFiles(ctx context.Context, env *toolEnv, args map[string]any) (st
 	if err := toolArgs(args, &a); err != nil {
 		return "", err
 	}
-	pattern := a.Pattern
-	re, err := regexp.Compile(pattern)
+	re, err := regexp.Compile(a.Pattern)
 	if err != nil {
 		return "", argError("pattern is not a valid regular expression: %v", err)
 	}
-	p, err := lexicalJail(a.Path)
+	id, p, err := env.jailed(ctx, a.Path)
 	if err != nil {
 		return "", err
 	}
-	maxN := a.Max
-	maxN = min(max(maxN, 1), 1000)
-	id, err := env.computer(ctx)
-	if err != nil {
-		return "", err
-	}
+	maxN := min(max(a.Max, 1), 1000)
 	// rg is given the resolved path: a symlink named as the search root must not lead it outside.
 	if p, err = env.ar.rs.computers.Resolve(ctx, id, p, false); err != nil {
 		return "", err
 	}
 	root, rel := splitRoot(p)
 	res, err := env.ar.rs.computers.Exec(ctx, id, ExecRequest{
-		Cmd: execCommand{Argv: []string{"/bin/sh", "-c", searchScript, "sh", pattern, rel, fmt.Sprint(maxN)}},
+		Cmd: execCommand{Argv: []string{"/bin/sh", "-c", searchScript, "sh", a.Pattern, rel, fmt.Sprint(maxN)}},
 		Cwd: root, TimeoutSec: min(env.ar.lim.ExecTimeoutSec, 60), MaxOutputBytes: 1 << 20, Policy: env.policy(),
 	}, nil)
 	if err == nil && !strings.Contains(res.Stdout, "__AGENTD_NO_RG__") && res.ExitCode == 0 {
@@ -628,7 +608,7 @@ func walkSearch(ctx context.Context, env *toolEnv, id, root string, re *regexp.R
 			}
 			files++
 			data, err := c.ReadFile(ctx, id, full)
-			if err != nil || bytes.IndexByte(data[:min(len(data), 8192)], 0) >= 0 {
+			if err != nil || isBinary(data) {
 				continue
 			}
 			for i, line := range strings.Split(string(data), "\n") {
@@ -732,16 +712,11 @@ func toolDelete(ctx context.Context, env *toolEnv, args map[string]any) (string,
 	if err := toolArgs(args, &a); err != nil {
 		return "", err
 	}
-	p, err := lexicalJail(a.Path)
+	id, p, err := env.jailed(ctx, a.Path)
 	if err != nil {
 		return "", err
 	}
-	rec := a.Recursive
-	id, err := env.computer(ctx)
-	if err != nil {
-		return "", err
-	}
-	if err := env.ar.rs.computers.DeletePath(ctx, id, p, rec); err != nil {
+	if err := env.ar.rs.computers.DeletePath(ctx, id, p, a.Recursive); err != nil {
 		return "", err
 	}
 	return "deleted " + p, nil
@@ -764,30 +739,10 @@ func toolFetchURL(ctx context.Context, env *toolEnv, args map[string]any) (strin
 	if err := toolArgs(args, &a); err != nil {
 		return "", err
 	}
-	u, err := url.Parse(a.URL)
+	resp, body, err := env.netRequest(ctx, http.MethodGet, a.URL, nil, map[string]any{"User-Agent": "agentd/" + version,
+		"Accept": "text/html,text/plain,application/json;q=0.9,*/*;q=0.5"}, 30*time.Second)
 	if err != nil {
-		return "", argError("not a URL: %v", err)
-	}
-	np := env.netPolicy()
-	if err := np.checkURL(u); err != nil {
 		return "", err
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
-	if err != nil {
-		return "", argError("bad request: %v", err)
-	}
-	req.Header.Set("User-Agent", "agentd/"+version)
-	req.Header.Set("Accept", "text/html,text/plain,application/json;q=0.9,*/*;q=0.5")
-	client := np.httpClient(30 * time.Second)
-	defer client.CloseIdleConnections() // the client is this call's: its kept-alive connections too
-	resp, err := client.Do(req)
-	if err != nil {
-		return "", fetchError(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, fetchMaxBytes))
-	if err != nil {
-		return "", fetchError(err)
 	}
 	ct := resp.Header.Get("Content-Type")
 	text := string(body)
@@ -796,7 +751,7 @@ func toolFetchURL(ctx context.Context, env *toolEnv, args map[string]any) (strin
 		text = htmlToText(body)
 	case strings.HasPrefix(ct, "text/") || strings.Contains(ct, "json") || strings.Contains(ct, "xml") || strings.Contains(ct, "javascript"):
 	default:
-		if bytes.IndexByte(body[:min(len(body), 8192)], 0) >= 0 {
+		if isBinary(body) {
 			text = fmt.Sprintf("[binary content of type %q, %d bytes, not shown]", ct, len(body))
 		}
 	}
@@ -805,6 +760,40 @@ func toolFetchURL(ctx context.Context, env *toolEnv, args map[string]any) (strin
 		return out, errorf(codeToolError, "the server answered %d", resp.StatusCode)
 	}
 	return out, nil
+}
+
+// netRequest makes a request the network policy allows and reads at most fetchMaxBytes of the answer.
+func (e *toolEnv) netRequest(ctx context.Context, method, rawURL string, body io.Reader, header map[string]any,
+	timeout time.Duration) (*http.Response, []byte, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, nil, argError("not a URL: %v", err)
+	}
+	np := e.netPolicy()
+	if err := np.checkURL(u); err != nil {
+		return nil, nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), body)
+	if err != nil {
+		return nil, nil, argError("bad request: %v", err)
+	}
+	for k, v := range header {
+		if s, ok := v.(string); ok {
+			req.Header.Set(k, s)
+		}
+	}
+	client := np.httpClient(timeout)
+	defer client.CloseIdleConnections() // the client is this call's: its kept-alive connections too
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, nil, fetchError(err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, fetchMaxBytes))
+	if err != nil {
+		return nil, nil, fetchError(err)
+	}
+	return resp, data, nil
 }
 
 func looksHTML(b []byte) bool {
@@ -887,47 +876,17 @@ func toolHTTPRequest(ctx context.Context, env *toolEnv, args map[string]any) (st
 	if err := toolArgs(args, &a); err != nil {
 		return "", err
 	}
-	method, body := strings.ToUpper(firstNonEmpty(a.Method, "GET")), a.Body
-	u, err := url.Parse(a.URL)
-	if err != nil {
-		return "", argError("not a URL: %v", err)
+	var body io.Reader
+	if a.Body != "" {
+		body = strings.NewReader(a.Body)
 	}
-	np := env.netPolicy()
-	if err := np.checkURL(u); err != nil {
+	resp, data, err := env.netRequest(ctx, strings.ToUpper(firstNonEmpty(a.Method, "GET")), a.URL, body, a.Headers, 60*time.Second)
+	if err != nil {
 		return "", err
-	}
-	var rb io.Reader
-	if body != "" {
-		rb = strings.NewReader(body)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, u.String(), rb)
-	if err != nil {
-		return "", argError("bad request: %v", err)
-	}
-	for k, v := range a.Headers {
-		if s, ok := v.(string); ok {
-			req.Header.Set(k, s)
-		}
-	}
-	client := np.httpClient(60 * time.Second)
-	defer client.CloseIdleConnections()
-	resp, err := client.Do(req)
-	if err != nil {
-		return "", fetchError(err)
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, fetchMaxBytes))
-	if err != nil {
-		return "", fetchError(err)
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "HTTP %s\n", resp.Status)
-	keys := make([]string, 0, len(resp.Header))
-	for k := range resp.Header {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
+	for _, k := range sortedKeys(resp.Header) {
 		fmt.Fprintf(&b, "%s: %s\n", k, strings.Join(resp.Header[k], ", "))
 	}
 	b.WriteString("\n")
@@ -943,14 +902,13 @@ func toolWebSearch(ctx context.Context, env *toolEnv, args map[string]any) (stri
 	if err := toolArgs(args, &a); err != nil {
 		return "", err
 	}
-	q, count := a.Query, a.Count
 	key := env.ar.rs.getenv(searchKeyEnv)
 	if key == "" {
 		return "", errorf(codeToolError, "web search is not configured").withHint("set " + searchKeyEnv)
 	}
 	base := firstNonEmpty(env.ar.rs.getenv("BRAVE_BASE_URL"), "https://api.search.brave.com/res/v1")
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/web/search?"+url.Values{
-		"q": {q}, "count": {fmt.Sprint(min(max(count, 1), 20))}}.Encode(), nil)
+		"q": {a.Query}, "count": {fmt.Sprint(min(max(a.Count, 1), 20))}}.Encode(), nil)
 	if err != nil {
 		return "", err
 	}
