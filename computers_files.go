@@ -24,7 +24,6 @@ import (
 	"net/http"
 	"os"
 	"path"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -289,6 +288,7 @@ func checkArchive(archive []byte, limit int64) (*checkedArchive, error) {
 	tr := tar.NewReader(zr)
 	var total int64
 	links := map[string]bool{}
+	symlinks := map[string]string{} // the archive's own symlinks so far: name → target
 	out := &checkedArchive{}
 	for {
 		hdr, err := tr.Next()
@@ -334,7 +334,15 @@ func checkArchive(archive []byte, limit int64) (*checkedArchive, error) {
 			if j := path.Clean(base + "/" + t); j == ".." || strings.HasPrefix(j, "../") {
 				return nil, errArchive("archive entry %q links outside the target (%q)", name, t)
 			}
+			// Lexically inside is not enough: through the archive's earlier links (`l1 -> .`,
+			// `l2 -> l1/..`) a target can climb one level per link. Resolve it as the kernel would.
+			if _, ok := resolveInArchive(symlinks, base+"/"+t, 0); !ok {
+				return nil, errArchive("archive entry %q links outside the target through the archive's own links (%q)", name, t)
+			}
 			links[clean] = true
+			if hdr.Typeflag == tar.TypeSymlink {
+				symlinks[clean] = t
+			}
 			if hdr.Typeflag == tar.TypeLink {
 				// The unpacker opens the target through the links made so far: one of the archive's own
 				// links could lead it to a link planted in the machine, past the resolve in Upload.
@@ -362,6 +370,43 @@ func checkArchive(archive []byte, limit int64) (*checkedArchive, error) {
 		}
 	}
 	return out, nil
+}
+
+// resolveInArchive resolves p (relative to the upload directory) component by component, following the
+// archive's own symlinks; ok is false when it climbs above the directory, loops, or meets an absolute
+// link.
+func resolveInArchive(symlinks map[string]string, p string, depth int) (string, bool) {
+	if depth > 40 {
+		return "", false
+	}
+	cur := "."
+	for _, part := range strings.Split(p, "/") {
+		switch part {
+		case "", ".":
+			continue
+		case "..":
+			if cur == "." {
+				return "", false
+			}
+			cur = path.Dir(cur)
+			continue
+		}
+		next := path.Join(cur, part)
+		t, isLink := symlinks[next]
+		if !isLink {
+			cur = next
+			continue
+		}
+		if strings.HasPrefix(t, "/") {
+			return "", false
+		}
+		r, ok := resolveInArchive(symlinks, cur+"/"+t, depth+1)
+		if !ok {
+			return "", false
+		}
+		cur = r
+	}
+	return cur, true
 }
 
 // Upload unpacks a tar.gz under dir inside the machine, after every check passed.
@@ -423,9 +468,9 @@ func parentsOf(paths []string) []string {
 	return out
 }
 
-// untarTo extracts a checked archive under root on the host (the local provider). Every write refuses
-// to follow a final symlink.
-func untarTo(root string, archive []byte) (int, error) {
+// untarTo extracts a checked archive under root (the local provider's upload directory, an os.Root, so
+// no entry can be written or linked through a symlink to outside it, whatever the tree holds by then).
+func untarTo(root *os.Root, archive []byte) (int, error) {
 	zr, err := gzip.NewReader(bytes.NewReader(archive))
 	if err != nil {
 		return 0, err
@@ -440,17 +485,16 @@ func untarTo(root string, archive []byte) (int, error) {
 		if err != nil {
 			return n, errArchive("reading the archive: %v", err)
 		}
-		clean := path.Clean(hdr.Name)
-		dst := filepath.Join(root, filepath.FromSlash(clean))
+		dst := path.Clean(hdr.Name)
 		mode := os.FileMode(hdr.Mode).Perm()
 		switch hdr.Typeflag {
 		case tar.TypeDir:
-			err = os.MkdirAll(dst, mode|0o700)
+			err = root.MkdirAll(dst, mode|0o700)
 		case tar.TypeReg:
-			if err = os.MkdirAll(filepath.Dir(dst), 0o755); err == nil {
+			if err = root.MkdirAll(path.Dir(dst), 0o755); err == nil {
 				var f *os.File
-				os.Remove(dst)
-				f, err = os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, mode|0o600)
+				root.Remove(dst)
+				f, err = root.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, mode|0o600)
 				if err == nil {
 					_, err = io.Copy(f, tr)
 					if cerr := f.Close(); err == nil {
@@ -459,20 +503,20 @@ func untarTo(root string, archive []byte) (int, error) {
 				}
 			}
 		case tar.TypeSymlink:
-			if err = os.MkdirAll(filepath.Dir(dst), 0o755); err == nil {
-				os.Remove(dst)
-				err = os.Symlink(hdr.Linkname, dst)
+			if err = root.MkdirAll(path.Dir(dst), 0o755); err == nil {
+				root.Remove(dst)
+				err = root.Symlink(hdr.Linkname, dst)
 			}
 		case tar.TypeLink:
-			if err = os.MkdirAll(filepath.Dir(dst), 0o755); err == nil {
-				os.Remove(dst)
-				err = os.Link(filepath.Join(root, filepath.FromSlash(path.Clean(hdr.Linkname))), dst)
+			if err = root.MkdirAll(path.Dir(dst), 0o755); err == nil {
+				root.Remove(dst)
+				err = root.Link(path.Clean(hdr.Linkname), dst)
 			}
 		default:
 			continue
 		}
 		if err != nil {
-			return n, errArchive("unpacking %s: %v", clean, err)
+			return n, errArchive("unpacking %s: %v", dst, err)
 		}
 		n++
 	}

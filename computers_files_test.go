@@ -1,6 +1,7 @@
 package main
 
 import (
+	"archive/tar"
 	"context"
 	"fmt"
 	"net/url"
@@ -154,4 +155,87 @@ func TestHostLimitsAre422(t *testing.T) {
 	if imageRegistry("debian:bookworm") != "docker.io" || imageRegistry("ghcr.io/a/b:1") != "ghcr.io" || imageRegistry("library/debian") != "docker.io" {
 		t.Error("imageRegistry")
 	}
+}
+
+// A tar whose links chain (`l1 -> .`, `l2 -> l1/..`, `l3 -> l2/..`) is lexically inside at every step but
+// climbs one level per link: refused. A chain that stays inside is accepted.
+func TestArchiveChainedLinksRefused(t *testing.T) {
+	escape := tarGz(t, []tar.Header{
+		{Name: "up/", Typeflag: tar.TypeDir, Mode: 0o755},
+		{Name: "up/l1", Typeflag: tar.TypeSymlink, Linkname: "."},
+		{Name: "up/l2", Typeflag: tar.TypeSymlink, Linkname: "l1/.."},
+		{Name: "up/l3", Typeflag: tar.TypeSymlink, Linkname: "l2/.."},
+	}, nil)
+	if _, err := checkArchive(escape, 1<<20); err == nil || !strings.Contains(err.Error(), "up/l3") {
+		t.Fatalf("chained links: want refusal naming up/l3, got %v", err)
+	}
+	inside := tarGz(t, []tar.Header{
+		{Name: "a/", Typeflag: tar.TypeDir, Mode: 0o755},
+		{Name: "a/l1", Typeflag: tar.TypeSymlink, Linkname: "."},
+		{Name: "a/l2", Typeflag: tar.TypeSymlink, Linkname: "l1/.."},
+		{Name: "a/l3", Typeflag: tar.TypeSymlink, Linkname: "l2/a/l1"},
+	}, nil)
+	if _, err := checkArchive(inside, 1<<20); err != nil {
+		t.Fatalf("a chain that stays inside was refused: %v", err)
+	}
+}
+
+// On local, /work/x is swapped between a file and a symlink to a host file while it is read 1,000 times:
+// every read returns the file or a refusal, never the host file (os.Root resolves and opens in one step).
+func TestLocalSymlinkSwapRace(t *testing.T) {
+	e := newTestServer(t, withHostEnv)
+	m := e.create(map[string]any{"provider": "local"})
+	host := filepath.Join(t.TempDir(), "host-secret")
+	os.WriteFile(host, []byte("HOST SECRET"), 0o644)
+	work := filepath.Join(e.s.cfg.Home, "workspaces", m.ID, "work")
+	if _, err := os.Stat(work); err != nil {
+		t.Fatalf("workspace not where expected: %v", err)
+	}
+	os.WriteFile(filepath.Join(work, "plain"), []byte("plain file"), 0o644)
+	os.Symlink(host, filepath.Join(work, "link"))
+
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() { // swap /work/x atomically between the two, as fast as it can
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			src := "plain"
+			if i%2 == 1 {
+				src = "link"
+			}
+			tmp := filepath.Join(work, ".swap")
+			os.Remove(tmp)
+			if fi, _ := os.Lstat(filepath.Join(work, src)); fi != nil && fi.Mode()&os.ModeSymlink != 0 {
+				os.Symlink(host, tmp)
+			} else {
+				os.Link(filepath.Join(work, "plain"), tmp)
+			}
+			os.Rename(tmp, filepath.Join(work, "x"))
+		}
+	}()
+	escapes, files := 0, 0
+	for range 1000 {
+		var buf strings.Builder
+		err := e.s.computers.readTo(context.Background(), m.ID, "/work/x", &buf)
+		switch {
+		case strings.Contains(buf.String(), "HOST SECRET"):
+			escapes++
+		case err == nil:
+			files++
+		}
+	}
+	close(stop)
+	<-done
+	if escapes != 0 {
+		t.Fatalf("%d of 1000 reads returned the host file", escapes)
+	}
+	if files == 0 {
+		t.Fatal("no read saw the plain file: the race was not exercised")
+	}
+	t.Logf("1000 reads: %d plain, %d refused, 0 escapes", files, 1000-files)
 }

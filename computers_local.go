@@ -20,6 +20,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -335,6 +336,21 @@ func resolveExisting(p string) (string, error) {
 	}
 }
 
+// open roots every file operation at the machine's directory (work/ and tmp/ beneath it) with os.Root:
+// each path is resolved and opened in one step by the kernel (openat2 RESOLVE_BENEATH, or O_NOFOLLOW
+// per component), so a symlink swapped in after the jail's check cannot lead outside. rel is the guest
+// path relative to that directory ("work/x").
+func (f *localFS) open(g string) (root *os.Root, rel string, err error) {
+	if _, ok := f.l.hostPath(f.m, g); !ok {
+		return nil, "", errOutside(g)
+	}
+	root, err = os.OpenRoot(f.l.dir(f.m))
+	if err != nil {
+		return nil, "", errorf(codeComputerFailed, "the workspace of %s is gone: %v", f.m.ID, err).withHint("recreate the computer")
+	}
+	return root, strings.TrimPrefix(path.Clean("/"+g), "/"), nil
+}
+
 func (f *localFS) host(g string) string { hp, _ := f.l.hostPath(f.m, g); return hp }
 
 func fsErr(op, g string, err error) error {
@@ -345,12 +361,19 @@ func fsErr(op, g string, err error) error {
 		return errorf(codeFSDenied, "%s %s: is a directory", op, g).withHint("use the directory listing or download")
 	case errors.Is(err, syscall.ENOTEMPTY):
 		return errorf(codeFSDenied, "%s %s: directory not empty", op, g).withHint("pass recursive=true")
+	case strings.Contains(err.Error(), "escapes from parent"), errors.Is(err, syscall.ELOOP), errors.Is(err, syscall.EXDEV):
+		return errSymlinkEscape()
 	}
 	return errorf(codeFSDenied, "%s %s failed: %v", op, g, err).withHint("check the path and its permissions")
 }
 
 func (f *localFS) read(ctx context.Context, g string, w io.Writer) error {
-	file, err := os.Open(f.host(g))
+	root, rel, err := f.open(g)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	file, err := root.Open(rel)
 	if err != nil {
 		return fsErr("read", g, err)
 	}
@@ -363,11 +386,15 @@ func (f *localFS) read(ctx context.Context, g string, w io.Writer) error {
 }
 
 func (f *localFS) write(ctx context.Context, g string, r io.Reader) error {
-	hp := f.host(g)
-	if err := os.MkdirAll(filepath.Dir(hp), 0o755); err != nil {
+	root, rel, err := f.open(g)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	if err := root.MkdirAll(path.Dir(rel), 0o755); err != nil {
 		return fsErr("write", g, err)
 	}
-	file, err := os.OpenFile(hp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW, 0o644)
+	file, err := root.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW, 0o644)
 	if err != nil {
 		return fsErr("write", g, err)
 	}
@@ -379,18 +406,28 @@ func (f *localFS) write(ctx context.Context, g string, r io.Reader) error {
 }
 
 func (f *localFS) list(ctx context.Context, g string) ([]DirEntry, error) {
-	hp := f.host(g)
-	st, err := os.Stat(hp)
+	root, rel, err := f.open(g)
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	dir, err := root.Open(rel)
+	if err != nil {
+		return nil, fsErr("list", g, err)
+	}
+	defer dir.Close()
+	st, err := dir.Stat()
 	if err != nil {
 		return nil, fsErr("list", g, err)
 	}
 	if !st.IsDir() {
 		return []DirEntry{dirEntryOf(g, st)}, nil
 	}
-	ents, err := os.ReadDir(hp)
+	ents, err := dir.ReadDir(-1)
 	if err != nil {
 		return nil, fsErr("list", g, err)
 	}
+	slices.SortFunc(ents, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
 	out := make([]DirEntry, 0, len(ents))
 	for _, e := range ents {
 		info, err := e.Info()
@@ -417,15 +454,19 @@ func dirEntryOf(g string, fi fs.FileInfo) DirEntry {
 }
 
 func (f *localFS) remove(ctx context.Context, g string, recursive bool) error {
-	hp := f.host(g)
-	st, err := os.Lstat(hp)
+	root, rel, err := f.open(g)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	st, err := root.Lstat(rel)
 	if err != nil {
 		return fsErr("delete", g, err)
 	}
 	if st.IsDir() && recursive {
-		err = os.RemoveAll(hp)
+		err = root.RemoveAll(rel)
 	} else {
-		err = os.Remove(hp)
+		err = root.Remove(rel)
 	}
 	if err != nil {
 		return fsErr("delete", g, err)
@@ -433,9 +474,22 @@ func (f *localFS) remove(ctx context.Context, g string, recursive bool) error {
 	return nil
 }
 
-// untar extracts an archive that extractArchive already checked, through a second pass over the bytes.
+// untar extracts an archive that checkArchive already passed, through a second pass over the bytes.
 func (f *localFS) untar(ctx context.Context, g string, archive []byte) (int, error) {
-	return untarTo(f.host(g), archive)
+	root, rel, err := f.open(g)
+	if err != nil {
+		return 0, err
+	}
+	defer root.Close()
+	if err := root.MkdirAll(rel, 0o755); err != nil {
+		return 0, fsErr("upload", g, err)
+	}
+	sub, err := root.OpenRoot(rel)
+	if err != nil {
+		return 0, fsErr("upload", g, err)
+	}
+	defer sub.Close()
+	return untarTo(sub, archive)
 }
 
 func (f *localFS) tar(ctx context.Context, g string, w io.Writer) (int64, error) {
