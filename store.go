@@ -152,22 +152,54 @@ func (st *store) migrate(ctx context.Context) error {
 		return fmt.Errorf("database schema version %d is newer than this agentd (%d); upgrade agentd", have, len(migrations))
 	}
 	for v := have + 1; v <= len(migrations); v++ {
-		tx, err := st.db.BeginTx(ctx, nil)
+		if err := st.applyMigration(ctx, v); err != nil {
+			return fmt.Errorf("migrate to %d: %w", v, err)
+		}
+	}
+	return nil
+}
+
+func (st *store) applyMigration(ctx context.Context, v int) error {
+	tx, err := st.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, migrations[v-1]); err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations(version, applied_at) VALUES (?, ?)`,
+		v, timestamp(st.now())); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// queryRows runs a query and returns every row as scan reads it.
+func queryRows[T any](ctx context.Context, db *sql.DB, scan func(*sql.Rows) (T, error), query string, args ...any) ([]T, error) {
+	rows, err := db.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []T
+	for rows.Next() {
+		v, err := scan(rows)
 		if err != nil {
-			return fmt.Errorf("migrate to %d: %w", v, err)
+			return nil, err
 		}
-		if _, err := tx.ExecContext(ctx, migrations[v-1]); err != nil {
-			tx.Rollback()
-			return fmt.Errorf("migrate to %d: %w", v, err)
-		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations(version, applied_at) VALUES (?, ?)`,
-			v, timestamp(st.now())); err != nil {
-			tx.Rollback()
-			return fmt.Errorf("migrate to %d: %w", v, err)
-		}
-		if err := tx.Commit(); err != nil {
-			return fmt.Errorf("migrate to %d: %w", v, err)
-		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}
+
+// oneRow is errNotFound when a write touched no row.
+func oneRow(res sql.Result, err error) error {
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return errNotFound
 	}
 	return nil
 }
@@ -213,13 +245,7 @@ func (st *store) UpdateAgent(ctx context.Context, a agentRow) error {
 	res, err := st.db.ExecContext(ctx, `UPDATE agents SET yaml = ?, spec = ?, summary = ?, updated_at = ? WHERE name = ?`,
 		a.YAML, a.SpecJSON, a.SummaryJSON, a.UpdatedAt, a.Name)
 	st.invalidateAgentList()
-	if err != nil {
-		return err
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return errNotFound
-	}
-	return nil
+	return oneRow(res, err)
 }
 
 func (st *store) GetAgent(ctx context.Context, name string) (agentRow, error) {
@@ -233,20 +259,10 @@ func (st *store) GetAgent(ctx context.Context, name string) (agentRow, error) {
 }
 
 func (st *store) ListAgents(ctx context.Context) ([]agentRow, error) {
-	rows, err := st.db.QueryContext(ctx, `SELECT name, yaml, spec, created_at, updated_at FROM agents ORDER BY name`)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []agentRow
-	for rows.Next() {
-		var a agentRow
-		if err := rows.Scan(&a.Name, &a.YAML, &a.SpecJSON, &a.CreatedAt, &a.UpdatedAt); err != nil {
-			return nil, err
-		}
-		out = append(out, a)
-	}
-	return out, rows.Err()
+	return queryRows(ctx, st.db, func(r *sql.Rows) (a agentRow, err error) {
+		err = r.Scan(&a.Name, &a.YAML, &a.SpecJSON, &a.CreatedAt, &a.UpdatedAt)
+		return
+	}, `SELECT name, yaml, spec, created_at, updated_at FROM agents ORDER BY name`)
 }
 
 // agentListCache keeps the result of ListAgentSummaries between agent writes. gen changes on every write,
@@ -279,20 +295,11 @@ func (st *store) ListAgentSummaries(ctx context.Context) ([]agentRow, error) {
 	gen := c.gen
 	c.mu.Unlock()
 
-	rows, err := st.db.QueryContext(ctx, `SELECT name, summary, updated_at FROM agents ORDER BY name`)
+	out, err := queryRows(ctx, st.db, func(r *sql.Rows) (a agentRow, err error) {
+		err = r.Scan(&a.Name, &a.SummaryJSON, &a.UpdatedAt)
+		return
+	}, `SELECT name, summary, updated_at FROM agents ORDER BY name`)
 	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []agentRow
-	for rows.Next() {
-		var a agentRow
-		if err := rows.Scan(&a.Name, &a.SummaryJSON, &a.UpdatedAt); err != nil {
-			return nil, err
-		}
-		out = append(out, a)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, err
 	}
 	c.mu.Lock()
@@ -306,13 +313,7 @@ func (st *store) ListAgentSummaries(ctx context.Context) ([]agentRow, error) {
 func (st *store) DeleteAgent(ctx context.Context, name string) error {
 	res, err := st.db.ExecContext(ctx, `DELETE FROM agents WHERE name = ?`, name)
 	st.invalidateAgentList()
-	if err != nil {
-		return err
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return errNotFound
-	}
-	return nil
+	return oneRow(res, err)
 }
 
 // RunCountOf returns the number of recorded runs of one agent (an index lookup, not a scan).
@@ -402,20 +403,8 @@ func (st *store) GetComputer(ctx context.Context, id string) (ComputerInfo, erro
 
 // ListComputers returns every record that is not destroyed, oldest first.
 func (st *store) ListComputers(ctx context.Context) ([]ComputerInfo, error) {
-	rows, err := st.db.QueryContext(ctx, `SELECT `+computerColumns+` FROM computers WHERE state != 'destroyed' ORDER BY created_at, id`)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []ComputerInfo
-	for rows.Next() {
-		m, err := scanComputer(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, m)
-	}
-	return out, rows.Err()
+	return queryRows(ctx, st.db, func(r *sql.Rows) (ComputerInfo, error) { return scanComputer(r) },
+		`SELECT `+computerColumns+` FROM computers WHERE state != 'destroyed' ORDER BY created_at, id`)
 }
 
 // CountLiveComputers counts the machines the quota applies to: creating and running.
@@ -544,22 +533,12 @@ type storedEvent struct {
 
 // RunEventsAfter returns a run's events with seq > after, in order.
 func (st *store) RunEventsAfter(ctx context.Context, id string, after int) ([]storedEvent, error) {
-	rows, err := st.db.QueryContext(ctx, `SELECT seq, event FROM run_events WHERE run_id = ? AND seq > ? ORDER BY seq`, id, after)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := []storedEvent{}
-	for rows.Next() {
-		var e storedEvent
+	return queryRows(ctx, st.db, func(r *sql.Rows) (e storedEvent, err error) {
 		var ev string
-		if err := rows.Scan(&e.Seq, &ev); err != nil {
-			return nil, err
-		}
+		err = r.Scan(&e.Seq, &ev)
 		e.Event = json.RawMessage(ev)
-		out = append(out, e)
-	}
-	return out, rows.Err()
+		return
+	}, `SELECT seq, event FROM run_events WHERE run_id = ? AND seq > ? ORDER BY seq`, id, after)
 }
 
 // DeleteRun removes a run and its events; errNotFound when there is none.
@@ -569,12 +548,8 @@ func (st *store) DeleteRun(ctx context.Context, id string) error {
 		return err
 	}
 	defer tx.Rollback()
-	res, err := tx.ExecContext(ctx, `DELETE FROM runs WHERE id = ?`, id)
-	if err != nil {
+	if err := oneRow(tx.ExecContext(ctx, `DELETE FROM runs WHERE id = ?`, id)); err != nil {
 		return err
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return errNotFound
 	}
 	if _, err := tx.ExecContext(ctx, `DELETE FROM run_events WHERE run_id = ?`, id); err != nil {
 		return err
@@ -626,25 +601,18 @@ func (st *store) claimCronFiring(ctx context.Context, jobID string, minute time.
 
 // LoadMemory returns the last max messages remembered for an agent, oldest first.
 func (st *store) LoadMemory(ctx context.Context, agent string, max int) ([]ModelMessage, error) {
-	rows, err := st.db.QueryContext(ctx, `SELECT message FROM (SELECT seq, message FROM memory WHERE agent = ?
-		ORDER BY seq DESC LIMIT ?) ORDER BY seq`, agent, max)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
+	raws, err := queryRows(ctx, st.db, func(r *sql.Rows) (raw []byte, err error) {
+		err = r.Scan(&raw)
+		return
+	}, `SELECT message FROM (SELECT seq, message FROM memory WHERE agent = ? ORDER BY seq DESC LIMIT ?) ORDER BY seq`,
+		agent, max)
 	var out []ModelMessage
-	for rows.Next() {
-		var raw string
-		if err := rows.Scan(&raw); err != nil {
-			return nil, err
+	for _, raw := range raws {
+		if msg, err := parseMessage(raw); err == nil {
+			out = append(out, msg)
 		}
-		msg, err := parseMessage([]byte(raw))
-		if err != nil {
-			continue
-		}
-		out = append(out, msg)
 	}
-	return out, rows.Err()
+	return out, err
 }
 
 // AppendMemory stores messages for an agent in one transaction.
@@ -714,19 +682,13 @@ func (st *store) GetTranscript(ctx context.Context, id string) (*Transcript, err
 
 // ListTranscripts lists stored transcripts, newest import first.
 func (st *store) ListTranscripts(ctx context.Context, limit int) ([]TranscriptSummary, error) {
-	rows, err := st.db.QueryContext(ctx, `SELECT id, source, title, message_count, created_at, updated_at, imported_at
+	out, err := queryRows(ctx, st.db, func(r *sql.Rows) (t TranscriptSummary, err error) {
+		err = r.Scan(&t.ID, &t.Source, &t.Title, &t.MessageCount, &t.CreatedAt, &t.UpdatedAt, &t.ImportedAt)
+		return
+	}, `SELECT id, source, title, message_count, created_at, updated_at, imported_at
 		FROM transcripts ORDER BY imported_at DESC, id DESC LIMIT ?`, limit)
-	if err != nil {
-		return nil, err
+	if out == nil && err == nil {
+		out = []TranscriptSummary{}
 	}
-	defer rows.Close()
-	out := []TranscriptSummary{}
-	for rows.Next() {
-		var r TranscriptSummary
-		if err := rows.Scan(&r.ID, &r.Source, &r.Title, &r.MessageCount, &r.CreatedAt, &r.UpdatedAt, &r.ImportedAt); err != nil {
-			return nil, err
-		}
-		out = append(out, r)
-	}
-	return out, rows.Err()
+	return out, err
 }
