@@ -52,6 +52,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"reflect"
 	"runtime"
 	"slices"
 	"strconv"
@@ -319,13 +320,23 @@ func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (co
 	return cfg, nil
 }
 
-// configKeys are the keys config.yaml accepts (DESIGN §2).
-var configKeys = []string{"host", "port", "corsOrigins", "maxComputers", "computerProvider", "images",
-	"modelAliases", "maxCostUsd", "reaperIntervalSec"}
+// configKeys are the keys config.yaml accepts (DESIGN §2): the yaml tags of config, so a setting added
+// there is accepted here (a hand-kept list drifted and refused the documented logFormat).
+func configKeys() []string {
+	var keys []string
+	t := reflect.TypeFor[config]()
+	for i := range t.NumField() {
+		if tag := t.Field(i).Tag.Get("yaml"); tag != "" && tag != "-" {
+			keys = append(keys, tag)
+		}
+	}
+	return keys
+}
 
 // parseConfigFile reads config.yaml strictly: an unknown key is an E_CONFIG error naming it.
 func parseConfigFile(b []byte, cfg *config) error {
-	hint := "known keys: " + strings.Join(configKeys, ", ")
+	keys := configKeys()
+	hint := "known keys: " + strings.Join(keys, ", ")
 	var doc yaml.Node
 	if err := yaml.Unmarshal(b, &doc); err != nil {
 		return errorf(codeConfig, "config.yaml: %s", strings.TrimPrefix(err.Error(), "yaml: ")).withHint(hint)
@@ -343,7 +354,7 @@ func parseConfigFile(b []byte, cfg *config) error {
 		case k == "token":
 			return errorf(codeConfig, "config.yaml: unknown key %q: the token is never read from the config file", k).
 				withHint("set AGENT_TOKEN in the environment or pass --token-file")
-		case !slices.Contains(configKeys, k):
+		case !slices.Contains(keys, k):
 			return errorf(codeConfig, "config.yaml: unknown key %q (line %d)", k, root.Content[i].Line).withHint(hint)
 		}
 	}

@@ -91,6 +91,25 @@ func TestConfigPrecedence(t *testing.T) {
 	}
 }
 
+// Every key the README's configuration table documents is accepted by config.yaml.
+func TestConfigFileAcceptsEveryDocumentedKey(t *testing.T) {
+	home := t.TempDir()
+	writeConfig(t, home, "logFormat: json\nlogLevel: debug\nallowedRegistries: [registry.example:5000]\nreaperIntervalSec: 7\n")
+	cfg, err := loadConfig(nil, envOf(map[string]string{"AGENT_HOME": home}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.LogFormat != "json" || cfg.LogLevel != "debug" || len(cfg.AllowedRegistries) != 1 || cfg.ReaperIntervalSec != 7 {
+		t.Fatalf("cfg %+v", cfg)
+	}
+	readme, _ := os.ReadFile("README.md")
+	for _, k := range configKeys() {
+		if !strings.Contains(string(readme), "`"+k+"`") {
+			t.Errorf("config key %s is not documented in the README", k)
+		}
+	}
+}
+
 func TestConfigErrors(t *testing.T) {
 	cases := []struct {
 		name, file string
