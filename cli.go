@@ -380,7 +380,8 @@ type cliEvent struct {
 	data  []byte
 }
 
-// readEvents calls fn for every event of an SSE body until `event: done` (true) or the end (false).
+// readEvents calls fn for every event of an SSE body until `event: done` (true) or the end (false); an
+// `event: error` frame ends it with its error.
 func readEvents(r io.Reader, fn func(ev cliEvent) error) (bool, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64<<10), 32<<20)
@@ -395,10 +396,12 @@ func readEvents(r io.Reader, fn func(ev cliEvent) error) (bool, error) {
 		case strings.HasPrefix(line, "data: "):
 			cur.data = []byte(strings.TrimPrefix(line, "data: "))
 		case line == "":
-			if cur.event == "done" {
+			switch {
+			case cur.event == "done":
 				return true, nil
-			}
-			if cur.data != nil {
+			case cur.event == "error" && cur.data != nil:
+				return false, streamError(cur.data)
+			case cur.data != nil:
 				if err := fn(cur); err != nil {
 					return false, err
 				}
@@ -407,6 +410,40 @@ func readEvents(r io.Reader, fn func(ev cliEvent) error) (bool, error) {
 		}
 	}
 	return false, sc.Err()
+}
+
+// stream sends a request for an SSE answer and reads it with readEvents.
+func (c *cli) stream(method, path string, body any, fn func(ev cliEvent) error) (bool, error) {
+	resp, err := c.send(c.ctx, method, path, body, http.Header{"Accept": {"text/event-stream"}})
+	if err != nil {
+		return false, err
+	}
+	defer resp.Body.Close()
+	return readEvents(resp.Body, fn)
+}
+
+// listing starts a command whose one flag is --json: it GETs path into out and, with --json, prints
+// it; done is true when nothing is left for the command to do.
+func (c *cli) listing(args []string, path string, out any) (done bool, err error) {
+	var asJSON bool
+	if _, err := c.flags(args, func(fs *flag.FlagSet) { fs.BoolVar(&asJSON, "json", false, "") }, 0, 0); err != nil {
+		return true, err
+	}
+	if err := c.call("GET", path, nil, out); err != nil {
+		return true, err
+	}
+	if asJSON {
+		return true, c.printJSON(out)
+	}
+	return false, nil
+}
+
+// availability is a provider's or a model's state, coloured.
+func (c *cli) availability(ok bool) string {
+	if ok {
+		return c.paint("32", "available")
+	}
+	return c.paint("31", "unavailable")
 }
 
 // streamError turns an `event: error` frame into its error.

@@ -32,18 +32,11 @@ import (
 )
 
 func (c *cli) agents(args []string) error {
-	var asJSON bool
-	if _, err := c.flags(args, func(fs *flag.FlagSet) { fs.BoolVar(&asJSON, "json", false, "") }, 0, 0); err != nil {
-		return err
-	}
 	var out struct {
 		Agents []AgentSummary `json:"agents"`
 	}
-	if err := c.call("GET", "/v1/agents", nil, &out); err != nil {
+	if done, err := c.listing(args, "/v1/agents", &out); done {
 		return err
-	}
-	if asJSON {
-		return c.printJSON(out)
 	}
 	rows := [][]string{}
 	now := time.Now()
@@ -217,11 +210,6 @@ func (c *cli) runAgent(args []string) error {
 		fmt.Fprintln(c.stdout, out.RunID)
 		return nil
 	}
-	resp, err := c.send(c.ctx, "POST", "/v1/agents/"+name+"/run/stream", body, http.Header{"Accept": {"text/event-stream"}})
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
 	answer := "" // approvals: "y", "n", or ask
 	if yes {
 		answer = "y"
@@ -229,7 +217,7 @@ func (c *cli) runAgent(args []string) error {
 		answer = "n"
 	}
 	r := &runPrinter{c: c, json: asJSON, answer: answer}
-	done, err := readEvents(resp.Body, r.event)
+	done, err := c.stream("POST", "/v1/agents/"+name+"/run/stream", body, r.event)
 	r.wait()
 	if err != nil && c.ctx.Err() != nil {
 		return c.ctx.Err()
@@ -246,10 +234,12 @@ func (c *cli) runAgent(args []string) error {
 	return r.exit()
 }
 
-// runPrinter renders run events for people (or as JSON lines) and answers approvals.
+// runPrinter renders run events for people (or as JSON lines) and answers approvals. In watch mode
+// (`logs`) it only shows them: watching a run never answers its approvals, past or live.
 type runPrinter struct {
 	c      *cli
 	json   bool
+	watch  bool
 	answer string
 	result *RunResult
 	asking chan struct{} // an approval question in flight (one at a time)
@@ -257,9 +247,6 @@ type runPrinter struct {
 }
 
 func (r *runPrinter) event(ev cliEvent) error {
-	if ev.event == "error" {
-		return streamError(ev.data)
-	}
 	var e struct {
 		Type       string     `json:"type"`
 		Text       string     `json:"text"`
@@ -280,7 +267,14 @@ func (r *runPrinter) event(ev cliEvent) error {
 		r.result = e.Result
 	}
 	if e.Type == "approval_required" {
-		r.approve(e.ApprovalID, e.Request)
+		if r.watch {
+			req, _ := json.Marshal(e.Request)
+			r.newline()
+			fmt.Fprintf(r.c.stderr, "approval %s: %s (answer with `agentd approve %s` or `agentd deny %s`)\n",
+				e.ApprovalID, req, e.ApprovalID, e.ApprovalID)
+		} else {
+			r.approve(e.ApprovalID, e.Request)
+		}
 	}
 	out := r.c.stdout
 	if r.json {
@@ -435,7 +429,7 @@ func (c *cli) logs(args []string) error {
 		return err
 	}
 	id := url.PathEscape(pos[0])
-	r := &runPrinter{c: c, json: asJSON}
+	r := &runPrinter{c: c, json: asJSON, watch: true}
 	if !follow {
 		var out struct {
 			Events []json.RawMessage `json:"events"`
@@ -448,7 +442,6 @@ func (c *cli) logs(args []string) error {
 		}
 		return nil
 	}
-	r.answer = "-" // a follower only watches: approvals are answered elsewhere
 	last, backoff := "", 250*time.Millisecond
 	for {
 		h := http.Header{"Accept": {"text/event-stream"}}
@@ -461,15 +454,6 @@ func (c *cli) logs(args []string) error {
 			done, err = readEvents(resp.Body, func(ev cliEvent) error {
 				if ev.id != "" {
 					last = ev.id
-				}
-				if ev.event == "error" {
-					return streamError(ev.data)
-				}
-				var t struct{ Type string }
-				json.Unmarshal(ev.data, &t)
-				if t.Type == "approval_required" && !asJSON {
-					fmt.Fprintln(c.stderr, "(an approval is waiting: agentd approvals)")
-					return nil
 				}
 				return r.event(ev)
 			})
@@ -512,18 +496,11 @@ func (c *cli) cancel(args []string) error {
 // ---- approvals, models, triggers ----
 
 func (c *cli) approvals(args []string) error {
-	var asJSON bool
-	if _, err := c.flags(args, func(fs *flag.FlagSet) { fs.BoolVar(&asJSON, "json", false, "") }, 0, 0); err != nil {
-		return err
-	}
 	var out struct {
 		Approvals []PendingApproval `json:"approvals"`
 	}
-	if err := c.call("GET", "/v1/approvals", nil, &out); err != nil {
+	if done, err := c.listing(args, "/v1/approvals", &out); done {
 		return err
-	}
-	if asJSON {
-		return c.printJSON(out)
 	}
 	now, rows := time.Now(), [][]string{}
 	for _, a := range out.Approvals {
@@ -560,27 +537,17 @@ func (c *cli) approve(args []string) error { return c.answer(args, true) }
 func (c *cli) deny(args []string) error    { return c.answer(args, false) }
 
 func (c *cli) models(args []string) error {
-	var asJSON bool
-	if _, err := c.flags(args, func(fs *flag.FlagSet) { fs.BoolVar(&asJSON, "json", false, "") }, 0, 0); err != nil {
-		return err
-	}
 	var out struct {
 		Models    []ModelInfo      `json:"models"`
 		Providers []map[string]any `json:"providers"`
 	}
-	if err := c.call("GET", "/v1/models", nil, &out); err != nil {
+	if done, err := c.listing(args, "/v1/models", &out); done {
 		return err
-	}
-	if asJSON {
-		return c.printJSON(out)
 	}
 	rows := [][]string{}
 	for _, p := range out.Providers {
-		state := c.paint("32", "available")
-		if p["available"] != true {
-			state = c.paint("31", "unavailable")
-		}
-		rows = append(rows, []string{fmt.Sprint(p["id"]), state, strings.TrimSpace(fmt.Sprint(p["reason"], " ", p["hint"]))})
+		rows = append(rows, []string{fmt.Sprint(p["id"]), c.availability(p["available"] == true),
+			strings.TrimSpace(fmt.Sprint(p["reason"], " ", p["hint"]))})
 	}
 	c.table([]string{"PROVIDER", "STATE", "REASON"}, stripNil(rows))
 	fmt.Fprintln(c.stdout)
@@ -620,15 +587,7 @@ func (c *cli) chat(args []string) error {
 		return err
 	}
 	body := map[string]any{"model": model, "messages": []any{map[string]any{"role": "user", "content": prompt}}}
-	resp, err := c.send(c.ctx, "POST", "/v1/models/chat/stream", body, http.Header{"Accept": {"text/event-stream"}})
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	_, err = readEvents(resp.Body, func(ev cliEvent) error {
-		if ev.event == "error" {
-			return streamError(ev.data)
-		}
+	_, err = c.stream("POST", "/v1/models/chat/stream", body, func(ev cliEvent) error {
 		if asJSON {
 			fmt.Fprintf(c.stdout, "%s\n", ev.data)
 			return nil
@@ -653,19 +612,12 @@ func (c *cli) chat(args []string) error {
 }
 
 func (c *cli) triggers(args []string) error {
-	var asJSON bool
-	if _, err := c.flags(args, func(fs *flag.FlagSet) { fs.BoolVar(&asJSON, "json", false, "") }, 0, 0); err != nil {
-		return err
-	}
 	var out struct {
 		Triggers []MountedTrigger `json:"triggers"`
 		Cron     []cronEntry      `json:"cron"`
 	}
-	if err := c.call("GET", "/v1/triggers", nil, &out); err != nil {
+	if done, err := c.listing(args, "/v1/triggers", &out); done {
 		return err
-	}
-	if asJSON {
-		return c.printJSON(out)
 	}
 	rows := [][]string{}
 	for _, t := range out.Triggers {
@@ -775,16 +727,8 @@ func (c *cli) distill(args []string) error {
 	if model != "" {
 		body["useModel"], body["model"] = true, model
 	}
-	resp, err := c.send(c.ctx, "POST", "/v1/sessions/distill/stream", body, http.Header{"Accept": {"text/event-stream"}})
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
 	var yamlText string
-	_, err = readEvents(resp.Body, func(ev cliEvent) error {
-		if ev.event == "error" {
-			return streamError(ev.data)
-		}
+	_, err = c.stream("POST", "/v1/sessions/distill/stream", body, func(ev cliEvent) error {
 		var f struct {
 			Type      string  `json:"type"`
 			Stage     string  `json:"stage"`
@@ -910,21 +854,13 @@ func (c *cli) doctor(args []string) error {
 	fmt.Fprintf(c.stdout, "agentd %s (%s, %s), data in %s\n\n", rep.Version, rep.Node, rep.Platform, rep.AgentHome)
 	rows := [][]string{}
 	for _, p := range rep.Providers {
-		state := c.paint("32", "available")
-		if !p.Available {
-			state = c.paint("31", "unavailable")
-		}
-		rows = append(rows, []string{p.Name, state, p.IsolationKind, strings.TrimSpace(p.Reason + " " + p.Hint)})
+		rows = append(rows, []string{p.Name, c.availability(p.Available), p.IsolationKind, strings.TrimSpace(p.Reason + " " + p.Hint)})
 	}
 	c.table([]string{"COMPUTERS", "STATE", "ISOLATION", "NOTE"}, rows)
 	fmt.Fprintln(c.stdout)
 	rows = [][]string{}
 	for _, m := range rep.Models {
-		state := c.paint("32", "available")
-		if !m.Available {
-			state = c.paint("31", "unavailable")
-		}
-		rows = append(rows, []string{m.ID, state, m.EnvKey, strings.TrimSpace(m.Reason + " " + m.Hint)})
+		rows = append(rows, []string{m.ID, c.availability(m.Available), m.EnvKey, strings.TrimSpace(m.Reason + " " + m.Hint)})
 	}
 	c.table([]string{"MODELS", "STATE", "SET", "NOTE"}, rows)
 	fmt.Fprintf(c.stdout, "\nselection: computers on %s (%s); model %s (%s)\n", rep.Selection.Provider,

@@ -19,7 +19,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"net/http"
 	"net/url"
 	"os"
 	"path"
@@ -114,16 +113,8 @@ func (c *cli) exec(args []string) error {
 		}
 		body["stdin"] = string(b)
 	}
-	resp, err := c.send(c.ctx, "POST", "/v1/computers/"+url.PathEscape(pos[0])+"/exec/stream", body, http.Header{"Accept": {"text/event-stream"}})
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
 	code := -1
-	_, err = readEvents(resp.Body, func(ev cliEvent) error {
-		if ev.event == "error" {
-			return streamError(ev.data)
-		}
+	_, err = c.stream("POST", "/v1/computers/"+url.PathEscape(pos[0])+"/exec/stream", body, func(ev cliEvent) error {
 		var f struct {
 			Type   string      `json:"type"`
 			Data   string      `json:"data"`
