@@ -429,33 +429,11 @@ func anthropicErrorStatus(typ string) int {
 }
 
 func anthropicFinish(r string, calls bool) string {
-	switch r {
-	case "max_tokens", "model_context_window_exceeded":
-		return "length"
-	case "tool_use":
-		return "tool_calls"
-	case "refusal":
-		return "content_filter"
-	}
-	if calls {
-		return "tool_calls"
-	}
-	return "stop"
+	return finishReason(r, calls, map[string]string{"max_tokens": "length", "model_context_window_exceeded": "length",
+		"tool_use": "tool_calls", "refusal": "content_filter"})
 }
 
 // anthropicModels lists the models (GET /v1/models).
 func (m *modelService) anthropicModels(ctx context.Context, c candidate) ([]string, map[string]ModelInfo, error) {
-	var r struct {
-		Data []struct {
-			ID string `json:"id"`
-		} `json:"data"`
-	}
-	if err := m.getJSON(ctx, c, c.base+"/v1/models?limit=1000", anthropicHeaders(c), &r); err != nil {
-		return nil, nil, err
-	}
-	names := make([]string, 0, len(r.Data))
-	for _, d := range r.Data {
-		names = append(names, d.ID)
-	}
-	return names, nil, nil
+	return m.listDataIDs(ctx, c, c.base+"/v1/models?limit=1000", anthropicHeaders(c))
 }

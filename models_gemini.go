@@ -308,18 +308,10 @@ func (a *gmAccumulator) result() *ChatResponse {
 }
 
 func geminiFinish(r string, calls bool) string {
-	switch r {
-	case "MAX_TOKENS":
-		return "length"
-	case "SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY", "content_filter":
-		return "content_filter"
-	case "MALFORMED_FUNCTION_CALL", "UNEXPECTED_TOOL_CALL":
-		return "error"
-	}
-	if calls {
-		return "tool_calls"
-	}
-	return "stop"
+	return finishReason(r, calls, map[string]string{"MAX_TOKENS": "length", "SAFETY": "content_filter",
+		"RECITATION": "content_filter", "BLOCKLIST": "content_filter", "PROHIBITED_CONTENT": "content_filter",
+		"SPII": "content_filter", "IMAGE_SAFETY": "content_filter", "content_filter": "content_filter",
+		"MALFORMED_FUNCTION_CALL": "error", "UNEXPECTED_TOOL_CALL": "error"})
 }
 
 // geminiModels lists the models that can generateContent (GET /models).

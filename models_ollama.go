@@ -209,14 +209,7 @@ func ollamaErrorStatus(msg string) int {
 }
 
 func ollamaFinish(r string, calls bool) string {
-	switch r {
-	case "length":
-		return "length"
-	}
-	if calls {
-		return "tool_calls"
-	}
-	return "stop"
+	return finishReason(r, calls, map[string]string{"length": "length"})
 }
 
 // ollamaModels lists the pulled models (GET /api/tags).

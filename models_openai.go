@@ -307,21 +307,18 @@ func (m *modelService) openaiHeaders(c candidate) map[string]string {
 // openaiChat makes one call; with stream it emits text/thinking deltas as they come and tool calls whole.
 func (m *modelService) openaiChat(ctx context.Context, c candidate, req ChatRequest, stream bool, emit func(StreamEvent)) (*ChatResponse, error) {
 	name := c.prov.DisplayName
+	h := m.openaiHeaders(c)
 	if stream {
-		h := m.openaiHeaders(c)
 		h["Accept"] = "text/event-stream"
-		resp, err := m.send(ctx, c, http.MethodPost, c.base+"/chat/completions", openaiBody(c, req, true), h)
-		if err != nil {
-			return nil, err
-		}
-		defer resp.Body.Close()
-		return m.openaiReadStream(ctx, name, resp.Body, emit)
 	}
-	resp, err := m.send(ctx, c, http.MethodPost, c.base+"/chat/completions", openaiBody(c, req, false), m.openaiHeaders(c))
+	resp, err := m.send(ctx, c, http.MethodPost, c.base+"/chat/completions", openaiBody(c, req, stream), h)
 	if err != nil {
 		return nil, err
 	}
 	defer resp.Body.Close()
+	if stream {
+		return m.openaiReadStream(ctx, name, resp.Body, emit)
+	}
 	b, err := readAnswer(ctx, name, resp.Body)
 	if err != nil {
 		return nil, err
@@ -497,28 +494,23 @@ func shortToolID(id string) string {
 }
 
 func openaiFinish(r string, calls bool) string {
-	switch r {
-	case "length", "model_length":
-		return "length"
-	case "content_filter":
-		return "content_filter"
-	case "tool_calls", "function_call":
-		return "tool_calls"
-	}
-	if calls {
-		return "tool_calls"
-	}
-	return "stop"
+	return finishReason(r, calls, map[string]string{"length": "length", "model_length": "length",
+		"content_filter": "content_filter", "tool_calls": "tool_calls", "function_call": "tool_calls"})
 }
 
 // openaiModels lists the models of an OpenAI-compatible provider (GET {base}/models).
 func (m *modelService) openaiModels(ctx context.Context, c candidate) ([]string, map[string]ModelInfo, error) {
+	return m.listDataIDs(ctx, c, c.base+"/models", m.openaiHeaders(c))
+}
+
+// listDataIDs reads the model list that OpenAI and Anthropic share: {"data": [{"id": ...}]}.
+func (m *modelService) listDataIDs(ctx context.Context, c candidate, url string, headers map[string]string) ([]string, map[string]ModelInfo, error) {
 	var r struct {
 		Data []struct {
 			ID string `json:"id"`
 		} `json:"data"`
 	}
-	if err := m.getJSON(ctx, c, c.base+"/models", m.openaiHeaders(c), &r); err != nil {
+	if err := m.getJSON(ctx, c, url, headers, &r); err != nil {
 		return nil, nil, err
 	}
 	names := make([]string, 0, len(r.Data))

@@ -253,6 +253,18 @@ func readErr(ctx context.Context, provider string, err error) error {
 	return netError(ctx, provider, fmt.Errorf("stream interrupted: %w", err))
 }
 
+// finishReason maps a provider's stop reason to the contract's through the provider's table; any other
+// reason is tool_calls when the answer has calls, else stop.
+func finishReason(r string, calls bool, table map[string]string) string {
+	if f, ok := table[r]; ok {
+		return f
+	}
+	if calls {
+		return "tool_calls"
+	}
+	return "stop"
+}
+
 // ---- request knobs ----
 
 // toolChoiceOf normalises toolChoice: "auto" | "none" | "required" (also "any") | a tool name given as
