@@ -327,6 +327,10 @@ func titleFrom(msgs []TranscriptMessage) string {
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
+func hasAnyPrefix(s string, prefixes ...string) bool {
+	return slices.ContainsFunc(prefixes, func(p string) bool { return strings.HasPrefix(s, p) })
+}
+
 // clip cuts s to at most n runes, marking the cut.
 func clip(s string, n int) string {
 	if utf8.RuneCountInString(s) <= n {
@@ -515,11 +519,11 @@ func headTitle(head []byte, source string) string {
 			}
 		case "gemini":
 			if l.Type == "user" {
-				text = geminiText(l.Content)
+				text = partsText(l.Content)
 			}
 		default:
 			if l.Role == "user" {
-				text = jsonlText(l.Content)
+				text = partsText(l.Content)
 			}
 		}
 		if strings.TrimSpace(text) != "" {

@@ -240,11 +240,6 @@ func claudeResultText(raw json.RawMessage) string {
 
 // claudeNoise: messages Claude Code writes into the thread that are not the conversation.
 func claudeNoise(s string) bool {
-	t := strings.TrimSpace(s)
-	for _, p := range []string{"[Request interrupted by user", "<local-command-", "<command-name>", "<command-message>", "Caveat: The messages below were generated"} {
-		if strings.HasPrefix(t, p) {
-			return true
-		}
-	}
-	return false
+	return hasAnyPrefix(strings.TrimSpace(s), "[Request interrupted by user", "<local-command-", "<command-name>",
+		"<command-message>", "Caveat: The messages below were generated")
 }

@@ -131,11 +131,6 @@ func codexOutput(raw json.RawMessage) string {
 
 // codexInjected: the context Codex sends as user messages, not typed by the user.
 func codexInjected(s string) bool {
-	t := strings.TrimSpace(s)
-	for _, p := range []string{"<environment_context>", "<user_instructions>", "# AGENTS.md instructions", "<permissions instructions>", "<turn_aborted>"} {
-		if strings.HasPrefix(t, p) {
-			return true
-		}
-	}
-	return false
+	return hasAnyPrefix(strings.TrimSpace(s), "<environment_context>", "<user_instructions>", "# AGENTS.md instructions",
+		"<permissions instructions>", "<turn_aborted>")
 }

@@ -91,9 +91,9 @@ func importGemini(r io.Reader, emit func(*Transcript) error) error {
 	for _, rec := range records {
 		switch rec.Type {
 		case "user":
-			appendMsg(t, TranscriptMessage{Role: "user", Content: geminiText(rec.Content), TS: rec.Timestamp})
+			appendMsg(t, TranscriptMessage{Role: "user", Content: partsText(rec.Content), TS: rec.Timestamp})
 		case "gemini":
-			appendMsg(t, TranscriptMessage{Role: "assistant", Content: geminiText(rec.Content), TS: rec.Timestamp})
+			appendMsg(t, TranscriptMessage{Role: "assistant", Content: partsText(rec.Content), TS: rec.Timestamp})
 			for _, tc := range rec.ToolCalls {
 				ts := firstNonEmpty(tc.Timestamp, rec.Timestamp)
 				appendMsg(t, TranscriptMessage{Role: "assistant", ToolName: tc.Name, ToolInput: tc.Args, TS: ts})
@@ -110,8 +110,9 @@ func isJSONL(head []byte) bool {
 	return json.Valid(bytes.TrimSpace(line)) && len(bytes.TrimSpace(line)) > 2
 }
 
-// geminiText is a record's content: a string or a list of {text} parts.
-func geminiText(raw json.RawMessage) string {
+// partsText is a content value (a Gemini record's, a JSONL message's): a string, or the text of a list
+// of {text} parts.
+func partsText(raw json.RawMessage) string {
 	var s string
 	if json.Unmarshal(raw, &s) == nil {
 		return s

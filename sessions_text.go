@@ -168,7 +168,7 @@ func addJSONL(t *Transcript, msgs []jsonlMessage) {
 		if role != "user" && role != "assistant" && role != "system" && role != "tool" {
 			continue
 		}
-		text := jsonlText(m.Content)
+		text := partsText(m.Content)
 		if role == "tool" {
 			appendMsg(t, TranscriptMessage{Role: "tool", ToolName: firstNonEmpty(names[m.ToolCallID], m.Name), Content: text, TS: ts})
 			continue
@@ -183,24 +183,4 @@ func addJSONL(t *Transcript, msgs []jsonlMessage) {
 			appendMsg(t, TranscriptMessage{Role: "assistant", ToolName: tc.Function.Name, ToolInput: args, TS: ts})
 		}
 	}
-}
-
-// jsonlText is a content value: a string, or parts with text.
-func jsonlText(raw json.RawMessage) string {
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
-		return s
-	}
-	var parts []struct {
-		Type string `json:"type"`
-		Text string `json:"text"`
-	}
-	json.Unmarshal(raw, &parts)
-	var out []string
-	for _, p := range parts {
-		if p.Text != "" {
-			out = append(out, p.Text)
-		}
-	}
-	return strings.Join(out, "\n")
 }
