@@ -181,14 +181,7 @@ func agentSummaryJSON(spec *AgentSpec) string {
 }
 
 func (s *server) handleCreateAgent(w http.ResponseWriter, r *http.Request) error {
-	spec, yamlText, issues, err := readAgentBody(r)
-	if err != nil {
-		return err
-	}
-	if len(issues) > 0 {
-		return specIssuesError("agent spec", issues)
-	}
-	row, err := s.agentRow(spec, yamlText)
+	spec, row, err := s.readValidAgent(r)
 	if err != nil {
 		return err
 	}
@@ -220,20 +213,13 @@ func (s *server) handleGetAgent(w http.ResponseWriter, r *http.Request) error {
 
 func (s *server) handlePutAgent(w http.ResponseWriter, r *http.Request) error {
 	name := r.PathValue("name")
-	spec, yamlText, issues, err := readAgentBody(r)
+	spec, row, err := s.readValidAgent(r)
 	if err != nil {
 		return err
-	}
-	if len(issues) > 0 {
-		return specIssuesError("agent spec", issues)
 	}
 	if spec.Name != name {
 		return errorf(codeSpecInvalid, "spec.name %q does not match the agent %q in the path", spec.Name, name).
 			withHint("renaming is a DELETE of /v1/agents/" + name + " then a POST of the new spec to /v1/agents")
-	}
-	row, err := s.agentRow(spec, yamlText)
-	if err != nil {
-		return err
 	}
 	if err := s.store.UpdateAgent(r.Context(), row); errors.Is(err, errNotFound) {
 		return agentNotFound(name).withHint("create it with POST /v1/agents")
@@ -262,14 +248,22 @@ func agentNotFound(name string) *apiError {
 	return errorf(codeAgentNotFound, "agent %q not found", name).withHint("list agents with GET /v1/agents")
 }
 
-// agentRow is the stored form of a valid spec.
-func (s *server) agentRow(spec *AgentSpec, yamlText string) (agentRow, error) {
+// readValidAgent reads the body of a create or an update: a spec with issues is the 422, a valid one
+// comes with its stored form.
+func (s *server) readValidAgent(r *http.Request) (*AgentSpec, agentRow, error) {
+	spec, yamlText, issues, err := readAgentBody(r)
+	if err != nil {
+		return nil, agentRow{}, err
+	}
+	if len(issues) > 0 {
+		return nil, agentRow{}, specIssuesError("agent spec", issues)
+	}
 	b, err := json.Marshal(spec)
 	if err != nil {
-		return agentRow{}, errorf(codeInternal, "encoding the spec: %v", err)
+		return nil, agentRow{}, errorf(codeInternal, "encoding the spec: %v", err)
 	}
 	now := timestamp(s.store.now())
-	return agentRow{Name: spec.Name, YAML: yamlText, SpecJSON: string(b), CreatedAt: now, UpdatedAt: now}, nil
+	return spec, agentRow{Name: spec.Name, YAML: yamlText, SpecJSON: string(b), CreatedAt: now, UpdatedAt: now}, nil
 }
 
 // agentChanged re-synchronises triggers and publishes the change; it returns the agent's summary.

@@ -524,7 +524,7 @@ func (rs *runService) start(spec *AgentSpec, p *runParams, sink func(runEvent, [
 	rs.wg.Add(1)
 	rs.mu.Unlock()
 
-	ar.recordSummary()
+	ar.rs.rec.sync(ar.summaryRow()) // waited for: the run id is readable (GET, cancel) once anyone has seen it
 	rs.log.Info("run started", "run", ar.id, "agent", ar.agent, "model", ar.model, "trigger", p.Trigger)
 	if rs.hub != nil {
 		rs.hub.publish("runs", "run_started", ar.summary())

@@ -177,12 +177,11 @@ func (ar *activeRun) summary() RunSummary {
 		InputTokens: ar.usage.InputTokens, OutputTokens: ar.usage.OutputTokens, Trigger: ar.p.Trigger}
 }
 
-// recordSummary writes the in-flight row and waits for it, so the run id is readable (GET, cancel) by
-// the time anyone has seen it.
-func (ar *activeRun) recordSummary() {
+// summaryRow is the run's in-flight row: steps, tokens and cost so far, so listings show live progress.
+func (ar *activeRun) summaryRow() runWrite {
 	sum := ar.summary()
 	b, _ := json.Marshal(sum)
-	ar.rs.rec.sync(runWrite{RunID: ar.id, Agent: ar.agent, Status: sum.Status, Summary: b, Started: sum.StartedAt})
+	return runWrite{RunID: ar.id, Agent: ar.agent, Status: sum.Status, Summary: b, Started: sum.StartedAt}
 }
 
 // safeLoop turns a bug in the loop into a recorded `error` run instead of a crashed server.
@@ -194,13 +193,6 @@ func (ar *activeRun) safeLoop(st *loopState) (stop string, e *apiError) {
 		}
 	}()
 	return ar.loop(st)
-}
-
-// recordProgress updates the in-flight row (steps, tokens, cost) so listings show live progress.
-func (ar *activeRun) recordProgress() {
-	sum := ar.summary()
-	b, _ := json.Marshal(sum)
-	ar.rs.rec.write(runWrite{RunID: ar.id, Agent: ar.agent, Status: sum.Status, Summary: b, Started: sum.StartedAt})
 }
 
 // run drives the loop and records the end. It always closes done.
@@ -228,8 +220,7 @@ func (ar *activeRun) run() {
 		res.Text = st.partial
 	}
 	if res.Error != nil {
-		res.Error = &apiError{Code: res.Error.Code, Message: ar.red.redact(res.Error.Message),
-			Hint: res.Error.Hint, Details: res.Error.Details}
+		res.Error = ar.redactErr(res.Error)
 	}
 	if err := ar.rs.memory.append(context.Background(), ar.agent, ar.spec.Memory, st.remember()); err != nil {
 		ar.warn("memory", "memory could not be saved: "+err.Error())
@@ -237,11 +228,8 @@ func (ar *activeRun) run() {
 	ar.result = res
 
 	sum := ar.summary()
-	sum.Status, sum.Error = stop, res.Error
-	sum.FinishedAt = timestamp(ar.rs.now())
-	d := res.DurationMS
-	sum.DurationMS = &d
-	sum.Preview = preview(res.Text)
+	sum.Status, sum.Error, sum.FinishedAt = stop, res.Error, timestamp(ar.rs.now())
+	sum.DurationMS, sum.Preview = &res.DurationMS, preview(res.Text)
 	sb, _ := json.Marshal(sum)
 	rb, _ := json.Marshal(res)
 	if stop == "error" && res.Error != nil {
@@ -292,10 +280,7 @@ type loopState struct {
 }
 
 // own is the run's messages: its input and what it produced.
-func (st *loopState) own() []ModelMessage {
-	out := append([]ModelMessage{}, st.convo[st.ownFrom:]...)
-	return out
-}
+func (st *loopState) own() []ModelMessage { return append([]ModelMessage{}, st.convo[st.ownFrom:]...) }
 
 // remember is what memory keeps of this run: the body's history is the caller's, not the agent's
 // memory, so only the input and what the run produced are stored.
@@ -342,7 +327,7 @@ func systemPrompt(spec *AgentSpec, vars map[string]string) string {
 	return b.String()
 }
 
-func (ar *activeRun) setup(st *loopState) error {
+func (ar *activeRun) setup(st *loopState) {
 	for _, ex := range ar.spec.Examples {
 		st.prefix = append(st.prefix, textMessage("user", ex.User), textMessage("assistant", ex.Assistant))
 	}
@@ -356,7 +341,6 @@ func (ar *activeRun) setup(st *loopState) error {
 	st.ownFrom = len(st.convo)
 	st.convo = append(st.convo, ar.p.Input...)
 	st.repeats = map[string]int{}
-	return nil
 }
 
 // stopCause maps the run context's cause to a stop reason and its error.
@@ -374,9 +358,7 @@ func (ar *activeRun) stopCause() (string, *apiError) {
 }
 
 func (ar *activeRun) loop(st *loopState) (string, *apiError) {
-	if err := ar.setup(st); err != nil {
-		return "error", asAPIError(err)
-	}
+	ar.setup(st)
 	system := systemPrompt(ar.spec, ar.p.Vars)
 	for step := 0; ; step++ {
 		if ar.ctx.Err() != nil {
@@ -449,7 +431,7 @@ func (ar *activeRun) loop(st *loopState) (string, *apiError) {
 		ar.mu.Unlock()
 		u := resp.Usage
 		ar.emit(runEvent{Type: "usage", Usage: &u, Cumulative: &cum})
-		ar.recordProgress()
+		ar.rs.rec.write(ar.summaryRow())
 
 		calls := resp.ToolCalls
 		for i := range calls {

@@ -296,16 +296,17 @@ func (c *specCheck) boolean(o *specObj, path, key string, dst *bool) {
 	*dst = b
 }
 
-func (c *specCheck) boolPtr(o *specObj, path, key string, dst **bool) {
-	var b bool
-	n := len(c.issues)
+// optional reads a key whose absence means unset: nil when absent or invalid, else the value read.
+func optional[T any](c *specCheck, o *specObj, key string, read func(dst *T)) *T {
 	if _, present := o.vals[key]; !present {
-		return
+		return nil
 	}
-	c.boolean(o, path, key, &b)
-	if len(c.issues) == n {
-		*dst = &b
+	var v T
+	n := len(c.issues)
+	if read(&v); len(c.issues) > n {
+		return nil
 	}
+	return &v
 }
 
 // bounds are a number's limits: lo/hi inclusive unless loOpen; has* say which apply.
@@ -516,14 +517,9 @@ func validateSpecTree(tree any) (*AgentSpec, []string) {
 	c.str(o, "", "description", false, 280, false, &spec.Description)
 	c.str(o, "", "model", false, -1, false, &spec.Model)
 	c.strList(o, "", "fallbackModels", &spec.FallbackModels)
-	if _, present := o.vals["temperature"]; present {
-		var t float64
-		n := len(c.issues)
-		c.number(o, "", "temperature", bounds{lo: 0, hi: 2, hasLo: true, hasHi: true}, &t)
-		if len(c.issues) == n {
-			spec.Temperature = &t
-		}
-	}
+	spec.Temperature = optional(c, o, "temperature", func(t *float64) {
+		c.number(o, "", "temperature", bounds{lo: 0, hi: 2, hasLo: true, hasHi: true}, t)
+	})
 	c.str(o, "", "persona", false, -1, false, &spec.Persona)
 	c.objList(o, "", "knowledge", []string{"title", "content", "source"}, func(p string, e *specObj) {
 		var k Knowledge
@@ -587,14 +583,9 @@ func validateSpecTree(tree any) (*AgentSpec, []string) {
 			c.str(og, p, "source", true, -1, false, &or.Source)
 			c.str(og, p, "transcriptId", false, -1, false, &or.TranscriptID)
 			c.str(og, p, "importedAt", false, -1, false, &or.ImportedAt)
-			if _, present := og.vals["messageCount"]; present {
-				var n int
-				before := len(c.issues)
-				c.integer(og, p, "messageCount", bounds{lo: 0, hasLo: true}, &n)
-				if len(c.issues) == before {
-					or.MessageCount = &n
-				}
-			}
+			or.MessageCount = optional(c, og, "messageCount", func(n *int) {
+				c.integer(og, p, "messageCount", bounds{lo: 0, hasLo: true}, n)
+			})
 			spec.Origin = &or
 		}
 	}
@@ -623,7 +614,7 @@ func (c *specCheck) computer(o *specObj, p string, dst *ComputerSpec, create boo
 		c.str(o, p, "user", false, -1, false, &dst.User)
 		c.strMap(o, p, "labels", &dst.Labels)
 	} else {
-		c.boolPtr(o, p, "enabled", &dst.Enabled)
+		dst.Enabled = optional(c, o, "enabled", func(b *bool) { c.boolean(o, p, "enabled", b) })
 	}
 	c.str(o, p, "provider", false, -1, false, &dst.Provider)
 	c.enum(o, p, "flavor", []string{"base", "python", "node", "full"}, &dst.Flavor)
