@@ -481,13 +481,17 @@ func (c *cli) logs(args []string) error {
 }
 
 func (c *cli) cancel(args []string) error {
-	pos, err := c.flags(args, func(fs *flag.FlagSet) {}, 1, 1)
+	var asJSON bool
+	pos, err := c.flags(args, func(fs *flag.FlagSet) { fs.BoolVar(&asJSON, "json", false, "") }, 1, 1)
 	if err != nil {
 		return err
 	}
 	var out map[string]any
 	if err := c.call("POST", "/v1/runs/"+url.PathEscape(pos[0])+"/cancel", nil, &out); err != nil {
 		return err
+	}
+	if asJSON {
+		return c.printJSON(out)
 	}
 	fmt.Fprintf(c.stdout, "%s %v\n", pos[0], out["status"])
 	return nil
@@ -512,11 +516,12 @@ func (c *cli) approvals(args []string) error {
 }
 
 func (c *cli) answer(args []string, approve bool) error {
-	var remember bool
+	var remember, asJSON bool
 	pos, err := c.flags(args, func(fs *flag.FlagSet) {
 		if approve {
 			fs.BoolVar(&remember, "remember", false, "")
 		}
+		fs.BoolVar(&asJSON, "json", false, "")
 	}, 1, 1)
 	if err != nil {
 		return err
@@ -524,6 +529,9 @@ func (c *cli) answer(args []string, approve bool) error {
 	var out map[string]any
 	if err := c.call("POST", "/v1/approvals/"+url.PathEscape(pos[0]), map[string]any{"approve": approve, "remember": remember}, &out); err != nil {
 		return err
+	}
+	if asJSON {
+		return c.printJSON(out)
 	}
 	word := "denied"
 	if approve {
@@ -702,7 +710,11 @@ func (c *cli) importSession(args []string) error {
 
 func (c *cli) distill(args []string) error {
 	var model string
-	pos, err := c.flags(args, func(fs *flag.FlagSet) { fs.StringVar(&model, "model", "", "") }, 1, 1)
+	var asJSON bool
+	pos, err := c.flags(args, func(fs *flag.FlagSet) {
+		fs.StringVar(&model, "model", "", "")
+		fs.BoolVar(&asJSON, "json", false, "")
+	}, 1, 1)
 	if err != nil {
 		return err
 	}
@@ -728,6 +740,7 @@ func (c *cli) distill(args []string) error {
 		body["useModel"], body["model"] = true, model
 	}
 	var yamlText string
+	var doneFrame map[string]any
 	_, err = c.stream("POST", "/v1/sessions/distill/stream", body, func(ev cliEvent) error {
 		var f struct {
 			Type      string  `json:"type"`
@@ -744,6 +757,8 @@ func (c *cli) distill(args []string) error {
 			c.progress("distilling: %s (%d%%)", f.Stage, int(f.Pct*100))
 		case "done":
 			yamlText = f.YAML
+			json.Unmarshal(ev.data, &doneFrame)
+			delete(doneFrame, "type")
 			for _, n := range f.Distilled.Notes {
 				fmt.Fprintln(c.stderr, "note:", n)
 			}
@@ -755,6 +770,9 @@ func (c *cli) distill(args []string) error {
 	}
 	if yamlText == "" {
 		return errors.New("the distill stream ended without a spec")
+	}
+	if asJSON { // DESIGN §8: {distilled, spec, yaml}
+		return c.printJSON(doneFrame)
 	}
 	fmt.Fprint(c.stdout, yamlText)
 	return nil

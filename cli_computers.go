@@ -177,7 +177,8 @@ func (c *cli) start(args []string) error {
 }
 
 func (c *cli) port(args []string) error {
-	pos, err := c.flags(args, func(fs *flag.FlagSet) {}, 2, 2)
+	var asJSON bool
+	pos, err := c.flags(args, func(fs *flag.FlagSet) { fs.BoolVar(&asJSON, "json", false, "") }, 2, 2)
 	if err != nil {
 		return err
 	}
@@ -185,11 +186,14 @@ func (c *cli) port(args []string) error {
 	if err != nil {
 		return c.usage("PORT %q is not a number", pos[1])
 	}
-	var pb PortBinding
+	var pb map[string]any // printed unchanged with --json
 	if err := c.call("POST", "/v1/computers/"+url.PathEscape(pos[0])+"/ports", map[string]any{"port": port}, &pb); err != nil {
 		return err
 	}
-	fmt.Fprintln(c.stdout, pb.URL)
+	if asJSON {
+		return c.printJSON(pb)
+	}
+	fmt.Fprintln(c.stdout, pb["url"])
 	return nil
 }
 
@@ -321,14 +325,33 @@ func (c *cli) download(id, src, local string) error {
 }
 
 // untarLocal unpacks a download under dir. Entries start with top (the remote name); with rename set,
-// top becomes rename. Nothing is written outside dir: absolute names, `..` and links pointing out are
-// refused.
+// top becomes rename. Nothing is written outside dir: every directory, file and link is made through an
+// os.Root opened on dir (which refuses to follow a link out of it, including one swapped in meanwhile);
+// absolute names and `..` are refused; a symlink's target must be relative and resolve inside dir through
+// the archive's own earlier links (l1 -> ., l2 -> l1/.. climb one level each), and after it is made it
+// must not lead out through a link already in dir.
 func untarLocal(r io.Reader, dir, top, rename string) (int, error) {
 	zr, err := gzip.NewReader(r)
 	if err != nil {
 		return 0, fmt.Errorf("the download is not a gzip archive: %v", err)
 	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return 0, err
+	}
+	defer root.Close()
 	tr := tar.NewReader(zr)
+	symlinks := map[string]string{} // the archive's symlinks made so far: name -> target
+	inside := func(name string) (string, error) {
+		name = path.Clean(name)
+		if rename != "" && (name == top || strings.HasPrefix(name, top+"/")) {
+			name = rename + strings.TrimPrefix(name, top)
+		}
+		if path.IsAbs(name) || name == ".." || strings.HasPrefix(name, "../") {
+			return "", fmt.Errorf("refusing archive entry %q outside the destination", name)
+		}
+		return name, nil
+	}
 	n := 0
 	for {
 		h, err := tr.Next()
@@ -338,21 +361,21 @@ func untarLocal(r io.Reader, dir, top, rename string) (int, error) {
 		if err != nil {
 			return n, err
 		}
-		name := path.Clean(h.Name)
-		if rename != "" && (name == top || strings.HasPrefix(name, top+"/")) {
-			name = rename + strings.TrimPrefix(name, top)
+		name, err := inside(h.Name)
+		if err != nil {
+			return n, err
 		}
-		if path.IsAbs(name) || name == ".." || strings.HasPrefix(name, "../") {
-			return n, fmt.Errorf("refusing archive entry %q outside the destination", h.Name)
+		if name == "." && h.Typeflag != tar.TypeDir {
+			return n, fmt.Errorf("refusing archive entry %q: not a file name", h.Name)
 		}
-		dst := filepath.Join(dir, filepath.FromSlash(name))
+		parent := path.Dir(name)
 		switch h.Typeflag {
 		case tar.TypeDir:
-			err = os.MkdirAll(dst, 0o755)
+			err = root.MkdirAll(name, 0o755)
 		case tar.TypeReg:
-			if err = os.MkdirAll(filepath.Dir(dst), 0o755); err == nil {
+			if err = root.MkdirAll(parent, 0o755); err == nil {
 				var f *os.File
-				if f, err = os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, fs.FileMode(h.Mode)&0o777|0o600); err == nil {
+				if f, err = root.OpenFile(name, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, fs.FileMode(h.Mode)&0o777|0o600); err == nil {
 					_, err = io.Copy(f, tr)
 					if cerr := f.Close(); err == nil {
 						err = cerr
@@ -360,18 +383,47 @@ func untarLocal(r io.Reader, dir, top, rename string) (int, error) {
 				}
 			}
 		case tar.TypeSymlink:
-			target := path.Join(path.Dir(name), h.Linkname)
-			if path.IsAbs(h.Linkname) || target == ".." || strings.HasPrefix(target, "../") {
+			if path.IsAbs(h.Linkname) {
+				return n, fmt.Errorf("refusing link %q -> %q: an absolute target", h.Name, h.Linkname)
+			}
+			if _, ok := resolveInArchive(symlinks, parent+"/"+h.Linkname, 0); !ok {
 				return n, fmt.Errorf("refusing link %q -> %q: it points outside the destination", h.Name, h.Linkname)
 			}
-			os.Remove(dst)
-			err = os.Symlink(h.Linkname, dst)
+			if err = root.MkdirAll(parent, 0o755); err == nil {
+				root.Remove(name)
+				if err = root.Symlink(h.Linkname, name); err == nil {
+					symlinks[name] = h.Linkname
+					err = leadsInside(root, name, h)
+				}
+			}
+		case tar.TypeLink:
+			var target string
+			if target, err = inside(h.Linkname); err != nil {
+				return n, err
+			}
+			if err = root.MkdirAll(parent, 0o755); err == nil {
+				root.Remove(name)
+				if err = root.Link(target, name); err == nil {
+					err = leadsInside(root, name, h)
+				}
+			}
 		default:
-			continue // devices, fifos and hard links are not recreated
+			continue // devices and fifos are not recreated
 		}
 		if err != nil {
 			return n, err
 		}
 		n++
 	}
+}
+
+// leadsInside checks a link just made: followed through the links already in the destination, it must
+// stay inside it (a target that does not exist yet is fine); else the link is removed and refused.
+func leadsInside(root *os.Root, name string, h *tar.Header) error {
+	_, err := root.Stat(name)
+	if err == nil || errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	root.Remove(name)
+	return fmt.Errorf("refusing link %q -> %q: it leads outside the destination (%v)", h.Name, h.Linkname, err)
 }

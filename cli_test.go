@@ -1,13 +1,17 @@
 package main
 
 import (
+	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -564,5 +568,261 @@ func TestCLIImportAndDistill(t *testing.T) {
 	}
 	if r := te.agentd("", nil, "distill", "trn_nope"); r.code != 1 || !strings.Contains(r.stderr, "E_TRANSCRIPT_NOT_FOUND") {
 		t.Fatalf("distill unknown: %s", r)
+	}
+}
+
+// syncBuffer is an output a test reads while a background command still writes it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// cliProc is the binary running in the background (a follower, a run to interrupt).
+type cliProc struct {
+	cmd            *exec.Cmd
+	stdout, stderr syncBuffer
+	done           chan cliResult
+}
+
+func (te *testServer) agentdStart(env []string, args ...string) *cliProc {
+	te.t.Helper()
+	p := &cliProc{cmd: exec.Command(cliBinary(te.t), args...), done: make(chan cliResult, 1)}
+	p.cmd.Env = append([]string{"AGENT_URL=" + te.url, "HOME=" + te.s.cfg.Home, "PATH=" + os.Getenv("PATH"), "AGENT_HOME=" + te.s.cfg.Home}, env...)
+	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
+	if err := p.cmd.Start(); err != nil {
+		te.t.Fatal(err)
+	}
+	go func() {
+		p.cmd.Wait()
+		p.done <- cliResult{p.cmd.ProcessState.ExitCode(), p.stdout.String(), p.stderr.String()}
+	}()
+	te.t.Cleanup(func() { p.cmd.Process.Kill() })
+	return p
+}
+
+func (p *cliProc) wait(t testing.TB) cliResult {
+	t.Helper()
+	select {
+	case r := <-p.done:
+		return r
+	case <-time.After(60 * time.Second):
+		p.cmd.Process.Kill()
+		t.Fatalf("%v did not exit\nstdout: %s\nstderr: %s", p.cmd.Args, p.stdout.String(), p.stderr.String())
+	}
+	return cliResult{}
+}
+
+// jsonObject decodes one JSON object and checks it carries every key the API's shape names.
+func jsonObject(t testing.TB, s string, keys ...string) map[string]any {
+	t.Helper()
+	var m map[string]any
+	mustJSON(t, s, &m)
+	for _, k := range keys {
+		if _, ok := m[k]; !ok {
+			t.Fatalf("no %q in %s", k, s)
+		}
+	}
+	return m
+}
+
+// pendingApproval waits for the run's approval and returns its id.
+func (te *testServer) pendingApproval(runID string) string {
+	te.t.Helper()
+	var apr string
+	eventually(te.t, "a pending approval of "+runID, func() bool {
+		var out struct{ Approvals []PendingApproval }
+		te.call("GET", "/v1/approvals", nil, 200, &out)
+		for _, a := range out.Approvals {
+			if a.RunID == runID {
+				apr = a.ApprovalID
+			}
+		}
+		return apr != ""
+	})
+	return apr
+}
+
+func (te *testServer) approvalPending(apr string) bool {
+	var out struct{ Approvals []PendingApproval }
+	te.call("GET", "/v1/approvals", nil, 200, &out)
+	return slices.ContainsFunc(out.Approvals, func(a PendingApproval) bool { return a.ApprovalID == apr })
+}
+
+// Watching a run (logs, logs -f, --json or not) shows its approvals and never answers them; approve
+// --remember and deny answer them, and the follower sees the live run to its end.
+func TestCLILogsNeverAnswersApprovals(t *testing.T) {
+	te := newE2E(t, cliModel(t), "")
+	te.agentdOK("apply", writeSpec(t, "name: careful\nmodel: openai/gpt-4o-mini\nguardrails:\n  approvalMode: ask\n"))
+	te.agentdOK("apply", writeSpec(t, "name: wary\nmodel: openai/gpt-4o-mini\nguardrails:\n  approvalMode: ask\n"))
+
+	// logs -f --json: the approval is printed (a JSON line, the hint on stderr) and left pending.
+	id := strings.TrimSpace(te.agentdOK("run", "--detach", "careful", "shell please").stdout)
+	apr := te.pendingApproval(id)
+	f := te.agentdStart(nil, "logs", "-f", "--json", id)
+	eventually(t, "the follower's approval line", func() bool {
+		return strings.Contains(f.stdout.String(), `"approval_required"`) && strings.Contains(f.stderr.String(), "agentd approve "+apr)
+	})
+	if !te.approvalPending(apr) {
+		t.Fatalf("logs -f --json answered the approval: %s", f.stderr.String())
+	}
+	// logs of the run so far: the same, and still not answered.
+	if r := te.agentdOK("logs", id); !strings.Contains(r.stderr, "approval "+apr) || !te.approvalPending(apr) {
+		t.Fatalf("logs answered the approval: %s", r)
+	}
+	r := te.agentdOK("approve", "--remember", "--json", apr)
+	if m := jsonObject(t, r.stdout, "approvalId", "approved", "remembered"); m["approvalId"] != apr || m["approved"] != true || m["remembered"] != true {
+		t.Fatalf("approve --remember --json: %s", r)
+	}
+	res := f.wait(t)
+	if res.code != 0 || !strings.Contains(res.stdout, "from-the-tool") {
+		t.Fatalf("logs -f --json: %s", res)
+	}
+	var last map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(res.stdout), "\n") {
+		last = jsonObject(t, line, "type")
+	}
+	if last["type"] != "run_end" {
+		t.Fatalf("logs -f --json ends with %v", last)
+	}
+	// Remembered: the next run of careful asks nothing.
+	if r := te.agentd("", nil, "run", "careful", "shell please"); r.code != 0 || !strings.Contains(r.stdout, "from-the-tool") || strings.Contains(r.stderr, "approval") {
+		t.Fatalf("run after --remember: %s", r)
+	}
+
+	// logs -f in text: a live run that waits, is denied, and finishes.
+	id = strings.TrimSpace(te.agentdOK("run", "--detach", "wary", "shell please").stdout)
+	apr = te.pendingApproval(id)
+	f = te.agentdStart(nil, "logs", "-f", id)
+	eventually(t, "the follower's hint", func() bool { return strings.Contains(f.stderr.String(), "agentd approve "+apr) })
+	if !te.approvalPending(apr) {
+		t.Fatalf("logs -f answered the approval: %s", f.stderr.String())
+	}
+	r = te.agentdOK("deny", "--json", apr)
+	if m := jsonObject(t, r.stdout, "approvalId", "approved", "remembered"); m["approvalId"] != apr || m["approved"] != false {
+		t.Fatalf("deny --json: %s", r)
+	}
+	res = f.wait(t)
+	if res.code != 0 || !strings.Contains(res.stdout, "running it") || !strings.Contains(res.stdout, "echo: shell please") ||
+		!strings.Contains(res.stderr, "denied: shell") || strings.Contains(res.stdout, "\n  from-the-tool") {
+		t.Fatalf("logs -f of a denied run: %s", res)
+	}
+	if r := te.agentd("", nil, "deny", apr); r.code != 1 || !strings.Contains(r.stderr, "E_APPROVAL_NOT_FOUND") {
+		t.Fatalf("deny twice: %s", r)
+	}
+}
+
+// cliTarGz builds a download as the server would send it, from hand-made headers (a body per regular file).
+func cliTarGz(t testing.TB, entries ...tar.Header) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(zw)
+	for _, h := range entries {
+		body := ""
+		if h.Typeflag == tar.TypeReg {
+			body = "pwned " + h.Name + "\n"
+			h.Size = int64(len(body))
+		}
+		if h.Mode == 0 {
+			h.Mode = 0o644
+		}
+		if err := tw.WriteHeader(&h); err != nil {
+			t.Fatal(err)
+		}
+		io.WriteString(tw, body)
+	}
+	tw.Close()
+	zw.Close()
+	return buf.Bytes()
+}
+
+// A downloaded archive is unpacked only inside the destination: chained links, absolute links, hard links
+// out, and entries written through a link already there are refused, and nothing lands outside.
+func TestCLIUntarStaysInside(t *testing.T) {
+	dirH := func(name string) tar.Header { return tar.Header{Name: name, Typeflag: tar.TypeDir, Mode: 0o755} }
+	file := func(name string) tar.Header { return tar.Header{Name: name, Typeflag: tar.TypeReg} }
+	sym := func(name, to string) tar.Header {
+		return tar.Header{Name: name, Typeflag: tar.TypeSymlink, Linkname: to}
+	}
+	hard := func(name, to string) tar.Header { return tar.Header{Name: name, Typeflag: tar.TypeLink, Linkname: to} }
+	for _, tc := range []struct {
+		name    string
+		entries []tar.Header
+		planted string // a link already in the destination, to outer/outside
+	}{
+		{"chained links", []tar.Header{dirH("top/"), sym("top/l1", "."), sym("top/l2", "l1/.."), sym("top/l3", "l2/.."), file("top/l3/escaped.txt")}, ""},
+		{"chained links, deeper", []tar.Header{dirH("top/"), sym("top/l1", "."), sym("top/l2", "l1/.."), sym("top/l3", "l2/../dest/.."), file("top/l3/escaped.txt")}, ""},
+		{"an absolute link", []tar.Header{dirH("top/"), sym("top/abs", "/tmp"), file("top/abs/escaped.txt")}, ""},
+		{"a link climbing out", []tar.Header{dirH("top/"), sym("top/up", "../.."), file("top/up/escaped.txt")}, ""},
+		{"a hard link out", []tar.Header{dirH("top/"), hard("top/h", "../outside/secret")}, ""},
+		{"a name climbing out", []tar.Header{file("top/../../escaped.txt")}, ""},
+		{"through a planted link", []tar.Header{file("out/escaped.txt")}, "out"},
+		{"a link through a planted link", []tar.Header{sym("top-l", "out/.."), file("top-l/escaped.txt")}, "out"},
+		{"a hard link to a planted link", []tar.Header{hard("h", "out")}, "out"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			outer := t.TempDir()
+			dest := filepath.Join(outer, "a", "dest")
+			os.MkdirAll(dest, 0o755)
+			os.MkdirAll(filepath.Join(outer, "outside"), 0o755)
+			os.WriteFile(filepath.Join(outer, "outside", "secret"), []byte("secret\n"), 0o600)
+			if tc.planted != "" {
+				os.Symlink(filepath.Join(outer, "outside"), filepath.Join(dest, tc.planted))
+			}
+			_, err := untarLocal(bytes.NewReader(cliTarGz(t, tc.entries...)), dest, "top", "")
+			if err == nil {
+				t.Errorf("unpacked without an error")
+			}
+			// Nothing outside dest changed: outer holds a/, a/dest and outside/secret only.
+			filepath.WalkDir(outer, func(p string, d os.DirEntry, err error) error {
+				rel, _ := filepath.Rel(outer, p)
+				switch {
+				case rel == "." || rel == "a" || rel == "outside" || rel == "outside/secret":
+				case rel == "a/dest" || strings.HasPrefix(rel, "a/dest/"):
+					if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && !strings.HasPrefix(rel, "a/dest/top/") {
+						t.Errorf("written through a link: %s", rel)
+					}
+				default:
+					t.Errorf("written outside the destination: %s", rel)
+				}
+				return nil
+			})
+			if b, _ := os.ReadFile(filepath.Join(outer, "outside", "secret")); string(b) != "secret\n" {
+				t.Errorf("outside/secret changed: %q", b)
+			}
+			// No link made in dest leads out of it.
+			filepath.WalkDir(dest, func(p string, d os.DirEntry, err error) error {
+				if d != nil && d.Type()&os.ModeSymlink != 0 && filepath.Base(p) != tc.planted {
+					if real, err := filepath.EvalSymlinks(p); err == nil && !strings.HasPrefix(real+"/", dest+"/") {
+						t.Errorf("link %s leads to %s", p, real)
+					}
+				}
+				return nil
+			})
+		})
+	}
+	// A well-formed archive with inner links and a hard link unpacks, renamed.
+	dest := t.TempDir()
+	n, err := untarLocal(bytes.NewReader(cliTarGz(t, dirH("top/"), dirH("top/sub/"), file("top/sub/f.txt"),
+		sym("top/ln", "sub/f.txt"), sym("top/sub/up", "../sub"), hard("top/hl", "top/sub/f.txt"))), dest, "top", "copy")
+	if err != nil || n != 6 {
+		t.Fatalf("a good archive: %d entries, %v", n, err)
+	}
+	for _, p := range []string{"copy/sub/f.txt", "copy/ln", "copy/sub/up/f.txt", "copy/hl"} {
+		if b, err := os.ReadFile(filepath.Join(dest, p)); err != nil || string(b) != "pwned top/sub/f.txt\n" {
+			t.Errorf("%s: %q %v", p, b, err)
+		}
 	}
 }
