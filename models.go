@@ -188,7 +188,6 @@ func (m *ModelMessage) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// text joins the message's text parts.
 func (m ModelMessage) text() string {
 	if len(m.Content) == 1 && m.Content[0].Type == "text" {
 		return m.Content[0].Text

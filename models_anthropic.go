@@ -66,7 +66,6 @@ func anthropicHeaders(c candidate) map[string]string {
 	return map[string]string{"x-api-key": c.key, "anthropic-version": anthropicVersion}
 }
 
-// anthropicBody builds the Messages request.
 func anthropicBody(c candidate, req ChatRequest, stream bool) map[string]any {
 	system := []string{}
 	if req.System != "" {
@@ -222,7 +221,6 @@ func toolResultRank(b anBlock) int {
 	return 1
 }
 
-// anthropicChat makes one call.
 func (m *modelService) anthropicChat(ctx context.Context, c candidate, req ChatRequest, stream bool, emit func(StreamEvent)) (*ChatResponse, error) {
 	name := c.prov.DisplayName
 	h := anthropicHeaders(c)

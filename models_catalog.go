@@ -8,6 +8,7 @@
 package main
 
 import (
+	"cmp"
 	"net/url"
 	"sort"
 	"strings"
@@ -88,7 +89,6 @@ func (p *providerDef) key(getenv func(string) string) string {
 	return ""
 }
 
-// keyed reports whether the provider needs a key.
 func (p *providerDef) keyed() bool { return len(p.EnvKeys) > 0 }
 
 // selfHosted: an OpenAI-compatible provider pointed at a server of the user's own (its base URL set)
@@ -265,7 +265,6 @@ func infoFor(p *providerDef, name string) ModelInfo {
 	return mi
 }
 
-// catalogNames lists the catalog's model names of a provider.
 func catalogNames(provider string) []string {
 	var out []string
 	for _, mi := range catalog {
@@ -281,17 +280,9 @@ func catalogNames(provider string) []string {
 func modelsOf(p providerDef, ps providerStatus) []ModelInfo {
 	live := ps.Models
 	var out []ModelInfo
-	if len(live) == 0 {
-		for _, mi := range catalog {
-			if mi.Provider == p.ID {
-				out = append(out, mi)
-			}
-		}
-		return out
-	}
 	seen := map[string]bool{}
 	for _, mi := range catalog {
-		if mi.Provider == p.ID && liveHas(live, mi.Name) {
+		if mi.Provider == p.ID && (len(live) == 0 || liveHas(live, mi.Name)) {
 			out = append(out, mi)
 			seen[mi.Name] = true
 		}
@@ -339,17 +330,8 @@ func costOf(mi ModelInfo, u Usage) float64 {
 		return 0
 	}
 	pr := *mi.Pricing
-	readRate, writeRate := pr.CacheReadPerMTok, pr.CacheWritePerMTok
-	if readRate == 0 {
-		readRate = pr.InputPerMTok
-	}
-	if writeRate == 0 {
-		writeRate = pr.InputPerMTok
-	}
-	plain := u.InputTokens - u.CacheReadTokens - u.CacheWriteTokens
-	if plain < 0 {
-		plain = 0
-	}
+	readRate, writeRate := cmp.Or(pr.CacheReadPerMTok, pr.InputPerMTok), cmp.Or(pr.CacheWritePerMTok, pr.InputPerMTok)
+	plain := max(u.InputTokens-u.CacheReadTokens-u.CacheWriteTokens, 0)
 	c := float64(plain)*pr.InputPerMTok + float64(u.OutputTokens)*pr.OutputPerMTok +
 		float64(u.CacheReadTokens)*readRate + float64(u.CacheWriteTokens)*writeRate
 	return c / 1e6

@@ -191,7 +191,6 @@ func geminiBody(model string, req ChatRequest) map[string]any {
 	return body
 }
 
-// geminiChat makes one call.
 func (m *modelService) geminiChat(ctx context.Context, c candidate, req ChatRequest, stream bool, emit func(StreamEvent)) (*ChatResponse, error) {
 	name := c.prov.DisplayName
 	h := map[string]string{"x-goog-api-key": c.key}

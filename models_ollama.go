@@ -129,7 +129,6 @@ func ollamaBody(c candidate, req ChatRequest, stream bool) map[string]any {
 	return body
 }
 
-// ollamaChat makes one call.
 func (m *modelService) ollamaChat(ctx context.Context, c candidate, req ChatRequest, stream bool, emit func(StreamEvent)) (*ChatResponse, error) {
 	name := c.prov.DisplayName
 	resp, err := m.send(ctx, c, http.MethodPost, c.base+"/api/chat", ollamaBody(c, req, stream), nil)

@@ -98,7 +98,6 @@ type oaChunk struct {
 	Error json.RawMessage `json:"error"`
 }
 
-// openaiBody builds the request body for one candidate.
 func openaiBody(c candidate, req ChatRequest, stream bool) map[string]any {
 	q := c.prov.Quirks
 	msgs := openaiMessages(req)
@@ -362,7 +361,6 @@ func (m *modelService) openaiChat(ctx context.Context, c candidate, req ChatRequ
 // maxStreamToolCalls bounds the tool call index a stream may use (OpenAI allows 128 tools a request).
 const maxStreamToolCalls = 1024
 
-// openaiReadStream assembles a streamed answer.
 func (m *modelService) openaiReadStream(ctx context.Context, name string, body io.Reader, emit func(StreamEvent)) (*ChatResponse, error) {
 	rd := newSSEReader(body)
 	out := &ChatResponse{ToolCalls: []ToolCall{}}

@@ -145,7 +145,6 @@ func (m *modelService) probeAll(done chan struct{}) {
 	close(done)
 }
 
-// probe lists one provider's models.
 func (m *modelService) probe(ctx context.Context, p *providerDef) providerStatus {
 	names, infos, err := m.listModels(ctx, p)
 	if err != nil {

@@ -598,7 +598,6 @@ func (m *modelService) backoff(attempt int, err error) time.Duration {
 	return m.jitter(window)
 }
 
-// call dispatches to the candidate's wire format.
 func (m *modelService) call(ctx context.Context, c candidate, req ChatRequest, stream bool, emit func(StreamEvent)) (*ChatResponse, error) {
 	switch c.prov.Wire {
 	case "openai":
