@@ -7,8 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
+	"io"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,37 +15,53 @@ import (
 	"time"
 )
 
+// Each prompt-extraction case of DESIGN §7, sent to a real server through an http trigger and an unsigned
+// webhook: the echo model answers with the prompt it was given, so the run's input is checked exactly.
 func TestTriggerPrompt(t *testing.T) {
-	for _, tc := range []struct{ url, body, want, err string }{
-		{"/x?input=from+query", `{"input":"from body"}`, "from query", ""},
-		{"/x?text=t", "", "t", ""},
-		{"/x?q=search", "", "search", ""},
-		{"/x?input=+", "plain words", "plain words", ""}, // a blank query value does not count
-		{"/x", "plain text body", "plain text body", ""},
-		{"/x", `{"input":"i","text":"t"}`, "i", ""},
-		{"/x", `{"text":"t","message":"m"}`, "t", ""},
-		{"/x", `{"message":"m"}`, "m", ""},
-		{"/x", `{"prompt":"p"}`, "p", ""},
-		{"/x", `{"content":"c"}`, "c", ""},
-		{"/x", `{"query":"q"}`, "q", ""},
-		{"/x", `{"input":42,"prompt":"p"}`, "p", ""},                                   // a non-string key is skipped
-		{"/x", `{"action":"opened","number":7}`, `{"action":"opened","number":7}`, ""}, // the JSON body itself
-		{"/x", `"a JSON string"`, "a JSON string", ""},
-		{"/x", `[1,2]`, `[1,2]`, ""},
-		{"/x", "", "", "no prompt found in the request"},
-		{"/x", "   \n", "", "no prompt found in the request"},
-		{"/x", "\xff\xfe bad", "", "not valid UTF-8"},
+	so := echoModel(t)
+	te := newE2E(t, so, "")
+	te.createAgent(noComputer(map[string]any{"name": "echo", "triggers": []any{
+		map[string]any{"type": "http"}, map[string]any{"type": "webhook", "path": "/hook"}}}))
+	for _, tc := range []struct{ query, body, want, err string }{
+		{"?input=from+query", `{"input":"from body"}`, "from query", ""},
+		{"?text=t", "", "t", ""},
+		{"?q=search", "", "search", ""},
+		{"?input=+", "plain words", "plain words", ""}, // a blank query value does not count
+		{"", "plain text body", "plain text body", ""},
+		{"", "  padded body \n", "padded body", ""},
+		{"", `{"input":"i","text":"t"}`, "i", ""},
+		{"", `{"text":"t","message":"m"}`, "t", ""},
+		{"", `{"message":"m"}`, "m", ""},
+		{"", `{"prompt":"p"}`, "p", ""},
+		{"", `{"content":"c"}`, "c", ""},
+		{"", `{"query":"q"}`, "q", ""},
+		{"", `{"input":42,"prompt":"p"}`, "p", ""},                                   // a non-string key is skipped
+		{"", `{"input":"  ","query":"q"}`, "q", ""},                                  // so is a blank one
+		{"", `{"action":"opened","number":7}`, `{"action":"opened","number":7}`, ""}, // the JSON body itself
+		{"", `"a JSON string"`, "a JSON string", ""},
+		{"", `[1,2]`, `[1,2]`, ""},
+		{"", "", "", "no prompt found in the request"},
+		{"", "   \n", "", "no prompt found in the request"},
+		{"", "\xff\xfe bad", "", "not valid UTF-8"},
 	} {
-		r := httptest.NewRequest("POST", tc.url, nil)
-		got, err := triggerPrompt(r, []byte(tc.body))
-		if tc.err != "" {
-			if err == nil || asAPIError(err).Code != codeSpecInvalid || !strings.Contains(err.Error(), tc.err) {
-				t.Errorf("%s %q: %v, want %q", tc.url, tc.body, err, tc.err)
+		for _, mount := range []string{"/v1/t/echo", "/v1/w/echo/hook"} {
+			method := "POST"
+			var body any = tc.body
+			if tc.body == "" && tc.query != "" && strings.HasPrefix(mount, "/v1/t/") {
+				method, body = "GET", nil
 			}
-			continue
-		}
-		if err != nil || got != tc.want {
-			t.Errorf("%s %q: %q %v, want %q", tc.url, tc.body, got, err, tc.want)
+			before := len(so.requests())
+			r := te.do(method, mount+tc.query, body)
+			if tc.err != "" {
+				if r.status != 422 || r.errCode(t) != codeSpecInvalid || !strings.Contains(r.errMessage(t), tc.err) || len(so.requests()) != before {
+					t.Errorf("%s %s%s %q: %d %s, want 422 %q and no run", method, mount, tc.query, tc.body, r.status, r.body, tc.err)
+				}
+				continue
+			}
+			reqs := so.requests()
+			if r.status != 200 || r.json(t)["text"] != "echo: "+tc.want || len(reqs) != before+1 || reqs[len(reqs)-1].lastUser() != tc.want {
+				t.Errorf("%s %s%s %q: %d %s, want the prompt %q", method, mount, tc.query, tc.body, r.status, r.body, tc.want)
+			}
 		}
 	}
 }
@@ -63,52 +78,89 @@ func stdSig(key []byte, id, ts, body string) string {
 	return "v1," + base64.StdEncoding.EncodeToString(m.Sum(nil))
 }
 
+// Webhook signatures against a real server: a Standard Webhooks trigger with a whsec_ secret, one with a
+// raw secret, and a GitHub-style one; each refusal is 403 E_EXEC_DENIED saying why and never runs the
+// agent, and each good signature runs it.
 func TestVerifyWebhook(t *testing.T) {
-	now := time.Unix(1795000000, 0)
-	ts := strconv.FormatInt(now.Unix(), 10)
-	body := `{"action":"opened"}`
-	raw := []byte("whsec-like-raw-secret")
+	so := echoModel(t)
+	te := newE2E(t, so, "")
+	raw := "a-raw-secret-not-base64!"
 	whKey := []byte("0123456789abcdef0123456789abcdef")
 	whsec := "whsec_" + base64.StdEncoding.EncodeToString(whKey)
-	h := func(kv ...string) http.Header {
-		out := http.Header{}
-		for i := 0; i < len(kv); i += 2 {
-			out.Set(kv[i], kv[i+1])
-		}
-		return out
+	te.createAgent(noComputer(map[string]any{"name": "hooks", "triggers": []any{
+		map[string]any{"type": "webhook", "path": "/whsec", "secret": whsec},
+		map[string]any{"type": "webhook", "path": "/raw", "secret": raw},
+		map[string]any{"type": "webhook", "path": "/gh", "secret": "s3cret"},
+		map[string]any{"type": "webhook", "path": "/open"}}}))
+	body := `{"action":"opened","text":"issue opened"}`
+	now := time.Now().Unix()
+	ts := strconv.FormatInt(now, 10)
+	stale, future := strconv.FormatInt(now-400, 10), strconv.FormatInt(now+400, 10)
+	std := func(id, ts, sig string) []string {
+		return []string{"webhook-id", id, "webhook-timestamp", ts, "webhook-signature", sig}
 	}
 	for _, tc := range []struct {
-		name, secret string
-		h            http.Header
-		want         string // "" = accepted
+		name, path string
+		headers    []string
+		want       string // "" = accepted and run
 	}{
-		{"github right", "s3cret", h("X-Hub-Signature-256", hubSig("s3cret", body)), ""},
-		{"agent header right", "s3cret", h("X-Agent-Signature", hubSig("s3cret", body)), ""},
-		{"github wrong", "s3cret", h("X-Hub-Signature-256", hubSig("other", body)), "does not match"},
-		{"agent header wrong", "s3cret", h("X-Agent-Signature", hubSig("other", body)), "does not match"},
-		{"no sha256= prefix", "s3cret", h("X-Hub-Signature-256", strings.TrimPrefix(hubSig("s3cret", body), "sha256=")), "sha256=<hex>"},
-		{"not hex", "s3cret", h("X-Hub-Signature-256", "sha256=zz"), "does not match"},
-		{"missing", "s3cret", h(), "signature missing"},
-		{"standard whsec right", whsec, h("webhook-id", "msg_1", "webhook-timestamp", ts, "webhook-signature", stdSig(whKey, "msg_1", ts, body)), ""},
-		{"standard raw right", string(raw), h("webhook-id", "msg_1", "webhook-timestamp", ts, "webhook-signature", stdSig(raw, "msg_1", ts, body)), ""},
-		{"standard whsec used raw is wrong", whsec, h("webhook-id", "msg_1", "webhook-timestamp", ts, "webhook-signature", stdSig([]byte(whsec), "msg_1", ts, body)), "does not match"},
-		{"standard several, one right", whsec, h("webhook-id", "msg_1", "webhook-timestamp", ts, "webhook-signature",
-			"v1,Zm9v "+stdSig([]byte("x"), "msg_1", ts, body)+" "+stdSig(whKey, "msg_1", ts, body)), ""},
-		{"standard v2 ignored", whsec, h("webhook-id", "msg_1", "webhook-timestamp", ts, "webhook-signature", "v2,"+strings.TrimPrefix(stdSig(whKey, "msg_1", ts, body), "v1,")), "does not match"},
-		{"standard wrong id", whsec, h("webhook-id", "msg_2", "webhook-timestamp", ts, "webhook-signature", stdSig(whKey, "msg_1", ts, body)), "does not match"},
-		{"standard stale", whsec, h("webhook-id", "msg_1", "webhook-timestamp", strconv.FormatInt(now.Unix()-301, 10), "webhook-signature",
-			stdSig(whKey, "msg_1", strconv.FormatInt(now.Unix()-301, 10), body)), "stale"},
-		{"standard future", whsec, h("webhook-id", "msg_1", "webhook-timestamp", strconv.FormatInt(now.Unix()+301, 10), "webhook-signature",
-			stdSig(whKey, "msg_1", strconv.FormatInt(now.Unix()+301, 10), body)), "stale"},
-		{"standard no id", whsec, h("webhook-timestamp", ts, "webhook-signature", stdSig(whKey, "", ts, body)), "needs webhook-id"},
-		{"standard bad timestamp", whsec, h("webhook-id", "msg_1", "webhook-timestamp", "soon", "webhook-signature", "v1,x"), "not a Unix time"},
+		{"whsec right", "/whsec", std("m1", ts, stdSig(whKey, "m1", ts, body)), ""},
+		{"raw right", "/raw", std("m2", ts, stdSig([]byte(raw), "m2", ts, body)), ""},
+		{"whsec wrong key", "/whsec", std("m3", ts, stdSig([]byte("other"), "m3", ts, body)), "webhook-signature does not match"},
+		{"whsec secret used raw", "/whsec", std("m4", ts, stdSig([]byte(whsec), "m4", ts, body)), "webhook-signature does not match"},
+		{"raw secret base64-decoded", "/raw", std("m5", ts, stdSig(whKey, "m5", ts, body)), "webhook-signature does not match"},
+		{"signed for another body", "/whsec", std("m6", ts, stdSig(whKey, "m6", ts, body+" ")), "webhook-signature does not match"},
+		{"signed for another id", "/whsec", std("m7", ts, stdSig(whKey, "m1", ts, body)), "webhook-signature does not match"},
+		{"stale", "/whsec", std("m8", stale, stdSig(whKey, "m8", stale, body)), "webhook-timestamp is stale"},
+		{"future", "/raw", std("m9", future, stdSig([]byte(raw), "m9", future, body)), "webhook-timestamp is stale"},
+		{"timestamp not a number", "/whsec", std("m10", "soon", stdSig(whKey, "m10", "soon", body)), "not a Unix time"},
+		{"no webhook-id", "/whsec", []string{"webhook-timestamp", ts, "webhook-signature", stdSig(whKey, "", ts, body)}, "needs webhook-id"},
+		{"no signature", "/whsec", []string{"webhook-id", "m11", "webhook-timestamp", ts}, "signature missing"},
+		{"several, one right", "/whsec", std("m12", ts, "v1,Zm9v "+stdSig([]byte("x"), "m12", ts, body)+" "+stdSig(whKey, "m12", ts, body)), ""},
+		{"several, raw, last right", "/raw", std("m13", ts, stdSig(whKey, "m13", ts, body)+" v1,!!! "+stdSig([]byte(raw), "m13", ts, body)), ""},
+		{"several, none right", "/whsec", std("m14", ts, "v1,Zm9v "+stdSig([]byte("x"), "m14", ts, body)), "webhook-signature does not match"},
+		{"v2 scheme ignored", "/whsec", std("m15", ts, "v2,"+strings.TrimPrefix(stdSig(whKey, "m15", ts, body), "v1,")), "webhook-signature does not match"},
+		{"github right", "/gh", []string{"X-Hub-Signature-256", hubSig("s3cret", body)}, ""},
+		{"github no sha256= prefix", "/gh", []string{"X-Hub-Signature-256", strings.TrimPrefix(hubSig("s3cret", body), "sha256=")}, "sha256=<hex>"},
+		{"github not hex", "/gh", []string{"X-Agent-Signature", "sha256=zz"}, "webhook signature does not match"},
 	} {
-		err := verifyWebhook(tc.secret, tc.h, []byte(body), now)
-		switch {
-		case tc.want == "" && err != nil:
-			t.Errorf("%s: refused: %v", tc.name, err)
-		case tc.want != "" && (err == nil || asAPIError(err).Code != codeExecDenied || !strings.Contains(err.Error(), tc.want)):
-			t.Errorf("%s: %v, want 403 %q", tc.name, err, tc.want)
+		before := len(so.requests())
+		r := te.do("POST", "/v1/w/hooks"+tc.path, body, tc.headers...)
+		if strings.Contains(string(r.body), "s3cret") || strings.Contains(string(r.body), raw) || strings.Contains(string(r.body), whsec) {
+			t.Errorf("%s: a secret leaked into the answer: %s", tc.name, r.body)
+		}
+		if tc.want == "" {
+			if r.status != 200 || r.json(t)["text"] != "echo: issue opened" || len(so.requests()) != before+1 {
+				t.Errorf("%s: %d %s, want the agent to run", tc.name, r.status, r.body)
+			}
+			continue
+		}
+		if r.status != 403 || r.errCode(t) != codeExecDenied || !strings.Contains(r.errMessage(t), tc.want) || len(so.requests()) != before {
+			t.Errorf("%s: %d %s, want 403 %s %q and no run", tc.name, r.status, r.body, codeExecDenied, tc.want)
+		}
+	}
+
+	// Bodies no webhook may have: each a clear envelope, never a 500, and the agent never runs.
+	bad := "\xff\xfe{\"text\":\"x\"}"
+	big := strings.Repeat("x", maxBodyBytes+1)
+	for _, tc := range []struct {
+		name, path string
+		body       any
+		headers    []string
+		status     int
+		code, msg  string
+	}{
+		{"non-UTF-8, unsigned", "/open", bad, nil, 422, codeSpecInvalid, "not valid UTF-8"},
+		{"non-UTF-8, signed right", "/whsec", bad, std("b1", ts, stdSig(whKey, "b1", ts, bad)), 422, codeSpecInvalid, "not valid UTF-8"},
+		{"non-UTF-8, signed wrong", "/gh", bad, []string{"X-Hub-Signature-256", hubSig("other", bad)}, 403, codeExecDenied, "does not match"},
+		{"oversize, unsigned", "/open", big, nil, 422, codeSpecInvalid, "exceeds the 32 MB cap"},
+		{"oversize, signed", "/raw", big, std("b2", ts, stdSig([]byte(raw), "b2", ts, big)), 422, codeSpecInvalid, "exceeds the 32 MB cap"},
+		{"oversize, chunked", "/open", struct{ io.Reader }{strings.NewReader(big)}, nil, 422, codeSpecInvalid, "exceeds the 32 MB cap"},
+	} {
+		before := len(so.requests())
+		r := te.do("POST", "/v1/w/hooks"+tc.path, tc.body, tc.headers...)
+		if r.status != tc.status || r.errCode(t) != tc.code || !strings.Contains(r.errMessage(t), tc.msg) || len(so.requests()) != before {
+			t.Errorf("%s: %d %s, want %d %s %q", tc.name, r.status, clip(string(r.body), 300), tc.status, tc.code, tc.msg)
 		}
 	}
 }
