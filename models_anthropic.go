@@ -339,33 +339,31 @@ func (m *modelService) anthropicReadStream(ctx context.Context, name string, bod
 			if ev.Delta == nil {
 				continue
 			}
+			b := blocks[ev.Index]
+			if b == nil {
+				b = &block{} // a delta of a block that never started is dropped
+			}
 			switch ev.Delta.Type {
 			case "text_delta":
 				text.WriteString(ev.Delta.Text)
 				emit(StreamEvent{Type: "text_delta", Text: ev.Delta.Text})
 			case "thinking_delta":
 				thinking.WriteString(ev.Delta.Thinking)
-				if b := blocks[ev.Index]; b != nil {
-					b.json.WriteString(ev.Delta.Thinking)
-				}
+				b.json.WriteString(ev.Delta.Thinking)
 				emit(StreamEvent{Type: "thinking_delta", Text: ev.Delta.Thinking})
 			case "signature_delta":
-				if b := blocks[ev.Index]; b != nil {
-					b.signature += ev.Delta.Signature
-				}
+				b.signature += ev.Delta.Signature
 			case "input_json_delta":
-				if b := blocks[ev.Index]; b != nil {
-					b.json.WriteString(ev.Delta.PartialJSON)
-				}
+				b.json.WriteString(ev.Delta.PartialJSON)
 			}
 		case "content_block_stop":
-			if b := blocks[ev.Index]; b != nil && b.typ == "thinking" {
+			switch b := blocks[ev.Index]; {
+			case b == nil:
+			case b.typ == "thinking":
 				out.thinkingParts = append(out.thinkingParts, ContentPart{Type: "thinking", Text: b.json.String(), Signature: b.signature})
-			}
-			if b := blocks[ev.Index]; b != nil && b.typ == "redacted_thinking" && b.data != "" {
+			case b.typ == "redacted_thinking" && b.data != "":
 				out.thinkingParts = append(out.thinkingParts, ContentPart{Type: "thinking", Data: b.data})
-			}
-			if b := blocks[ev.Index]; b != nil && b.typ == "tool_use" {
+			case b.typ == "tool_use":
 				tc := ToolCall{Type: "tool_call", ID: b.id, Name: b.name, Args: parseArgs(b.json.String())}
 				out.ToolCalls = append(out.ToolCalls, tc)
 				emit(StreamEvent{Type: "tool_call", Call: &tc})
@@ -374,17 +372,11 @@ func (m *modelService) anthropicReadStream(ctx context.Context, name string, bod
 			if ev.Delta != nil && ev.Delta.StopReason != "" {
 				stop = ev.Delta.StopReason
 			}
-			if u := ev.Usage; u != nil {
+			if u := ev.Usage; u != nil { // the final counts; a zero means "as message_start said"
 				usage.OutputTokens = u.OutputTokens
-				if u.InputTokens > 0 {
-					usage.InputTokens = u.InputTokens
-				}
-				if u.CacheReadInputTokens > 0 {
-					usage.CacheReadInputTokens = u.CacheReadInputTokens
-				}
-				if u.CacheCreationInputTokens > 0 {
-					usage.CacheCreationInputTokens = u.CacheCreationInputTokens
-				}
+				usage.InputTokens = cmp.Or(u.InputTokens, usage.InputTokens)
+				usage.CacheReadInputTokens = cmp.Or(u.CacheReadInputTokens, usage.CacheReadInputTokens)
+				usage.CacheCreationInputTokens = cmp.Or(u.CacheCreationInputTokens, usage.CacheCreationInputTokens)
 			}
 		case "message_stop":
 			stopped = true

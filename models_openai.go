@@ -9,6 +9,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
@@ -426,12 +427,7 @@ func (m *modelService) openaiReadStream(ctx context.Context, name string, body i
 					byIndex[idx] = p
 					calls = append(calls, p)
 				}
-				if tc.ID != "" {
-					p.id = tc.ID
-				}
-				if tc.Function.Name != "" {
-					p.name = tc.Function.Name
-				}
+				p.id, p.name = cmp.Or(tc.ID, p.id), cmp.Or(tc.Function.Name, p.name)
 				p.args.WriteString(tc.Function.Arguments)
 			}
 			if choice.FinishReason != nil && *choice.FinishReason != "" {
