@@ -182,11 +182,7 @@ func anthropicBody(c candidate, req ChatRequest, stream bool) map[string]any {
 	if len(req.Tools) > 0 {
 		tools := make([]map[string]any, len(req.Tools))
 		for i, t := range req.Tools {
-			schema := t.Parameters
-			if schema == nil {
-				schema = map[string]any{"type": "object", "properties": map[string]any{}}
-			}
-			tools[i] = map[string]any{"name": t.Name, "description": t.Description, "input_schema": schema}
+			tools[i] = map[string]any{"name": t.Name, "description": t.Description, "input_schema": toolParams(t)}
 		}
 		body["tools"] = tools
 	}

@@ -159,19 +159,7 @@ func geminiBody(model string, req ChatRequest) map[string]any {
 	case "tool":
 		body["toolConfig"] = map[string]any{"functionCallingConfig": map[string]any{"mode": "ANY", "allowedFunctionNames": []string{name}}}
 	}
-	gc := map[string]any{}
-	if req.Temperature != nil {
-		gc["temperature"] = *req.Temperature
-	}
-	if req.TopP != nil {
-		gc["topP"] = *req.TopP
-	}
-	if req.MaxTokens > 0 {
-		gc["maxOutputTokens"] = req.MaxTokens
-	}
-	if len(req.Stop) > 0 {
-		gc["stopSequences"] = req.Stop
-	}
+	gc := sampling(req, "temperature", "topP", "maxOutputTokens", "stopSequences")
 	if kind, schema, _ := responseFormatOf(req.ResponseFormat); kind != "" {
 		gc["responseMimeType"] = "application/json"
 		if schema != nil {

@@ -89,31 +89,9 @@ func ollamaBody(c candidate, req ChatRequest, stream bool) map[string]any {
 	}
 	body := map[string]any{"model": c.info.Name, "messages": msgs, "stream": stream}
 	if len(req.Tools) > 0 {
-		tools := make([]map[string]any, len(req.Tools))
-		for i, t := range req.Tools {
-			params := t.Parameters
-			if params == nil {
-				params = map[string]any{"type": "object", "properties": map[string]any{}}
-			}
-			tools[i] = map[string]any{"type": "function", "function": map[string]any{
-				"name": t.Name, "description": t.Description, "parameters": params}}
-		}
-		body["tools"] = tools
+		body["tools"] = functionTools(req.Tools)
 	}
-	opts := map[string]any{}
-	if req.Temperature != nil {
-		opts["temperature"] = *req.Temperature
-	}
-	if req.TopP != nil {
-		opts["top_p"] = *req.TopP
-	}
-	if req.MaxTokens > 0 {
-		opts["num_predict"] = req.MaxTokens
-	}
-	if len(req.Stop) > 0 {
-		opts["stop"] = req.Stop
-	}
-	if len(opts) > 0 {
+	if opts := sampling(req, "temperature", "top_p", "num_predict", "stop"); len(opts) > 0 {
 		body["options"] = opts
 	}
 	if req.Thinking != nil {

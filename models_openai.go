@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"strings"
 )
@@ -118,16 +119,7 @@ func openaiBody(c candidate, req ChatRequest, stream bool) map[string]any {
 		}
 	}
 	if len(req.Tools) > 0 {
-		tools := make([]map[string]any, len(req.Tools))
-		for i, t := range req.Tools {
-			params := t.Parameters
-			if params == nil {
-				params = map[string]any{"type": "object", "properties": map[string]any{}}
-			}
-			tools[i] = map[string]any{"type": "function", "function": map[string]any{
-				"name": t.Name, "description": t.Description, "parameters": params}}
-		}
-		body["tools"] = tools
+		body["tools"] = functionTools(req.Tools)
 	}
 	mode, name := toolChoiceOf(req.ToolChoice)
 	if len(req.Tools) == 0 { // "'tool_choice' is only allowed when 'tools' are specified" (400)
@@ -148,18 +140,11 @@ func openaiBody(c candidate, req ChatRequest, stream bool) map[string]any {
 		body["tool_choice"] = map[string]any{"type": "function", "function": map[string]any{"name": name}}
 	}
 	reasoning := c.info.reasoning
-	if req.Temperature != nil && !reasoning {
-		body["temperature"] = *req.Temperature
+	knobs := req
+	if reasoning { // reasoning models answer 400 to these ("Unsupported parameter: 'stop'")
+		knobs.Temperature, knobs.TopP, knobs.Stop = nil, nil, nil
 	}
-	if req.TopP != nil && !reasoning {
-		body["top_p"] = *req.TopP
-	}
-	if req.MaxTokens > 0 {
-		body[q.maxTokensField] = req.MaxTokens
-	}
-	if len(req.Stop) > 0 && !reasoning { // reasoning models answer 400 "Unsupported parameter: 'stop'"
-		body["stop"] = req.Stop
-	}
+	maps.Copy(body, sampling(knobs, "temperature", "top_p", q.maxTokensField, "stop"))
 	if on, _, effort := thinkingOf(req.Thinking); on {
 		switch {
 		case q.reasoningEffort && reasoning:

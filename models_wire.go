@@ -267,6 +267,43 @@ func finishReason(r string, calls bool, table map[string]string) string {
 
 // ---- request knobs ----
 
+// sampling is the request's sampling knobs under a wire's names for temperature, top p, the output
+// allowance and the stop sequences; a knob not set is left out.
+func sampling(req ChatRequest, temperature, topP, maxTokens, stop string) map[string]any {
+	m := map[string]any{}
+	if req.Temperature != nil {
+		m[temperature] = *req.Temperature
+	}
+	if req.TopP != nil {
+		m[topP] = *req.TopP
+	}
+	if req.MaxTokens > 0 {
+		m[maxTokens] = req.MaxTokens
+	}
+	if len(req.Stop) > 0 {
+		m[stop] = req.Stop
+	}
+	return m
+}
+
+// toolParams is a tool's JSON schema; a tool without one takes an empty object.
+func toolParams(t ToolDef) map[string]any {
+	if t.Parameters == nil {
+		return map[string]any{"type": "object", "properties": map[string]any{}}
+	}
+	return t.Parameters
+}
+
+// functionTools is the tools list of the OpenAI and Ollama wires.
+func functionTools(defs []ToolDef) []map[string]any {
+	tools := make([]map[string]any, len(defs))
+	for i, t := range defs {
+		tools[i] = map[string]any{"type": "function", "function": map[string]any{
+			"name": t.Name, "description": t.Description, "parameters": toolParams(t)}}
+	}
+	return tools
+}
+
 // toolChoiceOf normalises toolChoice: "auto" | "none" | "required" (also "any") | a tool name given as
 // {name} / {type:"tool",name} / {type:"function",function:{name}}.
 func toolChoiceOf(v any) (mode, name string) {
