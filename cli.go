@@ -74,11 +74,11 @@ func cliCommands() []cliCommand {
 }
 
 // serverCommands are run() itself; help lists them with the client commands.
-var serverHelp = [][2]string{
-	{"serve [--host H] [--port P] [--home DIR] [--token-file F]", "run the server"},
-	{"validate [--json] FILE...", "check agent spec files offline"},
-	{"version", "print the version"},
-	{"help [COMMAND]", "this overview, or one command's usage"},
+var serverHelp = [][3]string{
+	{"serve [--host H] [--port P] [--home DIR] [--token-file F]", "run the server", "agentd serve --port 7377"},
+	{"validate [--json] FILE...", "check agent spec files offline", "agentd validate examples/*.yaml"},
+	{"version", "print the version", "agentd version"},
+	{"help [COMMAND]", "this overview, or one command's usage", "agentd help run"},
 }
 
 // cli is one invocation of a client command.
@@ -135,19 +135,19 @@ func commandUsage(cmd cliCommand) string {
 	return fmt.Sprintf("usage: agentd %s %s\n\n%s\n\nexample: %s\n", cmd.name, cmd.args, cmd.summary, cmd.example)
 }
 
-// overview is `agentd help`: every command with a one-line description.
+// overview is `agentd help`: every command with a one-line description, and an example under it.
 func overview() string {
 	var b strings.Builder
 	b.WriteString("agentd — a self-hosted control plane for AI agents\n\nusage: agentd COMMAND [ARGS]\n\nServer:\n")
+	// One table for both sections, so the columns line up: name, summary, and the example under it.
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
 	for _, s := range serverHelp {
-		fmt.Fprintf(tw, "  %s\t%s\n", s[0], s[1])
+		name, _, _ := strings.Cut(s[0], " ")
+		fmt.Fprintf(tw, "  %s\t%s\n\t  $ %s\n", name, s[1], s[2])
 	}
-	tw.Flush()
-	b.WriteString("\nClient (AGENT_URL, default http://127.0.0.1:7377; AGENT_TOKEN):\n")
-	tw = tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "\nClient (AGENT_URL, default http://127.0.0.1:7377; AGENT_TOKEN):")
 	for _, cmd := range cliCommands() {
-		fmt.Fprintf(tw, "  %s %s\t%s\n", cmd.name, cmd.args, cmd.summary)
+		fmt.Fprintf(tw, "  %s\t%s\n\t  $ %s\n", cmd.name, cmd.summary, cmd.example)
 	}
 	tw.Flush()
 	b.WriteString("\nRun `agentd help COMMAND` for a command's usage and an example.\n")
@@ -167,7 +167,7 @@ func runHelp(args []string, stdout io.Writer) error {
 	}
 	for _, s := range serverHelp {
 		if strings.HasPrefix(s[0], args[0]+" ") || s[0] == args[0] {
-			fmt.Fprintf(stdout, "usage: agentd %s\n\n%s\n", s[0], s[1])
+			fmt.Fprintf(stdout, "usage: agentd %s\n\n%s\n\nexample: %s\n", s[0], s[1], s[2])
 			return nil
 		}
 	}

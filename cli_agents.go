@@ -386,28 +386,56 @@ func (c *cli) runs(args []string) error {
 	}, 0, 0); err != nil {
 		return err
 	}
-	var out struct {
-		Runs       []RunSummary `json:"runs"`
-		NextCursor string       `json:"nextCursor,omitempty"`
+	// --status is not a query of GET /v1/runs: filter here, following nextCursor until limit rows match.
+	type page struct {
+		Runs       []json.RawMessage `json:"runs"`
+		NextCursor string            `json:"nextCursor,omitempty"`
 	}
-	if err := c.call("GET", "/v1/runs"+queryOf("agent", agent, "limit", strconv.Itoa(limit)), nil, &out); err != nil {
-		return err
-	}
+	var out page
+	var sums []RunSummary
+	size, cursor := limit, ""
 	if status != "" {
-		out.Runs = slices.DeleteFunc(out.Runs, func(r RunSummary) bool { return r.Status != status })
+		limit, size = min(max(limit, 1), 500), 500
+	}
+	for {
+		var p page
+		if err := c.call("GET", "/v1/runs"+queryOf("agent", agent, "limit", strconv.Itoa(size), "cursor", cursor), nil, &p); err != nil {
+			return err
+		}
+		for _, raw := range p.Runs {
+			var sum RunSummary
+			if err := json.Unmarshal(raw, &sum); err != nil {
+				return fmt.Errorf("the server's run summary is not JSON: %v", err)
+			}
+			if status == "" || sum.Status == status {
+				out.Runs, sums = append(out.Runs, raw), append(sums, sum)
+			}
+		}
+		if status == "" {
+			out.NextCursor = p.NextCursor
+			break
+		}
+		if len(out.Runs) >= limit || p.NextCursor == "" {
+			out.Runs, sums = out.Runs[:min(limit, len(out.Runs))], sums[:min(limit, len(sums))]
+			break
+		}
+		cursor = p.NextCursor
+	}
+	if out.Runs == nil {
+		out.Runs = []json.RawMessage{}
 	}
 	switch {
 	case asJSON:
 		return c.printJSON(out)
 	case quiet:
-		for _, r := range out.Runs {
+		for _, r := range sums {
 			fmt.Fprintln(c.stdout, r.RunID)
 		}
 		return nil
 	}
 	now := time.Now()
 	rows := [][]string{}
-	for _, r := range out.Runs {
+	for _, r := range sums {
 		dur := "-"
 		if r.DurationMS != nil {
 			dur = (time.Duration(*r.DurationMS) * time.Millisecond).Round(100 * time.Millisecond).String()
@@ -901,23 +929,27 @@ func (c *cli) completion(args []string) error {
 	names = append(names, "serve", "validate", "version", "help")
 	switch pos[0] {
 	case "bash":
-		fmt.Fprintf(c.stdout, bashCompletion, strings.Join(names, " "))
+		fmt.Fprintf(c.stdout, bashCompletion, strings.Join(names, " "), strings.Join(names[:len(names)-1], " "))
 	case "zsh":
-		fmt.Fprintf(c.stdout, "autoload -U +X bashcompinit && bashcompinit\n"+bashCompletion, strings.Join(names, " "))
+		fmt.Fprintf(c.stdout, "autoload -U +X bashcompinit && bashcompinit\n"+bashCompletion, strings.Join(names, " "), strings.Join(names[:len(names)-1], " "))
 	default:
 		return c.usage("unknown shell %q: bash or zsh", pos[0])
 	}
 	return nil
 }
 
-// bashCompletion completes commands, then agent names or computer ids from the running server.
+// bashCompletion completes commands (and after help), then agent names, run ids, approval ids or
+// computer ids from the running server.
 const bashCompletion = `_agentd() {
   local cur=${COMP_WORDS[COMP_CWORD]} cmd=${COMP_WORDS[1]}
   if [ "$COMP_CWORD" -eq 1 ]; then
     COMPREPLY=($(compgen -W "%s" -- "$cur")); return
   fi
   case "$cmd" in
-    run|rm-agent|logs|help) COMPREPLY=($(compgen -W "$(agentd __complete agents 2>/dev/null)" -- "$cur")) ;;
+    help) COMPREPLY=($(compgen -W "%s" -- "$cur")) ;;
+    run|rm-agent) COMPREPLY=($(compgen -W "$(agentd __complete agents 2>/dev/null)" -- "$cur")) ;;
+    logs|cancel) COMPREPLY=($(compgen -W "$(agentd __complete runs 2>/dev/null)" -- "$cur")) ;;
+    approve|deny) COMPREPLY=($(compgen -W "$(agentd __complete approvals 2>/dev/null)" -- "$cur")) ;;
     exec|shell|rm|stop|start|port|cp) COMPREPLY=($(compgen -W "$(agentd __complete computers 2>/dev/null)" -- "$cur")) ;;
     apply|import|distill|validate) COMPREPLY=($(compgen -f -- "$cur")) ;;
   esac
@@ -925,7 +957,7 @@ const bashCompletion = `_agentd() {
 complete -F _agentd agentd
 `
 
-// complete prints names for shell completion (the hidden `agentd __complete agents|computers`).
+// complete prints names for shell completion (the hidden `agentd __complete agents|runs|approvals|computers`).
 func (c *cli) complete(args []string) error {
 	if len(args) != 1 {
 		return nil
@@ -938,6 +970,24 @@ func (c *cli) complete(args []string) error {
 		if c.call("GET", "/v1/agents", nil, &out) == nil {
 			for _, a := range out.Agents {
 				fmt.Fprintln(c.stdout, a.Name)
+			}
+		}
+	case "runs":
+		var out struct {
+			Runs []RunSummary `json:"runs"`
+		}
+		if c.call("GET", "/v1/runs?limit=100", nil, &out) == nil {
+			for _, r := range out.Runs {
+				fmt.Fprintln(c.stdout, r.RunID)
+			}
+		}
+	case "approvals":
+		var out struct {
+			Approvals []PendingApproval `json:"approvals"`
+		}
+		if c.call("GET", "/v1/approvals", nil, &out) == nil {
+			for _, a := range out.Approvals {
+				fmt.Fprintln(c.stdout, a.ApprovalID)
 			}
 		}
 	case "computers":

@@ -826,3 +826,69 @@ func TestCLIUntarStaysInside(t *testing.T) {
 		}
 	}
 }
+
+// runs --status follows the pages until enough runs match; help shows an example per command; completion
+// offers run ids after logs and cancel, command names after help.
+func TestCLIRunsStatusHelpAndCompletion(t *testing.T) {
+	te := newE2E(t, cliModel(t), "")
+	te.agentdOK("apply", writeSpec(t, "name: alpha\nmodel: openai/gpt-4o-mini\ncomputer: {enabled: false}\ntools: []\n"))
+	te.agentdOK("apply", writeSpec(t, "name: broke\nmodel: openai/gpt-4o-mini\ncomputer: {enabled: false}\ntools: []\nlimits:\n  maxCostUsd: 0\n"))
+	te.agentd("", nil, "run", "broke", "loop")
+	for i := range 3 {
+		te.agentdOK("run", "alpha", fmt.Sprint("run ", i))
+	}
+	var broke struct{ Runs []RunSummary }
+	te.call("GET", "/v1/runs?agent=broke", nil, 200, &broke)
+	if len(broke.Runs) != 1 {
+		t.Fatalf("runs of broke: %+v", broke)
+	}
+	// The budget run is older than the first page of 2: the filter must look further.
+	if r := te.agentdOK("runs", "--status", "budget", "--limit", "2", "-q"); r.stdout != broke.Runs[0].RunID+"\n" {
+		t.Fatalf("runs --status budget --limit 2: %s", r)
+	}
+	r := te.agentdOK("runs", "--status", "complete", "--limit", "2", "--json")
+	runs, _ := jsonObject(t, r.stdout, "runs")["runs"].([]any)
+	if len(runs) != 2 {
+		t.Fatalf("runs --status complete --limit 2 --json: %s", r)
+	}
+	for _, x := range runs {
+		if m, _ := x.(map[string]any); m["status"] != "complete" || m["runId"] == nil || m["agent"] != "alpha" {
+			t.Fatalf("runs --json row: %v", x)
+		}
+	}
+	if r := te.agentdOK("runs", "--status", "timeout"); strings.Count(r.stdout, "\n") != 1 {
+		t.Fatalf("runs --status with no match: %s", r)
+	}
+
+	help := te.agentdOK("help").stdout
+	for _, cmd := range cliCommands() {
+		if !strings.Contains(help, "  "+cmd.name+" ") || !strings.Contains(help, "$ "+cmd.example+"\n") {
+			t.Errorf("help lacks %s or its example %q", cmd.name, cmd.example)
+		}
+	}
+
+	script := filepath.Join(t.TempDir(), "agentd.bash")
+	os.WriteFile(script, []byte(te.agentdOK("completion", "bash").stdout), 0o644)
+	complete := func(words ...string) []string {
+		t.Helper()
+		cmd := exec.Command("bash", "-c", `source "$1"; shift; COMP_WORDS=("$@"); COMP_CWORD=$(($#-1)); _agentd; printf '%s\n' "${COMPREPLY[@]}"`, "bash", script)
+		cmd.Args = append(cmd.Args, words...)
+		cmd.Env = []string{"AGENT_URL=" + te.url, "PATH=" + filepath.Dir(cliBinary(t)) + ":" + os.Getenv("PATH")}
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("bash completion of %v: %v\n%s", words, err, out)
+		}
+		return strings.Fields(string(out))
+	}
+	for _, c := range []string{"logs", "cancel"} {
+		if got := complete("agentd", c, "run_"); len(got) != 4 || !slices.Contains(got, broke.Runs[0].RunID) {
+			t.Errorf("completion after %s: %v", c, got)
+		}
+	}
+	if got := complete("agentd", "help", "d"); !slices.Equal(got, []string{"deny", "distill", "doctor"}) {
+		t.Errorf("completion after help: %v", got)
+	}
+	if got := complete("agentd", "run", ""); !slices.Equal(got, []string{"alpha", "broke"}) {
+		t.Errorf("completion after run: %v", got)
+	}
+}
