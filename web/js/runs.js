@@ -10,7 +10,7 @@ const STATUSES = ['running', 'complete', 'step_limit', 'budget', 'timeout', 'abo
 
 const columns = [
   ['Status', (r) => badge(r.status)],
-  ['Run', (r) => h('a', { href: '/runs/' + enc(r.runId) }, r.runId)],
+  ['Run', (r) => h('a.runid', { href: '/runs/' + enc(r.runId), title: r.runId }, r.runId)],
   ['Agent', (r) => h('a', { href: '/agents/' + enc(r.agent) }, r.agent)],
   ['Model', (r) => h('span.small', r.model), 'hide-narrow'],
   ['Steps', (r) => String(r.steps), 'num'],

@@ -42,8 +42,8 @@ export function ago(iso) {
   return pre + Math.round(a / 86400) + 'd' + sfx;
 }
 
-export const time = (iso) => h('time', { datetime: iso, title: iso ? new Date(iso).toLocaleString() : '' }, ago(iso));
-export const cost = (usd) => (usd ? '$' + (usd < 0.01 ? usd.toFixed(4) : usd.toFixed(3)) : '$0');
+export const time = (iso) => h('time', { datetime: iso, title: iso || '' }, ago(iso));
+export const cost = (usd) => (usd ? '$' + (usd < 0.01 ? String(+usd.toPrecision(2)) : usd.toFixed(3)) : '$0');
 export const num = (n) => (n || 0).toLocaleString('en-US');
 export function dur(ms) {
   if (ms === undefined || ms === null) return '';
