@@ -325,21 +325,14 @@ func (st *store) RunCountOf(ctx context.Context, agent string) (int, error) {
 
 // RunCounts returns the number of recorded runs per agent.
 func (st *store) RunCounts(ctx context.Context) (map[string]int, error) {
-	rows, err := st.db.QueryContext(ctx, `SELECT agent, COUNT(*) FROM runs GROUP BY agent`)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
 	out := map[string]int{}
-	for rows.Next() {
+	_, err := queryRows(ctx, st.db, func(r *sql.Rows) (n int, err error) {
 		var name string
-		var n int
-		if err := rows.Scan(&name, &n); err != nil {
-			return nil, err
-		}
+		err = r.Scan(&name, &n)
 		out[name] = n
-	}
-	return out, rows.Err()
+		return
+	}, `SELECT agent, COUNT(*) FROM runs GROUP BY agent`)
+	return out, err
 }
 
 // ---- computers ----
@@ -559,20 +552,14 @@ func (st *store) DeleteRun(ctx context.Context, id string) error {
 
 // RunningRuns returns the summaries of runs recorded as in flight (used at start to mark them aborted).
 func (st *store) RunningRuns(ctx context.Context) (map[string][]byte, error) {
-	rows, err := st.db.QueryContext(ctx, `SELECT id, summary FROM runs WHERE status = 'running'`)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
 	out := map[string][]byte{}
-	for rows.Next() {
-		var id, sum string
-		if err := rows.Scan(&id, &sum); err != nil {
-			return nil, err
-		}
-		out[id] = []byte(sum)
-	}
-	return out, rows.Err()
+	_, err := queryRows(ctx, st.db, func(r *sql.Rows) (sum []byte, err error) {
+		var id string
+		err = r.Scan(&id, &sum)
+		out[id] = sum
+		return
+	}, `SELECT id, summary FROM runs WHERE status = 'running'`)
+	return out, err
 }
 
 // NextRunEventSeq returns one past the highest stored event seq of a run.
