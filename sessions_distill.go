@@ -63,6 +63,7 @@ func (ss *sessionService) distill(ctx context.Context, t *Transcript, useModel b
 		}
 	}
 	step("scanning", 0.1)
+	t = ss.redacted(t)
 	d := ss.heuristic(t)
 	step("extracting", 0.4)
 	if useModel {
@@ -72,6 +73,48 @@ func (ss *sessionService) distill(ctx context.Context, t *Transcript, useModel b
 	}
 	step("merging", 0.8)
 	return ss.specOf(t, d)
+}
+
+// redacted is a copy of t with secrets, home paths and e-mail addresses replaced in the title, every text
+// and every tool input, before anything is cut or lowercased: a secret cut short or lowercased no longer
+// matches its pattern or the environment's value.
+func (ss *sessionService) redacted(t *Transcript) *Transcript {
+	red := ss.red.redactPersonal
+	c := *t
+	c.Title = red(t.Title)
+	c.Messages = make([]TranscriptMessage, len(t.Messages))
+	for i, m := range t.Messages {
+		m.Content = red(m.Content)
+		if m.ToolInput != nil {
+			var v any
+			if b, err := json.Marshal(m.ToolInput); err == nil && json.Unmarshal(b, &v) == nil {
+				m.ToolInput = redactValue(v, red)
+			} else {
+				m.ToolInput = nil
+			}
+		}
+		c.Messages[i] = m
+	}
+	return &c
+}
+
+// redactValue applies red to every string (keys too) of a decoded JSON value.
+func redactValue(v any, red func(string) string) any {
+	switch x := v.(type) {
+	case string:
+		return red(x)
+	case []any:
+		for i := range x {
+			x[i] = redactValue(x[i], red)
+		}
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[red(k)] = redactValue(e, red)
+		}
+		return out
+	}
+	return v
 }
 
 // heuristic reads what the conversation did.
@@ -116,21 +159,21 @@ func (ss *sessionService) heuristic(t *Transcript) Distilled {
 	d.Description = clip(oneLine(task), 200)
 	// Persona: the task, then instructions the user gave (imperative lines, or lines said twice).
 	persona := []string{"You are an agent that does this task again: " + clip(oneLine(firstNonEmpty(firstOf(users), task)), 400) + "."}
-	seenLine := map[string]int{}
+	seen, said := map[string]int{}, []string{} // lines by their lowercase form; each first spelling, in order
 	for _, u := range users {
 		for _, line := range strings.Split(u, "\n") {
 			if l := strings.TrimSpace(line); len(l) > 8 && len(l) < 300 {
-				seenLine[strings.ToLower(l)]++
+				if seen[strings.ToLower(l)]++; seen[strings.ToLower(l)] == 2 {
+					said = append(said, l)
+				}
 				if imperative.MatchString(l) && !slices.Contains(persona, l) {
 					persona = append(persona, l)
 				}
 			}
 		}
 	}
-	for l, n := range seenLine {
-		if n > 1 {
-			persona = append(persona, "The user said more than once: "+l)
-		}
+	for _, l := range said {
+		persona = append(persona, "The user said more than once: "+l)
 	}
 	d.Persona = strings.Join(persona[:min(len(persona), 12)], "\n")
 	// Knowledge: long pasted reference text.

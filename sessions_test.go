@@ -263,9 +263,27 @@ func TestDiscoverSessions(t *testing.T) {
 	}
 }
 
+// distillEnvKey is the provider key the distill tests give the server. testdata/sessions/claude-code.jsonl's
+// first user message holds it, with a GitHub token and an AWS key id: the key has a shape no pattern knows,
+// so only the lookup of the server's environment catches it.
+const distillEnvKey = "gw-7Qm2Lx9Vb4Tn8Rk1Hc6Jd3Pz5"
+
+// leaks returns what identifies a person or grants access that s holds, in any case: the fixtures'
+// e-mail and home path and the planted secrets, each by its first characters, so a secret cut short (and
+// no longer matching its pattern) or lowercased still counts.
+func leaks(s string) []string {
+	var out []string
+	for _, l := range []string{"ana@example.com", "/home/ana", "ghp_R8x2Kq7L", "AKIAQX4TJ2", distillEnvKey[:12]} {
+		if strings.Contains(strings.ToLower(s), strings.ToLower(l)) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
 // Every fixture distils to a spec POST /v1/agents/validate accepts, with no secret, home path or e-mail.
 func TestDistillFixtures(t *testing.T) {
-	ts := newTestServer(t, withEnv(map[string]string{"OPENAI_API_KEY": "sk-proj-DISTILLSECRET0123456789abcdefghij"}))
+	ts := newTestServer(t, withEnv(map[string]string{"OPENAI_API_KEY": distillEnvKey}))
 	files, _ := filepath.Glob("testdata/sessions/*")
 	for _, f := range files {
 		tr := importFile(t, ts, f)
@@ -279,10 +297,10 @@ func TestDistillFixtures(t *testing.T) {
 		if v := ts.do("POST", "/v1/agents/validate", map[string]any{"yaml": yaml}).json(t); v["ok"] != true {
 			t.Errorf("%s: the distilled spec does not validate: %v\n%s", f, v["issues"], yaml)
 		}
-		all := string(res.body)
-		for _, leak := range []string{"ana@example.com", "/home/ana", "DISTILLSECRET"} {
-			if strings.Contains(all, leak) {
-				t.Errorf("%s: %q reached the answer", f, leak)
+		specJSON, _ := json.Marshal(out["spec"])
+		for what, text := range map[string]string{"spec": string(specJSON), "yaml": yaml, "answer": string(res.body)} {
+			if l := leaks(text); l != nil {
+				t.Errorf("%s: %v reached the %s", f, l, what)
 			}
 		}
 		spec := out["spec"].(map[string]any)
@@ -301,6 +319,29 @@ func TestDistillFixtures(t *testing.T) {
 		spec["computer"].(map[string]any)["flavor"] != "python" || !strings.Contains(d["persona"].(string), "Always run pytest after a change") ||
 		len(d["examples"].([]any)) == 0 || spec["model"] != "sonnet" {
 		t.Errorf("claude-code distilled: %v\n%v", d, spec)
+	}
+	// The planted secrets are in the imported transcript (the import keeps the user's words), so their
+	// absence above is the redaction's doing.
+	if l := leaks(fmt.Sprint(tr["messages"])); len(l) != 5 {
+		t.Fatalf("the fixture lost its planted secrets: only %v", l)
+	}
+	// The stream's frames do not carry them either.
+	st := ts.sse("POST", "/v1/sessions/distill/stream", map[string]any{"transcriptId": tr["id"]})
+	for ev := st.next(); ev != nil; ev = st.next() {
+		if b, _ := json.Marshal(ev); leaks(string(b)) != nil {
+			t.Errorf("stream frame %s leaks %v", b, leaks(string(b)))
+		}
+	}
+	// Secrets are caught before anything is cut or lowercased: an AWS key id across the persona's
+	// 400-character cut, and a line said twice (quoted back in the persona) holding the provider key.
+	said := "Use the gateway key " + distillEnvKey + " for every call"
+	res := ts.do("POST", "/v1/sessions/distill", map[string]any{"transcript": map[string]any{"source": "jsonl", "messages": []any{
+		map[string]any{"role": "user", "content": strings.Repeat("context ", 48) + "AKIAQX4TJ2N7VR5LKW3M\n" + said},
+		map[string]any{"role": "assistant", "content": "Noted."},
+		map[string]any{"role": "user", "content": said},
+		map[string]any{"role": "assistant", "content": "Will do."}}}})
+	if l := leaks(string(res.body)); res.status != 200 || l != nil {
+		t.Errorf("cut or lowercased secrets: %d, %v in %s", res.status, l, res.body)
 	}
 	// An inline transcript works too.
 	if res := ts.do("POST", "/v1/sessions/distill", map[string]any{"transcript": map[string]any{"source": "jsonl",
@@ -339,12 +380,10 @@ func TestDistillUseModel(t *testing.T) {
 	answer := `{"name":"date-fixer","description":"Fixes date bugs","persona":"You fix date bugs and run pytest.","knowledge":[],"examples":[{"user":"fix it","assistant":"done"}]}`
 	so := newScriptedOpenAI(t, func(r scriptReq) scriptReply {
 		calls++
-		if strings.Contains(r.all(), "ana@example.com") || strings.Contains(r.all(), "/home/ana") {
-			return scriptReply{text: "LEAKED"}
-		}
 		return scriptReply{text: answer}
 	})
-	te := newE2E(t, so, "")
+	home := t.TempDir()
+	te := newE2E(t, so, home, withEnv(map[string]string{"OPENAI_API_KEY": distillEnvKey, "OPENAI_BASE_URL": so.URL, "HOME": home}))
 	out := te.call("POST", "/v1/sessions/import", map[string]any{"content": mustReadFile(t, "testdata/sessions/claude-code.jsonl")}, 200, nil).json(t)
 	id := out["transcript"].(map[string]any)["id"]
 	for _, v := range []any{"true", 1, false, nil} {
@@ -357,6 +396,18 @@ func TestDistillUseModel(t *testing.T) {
 	d := res["distilled"].(map[string]any)
 	if calls != 1 || d["name"] != "date-fixer" || d["persona"] != "You fix date bugs and run pytest." || res["spec"].(map[string]any)["name"] != "date-fixer" {
 		t.Fatalf("useModel: calls %d, %v", calls, d)
+	}
+	// What the model was sent holds the conversation (the model's request reached the fake server with
+	// the transcript in it) but none of the planted secrets, the e-mail or the home path.
+	reqs := so.requests()
+	if len(reqs) != 1 || !strings.Contains(reqs[0].all(), "Always run pytest after a change") || leaks(reqs[0].all()) != nil {
+		t.Fatalf("the model's request leaks %v: %s", leaks(reqs[0].all()), reqs[0].all())
+	}
+	// A model that writes a secret back into its fields does not get it into the spec.
+	answer = `{"name":"date-fixer","description":"Fixes date bugs","persona":"You fix date bugs. Push with ghp_R8x2Kq7LmN4vT9wZ3bY6cF1hJ5sD0gA2eU7i and ` + distillEnvKey + `.","knowledge":[{"title":"AWS","content":"AKIAQX4TJ2N7VR5LKW3M"}],"examples":[]}`
+	raw := te.do("POST", "/v1/sessions/distill", map[string]any{"transcriptId": id, "useModel": true, "model": "openai/gpt-4o-mini"})
+	if d := raw.json(t)["distilled"].(map[string]any); !strings.HasPrefix(d["persona"].(string), "You fix date bugs.") || leaks(string(raw.body)) != nil {
+		t.Fatalf("the model's secrets reached the spec: %v in %s", leaks(string(raw.body)), raw.body)
 	}
 	answer = "not JSON at all"
 	res = te.do("POST", "/v1/sessions/distill", map[string]any{"transcriptId": id, "useModel": true, "model": "openai/gpt-4o-mini"}).json(t)
