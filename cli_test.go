@@ -892,3 +892,129 @@ func TestCLIRunsStatusHelpAndCompletion(t *testing.T) {
 		t.Errorf("completion after run: %v", got)
 	}
 }
+
+// latestRun is the newest run of an agent, as the server lists it.
+func (te *testServer) latestRun(agent string) RunSummary {
+	var out struct{ Runs []RunSummary }
+	te.call("GET", "/v1/runs?agent="+agent, nil, 200, &out)
+	if len(out.Runs) == 0 {
+		return RunSummary{}
+	}
+	return out.Runs[0]
+}
+
+// Ctrl-C on run exits 130 and aborts the run on the server; cancel stops a run in flight.
+func TestCLIInterruptAndCancel(t *testing.T) {
+	te := newE2E(t, cliModel(t), "")
+	r := te.agentdOK("apply", "--json", writeSpec(t, "name: sleepy\nmodel: openai/gpt-4o-mini\ncomputer: {enabled: false}\ntools: []\n"))
+	if m := jsonObject(t, r.stdout, "name", "model", "tools", "updatedAt", "runCount"); m["name"] != "sleepy" {
+		t.Fatalf("apply --json: %s", r)
+	}
+
+	p := te.agentdStart(nil, "run", "sleepy", "hang")
+	var run RunSummary
+	eventually(t, "the run underway", func() bool { run = te.latestRun("sleepy"); return run.Status == "running" })
+	p.cmd.Process.Signal(os.Interrupt)
+	if r := p.wait(t); r.code != 130 {
+		t.Fatalf("run after Ctrl-C: %s", r)
+	}
+	eventually(t, "the run aborted on the server", func() bool {
+		got := te.latestRun("sleepy")
+		return got.RunID == run.RunID && got.Status == "aborted"
+	})
+
+	// cancel --json of a run in flight: the API's body.
+	id := strings.TrimSpace(te.agentdOK("run", "--detach", "sleepy", "hang").stdout)
+	eventually(t, "the detached run underway", func() bool { run = te.latestRun("sleepy"); return run.RunID == id && run.Status == "running" })
+	r = te.agentdOK("cancel", "--json", id)
+	if m := jsonObject(t, r.stdout, "runId", "cancelled", "status"); m["runId"] != id || m["cancelled"] != true || m["status"] != "aborted" {
+		t.Fatalf("cancel --json: %s", r)
+	}
+	if run = te.latestRun("sleepy"); run.Status != "aborted" {
+		t.Fatalf("after cancel: %+v", run)
+	}
+	r = te.agentdOK("logs", "--json", id)
+	var types []string
+	for _, line := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
+		types = append(types, jsonObject(t, line, "type")["type"].(string))
+	}
+	if types[0] != "run_start" || types[len(types)-1] != "run_end" {
+		t.Fatalf("logs --json of a cancelled run: %v", types)
+	}
+	// cancel in text; again: nothing left to cancel.
+	id = strings.TrimSpace(te.agentdOK("run", "--detach", "sleepy", "hang").stdout)
+	eventually(t, "the detached run underway", func() bool { run = te.latestRun("sleepy"); return run.RunID == id && run.Status == "running" })
+	if r := te.agentdOK("cancel", id); r.stdout != id+" aborted\n" {
+		t.Fatalf("cancel: %s", r)
+	}
+	r = te.agentdOK("cancel", "--json", id)
+	if m := jsonObject(t, r.stdout, "runId", "cancelled", "status"); m["cancelled"] != false || m["status"] != "aborted" {
+		t.Fatalf("cancel --json of a finished run: %s", r)
+	}
+}
+
+// --json on the commands that make things prints the API's body; distill --json is {distilled, spec, yaml}.
+func TestCLIJSONShapes(t *testing.T) {
+	te := newE2E(t, cliModel(t), "")
+	r := te.agentdOK("up", "--json", "--name", "jbox")
+	up := jsonObject(t, r.stdout, "id", "name", "provider", "state", "isolated", "isolationKind", "image", "workdir", "createdAt", "spec", "ports")
+	if up["name"] != "jbox" || up["state"] != "running" || !strings.Contains(r.stderr, "creating a computer") {
+		t.Fatalf("up --json: %s", r)
+	}
+	r = te.agentdOK("port", "--json", "jbox", "8080")
+	if m := jsonObject(t, r.stdout, "hostPort", "url", "reachable"); !strings.HasPrefix(fmt.Sprint(m["url"]), "http://127.0.0.1:") {
+		t.Fatalf("port --json: %s", r)
+	}
+	abs, _ := filepath.Abs("testdata/sessions/claude-code.jsonl")
+	r = te.agentdOK("distill", "--json", abs)
+	m := jsonObject(t, r.stdout, "distilled", "spec", "yaml")
+	if len(m) != 3 || !strings.HasPrefix(fmt.Sprint(m["yaml"]), "apiVersion: agent/v1\n") || !strings.Contains(r.stderr, "distilling:") {
+		t.Fatalf("distill --json: %s", r)
+	}
+	if spec, _ := m["spec"].(map[string]any); spec["name"] != "fix-the-failing-date-test" {
+		t.Fatalf("distill --json spec: %v", m["spec"])
+	}
+}
+
+// Colour only on a terminal, never with NO_COLOR.
+func TestCLINoColor(t *testing.T) {
+	te := newE2E(t, cliModel(t), "")
+	te.agentdOK("apply", writeSpec(t, "name: alpha\nmodel: openai/gpt-4o-mini\ncomputer: {enabled: false}\ntools: []\n"))
+	onTerminal := func(env ...string) string {
+		t.Helper()
+		master, slave := openPTY(t)
+		cmd := exec.Command(cliBinary(t), "agents")
+		cmd.Env = append([]string{"AGENT_URL=" + te.url, "PATH=" + os.Getenv("PATH")}, env...)
+		cmd.Stdout, cmd.Stderr = slave, slave
+		var screen syncBuffer
+		go io.Copy(&screen, master)
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("agents on a terminal: %v\n%s", err, screen.String())
+		}
+		eventually(t, "the table on the terminal", func() bool { return strings.Contains(screen.String(), "alpha ") })
+		return screen.String()
+	}
+	if out := onTerminal(); !strings.Contains(out, "\x1b[1mNAME") {
+		t.Fatalf("no colour on a terminal: %q", out)
+	}
+	if out := onTerminal("NO_COLOR=1"); strings.Contains(out, "\x1b[") || !strings.Contains(out, "NAME") {
+		t.Fatalf("colour with NO_COLOR: %q", out)
+	}
+	if r := te.agentdOK("agents"); strings.Contains(r.stdout, "\x1b[") {
+		t.Fatalf("colour in a pipe: %q", r.stdout)
+	}
+}
+
+// serve with a bad flag: one line naming it and serve's usage, without Go's flag dump.
+func TestCLIServeBadFlag(t *testing.T) {
+	cmd := exec.Command(cliBinary(t), "serve", "--frob")
+	cmd.Env = []string{"AGENT_HOME=" + t.TempDir(), "PATH=" + os.Getenv("PATH")}
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	ee, _ := err.(*exec.ExitError)
+	want := "agentd: flag provided but not defined: -frob\n\nusage: agentd serve "
+	if ee == nil || ee.ExitCode() != 2 || !strings.HasPrefix(errb.String(), want) || strings.Count(errb.String(), "\n") != 3 || out.Len() != 0 {
+		t.Fatalf("serve --frob: %v\nstdout: %s\nstderr: %s", err, out.String(), errb.String())
+	}
+}

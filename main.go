@@ -226,7 +226,7 @@ func newLogger(cfg config, stderr io.Writer) *slog.Logger {
 
 func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(io.Discard) // the error is printed once, with serveUsage
 	host := fs.String("host", "", "address to bind (default 127.0.0.1)")
 	port := fs.Int("port", -1, "port to bind (default 7377; 0 picks a free one)")
 	home := fs.String("home", "", "data directory (default $AGENT_HOME or ~/.agentd)")
