@@ -959,47 +959,26 @@ complete -F _agentd agentd
 
 // complete prints names for shell completion (the hidden `agentd __complete agents|runs|approvals|computers`).
 func (c *cli) complete(args []string) error {
+	lists := map[string]struct {
+		path   string
+		fields []string // printed when not empty
+	}{
+		"agents": {"/v1/agents", []string{"name"}}, "runs": {"/v1/runs?limit=100", []string{"runId"}},
+		"approvals": {"/v1/approvals", []string{"approvalId"}}, "computers": {"/v1/computers", []string{"id", "name"}},
+	}
 	if len(args) != 1 {
 		return nil
 	}
-	switch args[0] {
-	case "agents":
-		var out struct {
-			Agents []AgentSummary `json:"agents"`
-		}
-		if c.call("GET", "/v1/agents", nil, &out) == nil {
-			for _, a := range out.Agents {
-				fmt.Fprintln(c.stdout, a.Name)
-			}
-		}
-	case "runs":
-		var out struct {
-			Runs []RunSummary `json:"runs"`
-		}
-		if c.call("GET", "/v1/runs?limit=100", nil, &out) == nil {
-			for _, r := range out.Runs {
-				fmt.Fprintln(c.stdout, r.RunID)
-			}
-		}
-	case "approvals":
-		var out struct {
-			Approvals []PendingApproval `json:"approvals"`
-		}
-		if c.call("GET", "/v1/approvals", nil, &out) == nil {
-			for _, a := range out.Approvals {
-				fmt.Fprintln(c.stdout, a.ApprovalID)
-			}
-		}
-	case "computers":
-		var out struct {
-			Computers []ComputerInfo `json:"computers"`
-		}
-		if c.call("GET", "/v1/computers", nil, &out) == nil {
-			for _, m := range out.Computers {
-				fmt.Fprintln(c.stdout, m.ID)
-				if m.Name != "" {
-					fmt.Fprintln(c.stdout, m.Name)
-				}
+	l, ok := lists[args[0]]
+	var out map[string]json.RawMessage
+	var rows []map[string]any
+	if !ok || c.call("GET", l.path, nil, &out) != nil || json.Unmarshal(out[args[0]], &rows) != nil {
+		return nil
+	}
+	for _, row := range rows {
+		for _, f := range l.fields {
+			if s, _ := row[f].(string); s != "" {
+				fmt.Fprintln(c.stdout, s)
 			}
 		}
 	}
