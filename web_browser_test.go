@@ -224,6 +224,11 @@ func (p *cdpPage) event(method string, params json.RawMessage) {
 		if ev.Entry.Level == "error" {
 			problem = "log error: " + ev.Entry.Text + " " + ev.Entry.URL
 		}
+	case "Page.javascriptDialogOpening": // confirm() before destroy/delete: accept, without waiting here
+		go func() {
+			b, _ := json.Marshal(map[string]any{"id": 1 << 30, "method": "Page.handleJavaScriptDialog", "params": map[string]any{"accept": true}})
+			websocket.Message.Send(p.ws, string(b))
+		}()
 	case "Network.requestWillBeSent":
 		p.urls[ev.RequestID] = ev.Request.URL
 	case "Network.responseReceived":
@@ -413,8 +418,9 @@ func TestDashboardBrowser(t *testing.T) {
 	te.createAgent(map[string]any{"name": "careful", "guardrails": map[string]any{"approvalMode": "ask"},
 		"triggers": []any{map[string]any{"type": "http"}, map[string]any{"type": "cron", "schedule": "0 9 * * *", "prompt": "morning"},
 			map[string]any{"type": "webhook", "path": "/github", "secret": "webhook-secret-0123456789"}, map[string]any{"type": "webhook", "path": "/open"}}})
-	if res := te.run("helper", map[string]any{"input": "hello there"}); res["stopReason"] != "complete" {
-		t.Fatalf("helper run: %v", res)
+	helperRun := te.run("helper", map[string]any{"input": "hello there"})
+	if helperRun["stopReason"] != "complete" {
+		t.Fatalf("helper run: %v", helperRun)
 	}
 	box := te.call("POST", "/v1/computers", map[string]any{"name": "dash-box"}, 201, nil).json(t)
 	boxID := box["id"].(string)
@@ -450,14 +456,16 @@ func TestDashboardBrowser(t *testing.T) {
 	}
 	p.clickOn(`#spec-issues li`) // moves the caret to the issue's line
 	p.waitFor("the caret on the issue's line", `(() => { const ta = document.querySelector('.editor textarea'); return ta.value.slice(ta.selectionStart, ta.selectionEnd).includes('maxSteps: 900'); })()`)
+	p.eval(`(() => { const i = document.querySelector('main form textarea'); i.value = 'streamed please'; i.form.requestSubmit(); return true; })()`)
+	p.waitFor("the run streamed into the page", `document.querySelectorAll('.timeline').length && document.querySelector('.timeline').innerText.includes('tool-said-streamed') && document.querySelector('.timeline').innerText.includes('Run ended')`)
 	p.screenshot(shots, "agent-editor")
 	p.clean("agents")
 
 	// Runs: the list and the finished run's timeline with its tool call, arguments and output.
 	p.clickOn(`nav a[href="/runs"]`)
-	p.waitFor("runs list", `location.pathname === '/runs' && document.querySelectorAll('main tbody tr').length >= 2`)
+	p.waitFor("runs list", `location.pathname === '/runs' && document.querySelectorAll('main tbody tr').length >= 3`)
 	p.screenshot(shots, "runs")
-	p.eval(`[...document.querySelectorAll('main tbody tr')].find((tr) => tr.innerText.includes('helper')).querySelector('a[href^="/runs/"]').click()`)
+	p.eval(`document.querySelector('main tbody a[href="/runs/` + helperRun["runId"].(string) + `"]').click(), true`)
 	p.waitFor("run timeline", `/^\/runs\/run/.test(location.pathname) && document.querySelector('.timeline') && document.querySelector('.timeline').innerText.includes('shell') && document.querySelector('.timeline').innerText.includes('tool-said-hello') && document.querySelector('.timeline').innerText.includes('Run ended')`)
 	p.screenshot(shots, "run")
 	p.call("Emulation.setEmulatedMedia", map[string]any{"features": []any{map[string]any{"name": "prefers-color-scheme", "value": "dark"}}})
@@ -485,6 +493,16 @@ func TestDashboardBrowser(t *testing.T) {
 	// Computers: the list, then the machine: terminal, exec, files.
 	p.clickOn(`nav a[href="/computers"]`)
 	p.waitFor("machines", `document.querySelector('main').innerText.includes('dash-box')`)
+	p.eval(`(() => { const f = document.querySelector('main form'); f.querySelector('input').value = 'ui-box'; f.requestSubmit(); return true; })()`)
+	row := `[...document.querySelectorAll('main tbody tr')].find((tr) => tr.innerText.includes('ui-box'))`
+	p.waitFor("the machine made in the page", row+` && `+row+`.innerText.includes('running')`)
+	p.eval(`document.getElementById('c-all').click(), true`)
+	p.eval(`[...` + row + `.querySelectorAll('button')].find((b) => b.textContent === 'Stop').click(), true`)
+	p.waitFor("stopped", row+` && `+row+`.innerText.includes('stopped')`)
+	p.eval(`[...` + row + `.querySelectorAll('button')].find((b) => b.textContent === 'Start').click(), true`)
+	p.waitFor("started again", row+` && `+row+`.innerText.includes('running')`)
+	p.eval(`[...` + row + `.querySelectorAll('button')].find((b) => b.textContent === 'Destroy').click(), true`)
+	p.waitFor("destroyed", `!`+row)
 	p.screenshot(shots, "computers")
 	te.call("PUT", "/v1/computers/"+boxID+"/fs/write?path=/work/hello.txt", "made by the test", 204, nil)
 	p.clickOn(`main a[href="/computers/` + boxID + `"]`)
