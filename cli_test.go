@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -1016,5 +1017,123 @@ func TestCLIServeBadFlag(t *testing.T) {
 	want := "agentd: flag provided but not defined: -frob\n\nusage: agentd serve "
 	if ee == nil || ee.ExitCode() != 2 || !strings.HasPrefix(errb.String(), want) || strings.Count(errb.String(), "\n") != 3 || out.Len() != 0 {
 		t.Fatalf("serve --frob: %v\nstdout: %s\nstderr: %s", err, out.String(), errb.String())
+	}
+}
+
+// blipProxy forwards TCP to the server and can cut every open connection (a network blip).
+type blipProxy struct {
+	ln    net.Listener
+	mu    sync.Mutex
+	conns []net.Conn
+	n     int // connections accepted
+}
+
+func newBlipProxy(t *testing.T, target string) *blipProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &blipProxy{ln: ln}
+	t.Cleanup(func() { ln.Close(); p.cut() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns, p.n = append(p.conns, c, s), p.n+1
+			p.mu.Unlock()
+			go func() { io.Copy(s, c); s.Close() }()
+			go func() { io.Copy(c, s); c.Close() }()
+		}
+	}()
+	return p
+}
+
+func (p *blipProxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+}
+
+func (p *blipProxy) accepted() int { p.mu.Lock(); defer p.mu.Unlock(); return p.n }
+
+// logs -f reconnects after a network blip and resumes after the last event it saw: nothing twice,
+// nothing missed.
+func TestCLILogsFollowResumesAfterABlip(t *testing.T) {
+	te := newE2E(t, cliModel(t), "")
+	te.agentdOK("apply", writeSpec(t, "name: careful\nmodel: openai/gpt-4o-mini\nguardrails:\n  approvalMode: ask\n"))
+	id := strings.TrimSpace(te.agentdOK("run", "--detach", "careful", "shell please").stdout)
+	apr := te.pendingApproval(id)
+	proxy := newBlipProxy(t, strings.TrimPrefix(te.url, "http://"))
+	f := te.agentdStart([]string{"AGENT_URL=http://" + proxy.ln.Addr().String()}, "logs", "-f", "--json", id)
+	eventually(t, "the follower's approval line", func() bool { return strings.Contains(f.stdout.String(), `"approval_required"`) })
+	proxy.cut()
+	eventually(t, "the follower reconnected", func() bool { return proxy.accepted() >= 2 })
+	te.agentdOK("approve", apr)
+	res := f.wait(t)
+	if res.code != 0 {
+		t.Fatalf("logs -f across a blip: %s", res)
+	}
+	counts := map[string]int{}
+	seqs := map[any]bool{}
+	for _, line := range strings.Split(strings.TrimSpace(res.stdout), "\n") {
+		ev := jsonObject(t, line, "type")
+		counts[ev["type"].(string)]++
+		if seq, ok := ev["seq"]; ok {
+			if seqs[seq] {
+				t.Errorf("event %v twice", seq)
+			}
+			seqs[seq] = true
+		}
+	}
+	if counts["run_start"] != 1 || counts["approval_required"] != 1 || counts["run_end"] != 1 || counts["tool_end"] != 1 {
+		t.Fatalf("events across the blip: %v\n%s", counts, res)
+	}
+}
+
+// run on a terminal asks on an approval and sends the answer typed.
+func TestCLIRunAsksOnATerminal(t *testing.T) {
+	te := newE2E(t, cliModel(t), "")
+	te.agentdOK("apply", writeSpec(t, "name: careful\nmodel: openai/gpt-4o-mini\nguardrails:\n  approvalMode: ask\n"))
+	for _, tc := range []struct{ answer, want, not string }{
+		{"y", "\n  from-the-tool", "denied: shell"},
+		{"n", "denied: shell", "\n  from-the-tool"},
+	} {
+		master, slave := openPTY(t)
+		cmd := exec.Command(cliBinary(t), "run", "careful", "shell please")
+		cmd.Env = []string{"AGENT_URL=" + te.url, "PATH=" + os.Getenv("PATH"), "NO_COLOR=1"}
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
+		var screen syncBuffer
+		go io.Copy(&screen, master)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		waited := make(chan error, 1)
+		go func() { waited <- cmd.Wait() }()
+		eventually(t, "the question", func() bool { return strings.Contains(screen.String(), "approve? [y/N] ") })
+		master.Write([]byte(tc.answer + "\r"))
+		select {
+		case err := <-waited:
+			if err != nil {
+				t.Fatalf("run answered %q: %v\n%s", tc.answer, err, screen.String())
+			}
+		case <-time.After(60 * time.Second):
+			cmd.Process.Kill()
+			t.Fatalf("run answered %q did not end:\n%s", tc.answer, screen.String())
+		}
+		eventually(t, "the run's end on the terminal", func() bool { return strings.Contains(screen.String(), "echo: shell please") })
+		if out := strings.ReplaceAll(screen.String(), "\r\n", "\n"); !strings.Contains(out, tc.want) || strings.Contains(out, tc.not) {
+			t.Fatalf("run answered %q:\n%s", tc.answer, out)
+		}
 	}
 }
