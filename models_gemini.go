@@ -309,7 +309,7 @@ func (m *modelService) geminiModels(ctx context.Context, c candidate) ([]string,
 			Methods []string `json:"supportedGenerationMethods"`
 		} `json:"models"`
 	}
-	if err := m.getJSON(ctx, c, c.base+"/models?pageSize=1000", map[string]string{"x-goog-api-key": c.key}, &r); err != nil {
+	if err := m.getJSON(ctx, c, c.base+"/models?pageSize=1000", nil, map[string]string{"x-goog-api-key": c.key}, &r); err != nil {
 		return nil, nil, err
 	}
 	var names []string

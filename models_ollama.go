@@ -197,7 +197,7 @@ func (m *modelService) ollamaModels(ctx context.Context, c candidate) ([]string,
 			Model string `json:"model"`
 		} `json:"models"`
 	}
-	if err := m.getJSON(ctx, c, c.base+"/api/tags", nil, &r); err != nil {
+	if err := m.getJSON(ctx, c, c.base+"/api/tags", nil, nil, &r); err != nil {
 		return nil, nil, err
 	}
 	names := make([]string, 0, len(r.Models))
@@ -218,20 +218,11 @@ func (m *modelService) ollamaModels(ctx context.Context, c candidate) ([]string,
 
 // ollamaShow reads a model's context window and capabilities (POST /api/show).
 func (m *modelService) ollamaShow(ctx context.Context, c candidate, name string) (ModelInfo, error) {
-	resp, err := m.send(ctx, c, http.MethodPost, c.base+"/api/show", map[string]any{"model": name}, nil)
-	if err != nil {
-		return ModelInfo{}, err
-	}
-	defer resp.Body.Close()
 	var r struct {
 		Capabilities []string       `json:"capabilities"`
 		ModelInfo    map[string]any `json:"model_info"`
 	}
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
-	if err != nil {
-		return ModelInfo{}, err
-	}
-	if err := json.Unmarshal(b, &r); err != nil {
+	if err := m.getJSON(ctx, c, c.base+"/api/show", map[string]any{"model": name}, nil, &r); err != nil {
 		return ModelInfo{}, err
 	}
 	mi := infoFor(c.prov, name)
@@ -246,9 +237,7 @@ func (m *modelService) ollamaShow(ctx context.Context, c candidate, name string)
 		mi.SupportsTools = slices.Contains(r.Capabilities, "tools")
 		mi.SupportsVision = slices.Contains(r.Capabilities, "vision")
 	}
-	if mi.MaxOutputTokens > mi.ContextWindow {
-		mi.MaxOutputTokens = mi.ContextWindow
-	}
+	mi.MaxOutputTokens = min(mi.MaxOutputTokens, mi.ContextWindow)
 	mi.DisplayName = name + " (Ollama, " + strconv.Itoa(mi.ContextWindow/1024) + "k)"
 	return mi, nil
 }

@@ -489,7 +489,7 @@ func (m *modelService) listDataIDs(ctx context.Context, c candidate, url string,
 			ID string `json:"id"`
 		} `json:"data"`
 	}
-	if err := m.getJSON(ctx, c, url, headers, &r); err != nil {
+	if err := m.getJSON(ctx, c, url, nil, headers, &r); err != nil {
 		return nil, nil, err
 	}
 	names := make([]string, 0, len(r.Data))

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -197,12 +198,8 @@ func (m *modelService) listModels(ctx context.Context, p *providerDef) ([]string
 // chatModel filters ids that are not chat models out of a provider's list (embeddings, audio, images).
 func chatModel(id string) bool {
 	id = strings.ToLower(id)
-	for _, bad := range []string{"embed", "whisper", "tts", "dall-e", "moderation", "transcribe", "audio", "image", "realtime", "search", "rerank", "guard"} {
-		if strings.Contains(id, bad) {
-			return false
-		}
-	}
-	return true
+	return !slices.ContainsFunc([]string{"embed", "whisper", "tts", "dall-e", "moderation", "transcribe", "audio", "image",
+		"realtime", "search", "rerank", "guard"}, func(bad string) bool { return strings.Contains(id, bad) })
 }
 
 // orderNames puts catalog models first (catalog order), then the rest sorted.
@@ -226,9 +223,14 @@ func orderNames(provider string, names []string) []string {
 	return append(out, rest...)
 }
 
-// getJSON performs a GET and decodes a JSON answer, turning failures into upstreamErrors.
-func (m *modelService) getJSON(ctx context.Context, c candidate, url string, headers map[string]string, v any) error {
-	resp, err := m.send(ctx, c, http.MethodGet, url, nil, headers)
+// getJSON performs a GET (a POST when body is not nil) and decodes a JSON answer, turning failures into
+// upstreamErrors.
+func (m *modelService) getJSON(ctx context.Context, c candidate, url string, body any, headers map[string]string, v any) error {
+	method := http.MethodGet
+	if body != nil {
+		method = http.MethodPost
+	}
+	resp, err := m.send(ctx, c, method, url, body, headers)
 	if err != nil {
 		return err
 	}
