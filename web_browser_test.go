@@ -635,7 +635,8 @@ func TestDashboardBrowserRunsAtScale(t *testing.T) {
 	p.clickOn(`main button:not([hidden])`) // load more
 	p.waitFor("the next page", `document.querySelectorAll('main tbody tr').length >= 400`)
 	p.clean("runs at scale")
-	t.Logf("first load of / (HTML, CSS, JS; gzip, headers included): %.1f KB in %d requests", first.total/1024, first.n)
+	t.Logf("first load of / over the wire (gzip, headers included): the page (HTML, CSS, JS) %.1f KB in %d requests; with the overview's API answers %.1f KB in %d requests",
+		first.page/1024, first.pageN, first.total/1024, first.n)
 	t.Logf("runs view with 1,000 runs stored: first render (%v rows) %s after navigation start; GET /v1/runs?limit=200 took %v ms", rows, strings.Join(times, ", "),
 		p.eval(`Math.round(performance.getEntriesByType('resource').find((e) => e.name.includes('/v1/runs?')).duration)`))
 	var all, xterm int
@@ -655,8 +656,8 @@ func TestDashboardBrowserRunsAtScale(t *testing.T) {
 }
 
 type transfer struct {
-	total float64
-	n     int
+	total, page, api float64 // page: the HTML, CSS and JS; api: /v1 and /health answers
+	n, pageN         int
 }
 
 // sumBytes totals and resets the bytes received per URL since the last call.
@@ -665,9 +666,16 @@ func sumBytes(p *cdpPage) transfer {
 	defer p.mu.Unlock()
 	var tr transfer
 	for u, b := range p.bytes {
-		if strings.HasPrefix(u, "http") {
-			tr.total += b
-			tr.n++
+		if !strings.HasPrefix(u, "http") {
+			continue
+		}
+		tr.total += b
+		tr.n++
+		if strings.Contains(u, "/v1/") || strings.HasSuffix(u, "/health") {
+			tr.api += b
+		} else {
+			tr.page += b
+			tr.pageN++
 		}
 	}
 	p.bytes = map[string]float64{}
