@@ -30,7 +30,7 @@ type memoryService struct {
 
 	mu    sync.Mutex
 	procs map[string][]ModelMessage // backend "memory"
-	files sync.Map                  // agent → *sync.Mutex, serialises appends to one jsonl file
+	files keyedMutex                // per agent: serialises the reads and appends of its jsonl file
 }
 
 func newMemoryService(st *store, home string) *memoryService {
@@ -102,15 +102,8 @@ func (m *memoryService) filePath(agent string) string {
 	return filepath.Join(m.dir, filepath.Base(agent)+".jsonl")
 }
 
-func (m *memoryService) fileLock(agent string) *sync.Mutex {
-	mu, _ := m.files.LoadOrStore(agent, &sync.Mutex{})
-	return mu.(*sync.Mutex)
-}
-
 func (m *memoryService) loadFile(agent string) ([]ModelMessage, error) {
-	mu := m.fileLock(agent)
-	mu.Lock()
-	defer mu.Unlock()
+	defer m.files.lock(agent)()
 	b, err := os.ReadFile(m.filePath(agent))
 	if os.IsNotExist(err) {
 		return nil, nil
@@ -139,9 +132,7 @@ func (m *memoryService) loadFile(agent string) ([]ModelMessage, error) {
 }
 
 func (m *memoryService) appendFile(agent string, msgs []ModelMessage) error {
-	mu := m.fileLock(agent)
-	mu.Lock()
-	defer mu.Unlock()
+	defer m.files.lock(agent)()
 	if err := os.MkdirAll(m.dir, 0o700); err != nil {
 		return err
 	}
