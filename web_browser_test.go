@@ -490,6 +490,22 @@ func TestDashboardBrowser(t *testing.T) {
 	p.waitFor("the approval leaves the list (live)", `document.querySelector('main').innerText.includes('Nothing is waiting')`)
 	p.clean("approvals")
 
+	// A run in flight, open on its page: denied inline, and the rest of its stream renders as it arrives.
+	denied := te.stream("careful", map[string]any{"input": "deny me"})
+	denied.until(t, "approval_required")
+	var deniedRun string
+	for _, r := range te.call("GET", "/v1/runs?agent=careful", nil, 200, nil).json(t)["runs"].([]any) {
+		if r.(map[string]any)["status"] == "running" {
+			deniedRun = r.(map[string]any)["runId"].(string)
+		}
+	}
+	p.navigate(base + "/runs/" + deniedRun)
+	p.waitFor("the inline approval", `document.querySelector('.timeline [data-approval] .approve-box button.danger') && document.querySelector('main').innerText.includes('Cancel run')`)
+	p.clickOn(`.timeline [data-approval] .approve-box button.danger`)
+	p.waitFor("the denied run's end, live", `document.querySelector('.timeline').innerText.includes('tool denied') && document.querySelector('.timeline').innerText.includes('Run ended') && !document.querySelector('main').innerText.includes('Cancel run')`)
+	denied.until(t, "run_end")
+	p.clean("inline deny")
+
 	// Computers: the list, then the machine: terminal, exec, files.
 	p.clickOn(`nav a[href="/computers"]`)
 	p.waitFor("machines", `document.querySelector('main').innerText.includes('dash-box')`)
