@@ -639,14 +639,19 @@ func (s *server) handleRun(w http.ResponseWriter, r *http.Request) error {
 		writeJSON(w, http.StatusAccepted, map[string]string{"runId": ar.id})
 		return nil
 	}
+	s.waitRun(r, ar)
+	writeJSON(w, http.StatusOK, ar.result)
+	return nil
+}
+
+// waitRun waits for the end of a run a request started; the client's disconnect aborts it.
+func (s *server) waitRun(r *http.Request, ar *activeRun) {
 	select {
 	case <-ar.done:
 	case <-r.Context().Done():
 		ar.cancel(s.goneCause(errClientGone))
 		<-ar.done
 	}
-	writeJSON(w, http.StatusOK, ar.result)
-	return nil
 }
 
 // goneCause names why a request's context ended: at shutdown every request context is cancelled (the

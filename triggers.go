@@ -235,12 +235,7 @@ func (s *server) handleHTTPTrigger(w http.ResponseWriter, r *http.Request) error
 	if err != nil {
 		return err
 	}
-	select {
-	case <-ar.done:
-	case <-r.Context().Done():
-		ar.cancel(s.goneCause(errClientGone))
-		<-ar.done
-	}
+	s.waitRun(r, ar)
 	writeJSON(w, http.StatusOK, answerOf(ar.result))
 	return nil
 }
