@@ -482,6 +482,7 @@ func headTitle(head []byte, source string) string {
 			Summary     string `json:"summary"`
 			IsSidechain bool   `json:"isSidechain"`
 			IsMeta      bool   `json:"isMeta"`
+			IsSummary   bool   `json:"isCompactSummary"` // Claude Code's own summary after /compact
 			Role        string `json:"role"`
 			Content     json.RawMessage
 			Message     struct {
@@ -503,7 +504,7 @@ func headTitle(head []byte, source string) string {
 			if l.Type == "summary" && l.Summary != "" {
 				return l.Summary
 			}
-			if l.Type == "user" && !l.IsSidechain && !l.IsMeta {
+			if l.Type == "user" && !l.IsSidechain && !l.IsMeta && !l.IsSummary {
 				if err := json.Unmarshal(l.Message.Content, &text); err != nil {
 					text = claudeResultText(l.Message.Content)
 				}

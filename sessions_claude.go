@@ -5,9 +5,12 @@
 // Rules (docs/DESIGN.md §7a): one JSON object per line; the thread is rebuilt by walking parentUuid back
 // from the last non-sidechain line, so abandoned edit branches drop out. Parallel tool calls branch the
 // chain (each tool_use is a line, each result points at its own call), so the calls of an assistant
-// message on the thread and their results are kept too. summary lines give the title;
-// file-history-snapshot, progress and system lines, sidechains (subagents), thinking, meta messages and
-// interruption notices are dropped. A file of sidechains only is not a session (E_IMPORT_FAILED).
+// message on the thread and their results are kept too. /compact writes a compact_boundary line whose
+// parentUuid is null and whose logicalParentUuid is the last line before it: the walk follows it, so the
+// turns before a compaction are kept, and the isCompactSummary message after it (the tool's own summary of
+// those turns, not the user's words) is dropped. summary lines give the title; file-history-snapshot,
+// progress and system lines, sidechains (subagents), thinking, meta messages and interruption notices are
+// dropped. A file of sidechains only is not a session (E_IMPORT_FAILED).
 package main
 
 import (
@@ -21,6 +24,8 @@ type claudeLine struct {
 	Type        string          `json:"type"`
 	UUID        string          `json:"uuid"`
 	ParentUUID  *string         `json:"parentUuid"`
+	LogicalUUID string          `json:"logicalParentUuid"` // a compact_boundary's link across the break
+	IsSummary   bool            `json:"isCompactSummary"`
 	IsSidechain bool            `json:"isSidechain"`
 	IsMeta      bool            `json:"isMeta"`
 	SessionID   string          `json:"sessionId"`
@@ -118,10 +123,14 @@ func importClaudeCode(r io.Reader, emit func(*Transcript) error) error {
 			break // a cycle in a damaged file
 		}
 		keep[l.UUID] = true
-		if l.ParentUUID == nil {
-			break
+		switch {
+		case l.ParentUUID != nil:
+			l = byUUID[*l.ParentUUID]
+		case l.LogicalUUID != "":
+			l = byUUID[l.LogicalUUID] // nil when the turns before the compaction are in another file
+		default:
+			l = nil
 		}
-		l = byUUID[*l.ParentUUID]
 	}
 	// Parallel tool calls: the other lines of an assistant message on the thread, and the results of
 	// every kept call.
@@ -163,7 +172,7 @@ func importClaudeCode(r io.Reader, emit func(*Transcript) error) error {
 		if l.SessionID != "" && t.Origin == nil {
 			t.Origin = &TranscriptOrigin{SessionID: l.SessionID}
 		}
-		if (l.Type != "user" && l.Type != "assistant") || l.IsMeta {
+		if (l.Type != "user" && l.Type != "assistant") || l.IsMeta || l.IsSummary {
 			continue
 		}
 		m, parts := claudeParts(l)
