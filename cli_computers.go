@@ -149,32 +149,43 @@ func (c *cli) exec(args []string) error {
 	return nil
 }
 
-// eachComputer runs one lifecycle call per id, printing each id done.
-func (c *cli) eachComputer(args []string, do func(id string) error) error {
-	ids, err := c.flags(args, func(fs *flag.FlagSet) {}, 1, -1)
+// eachComputer makes one lifecycle call per id, printing each id done; with --json (stop, start: the API
+// answers a ComputerInfo) it prints each answer instead, one JSON object per line.
+func (c *cli) eachComputer(args []string, method, suffix string, withJSON bool) error {
+	var asJSON bool
+	ids, err := c.flags(args, func(fs *flag.FlagSet) {
+		if withJSON {
+			fs.BoolVar(&asJSON, "json", false, "")
+		}
+	}, 1, -1)
 	if err != nil {
 		return err
 	}
 	for _, id := range ids {
-		if err := do(url.PathEscape(id)); err != nil {
+		var out json.RawMessage
+		var into any
+		if asJSON {
+			into = &out
+		}
+		if err := c.call(method, "/v1/computers/"+url.PathEscape(id)+suffix, nil, into); err != nil {
 			return err
 		}
-		fmt.Fprintln(c.stdout, id)
+		if !asJSON {
+			fmt.Fprintln(c.stdout, id)
+			continue
+		}
+		var line bytes.Buffer
+		if err := json.Compact(&line, out); err != nil {
+			return fmt.Errorf("the server's answer is not JSON: %v", err)
+		}
+		fmt.Fprintf(c.stdout, "%s\n", line.Bytes())
 	}
 	return nil
 }
 
-func (c *cli) rm(args []string) error {
-	return c.eachComputer(args, func(id string) error { return c.call("DELETE", "/v1/computers/"+id, nil, nil) })
-}
-
-func (c *cli) stop(args []string) error {
-	return c.eachComputer(args, func(id string) error { return c.call("POST", "/v1/computers/"+id+"/stop", nil, nil) })
-}
-
-func (c *cli) start(args []string) error {
-	return c.eachComputer(args, func(id string) error { return c.call("POST", "/v1/computers/"+id+"/start", nil, nil) })
-}
+func (c *cli) rm(args []string) error    { return c.eachComputer(args, "DELETE", "", false) }
+func (c *cli) stop(args []string) error  { return c.eachComputer(args, "POST", "/stop", true) }
+func (c *cli) start(args []string) error { return c.eachComputer(args, "POST", "/start", true) }
 
 func (c *cli) port(args []string) error {
 	var asJSON bool

@@ -966,6 +966,17 @@ func TestCLIJSONShapes(t *testing.T) {
 	if m := jsonObject(t, r.stdout, "hostPort", "url", "reachable"); !strings.HasPrefix(fmt.Sprint(m["url"]), "http://127.0.0.1:") {
 		t.Fatalf("port --json: %s", r)
 	}
+	r = te.agentdOK("stop", "--json", "jbox")
+	if m := jsonObject(t, r.stdout, "id", "name", "state", "provider"); m["id"] != up["id"] || m["state"] != "stopped" {
+		t.Fatalf("stop --json: %s", r)
+	}
+	r = te.agentdOK("start", "--json", "jbox")
+	if m := jsonObject(t, r.stdout, "id", "name", "state", "provider"); m["id"] != up["id"] || m["state"] != "running" {
+		t.Fatalf("start --json: %s", r)
+	}
+	if r := te.agentd("", nil, "rm", "--json", "jbox"); r.code != 2 {
+		t.Fatalf("rm --json (the API answers nothing): %s", r)
+	}
 	abs, _ := filepath.Abs("testdata/sessions/claude-code.jsonl")
 	r = te.agentdOK("distill", "--json", abs)
 	m := jsonObject(t, r.stdout, "distilled", "spec", "yaml")
