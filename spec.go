@@ -207,15 +207,8 @@ func (c *specCheck) val(o *specObj, path, key string, required bool) (any, bool)
 
 // get returns the value of key and whether it is present; a missing required key is reported.
 func (c *specCheck) get(o *specObj, path, key string, required bool) (any, string, bool) {
-	p := joinPath(path, key)
-	if o == nil {
-		return nil, p, false
-	}
-	v, ok := o.vals[key]
-	if !ok && required {
-		c.add(p, "Required")
-	}
-	return v, p, ok
+	v, ok := c.val(o, path, key, required)
+	return v, joinPath(path, key), ok
 }
 
 // str reads a string field; max < 0 means no cap, nonEmpty requires at least one character.
@@ -470,24 +463,16 @@ func defaultComputerSpec() ComputerSpec {
 
 // parseSpecYAML parses and validates an agent spec written in YAML. It returns the spec with defaults
 // applied, or nil and every issue as a `<path>: <message>` line.
-func parseSpecYAML(text string) (*AgentSpec, []string) {
-	tree, err := yamlTree(text)
-	if err != nil {
-		return nil, []string{err.Error()}
-	}
-	return validateSpecTree(tree)
-}
+func parseSpecYAML(text string) (*AgentSpec, []string) { return validateSpecTree(yamlTree(text)) }
 
 // parseSpecJSON is parseSpecYAML for a JSON object (the `spec` of a request body).
-func parseSpecJSON(raw []byte) (*AgentSpec, []string) {
-	tree, err := jsonTree(raw)
+func parseSpecJSON(raw []byte) (*AgentSpec, []string) { return validateSpecTree(jsonTree(raw)) }
+
+// validateSpecTree validates a tree; a document that did not become one (err) is its one issue.
+func validateSpecTree(tree any, err error) (*AgentSpec, []string) {
 	if err != nil {
 		return nil, []string{err.Error()}
 	}
-	return validateSpecTree(tree)
-}
-
-func validateSpecTree(tree any) (*AgentSpec, []string) {
 	c := &specCheck{}
 	spec := defaultSpec()
 	o := c.object("", tree, specTopKeys)
