@@ -357,14 +357,10 @@ func (c *specCheck) number(o *specObj, path, key string, b bounds, dst *float64)
 }
 
 func (c *specCheck) integer(o *specObj, path, key string, b bounds, dst *int) {
-	v, ok := c.val(o, path, key, false)
-	if !ok {
-		return
-	}
+	f := float64(*dst) // kept when the value is absent or invalid
 	b.isInt = true
-	if n, good := c.checkNum(joinPath(path, key), v, b); good {
-		*dst = int(n.f)
-	}
+	c.number(o, path, key, b, &f)
+	*dst = int(f)
 }
 
 func (c *specCheck) enum(o *specObj, path, key string, values []string, dst *string) {
