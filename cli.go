@@ -75,7 +75,7 @@ func cliCommands() []cliCommand {
 
 // serverCommands are run() itself; help lists them with the client commands.
 var serverHelp = [][3]string{
-	{"serve [--host H] [--port P] [--home DIR] [--token-file F]", "run the server", "agentd serve --port 7377"},
+	{"serve [--host H] [--port P] [--home DIR] [--token-file F] [--log-format text|json] [--log-level L]", "run the server", "agentd serve --port 7377"},
 	{"validate [--json] FILE...", "check agent spec files offline", "agentd validate examples/*.yaml"},
 	{"version", "print the version", "agentd version"},
 	{"help [COMMAND]", "this overview, or one command's usage", "agentd help run"},

@@ -1029,6 +1029,17 @@ func TestCLIServeBadFlag(t *testing.T) {
 	if ee == nil || ee.ExitCode() != 2 || !strings.HasPrefix(errb.String(), want) || strings.Count(errb.String(), "\n") != 3 || out.Len() != 0 {
 		t.Fatalf("serve --frob: %v\nstdout: %s\nstderr: %s", err, out.String(), errb.String())
 	}
+	// CMD --help is the usage on stdout, exit 0 (DESIGN §8), for serve and validate too.
+	for _, args := range [][]string{{"serve", "--help"}, {"serve", "-h"}, {"validate", "--help"}} {
+		cmd := exec.Command(cliBinary(t), args...)
+		cmd.Env = []string{"AGENT_HOME=" + t.TempDir(), "PATH=" + os.Getenv("PATH")}
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		if err := cmd.Run(); err != nil || !strings.HasPrefix(out.String(), "usage: agentd "+args[0]+" ") ||
+			!strings.Contains(out.String(), "example: agentd "+args[0]) || errb.Len() != 0 {
+			t.Errorf("%v: %v\nstdout: %s\nstderr: %s", args, err, out.String(), errb.String())
+		}
+	}
 }
 
 // blipProxy forwards TCP to the server and can cut every open connection (a network blip).

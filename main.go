@@ -113,6 +113,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprint(stdout, overview())
 		return nil
 	}
+	if (args[0] == "serve" || args[0] == "validate") && (slices.Contains(args[1:], "-h") || slices.Contains(args[1:], "--help")) {
+		return runHelp(args[:1], stdout) // DESIGN §8: CMD --help is usage on stdout, exit 0
+	}
 	switch args[0] {
 	case "serve":
 		return runServe(ctx, args[1:], getenv, stdout, stderr)
