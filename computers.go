@@ -130,6 +130,9 @@ type provider interface {
 	supports(sp ComputerSpec) error
 	// guestAddr is the host-reachable address of a guest port.
 	guestAddr(ctx context.Context, m *ComputerInfo, port int) (string, error)
+	// killLeftovers kills, in a machine adopted after a restart, the processes of the previous server's
+	// execs (no client is left to read them or to cancel them) and says how many groups it killed.
+	killLeftovers(ctx context.Context, m *ComputerInfo) int
 }
 
 type providerMeta struct {
@@ -1023,6 +1026,10 @@ func (c *computerService) reconcile(ctx context.Context, skip map[string]bool) m
 				m.State, m.Error = stateDestroyed, "creation was interrupted by a restart"
 			case running && m.State != stateError:
 				m.State = stateRunning
+				if n := p.killLeftovers(ctx, m); n > 0 {
+					c.log.Info("computers: killed processes left by the previous server", "computer", m.ID, "groups", n)
+					c.hub.publish("reaper", "computer_reconciled", map[string]any{"computerId": m.ID, "killed": n})
+				}
 			case !running && m.State == stateRunning:
 				m.State = stateStopped
 			}

@@ -381,6 +381,20 @@ func (e *engineProvider) killTree(ctx context.Context, m *ComputerInfo, p *procS
 	e.call(ctx, nil, append(e.execArgs(m, p.user, "/", nil, false, false), "/bin/sh", "-c", script)...)
 }
 
+// killLeftovers kills the process group of every exec whose pid file is still there: the wrapper removes
+// it when the command ends, so what is left belongs to execs of a server that died.
+func (e *engineProvider) killLeftovers(ctx context.Context, m *ComputerInfo) int {
+	script := `n=0; for f in /tmp/.agentd-exec-*.pid; do [ -f "$f" ] || continue; p=$(cat "$f"); rm -f "$f"; ` +
+		`[ -n "$p" ] && { kill -9 -"$p" 2>/dev/null || kill -9 "$p" 2>/dev/null; } && n=$((n+1)); done; echo $n`
+	out, err := e.call(ctx, nil, append(e.execArgs(m, "", "/", nil, false, false), "/bin/sh", "-c", script)...)
+	if err != nil {
+		e.c.log.Warn("computers: killing leftover processes", "computer", m.ID, "err", err)
+		return 0
+	}
+	n, _ := strconv.Atoi(strings.TrimSpace(out))
+	return n
+}
+
 func (e *engineProvider) guestAddr(ctx context.Context, m *ComputerInfo, port int) (string, error) {
 	if m.Spec.Network.Mode == "none" {
 		return "", errorf(codeComputerFailed, "computer %s has network mode none, so no port can be reached", m.ID).
@@ -434,6 +448,9 @@ func fsFail(op, p string, err error) error {
 		msg = ee.stderr
 	}
 	msg = strings.TrimPrefix(msg, "agentd: ")
+	if strings.Contains(msg, "escapes the jail") {
+		return errSymlinkEscape()
+	}
 	return errorf(codeFSDenied, "%s %s failed: %s", op, p, firstLine(msg)).withHint("check the path and its permissions")
 }
 
@@ -451,15 +468,25 @@ func (f *engineFS) resolve(ctx context.Context, paths []string) ([]string, error
 	return res, nil
 }
 
+// openedInside is the in-machine half of the jail for reads and writes: the file is opened on fd 3 first
+// and what was opened (/proc/self/fd/3) must be under /work or /tmp, so a symlink swapped in after the
+// resolve is caught on the object actually used — open, then check, never check, then open.
+const openedInside = `case "$(readlink /proc/self/fd/3)" in /work|/work/*|/tmp|/tmp/*) ;; *) echo "escapes the jail through a symlink" >&2; exit 3;; esac; `
+
 func (f *engineFS) read(ctx context.Context, p string, w io.Writer) error {
-	if err := f.sh(ctx, nil, w, `if [ -d "$1" ]; then echo "is a directory" >&2; exit 1; fi; exec cat -- "$1"`, p); err != nil {
+	script := `exec 3< "$1" || exit 1; ` + openedInside +
+		`if [ -d /proc/self/fd/3 ]; then echo "is a directory" >&2; exit 1; fi; exec cat <&3`
+	if err := f.sh(ctx, nil, w, script, p); err != nil {
 		return fsFail("read", p, err)
 	}
 	return nil
 }
 
+// write opens without truncating (<>), checks what it opened, and only then truncates and writes.
 func (f *engineFS) write(ctx context.Context, p string, r io.Reader) error {
-	if err := f.sh(ctx, r, io.Discard, `mkdir -p -- "$(dirname -- "$1")" && exec cat > "$1"`, p); err != nil {
+	script := `mkdir -p -- "$(dirname -- "$1")" && exec 3<> "$1" || exit 1; ` + openedInside +
+		`: > /proc/self/fd/3 && exec cat >&3`
+	if err := f.sh(ctx, r, io.Discard, script, p); err != nil {
 		return fsFail("write", p, err)
 	}
 	return nil

@@ -157,6 +157,38 @@ func TestHostLimitsAre422(t *testing.T) {
 	}
 }
 
+// In a container, /work/x is swapped between a file and a symlink to /etc/passwd by a loop inside the
+// machine while it is read: what the read opened is checked, so /etc/passwd never comes back.
+func TestEngineSymlinkSwapRace(t *testing.T) {
+	requireProvider(t, "docker")
+	e := newTestServer(t, withHostEnv)
+	m := e.create(map[string]any{"provider": "docker", "image": testImage})
+	// python3 swaps with two syscalls per turn (the test image has it; a shell loop forks four times).
+	loop := `echo plain > p; python3 -c 'import os,time
+end=time.time()+120
+while time.time()<end:
+    os.symlink("/etc/passwd","l.tmp"); os.rename("l.tmp","x")
+    os.link("p","f.tmp"); os.rename("f.tmp","x")' >/dev/null 2>&1 &`
+	if r := e.exec(m.ID, map[string]any{"cmd": loop}); r.ExitCode != 0 {
+		t.Fatalf("starting the swap loop: %+v", r)
+	}
+	escapes, plain := 0, 0
+	for range 100 {
+		var buf strings.Builder
+		err := e.s.computers.readTo(context.Background(), m.ID, "/work/x", &buf)
+		switch {
+		case strings.Contains(buf.String(), "root:"):
+			escapes++
+		case err == nil:
+			plain++
+		}
+	}
+	if escapes != 0 {
+		t.Fatalf("%d of 100 reads returned /etc/passwd", escapes)
+	}
+	t.Logf("100 reads: %d plain, %d refused, 0 escapes", plain, 100-plain)
+}
+
 // A tar whose links chain (`l1 -> .`, `l2 -> l1/..`, `l3 -> l2/..`) is lexically inside at every step but
 // climbs one level per link: refused. A chain that stays inside is accepted.
 func TestArchiveChainedLinksRefused(t *testing.T) {

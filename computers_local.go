@@ -243,9 +243,13 @@ func lookPathIn(name string, env []string) (string, error) {
 	return "", exec.ErrNotFound
 }
 
-// killAll kills every process that carries the machine's id, group by group.
-func (l *localProvider) killAll(m *ComputerInfo) {
+// killLeftovers: after a restart every process of a local machine was started by the previous server.
+func (l *localProvider) killLeftovers(ctx context.Context, m *ComputerInfo) int { return l.killAll(m) }
+
+// killAll kills every process that carries the machine's id, group by group, and says how many groups.
+func (l *localProvider) killAll(m *ComputerInfo) int {
 	needle := []byte("AGENTD_COMPUTER_ID=" + m.ID + "\x00")
+	groups := map[int]bool{}
 	for round := 0; round < 3; round++ {
 		ents, _ := os.ReadDir("/proc")
 		found := false
@@ -261,14 +265,16 @@ func (l *localProvider) killAll(m *ComputerInfo) {
 			found = true
 			if pgid, err := syscall.Getpgid(pid); err == nil && pgid != syscall.Getpgrp() {
 				syscall.Kill(-pgid, syscall.SIGKILL)
+				groups[pgid] = true
 			}
 			syscall.Kill(pid, syscall.SIGKILL)
 		}
 		if !found {
-			return
+			return len(groups)
 		}
 		time.Sleep(20 * time.Millisecond) // let the kernel reap before looking again
 	}
+	return len(groups)
 }
 
 func signalOf(ee *exec.ExitError) int {

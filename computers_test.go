@@ -858,7 +858,19 @@ func (c *conformance) restart(t *testing.T) {
 		live := a.create(map[string]any{"provider": c.prov, "idleTimeoutSec": 0})
 		gone := a.create(map[string]any{"provider": c.prov, "idleTimeoutSec": 0})
 		a.sh(live.ID, "echo kept > note")
+		// A process left running by an exec of a server that dies: its group is recorded as the exec
+		// wrapper records it (engines), or it carries the machine's id (local).
+		leftovers := `for p in /proc/[0-9]*; do tr '\0' ' ' < $p/cmdline 2>/dev/null; echo; done | grep -c 'sleep 432[1]' || true`
+		a.sh(live.ID, "setsid sleep 4321 >/dev/null 2>&1 </dev/null & echo $! > /tmp/.agentd-exec-leftover.pid")
 		a.close()
+		var survived bool // read behind the stopped server's back
+		if ep, ok := a.s.computers.providerByName(c.prov).(*engineProvider); ok {
+			out, _ := exec.Command(c.prov, "exec", ep.container(&live), "/bin/sh", "-c", leftovers).Output()
+			survived = strings.TrimSpace(string(out)) != "0"
+		} else {
+			out, _ := exec.Command("/bin/sh", "-c", leftovers).Output()
+			survived = strings.TrimSpace(string(out)) != "0"
+		}
 		// The machine of `gone` disappears while agentd is down.
 		p := a.s.computers.providerByName(c.prov)
 		p.destroy(context.Background(), &gone)
@@ -879,6 +891,22 @@ func (c *conformance) restart(t *testing.T) {
 		}
 		if out := b.sh(live.ID, "cat note"); out != "kept\n" {
 			t.Fatalf("after restart: %q", out)
+		}
+		if n := strings.TrimSpace(b.sh(live.ID, leftovers)); n != "0" {
+			t.Fatalf("%s leftover process(es) of the previous server still run", n)
+		}
+		if survived {
+			b.s.hub.mu.Lock()
+			var killed any
+			for _, ev := range b.s.hub.ring {
+				if ev.Type == "computer_reconciled" && ev.Payload.(map[string]any)["computerId"] == live.ID {
+					killed = ev.Payload.(map[string]any)["killed"]
+				}
+			}
+			b.s.hub.mu.Unlock()
+			if killed == nil || killed.(int) < 1 {
+				t.Fatalf("computer_reconciled for %s: killed=%v", live.ID, killed)
+			}
 		}
 		b.wantError("GET", "/v1/computers/"+gone.ID, nil, 404, codeComputerNotFound)
 		if !c.local {

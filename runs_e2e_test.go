@@ -455,9 +455,11 @@ func TestE2EReadonlyAllowDenyAndRedaction(t *testing.T) {
 			return scriptReply{calls: []ToolCall{tc("w", "write_file", map[string]any{"path": "x.txt", "content": "x"}), tc("l", "list_dir", map[string]any{})}}
 		case strings.HasPrefix(r.lastUser(), "policy") && n == 0:
 			return scriptReply{calls: []ToolCall{
-				tc("p1", "shell", map[string]any{"command": "touch scratch.txt && rm -f scratch.txt && echo removed"}),
+				tc("p1", "shell", map[string]any{"command": "rm -f scratch.txt"}),
 				tc("p2", "shell", map[string]any{"command": "rm -f other.txt"}),
 				tc("p3", "shell", map[string]any{"command": "sudo true"}),
+				// an allow pattern vouches for one simple command, never for a chain around it
+				tc("p4", "shell", map[string]any{"command": "touch scratch.txt && rm -f scratch.txt && echo removed"}),
 			}}
 		case strings.HasPrefix(r.lastUser(), "secret") && n == 0:
 			return scriptReply{calls: []ToolCall{tc("k", "shell", map[string]any{"command": "echo key=" + planted})}}
@@ -477,7 +479,8 @@ func TestE2EReadonlyAllowDenyAndRedaction(t *testing.T) {
 	}
 
 	outs = toolOutputs(te.stream("e2e-policy", map[string]any{"input": "policy check"}).all())
-	if !strings.Contains(outs["p1"], "removed") || !strings.Contains(outs["p2"], "E_EXEC_DENIED") || strings.Contains(outs["p3"], "E_EXEC_DENIED") {
+	if strings.Contains(outs["p1"], "E_EXEC_DENIED") || !strings.Contains(outs["p2"], "E_EXEC_DENIED") || strings.Contains(outs["p3"], "E_EXEC_DENIED") ||
+		!strings.Contains(outs["p4"], "E_EXEC_DENIED") {
 		t.Fatalf("allow beats deny: %v", outs)
 	}
 
