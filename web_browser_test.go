@@ -359,7 +359,7 @@ func (p *cdpPage) screenshot(dir, name string) {
 	p.t.Helper()
 	for _, size := range [][2]int{{1280, 800}, {390, 844}} {
 		p.viewport(size[0], size[1])
-		p.eval(`window.scrollTo(0, 0), new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(() => r(true))))`)
+		p.eval(`document.getElementById('toasts').replaceChildren(), window.scrollTo(0, 0), new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(() => r(true))))`)
 		res := p.call("Page.captureScreenshot", map[string]any{"format": "png"})
 		var out struct {
 			Data string `json:"data"`

@@ -2,7 +2,7 @@
 // approve or deny (optionally remembered) inline; the list follows approval events live.
 
 import { get, post, enc } from './api.js';
-import { h, clear, time, json, fail, toast } from './ui.js';
+import { h, clear, time, ago, json, fail, toast } from './ui.js';
 
 export async function render(root, ctx) {
   const body = h('div');
@@ -33,6 +33,6 @@ export async function render(root, ctx) {
   await load();
   ctx.on((ev) => { if (ev.type === 'approval_required' || ev.type === 'approval_answered' || ev.type === 'run_finished') load().catch(() => {}); });
   ctx.onReconnect(() => load().catch(() => {}));
-  const tick = setInterval(() => body.querySelectorAll('time').forEach((t) => { t.textContent = t.textContent; }), 15000);
+  const tick = setInterval(() => body.querySelectorAll('time').forEach((t) => { t.textContent = ago(t.getAttribute('datetime')); }), 15000);
   return () => clearInterval(tick);
 }

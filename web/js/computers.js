@@ -83,7 +83,7 @@ async function detail(root, ctx, id) {
   const portIn = h('input', { type: 'number', min: 1, max: 65535, placeholder: '8080', style: 'width:7rem', 'aria-label': 'Port' });
   root.append(h('div.row', h('a', { href: '/computers' }, '← Computers')), h('h1', 'Machine ', h('code', c.name || c.id)));
   const grid = h('div.grid');
-  root.append(grid);
+  root.append(terminalPanel(ctx, id), grid);
   grid.append(h('section.panel', h('h2', 'Machine'), info,
     h('form.row', { style: 'margin-top:.6rem', onsubmit: async (e) => {
       e.preventDefault();
@@ -96,7 +96,6 @@ async function detail(root, ctx, id) {
     }
   });
 
-  grid.append(terminalPanel(ctx, id));
   grid.append(execPanel(ctx, id));
   grid.append(filesPanel(ctx, id, c.workdir || '/work'));
 }
@@ -106,7 +105,7 @@ async function detail(root, ctx, id) {
 function terminalPanel(ctx, id) {
   const box = h('div.term', { 'aria-label': 'Terminal' });
   const status = h('span.small.muted', 'connecting…');
-  const panel = h('section.panel', { style: 'grid-column: 1 / -1' }, h('div.row', h('h2', 'Terminal'), h('span.spacer'), status), box);
+  const panel = h('section.panel', h('div.row', h('h2', 'Terminal'), h('span.spacer'), status), box);
   if (!document.querySelector('link[href="/vendor/xterm/xterm.css"]')) document.head.append(h('link', { rel: 'stylesheet', href: '/vendor/xterm/xterm.css' }));
   let ws = null, term = null, closed = false;
   ctx.cleanup(() => { closed = true; ws?.close(); term?.dispose(); });
