@@ -530,6 +530,31 @@ func TestDashboardBrowser(t *testing.T) {
 	p.waitFor("the command's output in the terminal", `document.querySelector('.xterm-rows').textContent.includes('term-42')`)
 	p.eval(`(() => { const i = document.querySelector('main form.row input:not([type=number])'); i.value = 'echo exec-$((6*7))'; i.form.requestSubmit(); return true; })()`)
 	p.waitFor("exec output", `document.querySelector('.console').innerText.includes('exec-42') && document.querySelector('.console').innerText.includes('[exit 0]')`)
+	// Upload through the file input, then download a file by clicking it.
+	upload := filepath.Join(t.TempDir(), "from-browser.txt")
+	os.WriteFile(upload, []byte("uploaded by chromium\n"), 0o644)
+	var doc struct {
+		Root struct {
+			NodeID int `json:"nodeId"`
+		} `json:"root"`
+	}
+	json.Unmarshal(p.call("DOM.getDocument", map[string]any{}), &doc)
+	var q struct {
+		NodeID int `json:"nodeId"`
+	}
+	json.Unmarshal(p.call("DOM.querySelector", map[string]any{"nodeId": doc.Root.NodeID, "selector": `main input[type=file]`}), &q)
+	p.call("DOM.setFileInputFiles", map[string]any{"nodeId": q.NodeID, "files": []string{upload}})
+	p.waitFor("the uploaded file listed", `document.querySelector('main').innerText.includes('from-browser.txt')`)
+	if got := te.do("GET", "/v1/computers/"+boxID+"/fs/read?path=/work/from-browser.txt", nil); string(got.body) != "uploaded by chromium\n" {
+		t.Fatalf("uploaded file: %d %q", got.status, got.body)
+	}
+	downloads := t.TempDir()
+	p.call("Browser.setDownloadBehavior", map[string]any{"behavior": "allow", "downloadPath": downloads})
+	p.eval(`[...document.querySelectorAll('main a')].find((a) => a.textContent === 'hello.txt').click(), true`)
+	eventually(t, "the downloaded file", func() bool {
+		b, err := os.ReadFile(filepath.Join(downloads, "hello.txt"))
+		return err == nil && strings.Contains(string(b), "made by the test")
+	})
 	p.screenshot(shots, "computer")
 	p.clean("computers")
 
