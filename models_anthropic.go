@@ -103,11 +103,7 @@ func anthropicBody(c candidate, req ChatRequest, stream bool) map[string]any {
 			case "image":
 				blocks = append(blocks, anBlock{Type: "image", Source: map[string]any{"type": "base64", "media_type": p.MimeType, "data": p.Data}})
 			case "tool_call":
-				args := p.Args
-				if args == nil {
-					args = map[string]any{}
-				}
-				blocks = append(blocks, anBlock{Type: "tool_use", ID: p.ID, Name: p.Name, Input: args})
+				blocks = append(blocks, anBlock{Type: "tool_use", ID: p.ID, Name: p.Name, Input: argsOrEmpty(p.Args)})
 			case "tool_result":
 				add("user", []anBlock{{Type: "tool_result", ToolUseID: p.ToolCallID, Content: p.Content, IsError: p.IsError}})
 			case "thinking":
@@ -256,10 +252,7 @@ func (m *modelService) anthropicChat(ctx context.Context, c candidate, req ChatR
 			out.thinkingParts = append(out.thinkingParts, ContentPart{Type: "thinking", Data: bl.Data})
 		case "tool_use":
 			args, _ := bl.Input.(map[string]any)
-			if args == nil {
-				args = map[string]any{}
-			}
-			out.ToolCalls = append(out.ToolCalls, ToolCall{Type: "tool_call", ID: bl.ID, Name: bl.Name, Args: args})
+			out.ToolCalls = append(out.ToolCalls, ToolCall{Type: "tool_call", ID: bl.ID, Name: bl.Name, Args: argsOrEmpty(args)})
 		}
 	}
 	out.Text, out.Thinking = text.String(), thinking.String()

@@ -12,6 +12,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -109,11 +110,7 @@ func geminiBody(model string, req ChatRequest) map[string]any {
 				parts = append(parts, gmPart{InlineData: &gmBlob{MimeType: p.MimeType, Data: p.Data}})
 			case "tool_call":
 				names[p.ID] = p.Name
-				args := p.Args
-				if args == nil {
-					args = map[string]any{}
-				}
-				parts = append(parts, gmPart{FunctionCall: &gmCall{Name: p.Name, Args: args}, ThoughtSignature: p.Signature})
+				parts = append(parts, gmPart{FunctionCall: &gmCall{Name: p.Name, Args: argsOrEmpty(p.Args)}, ThoughtSignature: p.Signature})
 			case "tool_result":
 				name := names[p.ToolCallID]
 				if name == "" {
@@ -262,14 +259,7 @@ func (a *gmAccumulator) add(m *modelService, name string, r gmResponse) error {
 		for _, p := range cand.Content.Parts {
 			switch {
 			case p.FunctionCall != nil:
-				args := p.FunctionCall.Args
-				if args == nil {
-					args = map[string]any{}
-				}
-				id := p.FunctionCall.ID
-				if id == "" {
-					id = newID("call")
-				}
+				args, id := argsOrEmpty(p.FunctionCall.Args), cmp.Or(p.FunctionCall.ID, newID("call"))
 				tc := ToolCall{Type: "tool_call", ID: id, Name: p.FunctionCall.Name, Args: args, Signature: p.ThoughtSignature}
 				a.out.ToolCalls = append(a.out.ToolCalls, tc)
 				a.emit(StreamEvent{Type: "tool_call", Call: &tc})

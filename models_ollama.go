@@ -153,11 +153,7 @@ func (m *modelService) ollamaChat(ctx context.Context, c candidate, req ChatRequ
 			emit(StreamEvent{Type: "text_delta", Text: t})
 		}
 		for _, tc := range ch.Message.ToolCalls {
-			args := tc.Function.Arguments
-			if args == nil {
-				args = map[string]any{}
-			}
-			call := ToolCall{Type: "tool_call", ID: firstNonEmpty(tc.ID, newID("call")), Name: tc.Function.Name, Args: args}
+			call := ToolCall{Type: "tool_call", ID: firstNonEmpty(tc.ID, newID("call")), Name: tc.Function.Name, Args: argsOrEmpty(tc.Function.Arguments)}
 			out.ToolCalls = append(out.ToolCalls, call)
 			emit(StreamEvent{Type: "tool_call", Call: &call})
 		}

@@ -435,6 +435,14 @@ func parseArgs(s string) map[string]any {
 	return v
 }
 
+// argsOrEmpty is a call's arguments, {} when it has none (providers refuse a null).
+func argsOrEmpty(a map[string]any) map[string]any {
+	if a == nil {
+		return map[string]any{}
+	}
+	return a
+}
+
 // argsJSON encodes tool arguments for providers that want a JSON string.
 func argsJSON(a map[string]any) string {
 	if a == nil {

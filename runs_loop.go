@@ -439,9 +439,7 @@ func (ar *activeRun) loop(st *loopState) (string, *apiError) {
 			if calls[i].ID == "" {
 				calls[i].ID = fmt.Sprintf("call_%d_%d", step+1, i+1)
 			}
-			if calls[i].Args == nil {
-				calls[i].Args = map[string]any{}
-			}
+			calls[i].Args = argsOrEmpty(calls[i].Args)
 		}
 		msg := assistantTurn(resp, calls)
 		if len(msg.Content) == 0 {
