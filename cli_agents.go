@@ -350,9 +350,13 @@ func (r *runPrinter) approve(id string, request any) {
 	}()
 }
 
+// wait lets a question in flight finish; Ctrl-C does not wait for a line that may never be typed.
 func (r *runPrinter) wait() {
 	if r.asking != nil {
-		<-r.asking
+		select {
+		case <-r.asking:
+		case <-r.c.ctx.Done():
+		}
 	}
 }
 
@@ -931,7 +935,9 @@ func (c *cli) completion(args []string) error {
 	case "bash":
 		fmt.Fprintf(c.stdout, bashCompletion, strings.Join(names, " "), strings.Join(names[:len(names)-1], " "))
 	case "zsh":
-		fmt.Fprintf(c.stdout, "autoload -U +X bashcompinit && bashcompinit\n"+bashCompletion, strings.Join(names, " "), strings.Join(names[:len(names)-1], " "))
+		// bashcompinit needs compinit's compdef: load it first when the user's .zshrc has not.
+		fmt.Fprintf(c.stdout, "(( $+functions[compdef] )) || { autoload -U +X compinit && compinit; }\n"+
+			"autoload -U +X bashcompinit && bashcompinit\n"+bashCompletion, strings.Join(names, " "), strings.Join(names[:len(names)-1], " "))
 	default:
 		return c.usage("unknown shell %q: bash or zsh", pos[0])
 	}

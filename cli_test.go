@@ -1159,3 +1159,36 @@ func TestCLIRunAsksOnATerminal(t *testing.T) {
 		}
 	}
 }
+
+// Ctrl-C while run asks on an approval: exit 130 at once (not after a line is typed), the run aborted.
+func TestCLIInterruptAtTheQuestion(t *testing.T) {
+	te := newE2E(t, cliModel(t), "")
+	te.agentdOK("apply", writeSpec(t, "name: careful\nmodel: openai/gpt-4o-mini\nguardrails:\n  approvalMode: ask\n"))
+	master, slave := openPTY(t)
+	cmd := exec.Command(cliBinary(t), "run", "careful", "shell please")
+	cmd.Env = []string{"AGENT_URL=" + te.url, "PATH=" + os.Getenv("PATH")}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
+	var screen syncBuffer
+	go io.Copy(&screen, master)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+	eventually(t, "the question", func() bool { return strings.Contains(screen.String(), "approve? [y/N] ") })
+	run := te.latestRun("careful")
+	cmd.Process.Signal(os.Interrupt)
+	select {
+	case <-waited:
+		if code := cmd.ProcessState.ExitCode(); code != 130 {
+			t.Fatalf("run after Ctrl-C at the question: exit %d\n%s", code, screen.String())
+		}
+	case <-time.After(30 * time.Second):
+		cmd.Process.Kill()
+		t.Fatalf("run hangs after Ctrl-C at the question:\n%s", screen.String())
+	}
+	eventually(t, "the run aborted on the server", func() bool {
+		got := te.latestRun("careful")
+		return got.RunID == run.RunID && got.Status == "aborted"
+	})
+}
