@@ -189,7 +189,7 @@ type computerService struct {
 	// Limits a test may shrink.
 	downloadLimit int64 // compressed bytes of a download archive
 	uploadLimit   int64 // uncompressed bytes of an upload archive
-	readLimit     int64 // bytes of one file read (buffered, so a failure is still a clean envelope)
+	readLimit     int64 // bytes of one file read (streamed past readHold; checked before the first byte)
 
 	agents keyedMutex // EnsureForAgent, per agent name
 

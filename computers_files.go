@@ -569,20 +569,86 @@ func (s *server) handleListDir(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// handleReadFile streams the file: the first readHold bytes are held so a small file (or one that fails
+// early) is still answered whole, with its length or a clean envelope; past that the size is checked
+// against the read limit once (429 before any byte is sent) and the rest flows through as it is read, so
+// a request never holds more than readHold bytes. A failure after bytes went out aborts the connection:
+// the client sees a truncated body, never a 200 that looks complete.
 func (s *server) handleReadFile(w http.ResponseWriter, r *http.Request) error {
 	p, err := pathParam(r)
 	if err != nil {
 		return err
 	}
-	// Buffer so that an error found mid-read is still a clean envelope.
-	var buf bytes.Buffer
-	if err := s.computers.readTo(r.Context(), r.PathValue("id"), p, &buf); err != nil {
+	id := r.PathValue("id")
+	rs := &readStream{w: w, hold: readHold, large: func() error { return s.computers.checkReadSize(r.Context(), id, p) }}
+	err = s.computers.readTo(r.Context(), id, p, rs)
+	if rs.err != nil {
+		err = rs.err
+	}
+	switch {
+	case err != nil && !rs.started:
+		return err
+	case err != nil:
+		panic(http.ErrAbortHandler)
+	case !rs.started:
+		w.Header().Set("Content-Type", "application/octet-stream")
+		w.Header().Set("Content-Length", strconv.Itoa(rs.buf.Len()))
+		w.WriteHeader(http.StatusOK)
+		w.Write(rs.buf.Bytes())
+	}
+	return nil
+}
+
+// readHold is what a file read holds in memory before it starts streaming.
+const readHold = 1 << 20
+
+// readStream holds the first hold bytes of a read, then streams.
+type readStream struct {
+	w       http.ResponseWriter
+	hold    int
+	large   func() error // called once when the read passes hold bytes; an error ends it before any byte is sent
+	buf     bytes.Buffer
+	started bool
+	err     error
+}
+
+func (rs *readStream) Write(p []byte) (int, error) {
+	if rs.started {
+		return rs.w.Write(p)
+	}
+	rs.buf.Write(p)
+	if rs.buf.Len() <= rs.hold {
+		return len(p), nil
+	}
+	if rs.err = rs.large(); rs.err != nil {
+		return 0, rs.err
+	}
+	rs.started = true
+	rs.w.Header().Set("Content-Type", "application/octet-stream")
+	rs.w.WriteHeader(http.StatusOK)
+	_, err := rs.w.Write(rs.buf.Bytes())
+	rs.buf = bytes.Buffer{}
+	return len(p), err
+}
+
+// checkReadSize refuses, before a large read is streamed, a file past the read limit.
+func (c *computerService) checkReadSize(ctx context.Context, id, p string) error {
+	m, fsys, err := c.fsFor(ctx, id)
+	if err != nil {
 		return err
 	}
-	w.Header().Set("Content-Type", "application/octet-stream")
-	w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
-	w.WriteHeader(http.StatusOK)
-	w.Write(buf.Bytes())
+	rp, err := c.jail(ctx, m, fsys, p, false)
+	if err != nil {
+		return err
+	}
+	ents, err := fsys.list(ctx, rp)
+	if err != nil {
+		return err
+	}
+	if len(ents) == 1 && ents[0].Size > c.readLimit {
+		return errorf(codeQuota, "%s is larger than %d bytes", rp, c.readLimit).
+			withHint("use the download endpoint for large files").withDetail("limit", c.readLimit)
+	}
 	return nil
 }
 

@@ -4,11 +4,17 @@ import (
 	"archive/tar"
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
+	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -270,4 +276,94 @@ func TestLocalSymlinkSwapRace(t *testing.T) {
 		t.Fatal("no read saw the plain file: the race was not exercised")
 	}
 	t.Logf("1000 reads: %d plain, %d refused, 0 escapes", files, 1000-files)
+}
+
+// Eight parallel reads of a 250 MB file stream through the server: its peak resident memory grows by far
+// less than one file (the whole file was buffered per request before: 2 GB for eight).
+func TestLargeReadsStream(t *testing.T) {
+	e := newTestServer(t, withHostEnv)
+	m := e.create(map[string]any{"provider": "local"})
+	const size = 250 << 20
+	big := filepath.Join(e.s.cfg.Home, "workspaces", m.ID, "work", "big.bin")
+	if err := os.Truncate(mustCreate(t, big), size); err != nil { // sparse: reads are zeros, no disk
+		t.Fatal(err)
+	}
+	runtime.GC()
+	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
+		t.Skipf("cannot reset the peak RSS here: %v", err)
+	}
+	before := procStatusKB(t, "VmHWM")
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req := e.request(context.Background(), "GET", "/v1/computers/"+m.ID+"/fs/read?path=big.bin", nil, nil)
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer res.Body.Close()
+			n, err := io.Copy(io.Discard, res.Body)
+			if err == nil && (res.StatusCode != 200 || n != size) {
+				err = fmt.Errorf("status %d, %d bytes", res.StatusCode, n)
+			}
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	grew := procStatusKB(t, "VmHWM") - before
+	t.Logf("8 × 250 MB read: peak RSS grew by %d MB", grew>>10)
+	limit := 100 << 10
+	if raceBuild() {
+		limit *= 4 // the race detector's shadow memory multiplies what the buffers touch
+	}
+	if grew > limit {
+		t.Fatalf("peak RSS grew by %d MB reading 8 × 250 MB: reads are buffered, not streamed", grew>>10)
+	}
+	// Past the read limit the answer is still a clean 429 before any byte, also for a large file.
+	e.s.computers.readLimit = 100 << 20
+	defer func() { e.s.computers.readLimit = 256 << 20 }()
+	e.wantError("GET", "/v1/computers/"+m.ID+"/fs/read?path=big.bin", nil, 429, codeQuota)
+}
+
+func mustCreate(t *testing.T, p string) string {
+	t.Helper()
+	f, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	return p
+}
+
+// procStatusKB reads a kB field of /proc/self/status.
+func procStatusKB(t *testing.T, field string) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Skip("no /proc here")
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			n, _ := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
+			return n
+		}
+	}
+	t.Fatalf("no %s in /proc/self/status", field)
+	return 0
+}
+
+// raceBuild reports whether this test binary was built with -race.
+func raceBuild() bool {
+	bi, _ := debug.ReadBuildInfo()
+	return bi != nil && slices.ContainsFunc(bi.Settings, func(s debug.BuildSetting) bool { return s.Key == "-race" && s.Value == "true" })
 }
