@@ -835,3 +835,37 @@ func TestConnectionCapKeepsHealth(t *testing.T) {
 		t.Fatalf("/v1/agents after the slow clients left: %d", code)
 	}
 }
+
+// FuzzRequestDecoders sends arbitrary bytes as the body of every route that decodes one (agents, exec,
+// ports, chat, approvals, runs, distill): whatever the bytes, the answer is a JSON envelope with a 4xx or
+// a success, never a 500 or a panic.
+func FuzzRequestDecoders(f *testing.F) {
+	for _, s := range []string{
+		`{"spec":{"name":"a","model":"auto"}}`, `{"yaml":"name: a\nmodel: auto\n"}`, `{"cmd":"ls","timeoutSec":5}`,
+		`{"cmd":["ls","-la"],"cwd":"/work","env":{"A":"1"}}`, `{"port":8000}`, `{"approve":true,"remember":true}`,
+		`{"messages":[{"role":"user","content":"hi"}],"model":"auto"}`, `{"input":"hi","maxSteps":3}`,
+		`{"transcript":{"messages":[{"role":"user","content":"x"}]}}`, `{"a":1,"a":2}`, `{"cmd":1e400}`, "\xff", `[]`, ``,
+	} {
+		for route := range 7 {
+			f.Add(uint8(route), []byte(s))
+		}
+	}
+	ts := newTestServer(f)
+	routes := []string{
+		"/v1/agents/validate", "/v1/computers/cmp_nosuch/exec", "/v1/computers/cmp_nosuch/ports", "/v1/models/chat",
+		"/v1/approvals/apr_nosuch", "/v1/agents/nosuch/run", "/v1/sessions/distill",
+	}
+	f.Fuzz(func(t *testing.T, route uint8, body []byte) {
+		path := routes[int(route)%len(routes)]
+		req := httptest.NewRequest("POST", path, bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		rec := httptest.NewRecorder()
+		ts.s.ServeHTTP(rec, req)
+		if rec.Code >= 500 && rec.Code != http.StatusServiceUnavailable {
+			t.Fatalf("POST %s %q: %d %s", path, body, rec.Code, rec.Body)
+		}
+		if rec.Code >= 400 && !strings.Contains(rec.Body.String(), `"code":"E_`) {
+			t.Fatalf("POST %s %q: %d without the envelope: %s", path, body, rec.Code, rec.Body)
+		}
+	})
+}
