@@ -218,7 +218,13 @@ func (c *cli) runAgent(args []string) error {
 	}
 	r := &runPrinter{c: c, json: asJSON, answer: answer}
 	done, err := c.stream("POST", "/v1/agents/"+name+"/run/stream", body, r.event)
-	r.wait()
+	if r.asking != nil {
+		select {
+		case <-r.asking:
+		default: // the stream ended with a question open (answered elsewhere, expired): stop asking
+			fmt.Fprintln(c.stderr)
+		}
+	}
 	if err != nil && c.ctx.Err() != nil {
 		return c.ctx.Err()
 	}

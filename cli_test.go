@@ -1192,3 +1192,33 @@ func TestCLIInterruptAtTheQuestion(t *testing.T) {
 		return got.RunID == run.RunID && got.Status == "aborted"
 	})
 }
+
+// A question open on the terminal while the approval is answered elsewhere: the run goes on to its end
+// and exits without waiting for a typed line.
+func TestCLIQuestionAnsweredElsewhere(t *testing.T) {
+	te := newE2E(t, cliModel(t), "")
+	te.agentdOK("apply", writeSpec(t, "name: careful\nmodel: openai/gpt-4o-mini\nguardrails:\n  approvalMode: ask\n"))
+	master, slave := openPTY(t)
+	cmd := exec.Command(cliBinary(t), "run", "careful", "shell please")
+	cmd.Env = []string{"AGENT_URL=" + te.url, "PATH=" + os.Getenv("PATH")}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
+	var screen syncBuffer
+	go io.Copy(&screen, master)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+	eventually(t, "the question", func() bool { return strings.Contains(screen.String(), "approve? [y/N] ") })
+	te.agentdOK("approve", te.pendingApproval(te.latestRun("careful").RunID))
+	select {
+	case err := <-waited:
+		if err != nil {
+			t.Fatalf("run answered elsewhere: %v\n%s", err, screen.String())
+		}
+	case <-time.After(30 * time.Second):
+		cmd.Process.Kill()
+		t.Fatalf("run waits for a typed line after its end:\n%s", screen.String())
+	}
+	eventually(t, "the tool's output", func() bool { return strings.Contains(screen.String(), "from-the-tool\r\n") })
+}
