@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -35,6 +36,13 @@ func newSelfHosted(t *testing.T, model string) *selfHostedServer {
 			var req struct{ Stream bool }
 			b, _ := io.ReadAll(r.Body)
 			json.Unmarshal(b, &req)
+			if req.Stream && bytes.Contains(b, []byte(`"fetch_url"`)) && !bytes.Contains(b, []byte(`"role":"tool"`)) {
+				// An agent with the web tools: one step with a tool call first (refused: a loopback host).
+				w.Header().Set("Content-Type", "text/event-stream")
+				fmt.Fprintf(w, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"model\":%q,\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"tool_calls\":[{\"index\":0,\"id\":\"t1\",\"type\":\"function\",\"function\":{\"name\":\"fetch_url\",\"arguments\":\"{\\\"url\\\":\\\"http://127.0.0.1:1/\\\"}\"}}]},\"finish_reason\":null}]}\n\n", model)
+				fmt.Fprintf(w, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"model\":%q,\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"tool_calls\"}],\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":4,\"total_tokens\":13}}\n\ndata: [DONE]\n\n", model)
+				return
+			}
 			if req.Stream {
 				w.Header().Set("Content-Type", "text/event-stream")
 				fmt.Fprintf(w, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"model\":%q,\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"self-hosted says hi\"},\"finish_reason\":null}]}\n\n", model)
@@ -109,6 +117,22 @@ func TestAutoUsesAProviderListedModel(t *testing.T) {
 	}
 	if !warned || out["usage"].(map[string]any)["costUsd"] != float64(0) {
 		t.Fatalf("no zero-price warning or a cost: %v", run["events"])
+	}
+	// A run of several steps says it once.
+	if res := ts.do("POST", "/v1/agents", map[string]any{"spec": map[string]any{"name": "lan-web", "model": "auto",
+		"computer": map[string]any{"enabled": false}, "tools": []any{"web"}}}); res.status != 201 {
+		t.Fatalf("create: %d %s", res.status, res.body)
+	}
+	out = ts.do("POST", "/v1/agents/lan-web/run", map[string]any{"input": "fetch something"}).json(t)
+	run = ts.do("GET", "/v1/runs/"+out["runId"].(string), nil).json(t)
+	unpriced := 0
+	for _, ev := range run["events"].([]any) {
+		if e := ev.(map[string]any); e["type"] == "warning" && e["code"] == "unpriced" {
+			unpriced++
+		}
+	}
+	if out["steps"] != float64(2) || unpriced != 1 {
+		t.Fatalf("a %v-step run warned %d times that the model is unpriced, want once: %v", out["steps"], unpriced, run["events"])
 	}
 	// Listed with no price.
 	for _, m := range ts.do("GET", "/v1/models", nil).json(t)["models"].([]any) {

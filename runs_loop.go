@@ -39,8 +39,9 @@ type activeRun struct {
 	spec      *AgentSpec
 	p         *runParams
 	lim       Limits
-	red       *redactor // nil when redactSecrets is off
-	tools     []string  // the tools this run offers, in a stable order
+	red       *redactor       // nil when redactSecrets is off
+	tools     []string        // the tools this run offers, in a stable order
+	warned    map[string]bool // model warnings already emitted (under mu)
 	defs      []ToolDef
 	startedAt time.Time
 
@@ -72,7 +73,7 @@ func newActiveRun(rs *runService, spec *AgentSpec, p *runParams, sink func(runEv
 	now := rs.now()
 	ar := &activeRun{
 		rs: rs, id: newRunID(now), agent: spec.Name, spec: spec, p: p, lim: effectiveLimits(spec.Limits),
-		startedAt: now, done: make(chan struct{}), sink: sink,
+		startedAt: now, done: make(chan struct{}), sink: sink, warned: map[string]bool{},
 	}
 	ar.model = firstNonEmpty(p.Model, spec.Model, "auto")
 	if spec.Guardrails.RedactSecrets {
@@ -571,7 +572,14 @@ func (ar *activeRun) call(st *loopState, req ChatRequest, remaining float64) (*C
 		case "thinking_delta":
 			ar.emit(runEvent{Type: "thinking_delta", Text: ev.Text})
 		case "warning":
-			ar.emit(runEvent{Type: "warning", Message: ar.red.redact(ev.Message), Code: ev.Code})
+			// A model call's warning (unpriced, estimated usage) repeats on every step: once per run.
+			ar.mu.Lock()
+			seen := ar.warned[ev.Code+"\x00"+ev.Message]
+			ar.warned[ev.Code+"\x00"+ev.Message] = true
+			ar.mu.Unlock()
+			if !seen {
+				ar.emit(runEvent{Type: "warning", Message: ar.red.redact(ev.Message), Code: ev.Code})
+			}
 		}
 	}
 	resp, err := ar.rs.models.Stream(ar.ctx, req, chatOptions{Fallbacks: ar.spec.FallbackModels, MaxCostUSD: max(remaining, 0)}, emit)
