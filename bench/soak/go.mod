@@ -1,0 +1,3 @@
+module agentd-soak
+
+go 1.26
