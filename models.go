@@ -308,9 +308,7 @@ func validateChat(req *ChatRequest) error {
 		return bad("messages: must be a non-empty array")
 	}
 	for i, msg := range req.Messages {
-		switch msg.Role {
-		case "system", "user", "assistant", "tool":
-		default:
+		if !messageRoles[msg.Role] {
 			return bad("messages.%d.role: Invalid enum value. Expected 'system' | 'user' | 'assistant' | 'tool', received '%s'", i, msg.Role)
 		}
 		for j, p := range msg.Content {

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -501,9 +502,7 @@ func parseMessage(raw []byte) (ModelMessage, error) {
 			return ModelMessage{}, errors.New("content: expected a string or an array of parts")
 		}
 		for j, p := range m.Content {
-			switch p.Type {
-			case "text", "image", "tool_call", "tool_result", "thinking":
-			default:
+			if !slices.Contains([]string{"text", "image", "tool_call", "tool_result", "thinking"}, p.Type) {
 				return ModelMessage{}, fmt.Errorf("content.%d.type: Invalid enum value. Expected 'text' | 'image' | 'tool_call' | 'tool_result' | 'thinking', received '%s'", j, p.Type)
 			}
 		}

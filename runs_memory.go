@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 )
@@ -63,17 +64,16 @@ func (m *memoryService) loadRaw(ctx context.Context, agent string, spec MemorySp
 	case "memory":
 		m.mu.Lock()
 		defer m.mu.Unlock()
-		msgs := m.procs[agent]
-		if len(msgs) > memoryLoadCap {
-			msgs = msgs[len(msgs)-memoryLoadCap:]
-		}
-		return append([]ModelMessage(nil), msgs...), nil
+		return slices.Clone(lastN(m.procs[agent], memoryLoadCap)), nil
 	case "file":
 		return m.loadFile(agent)
 	default:
 		return m.store.LoadMemory(ctx, agent, memoryLoadCap)
 	}
 }
+
+// lastN is the last n messages (all when there are fewer).
+func lastN(msgs []ModelMessage, n int) []ModelMessage { return msgs[max(len(msgs)-n, 0):] }
 
 func (m *memoryService) append(ctx context.Context, agent string, spec MemorySpec, msgs []ModelMessage) error {
 	if !spec.Enabled || len(msgs) == 0 {
@@ -125,10 +125,7 @@ func (m *memoryService) loadFile(agent string) ([]ModelMessage, error) {
 		}
 		out = append(out, msg)
 	}
-	if len(out) > memoryLoadCap {
-		out = out[len(out)-memoryLoadCap:]
-	}
-	return out, nil
+	return lastN(out, memoryLoadCap), nil
 }
 
 func (m *memoryService) appendFile(agent string, msgs []ModelMessage) error {
