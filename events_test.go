@@ -359,6 +359,11 @@ func TestEveryEventTypeIsPublished(t *testing.T) {
 	te.do("POST", "/v1/computers/"+id+"/ports", map[string]any{"port": 8080})
 	te.call("POST", "/v1/computers/"+id+"/fs/upload?path=/work", tarGz(t, []tar.Header{{Name: "a.txt", Typeflag: tar.TypeReg}}, map[string]string{"a.txt": "x"}), 200, nil)
 	te.do("DELETE", "/v1/computers/"+id, nil)
+	// A process left by an exec of a server that died (recorded as the exec wrapper records it); the
+	// reconcile pass a restart runs kills it.
+	rec := te.do("POST", "/v1/computers", map[string]any{"name": "recbox"}).json(t)["id"].(string)
+	te.call("POST", "/v1/computers/"+rec+"/exec", map[string]any{"cmd": "setsid sleep 4322 >/dev/null 2>&1 </dev/null & echo $! > /tmp/.agentd-exec-left.pid"}, 200, nil)
+	te.s.computers.reconcile(context.Background(), nil)
 	m = te.do("POST", "/v1/computers", map[string]any{"name": "idlebox", "idleTimeoutSec": 1}).json(t)
 	te.s.computers.setNow(func() time.Time { return time.Now().Add(time.Hour) })
 	te.s.computers.sweep(context.Background())
@@ -375,7 +380,7 @@ func TestEveryEventTypeIsPublished(t *testing.T) {
 	want := []string{"agent_created", "agent_updated", "agent_deleted", "triggers_synced", "cron_fired", "cron_skipped",
 		"run_started", "run_finished", "approval_required", "approval_answered",
 		"computer_created", "computer_stopped", "computer_started", "port_exposed", "uploaded", "computer_destroyed",
-		"computer_reaped", "provider_changed"}
+		"computer_reaped", "computer_reconciled", "provider_changed"}
 	missing := func() []string {
 		var out []string
 		for _, typ := range want {
@@ -406,8 +411,9 @@ func TestEveryEventTypeIsPublished(t *testing.T) {
 		"provider_changed": func(p map[string]any) bool {
 			return p["kind"] == "model" && p["name"] == "openai" && p["available"] == false
 		},
-		"computer_reaped": func(p map[string]any) bool { return p["reason"] == "idle" },
-		"run_finished":    func(p map[string]any) bool { return p["runId"] != nil && p["status"] != "running" },
+		"computer_reaped":     func(p map[string]any) bool { return p["reason"] == "idle" },
+		"computer_reconciled": func(p map[string]any) bool { return p["computerId"] == rec && p["killed"].(float64) >= 1 },
+		"run_finished":        func(p map[string]any) bool { return p["runId"] != nil && p["status"] != "running" },
 	} {
 		if !check(seen[typ]) {
 			t.Errorf("%s payload %v", typ, seen[typ])
