@@ -250,12 +250,17 @@ type runPrinter struct {
 	result *RunResult
 	asking chan struct{} // an approval question in flight (one at a time)
 	midTxt bool          // text was printed without a final newline
+	midOut bool          // a tool's streamed output was printed without a final newline
+	// streamed: the tool calls whose output came as tool_delta (tool_end does not repeat it)
+	streamed map[string]bool
 }
 
 func (r *runPrinter) event(ev cliEvent) error {
 	var e struct {
 		Type       string     `json:"type"`
 		Text       string     `json:"text"`
+		CallID     string     `json:"callId"` // tool_delta
+		Stream     string     `json:"stream"` // tool_delta: stdout or stderr
 		Call       *ToolCall  `json:"call"`
 		Output     *string    `json:"output"`
 		IsError    *bool      `json:"isError"`
@@ -274,7 +279,7 @@ func (r *runPrinter) event(ev cliEvent) error {
 	}
 	if e.Type == "approval_required" {
 		if r.watch {
-			req, _ := json.Marshal(e.Request)
+			req := plainJSON(e.Request)
 			r.newline()
 			fmt.Fprintf(r.c.stderr, "approval %s: %s (answer with `agentd approve %s` or `agentd deny %s`)\n",
 				e.ApprovalID, req, e.ApprovalID, e.ApprovalID)
@@ -293,12 +298,45 @@ func (r *runPrinter) event(ev cliEvent) error {
 		r.midTxt = !strings.HasSuffix(e.Text, "\n")
 	case "tool_start":
 		r.newline()
-		args, _ := json.Marshal(e.Call.Args)
-		fmt.Fprintf(out, "%s %s\n", r.c.paint("36", "→ "+e.Call.Name), args)
+		fmt.Fprintf(out, "%s %s\n", r.c.paint("36", "→ "+e.Call.Name), plainJSON(e.Call.Args))
+	case "tool_delta": // a tool's output as it comes, indented under its call
+		if r.streamed == nil {
+			r.streamed = map[string]bool{}
+		}
+		r.streamed[e.CallID] = true
+		var b strings.Builder
+		for _, line := range strings.SplitAfter(e.Text, "\n") {
+			if line == "" {
+				continue
+			}
+			if !r.midOut {
+				b.WriteString("  ")
+			}
+			b.WriteString(line)
+			r.midOut = !strings.HasSuffix(line, "\n")
+		}
+		if e.Stream == "stderr" {
+			fmt.Fprint(out, r.c.paint("31", b.String()))
+		} else {
+			fmt.Fprint(out, b.String())
+		}
 	case "tool_end":
 		text := ""
 		if e.Output != nil {
 			text = strings.TrimRight(*e.Output, "\n")
+		}
+		if e.Call != nil && r.streamed[e.Call.ID] {
+			// Shown as it came: only what the tool added after it (a last line like "[exit code 0]"), or
+			// the last line of a failure.
+			if r.midOut {
+				fmt.Fprintln(out)
+				r.midOut = false
+			}
+			last := text[strings.LastIndex(text, "\n")+1:]
+			text = ""
+			if strings.HasPrefix(last, "[") && strings.HasSuffix(last, "]") || e.IsError != nil && *e.IsError {
+				text = last
+			}
 		}
 		if len(text) > 4000 {
 			text = text[:2000] + "\n…\n" + text[len(text)-2000:]
@@ -345,7 +383,7 @@ func (r *runPrinter) approve(id string, request any) {
 	r.asking = make(chan struct{})
 	go func() {
 		defer close(r.asking)
-		req, _ := json.Marshal(request)
+		req := plainJSON(request)
 		fmt.Fprintf(c.stderr, "\napproval needed: %s\napprove? [y/N] ", req)
 		var line string
 		fmt.Fscanln(f, &line)
@@ -379,6 +417,15 @@ func (r *runPrinter) exit() error {
 		msg += ": " + r.result.Error.Message
 	}
 	return exitCode{code: 1, msg: msg}
+}
+
+// plainJSON is v as one line of JSON for people: <, > and & as themselves, not \u003c escapes.
+func plainJSON(v any) string {
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	enc.Encode(v)
+	return strings.TrimSuffix(b.String(), "\n")
 }
 
 func indent(s, pre string) string { return pre + strings.ReplaceAll(s, "\n", "\n"+pre) }
@@ -546,8 +593,8 @@ func (c *cli) approvals(args []string) error {
 	}
 	now, rows := time.Now(), [][]string{}
 	for _, a := range out.Approvals {
-		args, _ := json.Marshal(a.Call.Args)
-		rows = append(rows, []string{a.ApprovalID, a.RunID, a.Agent, a.Call.Name, string(args), ago(a.ExpiresAt, now)})
+		args := plainJSON(a.Call.Args)
+		rows = append(rows, []string{a.ApprovalID, a.RunID, a.Agent, a.Call.Name, args, ago(a.ExpiresAt, now)})
 	}
 	c.table([]string{"APPROVAL", "RUN", "AGENT", "TOOL", "ARGS", "EXPIRES"}, rows)
 	return nil

@@ -100,6 +100,8 @@ func cliModel(t testing.TB) *scriptedOpenAI {
 			return scriptReply{calls: []ToolCall{tc(fmt.Sprintf("c%d", len(r.Messages)), "no_such_tool", map[string]any{"n": len(r.Messages)})}}
 		case strings.Contains(u, "hang"):
 			return scriptReply{hang: true}
+		case strings.Contains(u, "stream please") && len(r.toolResults()) == 0:
+			return scriptReply{calls: []ToolCall{tc("s2", "shell", map[string]any{"command": "echo first; sleep 3; echo second >&2; echo third"})}}
 		case strings.Contains(u, "shell please") && len(r.toolResults()) == 0:
 			return scriptReply{text: "running it", calls: []ToolCall{tc("s1", "shell", map[string]any{"command": "echo from-the-tool"})}}
 		}
@@ -1221,4 +1223,22 @@ func TestCLIQuestionAnsweredElsewhere(t *testing.T) {
 		t.Fatalf("run waits for a typed line after its end:\n%s", screen.String())
 	}
 	eventually(t, "the tool's output", func() bool { return strings.Contains(screen.String(), "from-the-tool\r\n") })
+}
+
+// run prints a tool's output as it comes (indented under the call), not only when the tool ends, and
+// does not print it twice.
+func TestCLIRunStreamsToolOutput(t *testing.T) {
+	te := newE2E(t, cliModel(t), "")
+	te.agentdOK("apply", writeSpec(t, "name: eager\nmodel: openai/gpt-4o-mini\n"))
+	p := te.agentdStart(nil, "run", "eager", "stream please")
+	eventually(t, "the first line of the tool's output", func() bool { return strings.Contains(p.stdout.String(), "\n  first\n") })
+	if out := p.stdout.String(); strings.Contains(out, "  third") {
+		t.Fatalf("the output came only at the tool's end:\n%s", out)
+	}
+	r := p.wait(t)
+	if r.code != 0 || !strings.Contains(r.stdout, "\n  first\n") || !strings.Contains(r.stdout, "\n  second\n") ||
+		!strings.Contains(r.stdout, "\n  third\n") || !strings.Contains(r.stdout, "\n  [exit code 0]\necho: stream please") ||
+		strings.Count(r.stdout, "  first") != 1 || !strings.Contains(r.stdout, `"echo first; sleep 3; echo second >&2; echo third"`) {
+		t.Fatalf("run with a streamed tool: %s", r)
+	}
 }
