@@ -175,6 +175,7 @@ type computerDeps struct {
 	provider     string              // computerProvider: auto or a provider's name
 	images       map[string]string   // flavor → image, overriding defaultImages
 	registries   []string            // allowedRegistries (config); empty: the flavor images' registries
+	mountRoots   []string            // allowedMounts (config): host directories mounts may come from; empty: none
 	maxComputers int
 	reapInterval time.Duration
 }
@@ -612,6 +613,13 @@ func (c *computerService) checkHostLimits(sp ComputerSpec) error {
 		return errorf(codeSpecInvalid, "diskMb: %d MB is above the %d MB ceiling", sp.DiskMB, maxMachineDiskMB).
 			withHint(fmt.Sprintf("ask for at most %d", maxMachineDiskMB)).withDetail("limit", maxMachineDiskMB)
 	}
+	for i, m := range sp.Mounts {
+		if err := c.checkMountSource(m.Source); err != nil {
+			return errorf(codeSpecInvalid, "mounts.%d.source: %s", i, err.Error()).
+				withHint("mount a directory under one listed in allowedMounts in config.yaml (now: "+listOrNone(c.mountRoots)+"), or copy files in with the upload endpoint").
+				withDetail("allowedMounts", c.mountRoots)
+		}
+	}
 	if img := c.imageFor(sp); sp.Image != "" {
 		if reg := imageRegistry(img); !slices.Contains(c.allowedRegistries(), reg) {
 			return errorf(codeSpecInvalid, "image: %s is from registry %s, which this server does not pull from", img, reg).
@@ -620,6 +628,53 @@ func (c *computerService) checkHostLimits(sp ComputerSpec) error {
 		}
 	}
 	return nil
+}
+
+// checkMountSource allows a host directory into a machine only under allowedMounts, and never what
+// would hand the machine the host: the root, /proc, /sys, /dev, /boot, /run (the engines' sockets live
+// there), any socket, or the data directory or a directory holding it. The source is judged as it
+// resolves, so a symlink to the Docker socket is the Docker socket.
+func (c *computerService) checkMountSource(src string) error {
+	real := filepath.Clean(src)
+	if r, err := filepath.EvalSymlinks(real); err == nil {
+		real = r
+	}
+	if fi, err := os.Stat(real); err == nil && fi.Mode()&os.ModeSocket != 0 {
+		return fmt.Errorf("%s is a socket (an engine's socket would hand the machine the host)", src)
+	}
+	under := func(p, dir string) bool { return p == dir || strings.HasPrefix(p, strings.TrimSuffix(dir, "/")+"/") }
+	if real == "/" {
+		return fmt.Errorf("the host's root is never mounted")
+	}
+	for _, sys := range []string{"/proc", "/sys", "/dev", "/boot", "/run", "/var/run"} {
+		if under(real, sys) {
+			return fmt.Errorf("%s is under %s, which is never mounted", src, sys)
+		}
+	}
+	if home, err := filepath.Abs(c.home); err == nil && c.home != "" {
+		if rh, err := filepath.EvalSymlinks(home); err == nil {
+			home = rh
+		}
+		if under(real, home) || under(home, real) {
+			return fmt.Errorf("%s holds or is inside agentd's data directory", src)
+		}
+	}
+	for _, root := range c.mountRoots {
+		if r, err := filepath.EvalSymlinks(filepath.Clean(root)); err == nil {
+			root = r
+		}
+		if under(real, filepath.Clean(root)) {
+			return nil
+		}
+	}
+	return fmt.Errorf("%s is not under a directory in allowedMounts", src)
+}
+
+func listOrNone(xs []string) string {
+	if len(xs) == 0 {
+		return "none"
+	}
+	return strings.Join(xs, ", ")
 }
 
 // imageRegistry is an image reference's registry: its first component when that names a host

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -366,4 +367,44 @@ func procStatusKB(t *testing.T, field string) int {
 func raceBuild() bool {
 	bi, _ := debug.ReadBuildInfo()
 	return bi != nil && slices.ContainsFunc(bi.Settings, func(s debug.BuildSetting) bool { return s.Key == "-race" && s.Value == "true" })
+}
+
+// Mount sources: only under allowedMounts, and never the engine's socket, the root, /proc, /sys, /dev,
+// /run or the data directory, whatever the config says, also through a symlink.
+func TestMountSources(t *testing.T) {
+	home, allowed := t.TempDir(), t.TempDir()
+	os.MkdirAll(filepath.Join(allowed, "data"), 0o755)
+	sock := filepath.Join(allowed, "engine.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	os.Symlink(sock, filepath.Join(allowed, "innocent"))
+	os.Symlink("/", filepath.Join(allowed, "rootlink"))
+	c := &computerService{computerDeps: computerDeps{home: home, mountRoots: []string{allowed, "/", "/run", home}}}
+	for _, src := range []string{"/var/run/docker.sock", "/run/docker.sock", "/", "/proc", "/sys/fs", "/dev", home,
+		filepath.Join(home, "workspaces"), filepath.Dir(home), sock, filepath.Join(allowed, "innocent"),
+		filepath.Join(allowed, "rootlink"), "/work/../"} {
+		if err := c.checkMountSource(src); err == nil {
+			t.Errorf("%s: accepted", src)
+		}
+	}
+	c.mountRoots = []string{allowed}
+	if err := c.checkMountSource("/srv/elsewhere"); err == nil || !strings.Contains(err.Error(), "allowedMounts") {
+		t.Errorf("outside allowedMounts: %v", err)
+	}
+	for _, src := range []string{allowed, filepath.Join(allowed, "data"), filepath.Join(allowed, "not-yet")} {
+		if err := c.checkMountSource(src); err != nil {
+			t.Errorf("%s: %v, want accepted", src, err)
+		}
+	}
+	// Through the API: the default config allows no host mount at all.
+	e := newTestServer(t, withHostEnv)
+	for _, src := range []string{"/var/run/docker.sock", "/", e.s.cfg.Home, filepath.Join(allowed, "data")} {
+		body := map[string]any{"provider": "docker", "mounts": []any{map[string]any{"source": src, "target": "/data"}}}
+		if msg := e.wantError("POST", "/v1/computers", body, 422, codeSpecInvalid)["message"].(string); !strings.Contains(msg, "mounts.0.source") {
+			t.Errorf("%s: %s", src, msg)
+		}
+	}
 }

@@ -192,6 +192,7 @@ type config struct {
 	ComputerProvider  string            `yaml:"computerProvider"`
 	Images            map[string]string `yaml:"images"`
 	AllowedRegistries []string          `yaml:"allowedRegistries"` // registries a spec's image may come from
+	AllowedMounts     []string          `yaml:"allowedMounts"`     // host directories a spec's mounts may come from
 	ModelAliases      map[string]string `yaml:"modelAliases"`
 	MaxCostUSD        float64           `yaml:"maxCostUsd"`
 	ReaperIntervalSec int               `yaml:"reaperIntervalSec"`
@@ -484,7 +485,7 @@ func newServer(cfg config, logger *slog.Logger, now func() time.Time) (*server, 
 		return nil, err
 	}
 	if s.computers, err = newComputerService(computerDeps{store: st, hub: s.hub, log: logger, clock: now,
-		getenv: cfg.getenv, home: cfg.Home, provider: cfg.ComputerProvider, images: cfg.Images, registries: cfg.AllowedRegistries,
+		getenv: cfg.getenv, home: cfg.Home, provider: cfg.ComputerProvider, images: cfg.Images, registries: cfg.AllowedRegistries, mountRoots: cfg.AllowedMounts,
 		maxComputers: cfg.MaxComputers, reapInterval: time.Duration(cfg.ReaperIntervalSec) * time.Second}); err != nil {
 		s.models.Close()
 		st.Close()
