@@ -249,6 +249,7 @@ type runPrinter struct {
 	answer string
 	result *RunResult
 	asking chan struct{} // an approval question in flight (one at a time)
+	typed  chan struct{} // closed once its line was typed
 	midTxt bool          // text was printed without a final newline
 	midOut bool          // a tool's streamed output was printed without a final newline
 	// streamed: the tool calls whose output came as tool_delta (tool_end does not repeat it)
@@ -379,14 +380,24 @@ func (r *runPrinter) approve(id string, request any) {
 		fmt.Fprintf(c.stderr, "approval %s is waiting: answer with `agentd approve %s` or `agentd deny %s` (or run with --yes/--no)\n", id, id, id)
 		return
 	}
-	r.wait()
-	r.asking = make(chan struct{})
+	if r.typed != nil {
+		select {
+		case <-r.typed: // answered on this terminal: let its answer arrive
+			r.wait()
+		default: // the open question's approval was settled elsewhere or expired: do not stall the stream
+			fmt.Fprintf(c.stderr, "\napproval %s is waiting: answer with `agentd approve %s` or `agentd deny %s`\n", id, id, id)
+			return
+		}
+	}
+	asking, typed := make(chan struct{}), make(chan struct{})
+	r.asking, r.typed = asking, typed
 	go func() {
-		defer close(r.asking)
+		defer close(asking)
 		req := plainJSON(request)
 		fmt.Fprintf(c.stderr, "\napproval needed: %s\napprove? [y/N] ", req)
 		var line string
 		fmt.Fscanln(f, &line)
+		close(typed)
 		ok := strings.EqualFold(strings.TrimSpace(line), "y") || strings.EqualFold(strings.TrimSpace(line), "yes")
 		if err := c.call("POST", "/v1/approvals/"+id, map[string]any{"approve": ok}, nil); err != nil {
 			fmt.Fprintf(c.stderr, "answering the approval: %v\n", err)

@@ -100,6 +100,9 @@ func cliModel(t testing.TB) *scriptedOpenAI {
 			return scriptReply{calls: []ToolCall{tc(fmt.Sprintf("c%d", len(r.Messages)), "no_such_tool", map[string]any{"n": len(r.Messages)})}}
 		case strings.Contains(u, "hang"):
 			return scriptReply{hang: true}
+		case strings.Contains(u, "twice please") && len(r.toolResults()) < 2:
+			n := len(r.toolResults())
+			return scriptReply{calls: []ToolCall{tc(fmt.Sprint("t", n), "shell", map[string]any{"command": fmt.Sprint("echo call-", n)})}}
 		case strings.Contains(u, "stream please") && len(r.toolResults()) == 0:
 			return scriptReply{calls: []ToolCall{tc("s2", "shell", map[string]any{"command": "echo first; sleep 3; echo second >&2; echo third"})}}
 		case strings.Contains(u, "shell please") && len(r.toolResults()) == 0:
@@ -1241,4 +1244,44 @@ func TestCLIRunStreamsToolOutput(t *testing.T) {
 		strings.Count(r.stdout, "  first") != 1 || !strings.Contains(r.stdout, `"echo first; sleep 3; echo second >&2; echo third"`) {
 		t.Fatalf("run with a streamed tool: %s", r)
 	}
+}
+
+// A question left open (its approval answered elsewhere) does not stall the run at its next approval:
+// that one is announced with how to answer it.
+func TestCLISecondApprovalWhileAQuestionIsOpen(t *testing.T) {
+	te := newE2E(t, cliModel(t), "")
+	te.agentdOK("apply", writeSpec(t, "name: careful\nmodel: openai/gpt-4o-mini\nguardrails:\n  approvalMode: ask\n"))
+	master, slave := openPTY(t)
+	cmd := exec.Command(cliBinary(t), "run", "careful", "twice please")
+	cmd.Env = []string{"AGENT_URL=" + te.url, "PATH=" + os.Getenv("PATH")}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
+	var screen syncBuffer
+	go io.Copy(&screen, master)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+	eventually(t, "the question", func() bool { return strings.Contains(screen.String(), "approve? [y/N] ") })
+	run := te.latestRun("careful").RunID
+	first := te.pendingApproval(run)
+	te.agentdOK("approve", first)
+	var second string
+	eventually(t, "the second approval", func() bool { second = te.pendingApproval(run); return second != first })
+	eventually(t, "the second approval announced", func() bool {
+		return strings.Contains(screen.String(), "approval "+second+" is waiting: answer with `agentd approve "+second+"`")
+	})
+	te.agentdOK("approve", second)
+	select {
+	case err := <-waited:
+		if err != nil {
+			t.Fatalf("run: %v\n%s", err, screen.String())
+		}
+	case <-time.After(30 * time.Second):
+		cmd.Process.Kill()
+		t.Fatalf("run did not end:\n%s", screen.String())
+	}
+	eventually(t, "both tools' output", func() bool {
+		return strings.Contains(screen.String(), "  call-0\r\n") && strings.Contains(screen.String(), "  call-1\r\n")
+	})
 }
