@@ -71,6 +71,8 @@ type ExecRequest struct {
 
 	// Policy is the caller's allow/deny patterns; the built-in deny list always applies. Not on the wire.
 	Policy commandPolicy `json:"-"`
+	// capped says which values above their cap were lowered to it (the result's warnings).
+	capped []string
 }
 
 // execCommand holds either a shell string or an argv.
@@ -87,6 +89,8 @@ type ExecResult struct {
 	DurationMS int64  `json:"durationMs"`
 	Truncated  bool   `json:"truncated"`
 	TimedOut   bool   `json:"timedOut"`
+	// Warnings say what the request asked for beyond a cap, and what it got instead.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // DirEntry is one element of a directory listing; directories first.

@@ -98,19 +98,29 @@ func (c execCommand) policyText() string {
 	return c.Shell
 }
 
-// validateExecWire checks an exec body as received over HTTP: out-of-range values are 422, not clamped.
+// validateExecWire checks an exec body as received over HTTP: a timeoutSec or maxOutputBytes above its
+// cap is lowered to the cap (API.md: "capped"), with a warning in the result; other out-of-range values
+// are 422.
 func validateExecWire(req *ExecRequest, seen map[string]json.RawMessage) error {
 	if _, ok := seen["cmd"]; !ok {
 		return errorf(codeSpecInvalid, "cmd: Required").withHint(`send "cmd": "echo hi" or "cmd": ["echo", "hi"]`)
 	}
-	if req.TimeoutSec < 0 || req.TimeoutSec > execMaxTimeout {
+	if req.TimeoutSec > execMaxTimeout {
+		req.capped = append(req.capped, fmt.Sprintf("timeoutSec %d is above the cap: %d was used", req.TimeoutSec, execMaxTimeout))
+		req.TimeoutSec = execMaxTimeout
+	}
+	if req.MaxOutputBytes > execMaxOutput {
+		req.capped = append(req.capped, fmt.Sprintf("maxOutputBytes %d is above the cap: %d (16 MiB) was used", req.MaxOutputBytes, execMaxOutput))
+		req.MaxOutputBytes = execMaxOutput
+	}
+	if req.TimeoutSec < 0 {
 		return errorf(codeSpecInvalid, "timeoutSec: must be between 1 and %d, received %d", execMaxTimeout, req.TimeoutSec).
 			withHint("use a timeout of at most 3600 seconds")
 	}
 	if _, ok := seen["timeoutSec"]; ok && req.TimeoutSec == 0 {
 		return errorf(codeSpecInvalid, "timeoutSec: must be between 1 and %d, received 0", execMaxTimeout).withHint("omit timeoutSec for the default of 120")
 	}
-	if req.MaxOutputBytes < 0 || req.MaxOutputBytes > execMaxOutput {
+	if req.MaxOutputBytes < 0 {
 		return errorf(codeSpecInvalid, "maxOutputBytes: must be between 1 and %d (16 MiB), received %d", execMaxOutput, req.MaxOutputBytes).
 			withHint("use at most 16777216")
 	}
@@ -224,7 +234,11 @@ func (c *computerService) Exec(ctx context.Context, id string, req ExecRequest, 
 func (c *computerService) runPrepared(ctx context.Context, x *execPrepared, onOutput func(stream, data string)) (*ExecResult, error) {
 	c.beginUse(x.m.ID)
 	defer c.endUse(x.m.ID)
-	return c.runProc(ctx, x.p, x.m, x.ps, time.Duration(x.req.TimeoutSec)*time.Second, x.req.MaxOutputBytes, onOutput)
+	res, err := c.runProc(ctx, x.p, x.m, x.ps, time.Duration(x.req.TimeoutSec)*time.Second, x.req.MaxOutputBytes, onOutput)
+	if res != nil {
+		res.Warnings = x.req.capped
+	}
+	return res, err
 }
 
 // run executes an internal command (no policy; provisioning and file operations) and collects output.

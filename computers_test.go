@@ -717,15 +717,21 @@ func (c *conformance) badInput(t *testing.T) {
 			map[string]any{"cmd": []string{}},
 			map[string]any{"cmd": []any{1}},
 			map[string]any{},
-			map[string]any{"cmd": "true", "timeoutSec": 3601},
 			map[string]any{"cmd": "true", "timeoutSec": 0},
+			map[string]any{"cmd": "true", "timeoutSec": -1},
 			map[string]any{"cmd": "true", "timeoutSec": "5"},
-			map[string]any{"cmd": "true", "maxOutputBytes": 16<<20 + 1},
+			map[string]any{"cmd": "true", "maxOutputBytes": -1},
 			map[string]any{"cmd": "true", "env": map[string]any{"A": 1}},
 			map[string]any{"cmd": "true", "tty": "yes"},
 			"not json",
 		} {
 			e.wantError("POST", "/v1/computers/"+id+"/exec", body, 422, codeSpecInvalid)
+		}
+		// Above its cap a timeout or an output limit is capped (API.md), and the result says so.
+		var res ExecResult
+		e.call("POST", "/v1/computers/"+id+"/exec", map[string]any{"cmd": "echo capped", "timeoutSec": 5000, "maxOutputBytes": 32 << 20}, 200, &res)
+		if res.Stdout != "capped\n" || len(res.Warnings) != 2 || !strings.Contains(res.Warnings[0], "3600") || !strings.Contains(res.Warnings[1], "16 MiB") {
+			t.Fatalf("capped exec: %+v", res)
 		}
 	})
 	c.sub(t, "lifecycle/bad-input", func(t *testing.T, e *testServer) {
