@@ -454,6 +454,10 @@ func (c *cli) runs(args []string) error {
 	}, 0, 0); err != nil {
 		return err
 	}
+	statuses := []string{"running", "complete", "step_limit", "budget", "timeout", "aborted", "loop", "error"}
+	if status != "" && !slices.Contains(statuses, status) {
+		return c.usage("--status %q: one of %s", status, strings.Join(statuses, ", "))
+	}
 	// --status is not a query of GET /v1/runs: filter here, following nextCursor until limit rows match.
 	type page struct {
 		Runs       []json.RawMessage `json:"runs"`

@@ -500,6 +500,7 @@ func TestCLIBadInput(t *testing.T) {
 		{[]string{"rm"}, 2, "usage: agentd rm ID..."},
 		{[]string{"cp", "a", "b"}, 2, "one side must be ID:PATH"},
 		{[]string{"completion", "fish"}, 2, "unknown shell"},
+		{[]string{"runs", "--status", "completed"}, 2, `runs: --status "completed": one of running, complete,`},
 		{[]string{"logs", "run_nope"}, 1, "E_RUN_NOT_FOUND"},
 		{[]string{"rm", "ghost"}, 1, "E_COMPUTER_NOT_FOUND"},
 	} {
