@@ -620,6 +620,24 @@ func writeError(w http.ResponseWriter, err error) {
 // ---- decode / encode ----
 
 // writeJSON encodes v with the given status. It is the only JSON writer of the API.
+// reply ends a handler: err (through the adapter), or v as JSON with status.
+func reply(w http.ResponseWriter, status int, v any, err error) error {
+	if err != nil {
+		return err
+	}
+	writeJSON(w, status, v)
+	return nil
+}
+
+// noContent ends a handler whose success has no body: err, or 204.
+func noContent(w http.ResponseWriter, err error) error {
+	if err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	body, err := json.Marshal(v)
 	if err != nil {

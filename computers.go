@@ -1124,11 +1124,7 @@ func (s *server) handleListComputers(w http.ResponseWriter, r *http.Request) err
 		all = v == "true" || v == "1"
 	}
 	list, err := s.computers.list(r.Context(), all)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"computers": list})
-	return nil
+	return reply(w, http.StatusOK, map[string]any{"computers": list}, err)
 }
 
 func (s *server) handleCreateComputer(w http.ResponseWriter, r *http.Request) error {
@@ -1146,44 +1142,24 @@ func (s *server) handleCreateComputer(w http.ResponseWriter, r *http.Request) er
 	}
 	applyComputerDefaults(sp)
 	m, err := s.computers.create(r.Context(), *sp)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusCreated, m)
-	return nil
+	return reply(w, http.StatusCreated, m, err)
 }
 
 func (s *server) handleGetComputer(w http.ResponseWriter, r *http.Request) error {
 	m, err := s.computers.Get(r.Context(), r.PathValue("id"))
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, m)
-	return nil
+	return reply(w, http.StatusOK, m, err)
 }
 
 func (s *server) handleDeleteComputer(w http.ResponseWriter, r *http.Request) error {
-	if err := s.computers.destroy(r.Context(), r.PathValue("id"), ""); err != nil {
-		return err
-	}
-	w.WriteHeader(http.StatusNoContent)
-	return nil
+	return noContent(w, s.computers.destroy(r.Context(), r.PathValue("id"), ""))
 }
 
 func (s *server) handleStopComputer(w http.ResponseWriter, r *http.Request) error {
 	m, err := s.computers.stop(r.Context(), r.PathValue("id"))
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, m)
-	return nil
+	return reply(w, http.StatusOK, m, err)
 }
 
 func (s *server) handleStartComputer(w http.ResponseWriter, r *http.Request) error {
 	m, err := s.computers.start(r.Context(), r.PathValue("id"))
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, m)
-	return nil
+	return reply(w, http.StatusOK, m, err)
 }

@@ -605,11 +605,7 @@ func (s *server) handleExec(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	res, err := s.computers.Exec(r.Context(), r.PathValue("id"), req, nil)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, res)
-	return nil
+	return reply(w, http.StatusOK, res, err)
 }
 
 // handleExecStream answers `{type: stdout|stderr, data}` frames, then `{type: exit, result}`, then

@@ -134,11 +134,18 @@ func splitRoot(p string) (root, rel string) {
 // /work or /tmp. Tools that run a command on a path (search, move) resolve it first, so a symlink in the
 // workspace cannot point the command outside.
 func (c *computerService) Resolve(ctx context.Context, id, raw string, keepLast bool) (string, error) {
+	_, _, rp, err := c.jailed(ctx, id, raw, keepLast)
+	return rp, err
+}
+
+// jailed is the preamble of every file operation: the live machine, its files, and raw through the jail.
+func (c *computerService) jailed(ctx context.Context, id, raw string, keepLast bool) (*ComputerInfo, machineFS, string, error) {
 	m, fsys, err := c.fsFor(ctx, id)
 	if err != nil {
-		return "", err
+		return nil, nil, "", err
 	}
-	return c.jail(ctx, m, fsys, raw, keepLast)
+	rp, err := c.jail(ctx, m, fsys, raw, keepLast)
+	return m, fsys, rp, err
 }
 
 func (c *computerService) fsFor(ctx context.Context, id string) (*ComputerInfo, machineFS, error) {
@@ -168,11 +175,7 @@ func (c *computerService) ReadFile(ctx context.Context, id, path string) ([]byte
 }
 
 func (c *computerService) readTo(ctx context.Context, id, p string, w io.Writer) error {
-	m, fsys, err := c.fsFor(ctx, id)
-	if err != nil {
-		return err
-	}
-	rp, err := c.jail(ctx, m, fsys, p, false)
+	_, fsys, rp, err := c.jailed(ctx, id, p, false)
 	if err != nil {
 		return err
 	}
@@ -202,11 +205,7 @@ func (l *limitWriter) Write(p []byte) (int, error) {
 }
 
 func (c *computerService) WriteFile(ctx context.Context, id, path string, data []byte) error {
-	m, fsys, err := c.fsFor(ctx, id)
-	if err != nil {
-		return err
-	}
-	rp, err := c.jail(ctx, m, fsys, path, false)
+	_, fsys, rp, err := c.jailed(ctx, id, path, false)
 	if err != nil {
 		return err
 	}
@@ -217,11 +216,7 @@ func (c *computerService) WriteFile(ctx context.Context, id, path string, data [
 }
 
 func (c *computerService) ListDir(ctx context.Context, id, path string) ([]DirEntry, error) {
-	m, fsys, err := c.fsFor(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	rp, err := c.jail(ctx, m, fsys, path, false)
+	_, fsys, rp, err := c.jailed(ctx, id, path, false)
 	if err != nil {
 		return nil, err
 	}
@@ -242,22 +237,11 @@ func (c *computerService) ListDir(ctx context.Context, id, path string) ([]DirEn
 }
 
 func (c *computerService) DeletePath(ctx context.Context, id, path string, recursive bool) error {
-	m, fsys, err := c.fsFor(ctx, id)
+	m, fsys, rp, err := c.jailed(ctx, id, path, true)
 	if err != nil {
 		return err
 	}
-	lp, err := lexicalJail(path)
-	if err != nil {
-		return err
-	}
-	if isWorkspaceRoot(m, lp) {
-		return errorf(codeFSDenied, "refusing to delete the workspace root").withHint("delete the entries inside it instead")
-	}
-	rp, err := c.jail(ctx, m, fsys, path, true)
-	if err != nil {
-		return err
-	}
-	if isWorkspaceRoot(m, rp) {
+	if lp, _ := lexicalJail(path); isWorkspaceRoot(m, lp) || isWorkspaceRoot(m, rp) {
 		return errorf(codeFSDenied, "refusing to delete the workspace root").withHint("delete the entries inside it instead")
 	}
 	return fsys.remove(ctx, rp, recursive)
@@ -411,11 +395,7 @@ func resolveInArchive(symlinks map[string]string, p string, depth int) (string, 
 
 // Upload unpacks a tar.gz under dir inside the machine, after every check passed.
 func (c *computerService) Upload(ctx context.Context, id, dir string, archive []byte) (map[string]any, error) {
-	m, fsys, err := c.fsFor(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	rd, err := c.jail(ctx, m, fsys, dir, false)
+	m, fsys, rd, err := c.jailed(ctx, id, dir, false)
 	if err != nil {
 		return nil, err
 	}
@@ -527,11 +507,7 @@ func untarTo(root *os.Root, archive []byte) (int, error) {
 // Download streams a tar.gz of p. The size is measured inside the machine first; past the limit the
 // answer is 429 E_QUOTA before any byte is sent.
 func (c *computerService) downloadCheck(ctx context.Context, id, p string) (*ComputerInfo, machineFS, string, error) {
-	m, fsys, err := c.fsFor(ctx, id)
-	if err != nil {
-		return nil, nil, "", err
-	}
-	rp, err := c.jail(ctx, m, fsys, p, false)
+	m, fsys, rp, err := c.jailed(ctx, id, p, false)
 	if err != nil {
 		return nil, nil, "", err
 	}
@@ -562,11 +538,7 @@ func (s *server) handleListDir(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	ents, err := s.computers.ListDir(r.Context(), r.PathValue("id"), p)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"entries": ents})
-	return nil
+	return reply(w, http.StatusOK, map[string]any{"entries": ents}, err)
 }
 
 // handleReadFile streams the file: the first readHold bytes are held so a small file (or one that fails
@@ -633,11 +605,7 @@ func (rs *readStream) Write(p []byte) (int, error) {
 
 // checkReadSize refuses, before a large read is streamed, a file past the read limit.
 func (c *computerService) checkReadSize(ctx context.Context, id, p string) error {
-	m, fsys, err := c.fsFor(ctx, id)
-	if err != nil {
-		return err
-	}
-	rp, err := c.jail(ctx, m, fsys, p, false)
+	_, fsys, rp, err := c.jailed(ctx, id, p, false)
 	if err != nil {
 		return err
 	}
@@ -661,11 +629,7 @@ func (s *server) handleWriteFile(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := s.computers.WriteFile(r.Context(), r.PathValue("id"), p, body); err != nil {
-		return err
-	}
-	w.WriteHeader(http.StatusNoContent)
-	return nil
+	return noContent(w, s.computers.WriteFile(r.Context(), r.PathValue("id"), p, body))
 }
 
 func (s *server) handleDeleteFile(w http.ResponseWriter, r *http.Request) error {
@@ -679,11 +643,7 @@ func (s *server) handleDeleteFile(w http.ResponseWriter, r *http.Request) error 
 			return errorf(codeSpecInvalid, "recursive: expected true or false, received %q", v).withHint("use recursive=true")
 		}
 	}
-	if err := s.computers.DeletePath(r.Context(), r.PathValue("id"), p, recursive); err != nil {
-		return err
-	}
-	w.WriteHeader(http.StatusNoContent)
-	return nil
+	return noContent(w, s.computers.DeletePath(r.Context(), r.PathValue("id"), p, recursive))
 }
 
 func (s *server) handleUpload(w http.ResponseWriter, r *http.Request) error {
@@ -696,11 +656,7 @@ func (s *server) handleUpload(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	out, err := s.computers.Upload(r.Context(), r.PathValue("id"), p, body)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, out)
-	return nil
+	return reply(w, http.StatusOK, out, err)
 }
 
 func (s *server) handleDownload(w http.ResponseWriter, r *http.Request) error {

@@ -229,9 +229,5 @@ func (s *server) handleExposePort(w http.ResponseWriter, r *http.Request) error 
 		return errorf(codeSpecInvalid, "port: expected an integer between 1 and 65535, received %s", body.Port).withHint(`send {"port": 8080}`)
 	}
 	b, err := s.computers.ExposePort(r.Context(), r.PathValue("id"), port)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, b)
-	return nil
+	return reply(w, http.StatusOK, b, err)
 }

@@ -379,11 +379,7 @@ func (s *server) handleChat(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	resp, err := s.models.Chat(r.Context(), req, opts)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, resp)
-	return nil
+	return reply(w, http.StatusOK, resp, err)
 }
 
 // handleChatStream resolves and prices the request first, so a refusal is a plain JSON error with its

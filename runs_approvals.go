@@ -226,9 +226,5 @@ func (s *server) handleAnswerApproval(w http.ResponseWriter, r *http.Request) er
 	}
 	id := r.PathValue("id")
 	a, err := s.runs.approvals.answer(id, *body.Approve, body.Remember)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"approvalId": id, "approved": a.approved, "remembered": a.remembered})
-	return nil
+	return reply(w, http.StatusOK, map[string]any{"approvalId": id, "approved": a.approved, "remembered": a.remembered}, err)
 }

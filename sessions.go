@@ -591,11 +591,7 @@ func (s *server) handleDiscoverSessions(w http.ResponseWriter, r *http.Request) 
 		return errUnknownSource(source)
 	}
 	rows, err := s.sessions.discover(r.Context(), source, q.Get("path"))
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"sessions": rows})
-	return nil
+	return reply(w, http.StatusOK, map[string]any{"sessions": rows}, err)
 }
 
 func (s *server) handleImportSession(w http.ResponseWriter, r *http.Request) error {
@@ -651,20 +647,12 @@ func (s *server) handleListSessions(w http.ResponseWriter, r *http.Request) erro
 		limit = min(max(n, 1), 500)
 	}
 	rows, err := s.store.ListTranscripts(r.Context(), limit)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"sessions": rows})
-	return nil
+	return reply(w, http.StatusOK, map[string]any{"sessions": rows}, err)
 }
 
 func (s *server) handleGetSession(w http.ResponseWriter, r *http.Request) error {
 	t, err := s.store.GetTranscript(r.Context(), r.PathValue("id"))
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"transcript": t})
-	return nil
+	return reply(w, http.StatusOK, map[string]any{"transcript": t}, err)
 }
 
 func errTranscriptNotFound(id string) *apiError {
