@@ -339,9 +339,7 @@ func (r *runPrinter) event(ev cliEvent) error {
 				text = last
 			}
 		}
-		if len(text) > 4000 {
-			text = text[:2000] + "\n…\n" + text[len(text)-2000:]
-		}
+		text = boundOutput(text, 4000) // the one head-and-tail rule: UTF-8 safe, one marker
 		if e.IsError != nil && *e.IsError {
 			text = r.c.paint("31", text)
 		}
