@@ -979,6 +979,14 @@ func (c *cli) doctor(args []string) error {
 		rows = append(rows, []string{m.ID, c.availability(m.Available), m.EnvKey, strings.TrimSpace(m.Reason + " " + m.Hint)})
 	}
 	c.table([]string{"MODELS", "STATE", "SET", "NOTE"}, rows)
+	if len(rep.Images) > 0 {
+		fmt.Fprintln(c.stdout)
+		rows = [][]string{}
+		for _, im := range rep.Images {
+			rows = append(rows, []string{im.Flavor, im.Image, im.Provider, map[bool]string{true: "present", false: "missing: pull it or set images in config.yaml"}[im.Present]})
+		}
+		c.table([]string{"FLAVOR", "IMAGE", "ENGINE", "STATE"}, rows)
+	}
 	fmt.Fprintf(c.stdout, "\nselection: computers on %s (%s); model %s (%s)\n", rep.Selection.Provider,
 		rep.Selection.ProviderReason, rep.Selection.Model, rep.Selection.ModelReason)
 	for _, w := range rep.Warnings {

@@ -476,6 +476,9 @@ func TestCLIModelsTriggersEventsDoctor(t *testing.T) {
 	if rep.Version != version || len(rep.Providers) == 0 {
 		t.Fatalf("doctor --json: %+v", rep)
 	}
+	if text := te.agentdOK("doctor").stdout; len(rep.Images) > 0 && (!strings.Contains(text, "FLAVOR") || !strings.Contains(text, rep.Images[0].Image)) {
+		t.Fatalf("doctor text shows no images table: %s", text)
+	}
 	if r := te.agentdOK("completion", "bash"); !strings.Contains(r.stdout, "complete -F _agentd agentd") || !strings.Contains(r.stdout, "rm-agent") {
 		t.Fatalf("completion: %s", r)
 	}
