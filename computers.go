@@ -640,7 +640,7 @@ func (c *computerService) checkHostLimits(sp ComputerSpec) error {
 // resolves, so a symlink to the Docker socket is the Docker socket.
 func (c *computerService) checkMountSource(src string) error {
 	real := filepath.Clean(src)
-	if r, err := filepath.EvalSymlinks(real); err == nil {
+	if r, err := resolveExisting(real); err == nil { // a missing tail under a link still lands where the link goes
 		real = r
 	}
 	if fi, err := os.Stat(real); err == nil && fi.Mode()&os.ModeSocket != 0 {

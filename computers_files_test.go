@@ -391,8 +391,10 @@ func TestMountSources(t *testing.T) {
 		}
 	}
 	c.mountRoots = []string{allowed}
-	if err := c.checkMountSource("/srv/elsewhere"); err == nil || !strings.Contains(err.Error(), "allowedMounts") {
-		t.Errorf("outside allowedMounts: %v", err)
+	for _, src := range []string{"/srv/elsewhere", filepath.Join(allowed, "rootlink", "etc", "not-yet")} {
+		if err := c.checkMountSource(src); err == nil || !strings.Contains(err.Error(), "allowedMounts") {
+			t.Errorf("%s, outside allowedMounts once resolved: %v", src, err)
+		}
 	}
 	for _, src := range []string{allowed, filepath.Join(allowed, "data"), filepath.Join(allowed, "not-yet")} {
 		if err := c.checkMountSource(src); err != nil {
