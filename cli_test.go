@@ -1132,6 +1132,25 @@ func TestCLILogsFollowResumesAfterABlip(t *testing.T) {
 	}
 }
 
+// askingRun starts `agentd run careful INPUT` on a pseudo-terminal and returns once it asks on an
+// approval: the process, the terminal's master side, what it has printed, and its end.
+func askingRun(t *testing.T, te *testServer, input string, env ...string) (*exec.Cmd, *os.File, *syncBuffer, chan error) {
+	t.Helper()
+	master, slave := openPTY(t)
+	cmd := exec.Command(cliBinary(t), "run", "careful", input)
+	cmd.Env = append([]string{"AGENT_URL=" + te.url, "PATH=" + os.Getenv("PATH")}, env...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
+	screen := &syncBuffer{}
+	go io.Copy(screen, master)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+	eventually(t, "the question", func() bool { return strings.Contains(screen.String(), "approve? [y/N] ") })
+	return cmd, master, screen, waited
+}
+
 // run on a terminal asks on an approval and sends the answer typed.
 func TestCLIRunAsksOnATerminal(t *testing.T) {
 	te := newE2E(t, cliModel(t), "")
@@ -1140,18 +1159,7 @@ func TestCLIRunAsksOnATerminal(t *testing.T) {
 		{"y", "\n  from-the-tool", "denied: shell"},
 		{"n", "denied: shell", "\n  from-the-tool"},
 	} {
-		master, slave := openPTY(t)
-		cmd := exec.Command(cliBinary(t), "run", "careful", "shell please")
-		cmd.Env = []string{"AGENT_URL=" + te.url, "PATH=" + os.Getenv("PATH"), "NO_COLOR=1"}
-		cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
-		var screen syncBuffer
-		go io.Copy(&screen, master)
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		waited := make(chan error, 1)
-		go func() { waited <- cmd.Wait() }()
-		eventually(t, "the question", func() bool { return strings.Contains(screen.String(), "approve? [y/N] ") })
+		cmd, master, screen, waited := askingRun(t, te, "shell please", "NO_COLOR=1")
 		master.Write([]byte(tc.answer + "\r"))
 		select {
 		case err := <-waited:
@@ -1173,18 +1181,7 @@ func TestCLIRunAsksOnATerminal(t *testing.T) {
 func TestCLIInterruptAtTheQuestion(t *testing.T) {
 	te := newE2E(t, cliModel(t), "")
 	te.agentdOK("apply", writeSpec(t, "name: careful\nmodel: openai/gpt-4o-mini\nguardrails:\n  approvalMode: ask\n"))
-	master, slave := openPTY(t)
-	cmd := exec.Command(cliBinary(t), "run", "careful", "shell please")
-	cmd.Env = []string{"AGENT_URL=" + te.url, "PATH=" + os.Getenv("PATH")}
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
-	var screen syncBuffer
-	go io.Copy(&screen, master)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	waited := make(chan error, 1)
-	go func() { waited <- cmd.Wait() }()
-	eventually(t, "the question", func() bool { return strings.Contains(screen.String(), "approve? [y/N] ") })
+	cmd, _, screen, waited := askingRun(t, te, "shell please")
 	run := te.latestRun("careful")
 	cmd.Process.Signal(os.Interrupt)
 	select {
@@ -1207,18 +1204,7 @@ func TestCLIInterruptAtTheQuestion(t *testing.T) {
 func TestCLIQuestionAnsweredElsewhere(t *testing.T) {
 	te := newE2E(t, cliModel(t), "")
 	te.agentdOK("apply", writeSpec(t, "name: careful\nmodel: openai/gpt-4o-mini\nguardrails:\n  approvalMode: ask\n"))
-	master, slave := openPTY(t)
-	cmd := exec.Command(cliBinary(t), "run", "careful", "shell please")
-	cmd.Env = []string{"AGENT_URL=" + te.url, "PATH=" + os.Getenv("PATH")}
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
-	var screen syncBuffer
-	go io.Copy(&screen, master)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	waited := make(chan error, 1)
-	go func() { waited <- cmd.Wait() }()
-	eventually(t, "the question", func() bool { return strings.Contains(screen.String(), "approve? [y/N] ") })
+	cmd, _, screen, waited := askingRun(t, te, "shell please")
 	te.agentdOK("approve", te.pendingApproval(te.latestRun("careful").RunID))
 	select {
 	case err := <-waited:
@@ -1255,18 +1241,7 @@ func TestCLIRunStreamsToolOutput(t *testing.T) {
 func TestCLISecondApprovalWhileAQuestionIsOpen(t *testing.T) {
 	te := newE2E(t, cliModel(t), "")
 	te.agentdOK("apply", writeSpec(t, "name: careful\nmodel: openai/gpt-4o-mini\nguardrails:\n  approvalMode: ask\n"))
-	master, slave := openPTY(t)
-	cmd := exec.Command(cliBinary(t), "run", "careful", "twice please")
-	cmd.Env = []string{"AGENT_URL=" + te.url, "PATH=" + os.Getenv("PATH")}
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
-	var screen syncBuffer
-	go io.Copy(&screen, master)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	waited := make(chan error, 1)
-	go func() { waited <- cmd.Wait() }()
-	eventually(t, "the question", func() bool { return strings.Contains(screen.String(), "approve? [y/N] ") })
+	cmd, _, screen, waited := askingRun(t, te, "twice please")
 	run := te.latestRun("careful").RunID
 	first := te.pendingApproval(run)
 	te.agentdOK("approve", first)
