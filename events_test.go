@@ -363,7 +363,10 @@ func TestEveryEventTypeIsPublished(t *testing.T) {
 	// reconcile pass a restart runs kills it.
 	rec := te.do("POST", "/v1/computers", map[string]any{"name": "recbox"}).json(t)["id"].(string)
 	te.call("POST", "/v1/computers/"+rec+"/exec", map[string]any{"cmd": "setsid sleep 4322 >/dev/null 2>&1 </dev/null & echo $! > /tmp/.agentd-exec-left.pid"}, 200, nil)
-	te.s.computers.reconcile(context.Background(), nil)
+	eventually(t, "computer_reconciled", func() bool {
+		te.s.computers.reconcile(context.Background(), nil)
+		return saw("computer_reconciled")
+	})
 	m = te.do("POST", "/v1/computers", map[string]any{"name": "idlebox", "idleTimeoutSec": 1}).json(t)
 	te.s.computers.setNow(func() time.Time { return time.Now().Add(time.Hour) })
 	te.s.computers.sweep(context.Background())
