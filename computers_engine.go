@@ -130,6 +130,10 @@ func (e *engineProvider) probeRun(ctx context.Context) *probeResult {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return &probeResult{reason: "cannot create the probe root: " + err.Error(), hint: "make AGENT_HOME writable"}
 	}
+	// A podman killed half-way through setting up a container leaves its runtime writing into the probe
+	// root after we return; so the caller going away does not cut the probe short, only the time limit does.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
 	_, err := e.call(ctx, nil, "run", "--rm", "--network", "none", "--rootfs", dir, "/agentd-probe")
 	var ee *engineError
 	if err == nil || errors.As(err, &ee) && (strings.Contains(ee.stderr, "not found") || strings.Contains(ee.stderr, "no such file or directory: OCI runtime attempted")) {

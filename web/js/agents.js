@@ -4,7 +4,7 @@
 // /agents/~new opens an empty editor (or the YAML handed over in history.state, e.g. by Sessions).
 
 import { get, post, api, stream, enc } from './api.js';
-import { h, clear, time, table, fail, toast, errorBox, debounce, field, badge } from './ui.js';
+import { h, clear, time, table, fail, toast, errorBox, debounce, field, badge, latest } from './ui.js';
 import { lineOf } from './yamlpath.js';
 import { Timeline } from './timeline.js';
 
@@ -27,9 +27,11 @@ async function list(root, ctx) {
   const body = h('div');
   root.append(h('div.row', h('h1', 'Agents'), h('span.spacer'), h('a.button.primary', { href: '/agents/~new' }, 'New agent')),
     h('div.panel', body));
+  const turn = latest();
   async function load() {
+    const mine = turn();
     const { agents } = await get('/v1/agents');
-    if (!ctx.alive()) return;
+    if (!ctx.alive() || !mine()) return;
     clear(body, table([
       ['Name', (a) => h('a', { href: '/agents/' + enc(a.name) }, h('strong', a.name)), ],
       ['Description', (a) => h('span.small', a.description || a.displayName || ''), 'hide-narrow'],

@@ -2,14 +2,16 @@
 // approve or deny (optionally remembered) inline; the list follows approval events live.
 
 import { get, post, enc } from './api.js';
-import { h, clear, time, ago, json, fail, toast } from './ui.js';
+import { h, clear, time, ago, json, fail, toast, latest } from './ui.js';
 
 export async function render(root, ctx) {
   const body = h('div');
   root.append(h('h1', 'Approvals'), h('p.muted', 'Dangerous tool calls of agents in approvalMode ask wait here for 120 s, then are denied.'), body);
+  const turn = latest();
   async function load() {
+    const mine = turn();
     const { approvals } = await get('/v1/approvals');
-    if (!ctx.alive()) return;
+    if (!ctx.alive() || !mine()) return;
     if (!approvals.length) { clear(body, h('div.panel', h('p.empty', 'Nothing is waiting for an answer.'))); return; }
     clear(body, approvals.map((a) => {
       const rem = h('input', { type: 'checkbox', id: 'rem-' + a.approvalId });

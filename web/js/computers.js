@@ -4,7 +4,7 @@
 // browser (list, enter, download a file or a directory as tar.gz, upload, delete) and exposed ports.
 
 import { get, post, api, stream, enc, socketURL } from './api.js';
-import { h, clear, badge, time, table, fail, toast, errorBox, field, download, json } from './ui.js';
+import { h, clear, badge, time, table, fail, toast, errorBox, field, download, json, latest } from './ui.js';
 
 export function render(root, ctx, id) {
   return ctx.mode === 'detail' ? detail(root, ctx, id) : list(root, ctx);
@@ -36,9 +36,11 @@ async function list(root, ctx) {
       load();
     } catch (e) { fail(e); }
   }
+  const turn = latest();
   async function load() {
+    const mine = turn();
     const { computers } = await get('/v1/computers' + (all.checked ? '?all=true' : ''));
-    if (!ctx.alive()) return;
+    if (!ctx.alive() || !mine()) return;
     clear(body, table([
       ['Machine', (c) => h('a', { href: '/computers/' + enc(c.id) }, h('strong', c.name || c.id))],
       ['State', (c) => badge(c.state, c.state + ' machine')],
@@ -220,8 +222,11 @@ function filesPanel(ctx, id, start) {
       download(blob, (path.split('/').pop() || 'root') + (isDir ? '.tar.gz' : ''));
     } catch (e) { fail(e); }
   }
+  const turn = latest();
   async function load(p) {
+    const mine = turn();
     const { entries } = await get(base + '?path=' + enc(p));
+    if (!mine()) return;
     dir = p;
     const parts = p.split('/').filter(Boolean);
     clear(crumbs, h('a', { href: '#', onclick: (e) => { e.preventDefault(); load('/').catch(fail); } }, '/'),

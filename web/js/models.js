@@ -2,7 +2,7 @@
 // million tokens (filterable), and a chat playground that streams POST /v1/models/chat/stream.
 
 import { get, stream } from './api.js';
-import { h, clear, badge, table, cost, num, field, errorBox } from './ui.js';
+import { h, clear, badge, table, cost, num, field, errorBox, latest } from './ui.js';
 
 const price = (m) => m.free ? 'free' : m.pricing ? `$${m.pricing.inputPerMTok} / $${m.pricing.outputPerMTok}` : '—';
 
@@ -29,9 +29,12 @@ export async function render(root, ctx) {
       ['Vision', (m) => m.supportsVision ? 'yes' : 'no', 'hide-narrow'],
     ], data.models.filter((m) => !f || m.id.toLowerCase().includes(f) || (m.displayName || '').toLowerCase().includes(f)), { label: 'Model catalog' }));
   }
+  const turn = latest();
   async function load() {
-    data = await get('/v1/models');
-    if (!ctx.alive()) return;
+    const mine = turn();
+    const got = await get('/v1/models');
+    if (!ctx.alive() || !mine()) return;
+    data = got;
     clear(provBody, table([
       ['Provider', (p) => h('strong', p.displayName || p.id)],
       ['State', (p) => badge(p.available ? 'up' : 'down', p.available ? 'ok' : 'bad')],

@@ -2,20 +2,22 @@
 // down, with reason and hint), live machines, active runs, pending approvals; refreshed by live events.
 
 import { get } from './api.js';
-import { h, clear, badge, time, table, cost, debounce, link } from './ui.js';
+import { h, clear, badge, time, table, cost, debounce, link, latest } from './ui.js';
 
 export async function render(root, ctx) {
   root.append(h('h1', 'Overview'));
   const top = h('div.grid'), mid = h('div.grid');
   root.append(top, mid);
 
+  const turn = latest();
   async function load(withDoctor) {
+    const mine = turn();
     const [health, computers, runs, approvals, doctor] = await Promise.all([
       get('/health'), get('/v1/computers'), get('/v1/runs?limit=100'), get('/v1/approvals'),
       withDoctor || !load.doctor ? get('/v1/doctor') : load.doctor,
     ]);
     load.doctor = doctor;
-    if (!ctx.alive()) return;
+    if (!ctx.alive() || !mine()) return;
     const active = runs.runs.filter((r) => r.status === 'running');
     const live = computers.computers.filter((c) => c.state === 'running' || c.state === 'creating');
     clear(top,

@@ -3,7 +3,7 @@
 // spec with the progress of the distill stream, then open that spec in the agent editor.
 
 import { get, post, stream, enc } from './api.js';
-import { h, clear, time, table, field, fail, toast, errorBox } from './ui.js';
+import { h, clear, time, table, field, fail, toast, errorBox, latest } from './ui.js';
 
 const SOURCES = ['claude-code', 'codex', 'chatgpt', 'gemini', 'markdown', 'jsonl'];
 
@@ -52,9 +52,11 @@ export async function render(root, ctx) {
       show(transcript.id);
     } catch (e) { fail(e); }
   }
+  const turn = latest();
   async function load() {
+    const mine = turn();
     const { sessions } = await get('/v1/sessions');
-    if (!ctx.alive()) return;
+    if (!ctx.alive() || !mine()) return;
     clear(stored, table([
       ['Title', (s) => h('a', { href: '#', onclick: (e) => { e.preventDefault(); show(s.id); } }, s.title || s.id)],
       ['Source', (s) => s.source], ['Messages', (s) => String(s.messageCount ?? (s.messages || []).length), 'num'],

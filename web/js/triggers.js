@@ -2,7 +2,7 @@
 // firing; follows the triggers topic (agents saved or deleted, cron fired or skipped).
 
 import { get, enc } from './api.js';
-import { h, clear, time, table, badge } from './ui.js';
+import { h, clear, time, table, badge, latest } from './ui.js';
 
 export async function render(root, ctx) {
   const mounted = h('div'), cron = h('div'), fired = h('ul.plain');
@@ -10,9 +10,11 @@ export async function render(root, ctx) {
     h('section.panel', h('h2', 'Mounted'), mounted),
     h('section.panel', h('h2', 'Cron'), cron),
     h('section.panel', h('h2', 'Recent trigger events'), fired));
+  const turn = latest();
   async function load() {
+    const mine = turn();
     const t = await get('/v1/triggers');
-    if (!ctx.alive()) return;
+    if (!ctx.alive() || !mine()) return;
     clear(mounted, table([
       ['Agent', (x) => h('a', { href: '/agents/' + enc(x.agent) }, x.agent)],
       ['Type', (x) => h('code', x.type)],

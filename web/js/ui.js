@@ -96,6 +96,14 @@ export function field(label, control) {
 }
 
 // debounce: fn called once, delay ms after the last call.
+// latest orders a view's reloads: they overlap (a live event, a click, a reconnect) and may answer out of
+// order, so each load takes a turn and draws only if no later load has started: `const mine = turn(); ...
+// if (!mine()) return;`.
+export function latest() {
+  let n = 0;
+  return () => { const mine = ++n; return () => mine === n; };
+}
+
 export function debounce(fn, ms) {
   let t;
   return (...a) => { clearTimeout(t); t = setTimeout(() => fn(...a), ms); };
