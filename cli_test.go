@@ -38,7 +38,10 @@ func cliBinary(t testing.TB) string {
 			return
 		}
 		cliBinPath = filepath.Join(dir, "agentd")
-		out, err := exec.Command("go", "build", "-o", cliBinPath, ".").CombinedOutput()
+		// Static (no cgo), as the exec channel needs: the same binary is mounted into the test machines.
+		build := exec.Command("go", "build", "-o", cliBinPath, ".")
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		out, err := build.CombinedOutput()
 		if err != nil {
 			cliBinErr = fmt.Errorf("go build: %v\n%s", err, out)
 		}

@@ -161,6 +161,10 @@ type machineRT struct {
 	lastUsed time.Time  // guarded by computerService.mu
 	ports    map[int]*portForwarder
 	reach    map[int]reachCheck // guarded by computerService.mu: the last reachability check per port
+
+	chMu  sync.Mutex   // guards ch and chOff (computers_channel.go)
+	ch    *execChannel // the warm exec channel, nil until first use
+	chOff string       // why this machine cannot have one (then every call takes the per-call path)
 }
 
 type reachCheck struct {
@@ -182,6 +186,8 @@ type computerDeps struct {
 	mountRoots   []string            // allowedMounts (config): host directories mounts may come from; empty: none
 	maxComputers int
 	reapInterval time.Duration
+	helper       string // host path of the binary mounted into machines for the exec channel; "" = off
+	helperOff    string // why the exec channel is off (the doctor says it)
 }
 
 // computerService owns machines and the reaper goroutine.
@@ -253,6 +259,7 @@ func (c *computerService) Close() {
 	c.mu.Unlock()
 	for id, rt := range rts {
 		c.closePorts(rt)
+		c.closeChannel(rt)
 		c.flushLastUsed(context.Background(), id)
 	}
 }
@@ -831,6 +838,7 @@ func (c *computerService) stop(ctx context.Context, idOrName string) (*ComputerI
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lifecycleTimout)
 	defer cancel()
 	c.closePorts(rt)
+	c.closeChannel(rt)
 	if err := p.stop(lctx, m); err != nil {
 		return nil, err
 	}
@@ -903,6 +911,7 @@ func (c *computerService) destroy(ctx context.Context, idOrName, reason string) 
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lifecycleTimout)
 	defer cancel()
 	c.closePorts(rt)
+	c.closeChannel(rt)
 	if p != nil {
 		if err := p.destroy(lctx, m); err != nil {
 			return err
@@ -947,6 +956,7 @@ func (c *computerService) lockMachine(ctx context.Context, idOrName string) (*Co
 func (c *computerService) markGone(ctx context.Context, m *ComputerInfo) error {
 	rt := c.runtime(m.ID)
 	c.closePorts(rt)
+	c.closeChannel(rt)
 	m.State, m.Ports, m.Error = stateDestroyed, map[string]PortBinding{}, "the machine disappeared"
 	c.save(ctx, m)
 	c.hub.publish("computers", "computer_destroyed", map[string]any{"id": m.ID, "computerId": m.ID, "name": m.Name, "reason": "gone"})

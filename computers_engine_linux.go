@@ -1,13 +1,32 @@
 //go:build linux
 
-// computers_engine_linux.go — engine CLI children die with the server (Linux's parent-death signal).
+// computers_engine_linux.go — engine CLI children die with the server (Linux's parent-death signal); the
+// machine helper's process groups (computers_helper.go runs only inside Linux machines).
 package main
 
 import (
+	"os"
 	"os/exec"
 	"syscall"
 )
 
 func dieWithParent(cmd *exec.Cmd) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+}
+
+// newSession makes a channel process lead its own session and process group, so that killGroup reaches
+// everything it started (the per-call path gets the same from the engine's exec).
+func newSession(cmd *exec.Cmd) { cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true} }
+
+func killGroup(pgid int) {
+	if pgid > 0 {
+		syscall.Kill(-pgid, syscall.SIGKILL)
+	}
+}
+
+func signalled(ps *os.ProcessState) (int, bool) {
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return int(ws.Signal()), true
+	}
+	return 0, false
 }

@@ -3,6 +3,14 @@
 // computers_engine_other.go — no parent-death signal outside Linux: the reconcile at start cleans up.
 package main
 
-import "os/exec"
+import (
+	"os"
+	"os/exec"
+)
 
 func dieWithParent(cmd *exec.Cmd) {}
+
+// The machine helper runs only inside Linux machines; elsewhere these keep the package building.
+func newSession(cmd *exec.Cmd)                  {}
+func killGroup(pgid int)                        {}
+func signalled(ps *os.ProcessState) (int, bool) { return 0, false }

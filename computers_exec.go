@@ -185,6 +185,8 @@ type procSpec struct {
 type procHandle struct {
 	cmd       *exec.Cmd
 	endMarker bool
+	remote    *execChannel // when set, req runs over the machine's exec channel instead of cmd
+	req       chanStart
 }
 
 // execPrepared is an exec that passed validation and the policy, ready to run.
@@ -293,6 +295,9 @@ func (c *computerService) runProc(ctx context.Context, p provider, m *ComputerIn
 	}
 	stdout := newOutputSink("stdout", maxOut, emit, h.endMarker, ps.token, markers)
 	stderr := newOutputSink("stderr", maxOut, emit, h.endMarker, ps.token, markers)
+	if h.remote != nil {
+		return c.runOverChannel(ctx, tctx, p, m, h, ps.stdin, stdout, stderr)
+	}
 	h.cmd.Stdout, h.cmd.Stderr = stdout, stderr
 	if ps.stdin != nil {
 		h.cmd.Stdin = ps.stdin
@@ -365,6 +370,43 @@ func (c *computerService) runProc(ctx context.Context, p provider, m *ComputerIn
 	default:
 		return nil, errorf(codeExecFailed, "exec failed: %v", werr).withHint("check that the machine is healthy")
 	}
+	return res, nil
+}
+
+// runOverChannel is runProc's second half when the process runs over the machine's exec channel: the
+// same result, the same errors, the same timeout and abort behaviour as the per-call path.
+func (c *computerService) runOverChannel(ctx, tctx context.Context, p provider, m *ComputerInfo, h *procHandle, stdin io.Reader, stdout, stderr *outputSink) (*ExecResult, error) {
+	start := time.Now()
+	proc, err := h.remote.start(h.req, stdin, stdout, stderr)
+	if err != nil {
+		return nil, errorf(codeExecFailed, "exec failed in computer %s: its exec channel is down (%v)", m.ID, err).
+			withHint("retry: the next call reopens the channel").withDetail("computerId", m.ID)
+	}
+	x, werr := proc.wait(tctx)
+	stdout.flush()
+	stderr.flush()
+	res := &ExecResult{DurationMS: time.Since(start).Milliseconds()}
+	res.Stdout, res.Truncated = stdout.result()
+	var t2 bool
+	res.Stderr, t2 = stderr.result()
+	res.Truncated = res.Truncated || t2
+	switch {
+	case ctx.Err() != nil:
+		return nil, errorf(codeAborted, "exec aborted: %v", context.Cause(ctx)).withHint("the caller went away; the process tree was killed")
+	case tctx.Err() != nil:
+		res.TimedOut, res.ExitCode = true, execTimedOutCode
+		return res, nil
+	case werr != nil:
+		if st, err := p.status(context.WithoutCancel(ctx), m); err == nil && st == "missing" {
+			return nil, c.markGone(ctx, m)
+		}
+		return nil, errorf(codeExecFailed, "exec failed in computer %s: the machine's exec channel broke mid-call (%v); the command was stopped", m.ID, werr).
+			withHint("retry: the next call reopens the channel; if the machine restarted, its /work may be empty").withDetail("computerId", m.ID)
+	case x.Error != "":
+		return nil, errorf(codeExecFailed, "exec failed in computer %s: %s", m.ID, x.Error).
+			withHint("check the cwd exists and the machine is healthy").withDetail("computerId", m.ID)
+	}
+	res.ExitCode = x.Code
 	return res, nil
 }
 

@@ -126,6 +126,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return nil
 	case "help", "-h", "--help":
 		return runHelp(args[1:], stdout)
+	case "machine-helper": // hidden: the in-machine end of the exec channel (computers_helper.go)
+		return runMachineHelper(os.Stdin, stdout)
 	}
 	return runCLI(ctx, args, getenv, stdout, stderr)
 }
@@ -196,11 +198,13 @@ type config struct {
 	ModelAliases      map[string]string `yaml:"modelAliases"`
 	MaxCostUSD        float64           `yaml:"maxCostUsd"`
 	ReaperIntervalSec int               `yaml:"reaperIntervalSec"`
-	LogFormat         string            `yaml:"logFormat"` // text or json
-	LogLevel          string            `yaml:"logLevel"`  // debug, info, warn or error
+	LogFormat         string            `yaml:"logFormat"`   // text or json
+	LogLevel          string            `yaml:"logLevel"`    // debug, info, warn or error
+	ExecChannel       *bool             `yaml:"execChannel"` // the warm exec channel into docker/podman machines; default on
 
-	firstRun bool
-	getenv   func(string) string // the process environment, for provider keys; never logged
+	firstRun     bool
+	helperBinary string              // the binary mounted into machines for the exec channel; "" is this executable
+	getenv       func(string) string // the process environment, for provider keys; never logged
 }
 
 func defaultConfig() config {
@@ -484,7 +488,11 @@ func newServer(cfg config, logger *slog.Logger, now func() time.Time) (*server, 
 		st.Close()
 		return nil, err
 	}
-	if s.computers, err = newComputerService(computerDeps{store: st, hub: s.hub, log: logger, clock: now,
+	helper, helperOff := "", "turned off in config.yaml (execChannel: false)"
+	if cfg.ExecChannel == nil || *cfg.ExecChannel {
+		helper, helperOff = findHelperBinary(cfg.helperBinary)
+	}
+	if s.computers, err = newComputerService(computerDeps{helper: helper, helperOff: helperOff, store: st, hub: s.hub, log: logger, clock: now,
 		getenv: cfg.getenv, home: cfg.Home, provider: cfg.ComputerProvider, images: cfg.Images, registries: cfg.AllowedRegistries, mountRoots: cfg.AllowedMounts,
 		maxComputers: cfg.MaxComputers, reapInterval: time.Duration(cfg.ReaperIntervalSec) * time.Second}); err != nil {
 		s.models.Close()

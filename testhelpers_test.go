@@ -84,6 +84,13 @@ func newTestServer(t testing.TB, opts ...testOption) *testServer {
 	c.getenv = func(string) string { return "" }
 	c.ReaperIntervalSec = 3600
 	c.Images = map[string]string{"base": testImage, "python": testImage, "node": testImage, "full": testImage}
+	// The test binary cannot be the machines' helper (it is not agentd's main); a static build of this
+	// tree is. AGENT_TEST_CHANNEL=0 runs every engine test over the per-call path instead.
+	if os.Getenv("AGENT_TEST_CHANNEL") == "0" {
+		c.ExecChannel = new(bool)
+	} else {
+		c.helperBinary = cliBinary(t)
+	}
 	for _, o := range opts {
 		o(&c)
 	}

@@ -1,0 +1,429 @@
+// computers_channel.go — the host half of the warm exec channel: one long-lived `docker exec -i` (or
+// podman) per machine into agentd's own binary (`machine-helper`, computers_helper.go), multiplexing every
+// exec and file operation of that machine, so a small command costs a frame, not an engine round trip.
+//
+// Entry points: findHelperBinary (at start: may this binary run inside machines?), helperMount (the
+// bind mount added at create), computerService.channel (the machine's channel, opened on first use,
+// reopened after it broke), execChannel.start / chanProc.wait.
+//
+// Rules: the channel only carries what the per-call path would run: the command policy and the path
+// jail are applied before a request is sent. It runs as the machine's user, so an exec as another user
+// or with a TTY takes the per-call path. When the channel is down (not started yet, helper killed, machine
+// restarted) the call in flight fails clearly and the next one reopens it; a machine whose helper cannot
+// run (created before the channel existed, or a binary that cannot run there) stays on the per-call
+// path, and so does everything when findHelperBinary says no. The channel is closed when its machine
+// stops, is destroyed or vanishes, and when the service closes: the helper then kills what it started.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"debug/elf"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"sync"
+	"time"
+)
+
+// helperInMachine is where the helper binary is mounted, read-only, in every docker/podman machine.
+const helperInMachine = "/.agentd/agentd"
+
+// findHelperBinary returns the host path of a binary the machines can run as the helper — this
+// program, when it is a statically linked Linux executable of this architecture — or why not.
+func findHelperBinary(configured string) (string, string) {
+	p := configured
+	if p == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return "", "cannot find agentd's own executable: " + err.Error()
+		}
+		p = exe
+	}
+	f, err := elf.Open(p)
+	if err != nil {
+		return "", fmt.Sprintf("%s is not a Linux executable, so it cannot run inside the machines", p)
+	}
+	defer f.Close()
+	want := map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64, "386": elf.EM_386,
+		"arm": elf.EM_ARM, "riscv64": elf.EM_RISCV, "ppc64le": elf.EM_PPC64, "s390x": elf.EM_S390}[runtime.GOARCH]
+	if f.Machine != want {
+		return "", fmt.Sprintf("%s is built for %v, not for this host's %s", p, f.Machine, runtime.GOARCH)
+	}
+	for _, prog := range f.Progs {
+		if prog.Type == elf.PT_INTERP {
+			return "", fmt.Sprintf("%s is dynamically linked (built with cgo), so it may not run inside the machines' images; build it with CGO_ENABLED=0 for the exec channel", p)
+		}
+	}
+	return p, ""
+}
+
+// helperMount is the engine's -v argument for the helper, or "" when the channel is off.
+func (c *computerService) helperMount() string {
+	if c.helper == "" {
+		return ""
+	}
+	return c.helper + ":" + helperInMachine + ":ro"
+}
+
+// channel returns the machine's open channel, opening it when there is none; nil means "use the
+// per-call path" (the channel is off, or cannot run in this machine, or an exec as another user).
+func (c *computerService) channel(ctx context.Context, e *engineProvider, m *ComputerInfo) *execChannel {
+	if c.helper == "" {
+		return nil
+	}
+	rt := c.runtime(m.ID)
+	rt.chMu.Lock()
+	defer rt.chMu.Unlock()
+	if rt.ch != nil && rt.ch.alive() {
+		return rt.ch
+	}
+	if rt.chOff != "" {
+		return nil
+	}
+	ch, err := openChannel(c.ctx, e, m)
+	if err != nil {
+		var nf *helperMissing
+		if errors.As(err, &nf) {
+			rt.chOff = err.Error() // a machine made without the mount: per-call until it is recreated
+		}
+		c.log.Debug("computers: exec channel not opened", "computer", m.ID, "err", err)
+		return nil
+	}
+	rt.ch = ch
+	return ch
+}
+
+// closeChannel ends a machine's channel (stop, destroy, gone, shutdown); the helper kills its processes.
+func (c *computerService) closeChannel(rt *machineRT) {
+	rt.chMu.Lock()
+	ch := rt.ch
+	rt.ch = nil
+	rt.chMu.Unlock()
+	if ch != nil {
+		ch.close()
+	}
+}
+
+// helperMissing says the machine has no helper to start (it was created without the mount).
+type helperMissing struct{ msg string }
+
+func (h *helperMissing) Error() string { return h.msg }
+
+// execChannel is one open channel to one machine.
+type execChannel struct {
+	machine string
+	cmd     interface{ Wait() error }
+	kill    context.CancelFunc
+	stdin   io.WriteCloser
+	wmu     sync.Mutex
+
+	mu    sync.Mutex
+	procs map[uint32]*chanProc
+	next  uint32
+	err   error         // why the channel broke; nil while it is up
+	done  chan struct{} // closed when the reader has ended and every request was failed
+}
+
+func openChannel(parent context.Context, e *engineProvider, m *ComputerInfo) (*execChannel, error) {
+	ctx, kill := context.WithCancel(parent)
+	args := append(e.execArgs(m, "", "/", nil, true, false), helperInMachine, "machine-helper")
+	cmd := e.cli(ctx, args...)
+	cmd.WaitDelay = time.Second
+	stdin, err1 := cmd.StdinPipe()
+	stdout, err2 := cmd.StdoutPipe()
+	if err := errors.Join(err1, err2); err != nil {
+		kill()
+		return nil, err
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &limitedBuffer{b: &stderr, max: 4096}
+	if err := cmd.Start(); err != nil {
+		kill()
+		return nil, err
+	}
+	ch := &execChannel{machine: m.ID, cmd: cmd, kill: kill, stdin: stdin, procs: map[uint32]*chanProc{}, done: make(chan struct{})}
+	in := bufio.NewReaderSize(stdout, 256<<10)
+	hello := make(chan error, 1)
+	go func() {
+		_, kind, _, err := readFrame(in)
+		if err == nil && kind != frameHello {
+			err = fmt.Errorf("the helper said %q before hello", kind)
+		}
+		hello <- err
+		if err == nil {
+			ch.read(in)
+		}
+	}()
+	select {
+	case err := <-hello:
+		if err == nil {
+			return ch, nil
+		}
+		kill()
+		cmd.Wait()
+		msg := firstLine(stderr.String())
+		if msg == "" {
+			msg = err.Error()
+		}
+		if bytes.Contains(stderr.Bytes(), []byte("no such file")) || bytes.Contains(stderr.Bytes(), []byte("not found")) {
+			return nil, &helperMissing{"the machine has no helper at " + helperInMachine + ": " + msg}
+		}
+		return nil, errors.New("the helper did not start: " + msg)
+	case <-time.After(10 * time.Second):
+		kill()
+		cmd.Wait()
+		return nil, errors.New("the helper did not answer within 10 s")
+	}
+}
+
+// read dispatches the helper's frames until the channel ends, then fails what is still in flight.
+func (ch *execChannel) read(in io.Reader) {
+	var err error
+	for {
+		var id uint32
+		var kind byte
+		var payload []byte
+		if id, kind, payload, err = readFrame(in); err != nil {
+			break
+		}
+		ch.mu.Lock()
+		p := ch.procs[id]
+		if kind == frameExit {
+			delete(ch.procs, id)
+		}
+		ch.mu.Unlock()
+		if p == nil {
+			continue
+		}
+		switch kind {
+		case frameStdout, frameStderr:
+			p.push(chanItem{kind: kind, data: payload})
+		case frameExit:
+			var x chanExit
+			if json.Unmarshal(payload, &x) != nil {
+				x = chanExit{Code: -1, Error: "an unreadable exit frame"}
+			}
+			p.push(chanItem{kind: frameExit, exit: &x})
+		case frameAck:
+			if len(payload) == 4 {
+				p.stdinAcked(int(binary.BigEndian.Uint32(payload)))
+			}
+		}
+	}
+	ch.kill()
+	werr := ch.cmd.Wait()
+	if errors.Is(err, io.EOF) {
+		err = errors.New("the helper's connection closed")
+		if werr != nil {
+			err = fmt.Errorf("the helper's connection closed (%v)", werr)
+		}
+	}
+	ch.mu.Lock()
+	ch.err = err
+	procs := ch.procs
+	ch.procs = map[uint32]*chanProc{}
+	ch.mu.Unlock()
+	for _, p := range procs {
+		p.push(chanItem{kind: frameExit, broken: err})
+	}
+	close(ch.done)
+}
+
+func (ch *execChannel) alive() bool {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	return ch.err == nil
+}
+
+func (ch *execChannel) send(id uint32, kind byte, payload []byte) error {
+	ch.wmu.Lock()
+	defer ch.wmu.Unlock()
+	return writeFrame(ch.stdin, id, kind, payload)
+}
+
+// close ends the channel and waits for its reader; the helper sees EOF and kills its processes.
+func (ch *execChannel) close() {
+	ch.stdin.Close()
+	select {
+	case <-ch.done:
+	case <-time.After(2 * time.Second):
+		ch.kill()
+		<-ch.done
+	}
+}
+
+// chanProc is one request on a channel. Output is delivered, in order, by its own goroutine, so a slow
+// writer holds back only this request (and the helper's window bounds what waits here).
+type chanProc struct {
+	ch             *execChannel
+	id             uint32
+	stdout, stderr io.Writer
+
+	wmu      sync.Mutex // held while output is written; detached under it
+	detached bool       // wait gave up: output still arriving is dropped, the caller has returned
+
+	mu      sync.Mutex
+	cond    *sync.Cond
+	queue   []chanItem
+	credit  int  // stdin bytes the helper has not acknowledged yet
+	over    bool // the exit (or the break) was delivered
+	result  chanExit
+	broken  error
+	settled chan struct{}
+}
+
+type chanItem struct {
+	kind   byte
+	data   []byte
+	exit   *chanExit
+	broken error
+}
+
+// start sends a request; stdout and stderr receive the output as it comes; stdin (may be nil) is
+// streamed under the window and then closed.
+func (ch *execChannel) start(req chanStart, stdin io.Reader, stdout, stderr io.Writer) (*chanProc, error) {
+	p := &chanProc{ch: ch, stdout: stdout, stderr: stderr, settled: make(chan struct{})}
+	p.cond = sync.NewCond(&p.mu)
+	req.Stdin = stdin != nil
+	body, _ := json.Marshal(req)
+	ch.mu.Lock()
+	if ch.err != nil {
+		ch.mu.Unlock()
+		return nil, ch.err
+	}
+	ch.next++
+	p.id = ch.next
+	ch.procs[p.id] = p
+	ch.mu.Unlock()
+	if err := ch.send(p.id, frameStart, body); err != nil {
+		ch.mu.Lock()
+		delete(ch.procs, p.id)
+		ch.mu.Unlock()
+		return nil, err
+	}
+	go p.deliver()
+	if stdin != nil {
+		go p.feed(stdin)
+	}
+	return p, nil
+}
+
+func (p *chanProc) push(it chanItem) {
+	p.mu.Lock()
+	p.queue = append(p.queue, it)
+	p.cond.Broadcast()
+	p.mu.Unlock()
+}
+
+func (p *chanProc) deliver() {
+	for {
+		p.mu.Lock()
+		for len(p.queue) == 0 {
+			p.cond.Wait()
+		}
+		it := p.queue[0]
+		p.queue = p.queue[1:]
+		p.mu.Unlock()
+		switch {
+		case it.kind == frameStdout || it.kind == frameStderr:
+			w := p.stdout
+			if it.kind == frameStderr {
+				w = p.stderr
+			}
+			p.wmu.Lock()
+			if !p.detached {
+				w.Write(it.data)
+			}
+			p.wmu.Unlock()
+			var n [4]byte
+			binary.BigEndian.PutUint32(n[:], uint32(len(it.data)))
+			p.ch.send(p.id, frameAck, n[:])
+		default:
+			p.mu.Lock()
+			p.over = true
+			if it.exit != nil {
+				p.result = *it.exit
+			}
+			p.broken = it.broken
+			p.cond.Broadcast()
+			p.mu.Unlock()
+			close(p.settled)
+			return
+		}
+	}
+}
+
+// feed streams stdin in chunks, never more than chanWindow unacknowledged, then closes it.
+func (p *chanProc) feed(r io.Reader) {
+	buf := make([]byte, chanChunk)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			p.mu.Lock()
+			for p.credit+n > chanWindow && !p.over {
+				p.cond.Wait()
+			}
+			over := p.over
+			p.credit += n
+			p.mu.Unlock()
+			if over || p.ch.send(p.id, frameStdin, buf[:n]) != nil {
+				return
+			}
+		}
+		if err != nil {
+			p.ch.send(p.id, frameStdinEOF, nil)
+			return
+		}
+	}
+}
+
+func (p *chanProc) stdinAcked(n int) {
+	p.mu.Lock()
+	p.credit -= n
+	p.cond.Broadcast()
+	p.mu.Unlock()
+}
+
+// errChannelAbandoned is wait's answer when ctx ended and the helper did not confirm the kill in time.
+var errChannelAbandoned = errors.New("the process was killed; its end was not confirmed")
+
+// wait returns the process's end after all its output was written. When ctx ends first, the process
+// group is killed and wait returns once the helper confirms (or after a short grace).
+func (p *chanProc) wait(ctx context.Context) (chanExit, error) {
+	select {
+	case <-p.settled:
+	case <-ctx.Done():
+		p.ch.send(p.id, frameKill, nil)
+		select {
+		case <-p.settled:
+		case <-time.After(2 * time.Second):
+			p.wmu.Lock()
+			p.detached = true
+			p.wmu.Unlock()
+			return chanExit{}, errChannelAbandoned
+		}
+	}
+	return p.result, p.broken
+}
+
+// limitedBuffer keeps the first max bytes written (the helper's stderr: a reason, never a flood).
+type limitedBuffer struct {
+	mu  sync.Mutex
+	b   *bytes.Buffer
+	max int
+}
+
+func (l *limitedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if room := l.max - l.b.Len(); room > 0 {
+		l.b.Write(p[:min(len(p), room)])
+	}
+	return len(p), nil
+}

@@ -1,0 +1,364 @@
+// computers_helper.go — the in-machine half of the warm exec channel: `agentd machine-helper`, a hidden
+// subcommand that agentd starts once per docker/podman machine over one long-lived `docker exec -i`.
+//
+// Entry points: runMachineHelper (the subcommand), readFrame/writeFrame (the wire, shared with
+// computers_channel.go).
+//
+// The wire is frames on stdin/stdout: a 9-byte header (request id uint32, kind byte, payload length
+// uint32, big-endian) and the payload. The host starts a process with frameStart (JSON chanStart), feeds
+// its stdin with frameStdin/frameStdinEOF, and may kill it with frameKill; the helper streams
+// frameStdout/frameStderr and ends each request with one frameExit (JSON chanExit). Output is
+// flow-controlled per request: at most chanWindow bytes are in flight until the host acknowledges them
+// with frameAck, and the same holds for stdin the other way, so one slow reader never stalls the others
+// and memory stays bounded on both sides.
+//
+// Rules: the helper runs as the machine's user and starts nothing the host did not ask for (the command
+// policy and the path jail are applied on the host, before a request is sent, exactly as for the
+// per-call path). Each process leads its own session; its group is recorded in /tmp/.agentd-exec-<token>.pid
+// (the restart reconcile kills what is left) and killed on frameKill. When the host goes away (stdin
+// EOF), every process group is killed and the helper exits: nothing outlives the channel.
+package main
+
+import (
+	"bufio"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"sync"
+	"time"
+)
+
+const (
+	frameHello    = 'H' // helper → host, id 0: ready (JSON {pid})
+	frameStart    = 'S' // host → helper: start a process (JSON chanStart)
+	frameStdin    = 'I' // host → helper: bytes for the process's stdin
+	frameStdinEOF = 'E' // host → helper: close the process's stdin
+	frameKill     = 'K' // host → helper: kill the process group
+	frameAck      = 'A' // both ways: a 4-byte count of bytes consumed (output by the host, stdin by the helper)
+	frameStdout   = 'O' // helper → host
+	frameStderr   = 'R' // helper → host
+	frameExit     = 'X' // helper → host: the request is over (JSON chanExit)
+
+	maxFrame   = 1 << 20 // the largest payload either side accepts
+	chanWindow = 1 << 20 // output bytes per request in flight before the helper waits for an ack
+	chanChunk  = 64 << 10
+)
+
+// chanStart asks the helper to run one process.
+type chanStart struct {
+	Argv  []string          `json:"argv"`
+	Cwd   string            `json:"cwd"`
+	Env   map[string]string `json:"env,omitempty"`
+	Stdin bool              `json:"stdin,omitempty"` // stdin frames follow; else stdin is /dev/null
+	Token string            `json:"token"`
+}
+
+// chanExit ends a request: the exit code (128+signal when killed), or why the process never ran.
+type chanExit struct {
+	Code  int    `json:"code"`
+	Error string `json:"error,omitempty"`
+}
+
+func writeFrame(w io.Writer, id uint32, kind byte, payload []byte) error {
+	var h [9]byte
+	binary.BigEndian.PutUint32(h[0:4], id)
+	h[4] = kind
+	binary.BigEndian.PutUint32(h[5:9], uint32(len(payload)))
+	if len(payload) == 0 {
+		_, err := w.Write(h[:])
+		return err
+	}
+	buf := make([]byte, 0, 9+len(payload)) // one write: frames from several goroutines never interleave
+	buf = append(append(buf, h[:]...), payload...)
+	_, err := w.Write(buf)
+	return err
+}
+
+func readFrame(r io.Reader) (id uint32, kind byte, payload []byte, err error) {
+	var h [9]byte
+	if _, err = io.ReadFull(r, h[:]); err != nil {
+		return 0, 0, nil, err
+	}
+	n := binary.BigEndian.Uint32(h[5:9])
+	if n > maxFrame {
+		return 0, 0, nil, fmt.Errorf("exec channel: a frame of %d bytes is over the %d limit", n, maxFrame)
+	}
+	payload = make([]byte, n)
+	if _, err = io.ReadFull(r, payload); err != nil {
+		return 0, 0, nil, err
+	}
+	return binary.BigEndian.Uint32(h[0:4]), h[4], payload, nil
+}
+
+// helper is the running subcommand: one stdout writer, the processes by request id.
+type helper struct {
+	wmu   sync.Mutex
+	out   io.Writer
+	mu    sync.Mutex
+	procs map[uint32]*helperProc
+	wg    sync.WaitGroup
+}
+
+type helperProc struct {
+	id     uint32
+	cmd    *exec.Cmd
+	stdin  *os.File // the write end of the process's stdin; nil when it has none
+	inQ    chan []byte
+	mu     sync.Mutex
+	cond   *sync.Cond
+	unack  int  // output bytes sent and not yet acknowledged
+	exited bool // the process is gone; reads on its pipes now end at the first pause
+	pgid   int
+	done   chan struct{} // closed when the process has been waited for
+}
+
+func (h *helper) send(id uint32, kind byte, payload []byte) error {
+	h.wmu.Lock()
+	defer h.wmu.Unlock()
+	return writeFrame(h.out, id, kind, payload)
+}
+
+// runMachineHelper serves one channel until stdin ends; then it kills what it started and returns.
+func runMachineHelper(stdin io.Reader, stdout io.Writer) error {
+	h := &helper{out: stdout, procs: map[uint32]*helperProc{}}
+	if err := h.send(0, frameHello, fmt.Appendf(nil, `{"pid":%d}`, os.Getpid())); err != nil {
+		return err
+	}
+	in := bufio.NewReaderSize(stdin, 256<<10)
+	var err error
+	for {
+		var id uint32
+		var kind byte
+		var payload []byte
+		if id, kind, payload, err = readFrame(in); err != nil {
+			break
+		}
+		h.dispatch(id, kind, payload)
+	}
+	h.mu.Lock()
+	for _, p := range h.procs {
+		killGroup(p.pgid)
+		p.mu.Lock()
+		p.unack = -1 << 40 // nobody will ack again: let the pumps drain into the closed output and end
+		p.cond.Broadcast()
+		p.mu.Unlock()
+	}
+	h.mu.Unlock()
+	h.wg.Wait()
+	if errors.Is(err, io.EOF) {
+		return nil
+	}
+	return err
+}
+
+func (h *helper) dispatch(id uint32, kind byte, payload []byte) {
+	if kind == frameStart {
+		h.start(id, payload)
+		return
+	}
+	h.mu.Lock()
+	p := h.procs[id]
+	h.mu.Unlock()
+	if p == nil {
+		return // a late frame for a request that is over
+	}
+	switch kind {
+	case frameStdin:
+		if p.inQ != nil {
+			p.inQ <- payload
+		}
+	case frameStdinEOF:
+		if p.inQ != nil {
+			close(p.inQ)
+			p.inQ = nil
+		}
+	case frameKill:
+		killGroup(p.pgid)
+	case frameAck:
+		if len(payload) == 4 {
+			p.mu.Lock()
+			p.unack -= int(binary.BigEndian.Uint32(payload))
+			p.cond.Broadcast()
+			p.mu.Unlock()
+		}
+	}
+}
+
+func (h *helper) fail(id uint32, msg string) {
+	b, _ := json.Marshal(chanExit{Code: -1, Error: msg})
+	h.send(id, frameExit, b)
+}
+
+func (h *helper) start(id uint32, payload []byte) {
+	var req chanStart
+	if err := json.Unmarshal(payload, &req); err != nil || len(req.Argv) == 0 {
+		h.fail(id, "a start request without a command")
+		return
+	}
+	cmd := exec.Command(req.Argv[0], req.Argv[1:]...)
+	if lp, err := exec.LookPath(req.Argv[0]); err == nil {
+		cmd.Path, cmd.Err = lp, nil
+	}
+	cmd.Dir = req.Cwd
+	cmd.Env = os.Environ()
+	for k, v := range req.Env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	newSession(cmd)
+	p := &helperProc{id: id, cmd: cmd, done: make(chan struct{})}
+	p.cond = sync.NewCond(&p.mu)
+	var closeAfter []*os.File
+	if req.Stdin {
+		r, w, err := os.Pipe()
+		if err != nil {
+			h.fail(id, "cannot make a pipe: "+err.Error())
+			return
+		}
+		// The host sends at most chanWindow unacknowledged stdin bytes in chanChunk frames: never full.
+		cmd.Stdin, p.stdin, p.inQ = r, w, make(chan []byte, 2*chanWindow/chanChunk)
+		closeAfter = append(closeAfter, r)
+	}
+	outR, outW, err1 := os.Pipe()
+	errR, errW, err2 := os.Pipe()
+	if err := errors.Join(err1, err2); err != nil {
+		h.fail(id, "cannot make a pipe: "+err.Error())
+		return
+	}
+	cmd.Stdout, cmd.Stderr = outW, errW
+	closeAfter = append(closeAfter, outW, errW)
+	if req.Cwd != "" {
+		if st, err := os.Stat(req.Cwd); err != nil || !st.IsDir() {
+			for _, f := range append(closeAfter, outR, errR, p.stdin) {
+				if f != nil {
+					f.Close()
+				}
+			}
+			h.fail(id, fmt.Sprintf("chdir to cwd (%q): no such directory", req.Cwd))
+			return
+		}
+	}
+	if err := cmd.Start(); err != nil {
+		for _, f := range append(closeAfter, outR, errR, p.stdin) {
+			if f != nil {
+				f.Close()
+			}
+		}
+		h.fail(id, "cannot start "+req.Argv[0]+": "+err.Error())
+		return
+	}
+	for _, f := range closeAfter {
+		f.Close() // the child holds its own copies; ours would keep the pipes from ever ending
+	}
+	p.pgid = cmd.Process.Pid
+	pidFile := "/tmp/.agentd-exec-" + req.Token + ".pid"
+	if req.Token != "" {
+		os.WriteFile(pidFile, fmt.Appendf(nil, "%d\n", p.pgid), 0o600)
+	}
+	h.mu.Lock()
+	h.procs[id] = p
+	h.mu.Unlock()
+	if p.inQ != nil {
+		go h.feedStdin(p.id, p.stdin, p.inQ, p.done) // p.inQ itself belongs to the dispatch loop from here on
+	}
+
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		var pumps sync.WaitGroup
+		pumps.Add(2)
+		go func() { defer pumps.Done(); h.pump(p, outR, frameStdout) }()
+		go func() { defer pumps.Done(); h.pump(p, errR, frameStderr) }()
+		err := cmd.Wait()
+		close(p.done)
+		p.mu.Lock()
+		p.exited = true
+		p.mu.Unlock()
+		// Whatever still holds the pipes now is a background child: read what is there, stop at the
+		// first pause (execPipeGrace), as the per-call path does.
+		outR.SetReadDeadline(time.Now().Add(execPipeGrace))
+		errR.SetReadDeadline(time.Now().Add(execPipeGrace))
+		pumps.Wait()
+		outR.Close()
+		errR.Close()
+		if req.Token != "" {
+			os.Remove(pidFile)
+		}
+		code := 0
+		if err != nil {
+			code = exitCodeOf(cmd.ProcessState)
+		}
+		h.mu.Lock()
+		delete(h.procs, id)
+		h.mu.Unlock()
+		b, _ := json.Marshal(chanExit{Code: code})
+		h.send(id, frameExit, b)
+	}()
+}
+
+// pump sends one output pipe as frames, waiting for acks when a window is in flight.
+func (h *helper) pump(p *helperProc, r *os.File, kind byte) {
+	buf := make([]byte, chanChunk)
+	for {
+		p.mu.Lock()
+		for p.unack >= chanWindow {
+			p.cond.Wait()
+		}
+		exited := p.exited
+		p.mu.Unlock()
+		if exited {
+			r.SetReadDeadline(time.Now().Add(execPipeGrace)) // data that is there is read at once
+		}
+		n, err := r.Read(buf)
+		if n > 0 {
+			p.mu.Lock()
+			p.unack += n
+			p.mu.Unlock()
+			if h.send(p.id, kind, buf[:n]) != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// feedStdin writes stdin frames to the process and acks each, which lets the host send more.
+func (h *helper) feedStdin(id uint32, w *os.File, q chan []byte, done chan struct{}) {
+	defer w.Close()
+	broken := false
+	for {
+		var b []byte
+		var ok bool
+		select {
+		case b, ok = <-q:
+		case <-done: // the process ended before its stdin did: frames still coming are ignored
+			return
+		}
+		if !ok {
+			return
+		}
+		if !broken {
+			_, err := w.Write(b)
+			broken = err != nil // the process stopped reading: the rest is acked and dropped
+		}
+		var n [4]byte
+		binary.BigEndian.PutUint32(n[:], uint32(len(b)))
+		h.send(id, frameAck, n[:])
+	}
+}
+
+// exitCodeOf is the shell's convention: the code, or 128+signal for a killed process.
+func exitCodeOf(ps *os.ProcessState) int {
+	if ps == nil {
+		return -1
+	}
+	if sig, ok := signalled(ps); ok {
+		return 128 + sig
+	}
+	return ps.ExitCode()
+}
