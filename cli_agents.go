@@ -970,7 +970,14 @@ func (c *cli) doctor(args []string) error {
 	fmt.Fprintf(c.stdout, "agentd %s (%s, %s), data in %s\n\n", rep.Version, rep.Node, rep.Platform, rep.AgentHome)
 	rows := [][]string{}
 	for _, p := range rep.Providers {
-		rows = append(rows, []string{p.Name, c.availability(p.Available), p.IsolationKind, strings.TrimSpace(p.Reason + " " + p.Hint)})
+		note := strings.TrimSpace(p.Reason + " " + p.Hint)
+		if p.Available && p.ExecChannel != nil {
+			note = "exec channel on"
+			if !p.ExecChannel.Enabled {
+				note = "exec channel off: " + p.ExecChannel.Reason
+			}
+		}
+		rows = append(rows, []string{p.Name, c.availability(p.Available), p.IsolationKind, note})
 	}
 	c.table([]string{"COMPUTERS", "STATE", "ISOLATION", "NOTE"}, rows)
 	fmt.Fprintln(c.stdout)

@@ -354,10 +354,14 @@ func (c *computerService) doctor(ctx context.Context) (providers []doctorProvide
 	for _, p := range c.providers {
 		m := p.meta()
 		pr := c.probe(ctx, p)
-		providers = append(providers, doctorProvider{
+		dp := doctorProvider{
 			Name: m.name, Description: m.description, Priority: m.priority, Available: pr.available,
 			Isolated: m.isolated, IsolationKind: m.isolationKind, Version: pr.version, Reason: pr.reason, Hint: pr.hint,
-		})
+		}
+		if _, engine := p.(*engineProvider); engine {
+			dp.ExecChannel = &doctorExecChannel{Enabled: c.helper != "", Reason: c.helperOff}
+		}
+		providers = append(providers, dp)
 	}
 	p, err := c.selectProvider(ctx, "")
 	switch {

@@ -396,10 +396,10 @@ func (e *engineProvider) killTree(ctx context.Context, m *ComputerInfo, p *procS
 	e.call(ctx, nil, append(e.execArgs(m, p.user, "/", nil, false, false), "/bin/sh", "-c", script)...)
 }
 
-// killLeftovers kills the process group of every exec whose pid file is still there: the wrapper removes
-// it when the command ends, so what is left belongs to execs of a server that died.
+// killLeftovers kills the process group of every exec whose pid file is still there: the wrapper (and
+// the channel's helper) removes it when the command ends, so what is left belongs to a server that died.
 func (e *engineProvider) killLeftovers(ctx context.Context, m *ComputerInfo) int {
-	script := `n=0; for f in /tmp/.agentd-exec-*.pid; do [ -f "$f" ] || continue; p=$(cat "$f"); rm -f "$f"; ` +
+	script := `n=0; for f in /tmp/.agentd-exec-*.pid /tmp/.agentd-chan-*.pid; do [ -f "$f" ] || continue; p=$(cat "$f"); rm -f "$f"; ` +
 		`[ -n "$p" ] && { kill -9 -"$p" 2>/dev/null || kill -9 "$p" 2>/dev/null; } && n=$((n+1)); done; echo $n`
 	out, err := e.call(ctx, nil, append(e.execArgs(m, "", "/", nil, false, false), "/bin/sh", "-c", script)...)
 	if err != nil {

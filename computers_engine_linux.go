@@ -16,7 +16,10 @@ func dieWithParent(cmd *exec.Cmd) {
 
 // newSession makes a channel process lead its own session and process group, so that killGroup reaches
 // everything it started (the per-call path gets the same from the engine's exec).
-func newSession(cmd *exec.Cmd) { cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true} }
+// The parent-death signal reaches the command's first process if the helper itself is killed.
+func newSession(cmd *exec.Cmd) {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
+}
 
 func killGroup(pgid int) {
 	if pgid > 0 {

@@ -14,9 +14,10 @@
 //
 // Rules: the helper runs as the machine's user and starts nothing the host did not ask for (the command
 // policy and the path jail are applied on the host, before a request is sent, exactly as for the
-// per-call path). Each process leads its own session; its group is recorded in /tmp/.agentd-exec-<token>.pid
-// (the restart reconcile kills what is left) and killed on frameKill. When the host goes away (stdin
-// EOF), every process group is killed and the helper exits: nothing outlives the channel.
+// per-call path). Each process leads its own session; its group is recorded in /tmp/.agentd-chan-<token>.pid
+// and killed on frameKill. When the host goes away (stdin EOF), every process group is killed and the
+// helper exits. A helper that was killed cannot do that, so a new one first kills the groups its
+// predecessor recorded (and the restart reconcile does the same): nothing outlives the channel for long.
 package main
 
 import (
@@ -28,6 +29,9 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -122,8 +126,21 @@ func (h *helper) send(id uint32, kind byte, payload []byte) error {
 	return writeFrame(h.out, id, kind, payload)
 }
 
+// helperPidFiles is the prefix of the files that record the channel's process groups.
+const helperPidFiles = "/tmp/.agentd-chan-"
+
 // runMachineHelper serves one channel until stdin ends; then it kills what it started and returns.
 func runMachineHelper(stdin io.Reader, stdout io.Writer) error {
+	if old, _ := filepath.Glob(helperPidFiles + "*.pid"); len(old) > 0 {
+		for _, f := range old { // a previous helper's processes: it died without killing them
+			if b, err := os.ReadFile(f); err == nil {
+				if pgid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+					killGroup(pgid)
+				}
+			}
+			os.Remove(f)
+		}
+	}
 	h := &helper{out: stdout, procs: map[uint32]*helperProc{}}
 	if err := h.send(0, frameHello, fmt.Appendf(nil, `{"pid":%d}`, os.Getpid())); err != nil {
 		return err
@@ -254,7 +271,7 @@ func (h *helper) start(id uint32, payload []byte) {
 		f.Close() // the child holds its own copies; ours would keep the pipes from ever ending
 	}
 	p.pgid = cmd.Process.Pid
-	pidFile := "/tmp/.agentd-exec-" + req.Token + ".pid"
+	pidFile := helperPidFiles + req.Token + ".pid"
 	if req.Token != "" {
 		os.WriteFile(pidFile, fmt.Appendf(nil, "%d\n", p.pgid), 0o600)
 	}

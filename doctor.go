@@ -49,9 +49,17 @@ type doctorProvider struct {
 	Version       string `json:"version,omitempty"`
 	Reason        string `json:"reason,omitempty"`
 	Hint          string `json:"hint,omitempty"`
+	// ExecChannel (addition, docker and podman): whether execs and file operations go over the warm
+	// in-machine channel, and why not when they do not.
+	ExecChannel *doctorExecChannel `json:"execChannel,omitempty"`
 }
 
 // doctorModelProvider is one model provider in the doctor report.
+type doctorExecChannel struct {
+	Enabled bool   `json:"enabled"`
+	Reason  string `json:"reason,omitempty"`
+}
+
 type doctorModelProvider struct {
 	ID          string   `json:"id"`
 	DisplayName string   `json:"displayName"`

@@ -1,0 +1,219 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// channelUp reports whether the machine's exec channel is open.
+func channelUp(e *testServer, id string) bool {
+	rt := e.s.computers.runtime(id)
+	rt.chMu.Lock()
+	defer rt.chMu.Unlock()
+	return rt.ch != nil && rt.ch.alive()
+}
+
+// helperPid finds the helper's pid inside the machine (from the host: the engine's exec as root).
+func helperPid(t *testing.T, prov, ctr string) string {
+	t.Helper()
+	out, err := exec.Command(prov, "exec", "-u", "1000:1000", ctr, "sh", "-c",
+		`for f in /proc/[0-9]*/cmdline; do if tr '\0' ' ' < "$f" 2>/dev/null | grep -q '^/.agentd/agentd machine-helper'; then basename "$(dirname "$f")"; fi; done 2>/dev/null`).Output()
+	if err != nil {
+		t.Fatalf("finding the helper: %v %s", err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// The channel carries execs and file operations on docker and podman: concurrent requests, output past
+// the flow-control window, stdin, timeouts and aborts that kill the whole process group.
+func TestExecChannel(t *testing.T) {
+	for _, prov := range []string{"docker", "podman"} {
+		t.Run(prov, func(t *testing.T) {
+			requireProvider(t, prov)
+			e := newTestServer(t, withHostEnv)
+			if e.s.computers.helper == "" {
+				t.Skipf("the exec channel is off: %s", e.s.computers.helperOff)
+			}
+			m := e.create(map[string]any{"provider": prov})
+			if got := e.sh(m.ID, "echo hi"); got != "hi\n" {
+				t.Fatalf("echo: %q", got)
+			}
+			if !channelUp(e, m.ID) {
+				t.Fatal("the channel did not open on first use")
+			}
+			if pid := helperPid(t, prov, "agentd-"+m.ID); pid == "" {
+				t.Fatal("no machine-helper process inside the machine")
+			}
+			var doc map[string]any
+			e.call("GET", "/v1/doctor", nil, 200, &doc)
+			for _, p := range doc["providers"].([]any) {
+				if p := p.(map[string]any); p["name"] == prov && fmt.Sprint(p["execChannel"]) != "map[enabled:true]" {
+					t.Fatalf("doctor's execChannel for %s: %v", prov, p["execChannel"])
+				}
+			}
+
+			// 20 at once, each with its own answer.
+			var wg sync.WaitGroup
+			errs := make(chan string, 20)
+			for i := range 20 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					var r ExecResult
+					res := e.do("POST", "/v1/computers/"+m.ID+"/exec", map[string]any{"cmd": fmt.Sprintf("echo n%d; echo e%d >&2; exit %d", i, i, i%3)})
+					if res.status != 200 || json.Unmarshal(res.body, &r) != nil || r.Stdout != fmt.Sprintf("n%d\n", i) ||
+						r.Stderr != fmt.Sprintf("e%d\n", i) || r.ExitCode != i%3 {
+						errs <- fmt.Sprintf("exec %d: %d %s", i, res.status, res.body)
+					}
+				}()
+			}
+			wg.Wait()
+			close(errs)
+			for msg := range errs {
+				t.Error(msg)
+			}
+
+			// 5 MB of output (five windows) arrives whole, in order; 3 MB of stdin comes back through cat.
+			var n int
+			_, err := e.s.computers.Exec(context.Background(), m.ID, ExecRequest{Cmd: execCommand{Shell: "head -c 5000000 /dev/zero | tr '\\0' a"}, TimeoutSec: 60, MaxOutputBytes: 8 << 20},
+				func(stream, data string) { n += len(data) })
+			if err != nil || n != 5000000 {
+				t.Fatalf("5 MB: %d bytes, %v", n, err)
+			}
+			in := strings.Repeat("0123456789abcdef", 3<<16)
+			r, err := e.s.computers.Exec(context.Background(), m.ID, ExecRequest{Cmd: execCommand{Shell: "wc -c"}, Stdin: &in, TimeoutSec: 60}, nil)
+			if err != nil || strings.TrimSpace(r.Stdout) != fmt.Sprint(len(in)) {
+				t.Fatalf("stdin through wc: %+v %v", r, err)
+			}
+
+			// A file round trip over the channel, bigger than a frame.
+			body := bytes.Repeat([]byte("x"), 3<<20)
+			e.call("PUT", "/v1/computers/"+m.ID+"/fs/write?path=/work/big.bin", body, 204, nil)
+			if got := e.do("GET", "/v1/computers/"+m.ID+"/fs/read?path=/work/big.bin", nil); got.status != 200 || !bytes.Equal(got.body, body) {
+				t.Fatalf("read back: %d, %d bytes", got.status, len(got.body))
+			}
+
+			// A timeout kills the command and what it started in the background.
+			if r := e.exec(m.ID, map[string]any{"cmd": "sleep 301 & sleep 302", "timeoutSec": 1}); !r.TimedOut || r.ExitCode != execTimedOutCode {
+				t.Fatalf("timeout: %+v", r)
+			}
+			// An abort (the caller goes away) does the same.
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() {
+				_, err := e.s.computers.Exec(ctx, m.ID, ExecRequest{Cmd: execCommand{Shell: "sleep 303 & sleep 304"}, TimeoutSec: 60}, nil)
+				done <- err
+			}()
+			eventually(t, "the aborted command running", func() bool { return strings.Contains(e.processes(m.ID), "sleep 304") })
+			cancel()
+			if err := <-done; asAPIError(err).Code != codeAborted {
+				t.Fatalf("abort: %v", err)
+			}
+			eventually(t, "no sleep left in the machine", func() bool { return !strings.Contains(e.processes(m.ID), "sleep 30") })
+
+			// Stopping the machine closes its channel; after a start, the next exec opens a new one.
+			e.call("POST", "/v1/computers/"+m.ID+"/stop", nil, 200, nil)
+			if channelUp(e, m.ID) {
+				t.Fatal("the channel outlived the stop")
+			}
+			e.call("POST", "/v1/computers/"+m.ID+"/start", nil, 200, nil)
+			if got := e.sh(m.ID, "echo again"); got != "again\n" || !channelUp(e, m.ID) {
+				t.Fatalf("after start: %q, channel up %v", got, channelUp(e, m.ID))
+			}
+		})
+	}
+}
+
+// Faults: the helper killed mid-exec, the machine restarted behind agentd's back, the machine's pids
+// exhausted. The call in flight gets a clear error, the next one succeeds, nothing hangs and no
+// process is left behind.
+func TestExecChannelFaults(t *testing.T) {
+	requireProvider(t, "docker")
+	e := newTestServer(t, withHostEnv)
+	if e.s.computers.helper == "" {
+		t.Skipf("the exec channel is off: %s", e.s.computers.helperOff)
+	}
+	m := e.create(map[string]any{"provider": "docker"})
+	ctr := "agentd-" + m.ID
+	inFlight := func(cmd string) chan response {
+		ch := make(chan response, 1)
+		go func() { ch <- e.do("POST", "/v1/computers/"+m.ID+"/exec", map[string]any{"cmd": cmd, "timeoutSec": 120}) }()
+		return ch
+	}
+	wantBroken := func(what string, res response) {
+		t.Helper()
+		if res.status != 500 || res.errCode(t) != codeExecFailed || !strings.Contains(string(res.body), "channel") {
+			t.Fatalf("%s: the call in flight got %d %s, want E_EXEC_FAILED naming the channel", what, res.status, res.body)
+		}
+	}
+
+	// 1. The helper is killed while a command runs.
+	e.sh(m.ID, "true")
+	var res response
+	done := inFlight("sleep 311")
+	eventually(t, "the command running", func() bool { return strings.Contains(e.processes(m.ID), "sleep 311") })
+	pid := helperPid(t, "docker", ctr)
+	if out, err := exec.Command("docker", "exec", "-u", "1000:1000", ctr, "sh", "-c", "kill -9 "+pid).CombinedOutput(); err != nil {
+		t.Fatalf("kill the helper: %v %s", err, out)
+	}
+	wantBroken("helper killed", <-done)
+	if got := e.sh(m.ID, "echo next"); got != "next\n" {
+		t.Fatalf("after the helper died: %q", got)
+	}
+	if p := e.processes(m.ID); strings.Contains(p, "sleep 311") {
+		t.Fatalf("the killed helper's command is still running:\n%s", p)
+	}
+
+	// 2. The machine is restarted behind agentd's back.
+	done = inFlight("sleep 312")
+	eventually(t, "the command running", func() bool { return strings.Contains(e.processes(m.ID), "sleep 312") })
+	if out, err := exec.Command("docker", "restart", "-t", "0", ctr).CombinedOutput(); err != nil {
+		t.Fatalf("docker restart: %v %s", err, out)
+	}
+	wantBroken("machine restarted", <-done)
+	if got := e.sh(m.ID, "echo back"); got != "back\n" {
+		t.Fatalf("after the restart: %q", got)
+	}
+
+	// 3. A command exhausts the machine's pids (limit 512) until its timeout kills its group (bash, unlike
+	// dash, carries on when a fork fails).
+	sleeps := func() int { // from the host, as root: a fork failing in the machine is not "none"
+		out, err := exec.Command("docker", "exec", "-u", "0", ctr, "sh", "-c", "cat /proc/[0-9]*/comm 2>/dev/null | grep -c '^sleep$' || true").Output()
+		if err != nil {
+			return -1
+		}
+		var n int
+		fmt.Sscan(string(out), &n)
+		return n - 1 // the machine's own `sleep infinity`
+	}
+	bomb := make(chan response, 1)
+	go func() {
+		bomb <- e.do("POST", "/v1/computers/"+m.ID+"/exec", map[string]any{"timeoutSec": 20,
+			"cmd": `exec bash -c 'for i in $(seq 700); do sleep 313 & done; sleep 314'`})
+	}()
+	eventually(t, "the pids limit reached", func() bool { n := sleeps(); return n >= 450 || n == -1 }) // -1: not even a count can start
+	during := e.do("POST", "/v1/computers/"+m.ID+"/exec", map[string]any{"cmd": "echo during", "timeoutSec": 5})
+	if during.status != 200 && during.errCode(t) != codeExecFailed {
+		t.Fatalf("an exec while the pids are exhausted: %d %s", during.status, during.body)
+	}
+	t.Logf("an exec while the pids are exhausted: %d %s", during.status, firstLine(string(during.body)))
+	res = <-bomb // e.do gives up after 2 minutes: a hang fails the test
+	var r ExecResult
+	if res.status == 200 {
+		res.decode(t, &r)
+	}
+	if !r.TimedOut {
+		t.Fatalf("the exhausting exec did not time out: %d %s", res.status, res.body)
+	}
+	eventually(t, "an exec succeeds again", func() bool {
+		r := e.do("POST", "/v1/computers/"+m.ID+"/exec", map[string]any{"cmd": "echo ok"})
+		return r.status == 200 && strings.Contains(string(r.body), `"stdout":"ok\n"`)
+	})
+	eventually(t, "no sleep left", func() bool { return sleeps() == 0 })
+}
