@@ -143,7 +143,9 @@ func TestExecChannelFaults(t *testing.T) {
 	ctr := "agentd-" + m.ID
 	inFlight := func(cmd string) chan response {
 		ch := make(chan response, 1)
-		go func() { ch <- e.do("POST", "/v1/computers/"+m.ID+"/exec", map[string]any{"cmd": cmd, "timeoutSec": 120}) }()
+		go func() {
+			ch <- e.do("POST", "/v1/computers/"+m.ID+"/exec", map[string]any{"cmd": cmd, "timeoutSec": 120})
+		}()
 		return ch
 	}
 	wantBroken := func(what string, res response) {
