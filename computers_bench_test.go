@@ -28,6 +28,9 @@ func TestComputerBenchReport(t *testing.T) {
 			}
 		}
 		benchProvider(t, prov, &report)
+		if prov != "local" && os.Getenv("AGENT_TEST_CHANNEL") != "0" {
+			benchProvider(t, prov, &report, func(c *testSetup) { c.ExecChannel, c.helperBinary = new(bool), "" })
+		}
 	}
 	t.Log("\n" + report.String())
 }
@@ -41,9 +44,16 @@ func pct(ds []time.Duration, p float64) time.Duration {
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d.Microseconds())/1000) }
 
-func benchProvider(t *testing.T, prov string, out *strings.Builder) {
-	e := newTestServer(t, withHostEnv, func(c *testSetup) { c.MaxComputers = 32 })
-	fmt.Fprintf(out, "### %s\n", prov)
+func benchProvider(t *testing.T, prov string, out *strings.Builder, opts ...testOption) {
+	e := newTestServer(t, append([]testOption{withHostEnv, func(c *testSetup) { c.MaxComputers = 32 }}, opts...)...)
+	path := ""
+	if prov != "local" {
+		path = " (exec channel on)"
+		if e.s.computers.helper == "" {
+			path = " (per-call path: exec channel off)"
+		}
+	}
+	fmt.Fprintf(out, "### %s%s\n", prov, path)
 
 	// create → first exec
 	var firsts []time.Duration
@@ -87,6 +97,22 @@ func benchProvider(t *testing.T, prov string, out *strings.Builder) {
 		fmt.Fprintf(out, "- raw `%s exec <ctr> echo hi`: p50 %s, p99 %s (n=%d) → API/raw p50 = %.2f×\n", prov,
 			ms(pct(raw, 0.5)), ms(pct(raw, 0.99)), n, float64(pct(api, 0.5))/float64(pct(raw, 0.5)))
 	}
+
+	// 4 KB file write and read through the API.
+	file := strings.Repeat("0123456789abcde\n", 256)
+	var wr, rd []time.Duration
+	for i := 0; i < n; i++ {
+		start := time.Now()
+		e.call("PUT", "/v1/computers/"+m.ID+"/fs/write?path=/work/f.txt", []byte(file), 204, nil)
+		wr = append(wr, time.Since(start))
+		start = time.Now()
+		if got := e.call("GET", "/v1/computers/"+m.ID+"/fs/read?path=/work/f.txt", nil, 200, nil); string(got.body) != file {
+			t.Fatalf("read back %d bytes", len(got.body))
+		}
+		rd = append(rd, time.Since(start))
+	}
+	fmt.Fprintf(out, "- 4 KB file write / read through the API: p50 %s / %s, p99 %s / %s (n=%d)\n",
+		ms(pct(wr, 0.5)), ms(pct(rd, 0.5)), ms(pct(wr, 0.99)), ms(pct(rd, 0.99)), n)
 
 	// 100 MB through exec SSE.
 	start := time.Now()

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -139,4 +140,64 @@ func BenchmarkTimeToRunStart(b *testing.B) {
 		s.close()
 	}
 	b.ReportMetric(float64(total.Microseconds())/float64(b.N), "µs-to-run_start")
+}
+
+// TestAgentRunToolTimeReport measures an 11-step agent run (write, shell, edit, read, search, move,
+// list, delete: the calls of TestE2EMultiStepShellAndFiles) on docker, with the exec channel on and off:
+// the tools' own time (sum of tool_end durationMs) and the run's wall time, on a machine already made.
+//
+//	AGENT_BENCH=1 AGENT_TEST_DOCKER=1 go test -run TestAgentRunToolTimeReport -v -count=1 .
+func TestAgentRunToolTimeReport(t *testing.T) {
+	if os.Getenv("AGENT_BENCH") != "1" || os.Getenv("AGENT_TEST_DOCKER") != "1" {
+		t.Skip("set AGENT_BENCH=1 and AGENT_TEST_DOCKER=1 to measure")
+	}
+	script := func() func(r scriptReq) scriptReply {
+		return stepwise(
+			scriptReply{calls: []ToolCall{tc("c1", "write_file", map[string]any{"path": "hello.txt", "content": "one\ntwo\nthree\n"})}},
+			scriptReply{calls: []ToolCall{tc("c2", "shell", map[string]any{"command": "wc -l < hello.txt && echo from-shell"})}},
+			scriptReply{calls: []ToolCall{tc("c3", "edit_file", map[string]any{"path": "hello.txt", "old_string": "two", "new_string": "TWO"})}},
+			scriptReply{calls: []ToolCall{tc("c4", "read_file", map[string]any{"path": "hello.txt"})}},
+			scriptReply{calls: []ToolCall{tc("c5", "search_files", map[string]any{"pattern": "T[W]O"})}},
+			scriptReply{calls: []ToolCall{tc("c6", "move", map[string]any{"from": "hello.txt", "to": "sub/dir/hello2.txt"})}},
+			scriptReply{calls: []ToolCall{tc("c7", "list_dir", map[string]any{"recursive": true})}},
+			scriptReply{calls: []ToolCall{tc("c8", "move", map[string]any{"from": "sub", "to": "moved"})}},
+			scriptReply{calls: []ToolCall{tc("c9", "shell", map[string]any{"command": "ls -la moved/dir"})}},
+			scriptReply{calls: []ToolCall{tc("c10", "delete", map[string]any{"path": "moved", "recursive": true})}},
+			scriptReply{calls: []ToolCall{tc("c11", "list_dir", map[string]any{})}},
+			scriptReply{text: "done"},
+		)
+	}
+	for _, on := range []bool{true, false} {
+		opts := []testOption{}
+		if !on {
+			opts = append(opts, func(c *testSetup) { c.ExecChannel, c.helperBinary = new(bool), "" })
+		}
+		te := newE2E(t, newScriptedOpenAI(t, script()), "", opts...)
+		te.createAgent(map[string]any{"name": "bench-tools", "tools": []string{"computer", "files"}})
+		var tools, walls []time.Duration
+		for i := 0; i < 6; i++ {
+			start := time.Now()
+			evs := te.stream("bench-tools", map[string]any{"input": "go"}).all()
+			wall := time.Since(start)
+			var sum time.Duration
+			n := 0
+			for _, e := range evs {
+				if e["type"] == "tool_end" {
+					if e["isError"] == true {
+						t.Fatalf("tool failed: %v", e)
+					}
+					sum += time.Duration(e["durationMs"].(float64)) * time.Millisecond
+					n++
+				}
+			}
+			if n != 11 {
+				t.Fatalf("%d tool calls", n)
+			}
+			if i > 0 { // the first run makes the machine
+				tools, walls = append(tools, sum), append(walls, wall)
+			}
+		}
+		t.Logf("exec channel %v: 11 tool calls take %s of tool time (p50 of 5 runs), run wall %s",
+			map[bool]string{true: "on", false: "off"}[on], pct(tools, 0.5), pct(walls, 0.5))
+	}
 }
