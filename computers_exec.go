@@ -505,9 +505,12 @@ func (s *outputSink) deliver(p []byte) {
 	if s.emit == nil {
 		return
 	}
-	data := append(s.carry, p...)
+	data := p
+	if len(s.carry) > 0 {
+		data = append(s.carry, p...)
+	}
 	cut := utf8Boundary(data)
-	s.carry = append([]byte(nil), data[cut:]...)
+	s.carry = append(s.carry[:0:0], data[cut:]...)
 	if cut > 0 {
 		s.emit(s.stream, string(data[:cut]))
 	}
@@ -585,7 +588,7 @@ func (h *headTail) write(p []byte) {
 	}
 	h.tail = append(h.tail, p...)
 	if tmax := h.max - h.max/2; !h.wholeWords && len(h.tail) > 2*tmax+4096 {
-		h.tail = append(h.tail[:0:0], h.tail[len(h.tail)-tmax:]...)
+		h.tail = h.tail[:copy(h.tail, h.tail[len(h.tail)-tmax:])] // in place: no new buffer per cut
 	}
 }
 

@@ -48,7 +48,7 @@ const (
 	frameExit     = 'X' // helper → host: the request is over (JSON chanExit)
 
 	maxFrame   = 1 << 20 // the largest payload either side accepts
-	chanWindow = 1 << 20 // output bytes per request in flight before the helper waits for an ack
+	chanWindow = 4 << 20 // output bytes per request in flight before the helper waits for an ack
 	chanChunk  = 64 << 10
 )
 
