@@ -187,7 +187,7 @@ type computerDeps struct {
 	maxComputers int
 	reapInterval time.Duration
 	helper       string // host path of the binary mounted into machines for the exec channel; "" = off
-	helperOff    string // why the exec channel is off (the doctor says it)
+	helperNote   string // why the exec channel is off, or what limits it (the doctor says it)
 }
 
 // computerService owns machines and the reaper goroutine.
@@ -359,7 +359,7 @@ func (c *computerService) doctor(ctx context.Context) (providers []doctorProvide
 			Isolated: m.isolated, IsolationKind: m.isolationKind, Version: pr.version, Reason: pr.reason, Hint: pr.hint,
 		}
 		if _, engine := p.(*engineProvider); engine {
-			dp.ExecChannel = &doctorExecChannel{Enabled: c.helper != "", Reason: c.helperOff}
+			dp.ExecChannel = &doctorExecChannel{Enabled: c.helper != "", Reason: c.helperNote}
 		}
 		providers = append(providers, dp)
 	}

@@ -35,7 +35,10 @@ import (
 const helperInMachine = "/.agentd/agentd"
 
 // findHelperBinary returns the host path of a binary the machines can run as the helper — this
-// program, when it is a statically linked Linux executable of this architecture — or why not.
+// program, when it is a Linux executable of this architecture — and a note: why the channel is off
+// (no path), or what limits it. A static build (CGO_ENABLED=0) runs in any image. A cgo build, which
+// is what `go install` makes wherever a C compiler is installed, needs the image's glibc: it is used
+// all the same, and a machine where it cannot start (musl, an older glibc) stays on the per-call path.
 func findHelperBinary(configured string) (string, string) {
 	p := configured
 	if p == "" {
@@ -57,7 +60,7 @@ func findHelperBinary(configured string) (string, string) {
 	}
 	for _, prog := range f.Progs {
 		if prog.Type == elf.PT_INTERP {
-			return "", fmt.Sprintf("%s is dynamically linked (built with cgo), so it may not run inside the machines' images; build it with CGO_ENABLED=0 for the exec channel", p)
+			return p, "agentd is dynamically linked (built with cgo): the channel runs in images with a compatible glibc, other machines use the per-call path; build with CGO_ENABLED=0 for every image"
 		}
 	}
 	return p, ""

@@ -3,9 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
+	"debug/elf"
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -38,7 +42,7 @@ func TestExecChannel(t *testing.T) {
 			requireProvider(t, prov)
 			e := newTestServer(t, withHostEnv)
 			if e.s.computers.helper == "" {
-				t.Skipf("the exec channel is off: %s", e.s.computers.helperOff)
+				t.Skipf("the exec channel is off: %s", e.s.computers.helperNote)
 			}
 			m := e.create(map[string]any{"provider": prov})
 			if got := e.sh(m.ID, "echo hi"); got != "hi\n" {
@@ -137,7 +141,7 @@ func TestExecChannelFaults(t *testing.T) {
 	requireProvider(t, "docker")
 	e := newTestServer(t, withHostEnv)
 	if e.s.computers.helper == "" {
-		t.Skipf("the exec channel is off: %s", e.s.computers.helperOff)
+		t.Skipf("the exec channel is off: %s", e.s.computers.helperNote)
 	}
 	m := e.create(map[string]any{"provider": "docker"})
 	ctr := "agentd-" + m.ID
@@ -218,4 +222,28 @@ func TestExecChannelFaults(t *testing.T) {
 		return r.status == 200 && strings.Contains(string(r.body), `"stdout":"ok\n"`)
 	})
 	eventually(t, "no sleep left", func() bool { return sleeps() == 0 })
+}
+
+// findHelperBinary: a static Linux build is the helper with no note; a cgo build is used with a note
+// saying what it needs; anything that is not a Linux executable of this architecture turns the channel off.
+func TestFindHelperBinary(t *testing.T) {
+	if p, note := findHelperBinary(cliBinary(t)); p == "" || note != "" {
+		t.Fatalf("static build: %q %q", p, note)
+	}
+	dyn := filepath.Join(t.TempDir(), "agentd-cgo")
+	build := exec.Command("go", "build", "-o", dyn, ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=1")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("cgo build: %v %s", err, out)
+	}
+	if f, err := elf.Open(dyn); err == nil && slices.ContainsFunc(f.Progs, func(p *elf.Prog) bool { return p.Type == elf.PT_INTERP }) {
+		if p, note := findHelperBinary(dyn); p != dyn || !strings.Contains(note, "CGO_ENABLED=0") {
+			t.Fatalf("cgo build: %q %q", p, note)
+		}
+	} // else no C compiler here: the build came out static
+	script := filepath.Join(t.TempDir(), "agentd")
+	os.WriteFile(script, []byte("#!/bin/sh\n"), 0o755)
+	if p, note := findHelperBinary(script); p != "" || !strings.Contains(note, "not a Linux executable") {
+		t.Fatalf("a script: %q %q", p, note)
+	}
 }

@@ -50,7 +50,7 @@ type doctorProvider struct {
 	Reason        string `json:"reason,omitempty"`
 	Hint          string `json:"hint,omitempty"`
 	// ExecChannel (addition, docker and podman): whether execs and file operations go over the warm
-	// in-machine channel, and why not when they do not.
+	// in-machine channel, and why not (or what limits it).
 	ExecChannel *doctorExecChannel `json:"execChannel,omitempty"`
 }
 

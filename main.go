@@ -488,11 +488,11 @@ func newServer(cfg config, logger *slog.Logger, now func() time.Time) (*server, 
 		st.Close()
 		return nil, err
 	}
-	helper, helperOff := "", "turned off in config.yaml (execChannel: false)"
+	helper, helperNote := "", "turned off in config.yaml (execChannel: false)"
 	if cfg.ExecChannel == nil || *cfg.ExecChannel {
-		helper, helperOff = findHelperBinary(cfg.helperBinary)
+		helper, helperNote = findHelperBinary(cfg.helperBinary)
 	}
-	if s.computers, err = newComputerService(computerDeps{helper: helper, helperOff: helperOff, store: st, hub: s.hub, log: logger, clock: now,
+	if s.computers, err = newComputerService(computerDeps{helper: helper, helperNote: helperNote, store: st, hub: s.hub, log: logger, clock: now,
 		getenv: cfg.getenv, home: cfg.Home, provider: cfg.ComputerProvider, images: cfg.Images, registries: cfg.AllowedRegistries, mountRoots: cfg.AllowedMounts,
 		maxComputers: cfg.MaxComputers, reapInterval: time.Duration(cfg.ReaperIntervalSec) * time.Second}); err != nil {
 		s.models.Close()
