@@ -27,6 +27,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"strings"
 	"sync"
 	"time"
 )
@@ -153,10 +154,14 @@ func openChannel(parent context.Context, e *engineProvider, m *ComputerInfo) (*e
 	ch := &execChannel{machine: m.ID, cmd: cmd, kill: kill, stdin: stdin, procs: map[uint32]*chanProc{}, done: make(chan struct{})}
 	in := bufio.NewReaderSize(stdout, 256<<10)
 	hello := make(chan error, 1)
+	var early bytes.Buffer // what came instead of a hello: the engine prints its exec errors on stdout
 	go func() {
-		_, kind, _, err := readFrame(in)
+		_, kind, _, err := readFrame(io.TeeReader(in, &limitedBuffer{b: &early, max: 4096}))
 		if err == nil && kind != frameHello {
 			err = fmt.Errorf("the helper said %q before hello", kind)
+		}
+		if err != nil {
+			io.Copy(&limitedBuffer{b: &early, max: 4096}, in)
 		}
 		hello <- err
 		if err == nil {
@@ -170,11 +175,12 @@ func openChannel(parent context.Context, e *engineProvider, m *ComputerInfo) (*e
 		}
 		kill()
 		cmd.Wait()
-		msg := firstLine(stderr.String())
+		said := strings.TrimSpace(stderr.String() + "\n" + early.String())
+		msg := firstLine(said)
 		if msg == "" {
 			msg = err.Error()
 		}
-		if bytes.Contains(stderr.Bytes(), []byte("no such file")) || bytes.Contains(stderr.Bytes(), []byte("not found")) {
+		if strings.Contains(said, "no such file") || strings.Contains(said, "not found") {
 			return nil, &helperMissing{"the machine has no helper at " + helperInMachine + ": " + msg}
 		}
 		return nil, errors.New("the helper did not start: " + msg)

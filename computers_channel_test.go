@@ -247,3 +247,40 @@ func TestFindHelperBinary(t *testing.T) {
 		t.Fatalf("a script: %q %q", p, note)
 	}
 }
+
+// After a restart, an adopted machine gets its channel on first use; a machine made while the channel
+// was off (no helper mounted) keeps working over the per-call path.
+func TestExecChannelAdoptedMachines(t *testing.T) {
+	requireProvider(t, "docker")
+	home := t.TempDir()
+	off := newTestServer(t, withHostEnv, withHome(home), func(c *testSetup) { c.ExecChannel, c.helperBinary = new(bool), "" })
+	off.keep = true
+	bare := off.create(map[string]any{"provider": "docker", "idleTimeoutSec": 0})
+	off.close()
+	a := newTestServer(t, withHostEnv, withHome(home))
+	if a.s.computers.helper == "" {
+		t.Skipf("the exec channel is off: %s", a.s.computers.helperNote)
+	}
+	a.keep = true
+	mounted := a.create(map[string]any{"provider": "docker", "idleTimeoutSec": 0})
+	a.sh(mounted.ID, "true")
+	a.close()
+
+	b := newTestServer(t, withHostEnv, withHome(home))
+	if got := b.sh(mounted.ID, "echo adopted"); got != "adopted\n" || !channelUp(b, mounted.ID) {
+		t.Fatalf("adopted machine: %q, channel up %v", got, channelUp(b, mounted.ID))
+	}
+	for range 2 { // the second call does not try the helper again
+		if got := b.sh(bare.ID, "echo per-call"); got != "per-call\n" || channelUp(b, bare.ID) {
+			t.Fatalf("machine without a helper: %q, channel up %v", got, channelUp(b, bare.ID))
+		}
+	}
+	if rt := b.s.computers.runtime(bare.ID); !strings.Contains(rt.chOff, "no helper") {
+		t.Fatalf("why the machine has no channel: %q", rt.chOff)
+	}
+	body := bytes.Repeat([]byte("y"), 70000)
+	b.call("PUT", "/v1/computers/"+bare.ID+"/fs/write?path=/work/y", body, 204, nil)
+	if got := b.do("GET", "/v1/computers/"+bare.ID+"/fs/read?path=/work/y", nil); !bytes.Equal(got.body, body) {
+		t.Fatalf("files over the per-call path: %d bytes", len(got.body))
+	}
+}
