@@ -441,12 +441,24 @@ const fsOpTimeout = 10 * time.Minute
 // sh runs a script inside the machine as its user with stdin and stdout wired through: over the
 // machine's exec channel when it is up, else through one engine exec.
 func (f *engineFS) sh(ctx context.Context, stdin io.Reader, stdout io.Writer, script string, args ...string) error {
+	return f.do(ctx, "", stdin, stdout, script, args...)
+}
+
+// do is sh, except that with op set and the channel up, the helper does the operation itself (its Go
+// twin of the script, computers_helper.go) instead of starting a shell.
+func (f *engineFS) do(ctx context.Context, op string, stdin io.Reader, stdout io.Writer, script string, args ...string) error {
 	ctx, cancel := context.WithTimeout(ctx, fsOpTimeout)
 	defer cancel()
 	if ch := f.e.c.channel(ctx, f.e, f.m); ch != nil {
 		var stderr bytes.Buffer
-		argv := append([]string{"/bin/sh", "-c", script, "agentd"}, args...)
-		proc, err := ch.start(chanStart{Argv: argv, Cwd: "/"}, stdin, stdout, &limitedBuffer{b: &stderr, max: 64 << 10})
+		req := chanStart{Argv: append([]string{"/bin/sh", "-c", script, "agentd"}, args...), Cwd: "/"}
+		if op != "" {
+			req = chanStart{Op: op, Argv: args}
+			if op != "write" {
+				stdin = nil // the script's stdin (resolve's list) is the op's Argv
+			}
+		}
+		proc, err := ch.start(req, stdin, stdout, &limitedBuffer{b: &stderr, max: 64 << 10})
 		if err == nil {
 			x, err := proc.wait(ctx)
 			switch {
@@ -494,7 +506,7 @@ func fsFail(op, p string, err error) error {
 func (f *engineFS) resolve(ctx context.Context, paths []string) ([]string, error) {
 	var out bytes.Buffer
 	in := strings.NewReader(strings.Join(paths, "\n") + "\n")
-	err := f.sh(ctx, in, &out, `while IFS= read -r p; do readlink -m -- "$p" || echo "(unresolvable)$p"; done`)
+	err := f.do(ctx, "resolve", in, &out, `while IFS= read -r p; do readlink -m -- "$p" || echo "(unresolvable)$p"; done`, paths...)
 	if err != nil {
 		return nil, errorf(codeFSDenied, "cannot resolve paths inside the machine: %s", firstLine(err.Error())).withHint("check the machine is running")
 	}
@@ -513,7 +525,7 @@ const openedInside = `case "$(readlink /proc/self/fd/3)" in /work|/work/*|/tmp|/
 func (f *engineFS) read(ctx context.Context, p string, w io.Writer) error {
 	script := `exec 3< "$1" || exit 1; ` + openedInside +
 		`if [ -d /proc/self/fd/3 ]; then echo "is a directory" >&2; exit 1; fi; exec cat <&3`
-	if err := f.sh(ctx, nil, w, script, p); err != nil {
+	if err := f.do(ctx, "read", nil, w, script, p); err != nil {
 		return fsFail("read", p, err)
 	}
 	return nil
@@ -523,7 +535,7 @@ func (f *engineFS) read(ctx context.Context, p string, w io.Writer) error {
 func (f *engineFS) write(ctx context.Context, p string, r io.Reader) error {
 	script := `mkdir -p -- "$(dirname -- "$1")" && exec 3<> "$1" || exit 1; ` + openedInside +
 		`: > /proc/self/fd/3 && exec cat >&3`
-	if err := f.sh(ctx, r, io.Discard, script, p); err != nil {
+	if err := f.do(ctx, "write", r, io.Discard, script, p); err != nil {
 		return fsFail("write", p, err)
 	}
 	return nil
@@ -532,7 +544,7 @@ func (f *engineFS) write(ctx context.Context, p string, r io.Reader) error {
 func (f *engineFS) list(ctx context.Context, p string) ([]DirEntry, error) {
 	var out bytes.Buffer
 	script := `if [ -d "$1" ]; then exec find "$1" -mindepth 1 -maxdepth 1 -printf '%y\t%s\t%T@\t%m\t%f\0'; else exec find "$1" -maxdepth 0 -printf '%y\t%s\t%T@\t%m\t%f\0'; fi`
-	if err := f.sh(ctx, nil, &out, script, p); err != nil {
+	if err := f.do(ctx, "list", nil, &out, script, p); err != nil {
 		return nil, fsFail("list", p, err)
 	}
 	ents := []DirEntry{}

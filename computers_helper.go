@@ -22,6 +22,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -29,6 +30,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -59,6 +61,7 @@ type chanStart struct {
 	Env   map[string]string `json:"env,omitempty"`
 	Stdin bool              `json:"stdin,omitempty"` // stdin frames follow; else stdin is /dev/null
 	Token string            `json:"token"`
+	Op    string            `json:"op,omitempty"` // a file operation done by the helper itself; Argv are its paths
 }
 
 // chanExit ends a request: the exit code (128+signal when killed), or why the process never ran.
@@ -214,6 +217,10 @@ func (h *helper) start(id uint32, payload []byte) {
 	var req chanStart
 	if err := json.Unmarshal(payload, &req); err != nil || len(req.Argv) == 0 {
 		h.fail(id, "a start request without a command")
+		return
+	}
+	if req.Op != "" {
+		h.startFileOp(id, req)
 		return
 	}
 	cmd := exec.Command(req.Argv[0], req.Argv[1:]...)
@@ -378,4 +385,238 @@ func exitCodeOf(ps *os.ProcessState) int {
 		return 128 + sig
 	}
 	return ps.ExitCode()
+}
+
+// ---- file operations, done by the helper itself (no shell per call) ----
+//
+// Each is the Go twin of engineFS's script for the same operation (computers_engine.go), with the same
+// answers and the same rule for reads and writes: open first, then check what was opened
+// (/proc/self/fd) is under /work or /tmp, so a symlink swapped in after the host's resolve is caught.
+
+// helperFileOp runs one file operation; its output goes to out, its failure is the error's text.
+func helperFileOp(req chanStart, in io.Reader, out io.Writer) error {
+	switch req.Op {
+	case "resolve":
+		var b strings.Builder
+		for _, p := range req.Argv {
+			b.WriteString(canonicalPath(p) + "\n")
+		}
+		_, err := io.WriteString(out, b.String())
+		return err
+	case "read":
+		f, err := openChecked(req.Argv[0], os.O_RDONLY)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if st, err := f.Stat(); err == nil && st.IsDir() {
+			return errors.New("is a directory")
+		}
+		_, err = io.Copy(out, f)
+		return err
+	case "write":
+		p := req.Argv[0]
+		if err := os.MkdirAll(filepath.Dir(p), 0o777); err != nil {
+			return err
+		}
+		f, err := openChecked(p, os.O_RDWR|os.O_CREATE)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := f.Truncate(0); err != nil {
+			return err
+		}
+		if _, err := io.Copy(f, in); err != nil {
+			return err
+		}
+		return f.Close()
+	case "list":
+		return listEntries(req.Argv[0], out)
+	}
+	return fmt.Errorf("unknown file operation %q", req.Op)
+}
+
+// openChecked opens p and refuses the file when what was opened is outside /work and /tmp.
+func openChecked(p string, flag int) (*os.File, error) {
+	f, err := os.OpenFile(p, flag, 0o666)
+	if err != nil {
+		return nil, fmt.Errorf("cannot open %s: %w", p, unwrapPathError(err))
+	}
+	real, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", f.Fd()))
+	if err != nil || !insideWritable(real) {
+		f.Close()
+		return nil, errors.New("escapes the jail through a symlink")
+	}
+	return f, nil
+}
+
+// canonicalPath is `readlink -m`: every symlink of every existing component followed, the rest lexical;
+// a loop makes it "(unresolvable)<p>", as the script says.
+func canonicalPath(p string) string {
+	parts := strings.Split(strings.TrimPrefix(path.Clean("/"+p), "/"), "/")
+	cur, links := "/", 0
+	for i := 0; i < len(parts); i++ {
+		part := parts[i]
+		switch part {
+		case "", ".":
+			continue
+		case "..":
+			cur = path.Dir(cur)
+			continue
+		}
+		next := path.Join(cur, part)
+		fi, err := os.Lstat(next)
+		if err != nil {
+			return path.Clean(next + "/" + strings.Join(parts[i+1:], "/"))
+		}
+		if fi.Mode()&os.ModeSymlink == 0 {
+			cur = next
+			continue
+		}
+		if links++; links > 40 {
+			return "(unresolvable)" + p
+		}
+		target, err := os.Readlink(next)
+		if err != nil {
+			return "(unresolvable)" + p
+		}
+		if !path.IsAbs(target) {
+			target = path.Join(cur, target)
+		}
+		parts = append(strings.Split(strings.TrimPrefix(path.Clean(target), "/"), "/"), parts[i+1:]...)
+		cur, i = "/", -1
+	}
+	return cur
+}
+
+// listEntries writes find's records for p: its entries when it is a directory, else p itself.
+func listEntries(p string, out io.Writer) error {
+	st, err := os.Stat(p)
+	if err != nil {
+		return fmt.Errorf("'%s': %w", p, unwrapPathError(err))
+	}
+	var names []string
+	if st.IsDir() {
+		ents, err := os.ReadDir(p)
+		if err != nil {
+			return fmt.Errorf("'%s': %w", p, unwrapPathError(err))
+		}
+		for _, e := range ents {
+			names = append(names, filepath.Join(p, e.Name()))
+		}
+	} else {
+		names = []string{p}
+	}
+	var b bytes.Buffer
+	for _, n := range names {
+		fi, err := os.Lstat(n)
+		if err != nil {
+			continue // gone meanwhile
+		}
+		t := "f"
+		switch {
+		case fi.Mode()&os.ModeSymlink != 0:
+			t = "l"
+		case fi.IsDir():
+			t = "d"
+		case !fi.Mode().IsRegular():
+			t = "o"
+		}
+		mode := fi.Mode().Perm()
+		for bit, v := range map[os.FileMode]os.FileMode{os.ModeSetuid: 0o4000, os.ModeSetgid: 0o2000, os.ModeSticky: 0o1000} {
+			if fi.Mode()&bit != 0 {
+				mode |= v
+			}
+		}
+		fmt.Fprintf(&b, "%s\t%d\t%d.%09d\t%o\t%s\x00", t, fi.Size(), fi.ModTime().Unix(), fi.ModTime().Nanosecond(), uint32(mode), fi.Name())
+	}
+	_, err = out.Write(b.Bytes())
+	return err
+}
+
+// frameOut writes a request's output as frames under the flow-control window.
+type frameOut struct {
+	h *helper
+	p *helperProc
+}
+
+func (w *frameOut) Write(b []byte) (int, error) {
+	n := len(b)
+	for len(b) > 0 {
+		c := b[:min(len(b), chanChunk)]
+		w.p.mu.Lock()
+		for w.p.unack >= chanWindow {
+			w.p.cond.Wait()
+		}
+		w.p.unack += len(c)
+		w.p.mu.Unlock()
+		if err := w.h.send(w.p.id, frameStdout, c); err != nil {
+			return 0, err
+		}
+		b = b[len(c):]
+	}
+	return n, nil
+}
+
+// queueReader reads a request's stdin frames, acknowledging each so the host sends more.
+type queueReader struct {
+	h    *helper
+	id   uint32
+	q    chan []byte
+	done chan struct{}
+	cur  []byte
+}
+
+func (r *queueReader) Read(b []byte) (int, error) {
+	for len(r.cur) == 0 {
+		select {
+		case c, ok := <-r.q:
+			if !ok {
+				return 0, io.EOF
+			}
+			r.cur = c
+			var n [4]byte
+			binary.BigEndian.PutUint32(n[:], uint32(len(c)))
+			r.h.send(r.id, frameAck, n[:])
+		case <-r.done:
+			return 0, io.EOF
+		}
+	}
+	n := copy(b, r.cur)
+	r.cur = r.cur[n:]
+	return n, nil
+}
+
+// startFileOp runs a file operation as a request: stdin frames feed it, output goes out as stdout.
+func (h *helper) startFileOp(id uint32, req chanStart) {
+	p := &helperProc{id: id, done: make(chan struct{})}
+	p.cond = sync.NewCond(&p.mu)
+	var in io.Reader = bytes.NewReader(nil)
+	if req.Stdin {
+		p.inQ = make(chan []byte, 2*chanWindow/chanChunk)
+		in = &queueReader{h: h, id: id, q: p.inQ, done: p.done}
+	}
+	if len(req.Argv) == 0 && req.Op != "resolve" {
+		h.fail(id, "a file operation without a path")
+		return
+	}
+	h.mu.Lock()
+	h.procs[id] = p
+	h.mu.Unlock()
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		err := helperFileOp(req, in, &frameOut{h: h, p: p})
+		close(p.done)
+		h.mu.Lock()
+		delete(h.procs, id)
+		h.mu.Unlock()
+		x := chanExit{}
+		if err != nil {
+			x = chanExit{Code: 1, Error: err.Error()}
+		}
+		b, _ := json.Marshal(x)
+		h.send(id, frameExit, b)
+	}()
 }
