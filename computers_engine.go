@@ -174,6 +174,9 @@ func (e *engineProvider) runArgs(m *ComputerInfo) []string {
 	for k, v := range sp.Labels {
 		a = append(a, "--label", "agentd.label."+k+"="+v)
 	}
+	if m.State == statePooled { // a warm-pool machine (computers_pool.go); labels cannot change once taken
+		a = append(a, "--label", "agentd.pool="+sp.Flavor)
+	}
 	if len(sp.Packages) == 0 {
 		a = append(a, "--read-only")
 	} else {

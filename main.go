@@ -198,6 +198,7 @@ type config struct {
 	ReaperIntervalSec int               `yaml:"reaperIntervalSec"`
 	LogFormat         string            `yaml:"logFormat"` // text or json
 	LogLevel          string            `yaml:"logLevel"`  // debug, info, warn or error
+	WarmPool          map[string]int    `yaml:"warmPool"`  // flavor → running machines kept ready (computers_pool.go)
 
 	firstRun bool
 	getenv   func(string) string // the process environment, for provider keys; never logged
@@ -384,7 +385,7 @@ func (cfg config) check() error {
 	case !slices.Contains([]string{"auto", "docker", "podman", "local"}, cfg.ComputerProvider):
 		return bad("computerProvider", fmt.Sprintf("%q", cfg.ComputerProvider), "one of auto, docker, podman, local")
 	}
-	return nil
+	return checkWarmPool(cfg.WarmPool, cfg.MaxComputers, bad) // computers_pool.go
 }
 
 func isLoopbackHost(host string) bool {
@@ -486,7 +487,8 @@ func newServer(cfg config, logger *slog.Logger, now func() time.Time) (*server, 
 	}
 	if s.computers, err = newComputerService(computerDeps{store: st, hub: s.hub, log: logger, clock: now,
 		getenv: cfg.getenv, home: cfg.Home, provider: cfg.ComputerProvider, images: cfg.Images, registries: cfg.AllowedRegistries, mountRoots: cfg.AllowedMounts,
-		maxComputers: cfg.MaxComputers, reapInterval: time.Duration(cfg.ReaperIntervalSec) * time.Second}); err != nil {
+		maxComputers: cfg.MaxComputers, reapInterval: time.Duration(cfg.ReaperIntervalSec) * time.Second,
+		warmPool: cfg.WarmPool}); err != nil {
 		s.models.Close()
 		st.Close()
 		return nil, err
