@@ -298,8 +298,31 @@ func (c *computerService) poolMake(ctx context.Context, p provider, flavor strin
 // warm is THE hook where a pool machine becomes ready (after its `run` at fill time, and after adoption
 // at start): whatever makes the first exec fast is done here, before the machine is offered. The exec
 // channel (computers_channel.go) opens its channel to m here. It must not block long and must not fail
-// the machine: a machine that could not be warmed is still a good, merely slower, pool machine.
+// the machine: a machine that could not be warmed is still a good, merely slower, pool machine (one
+// found dead is dropped with poolEvict, from outside this call: warm runs before the machine is offered).
 func (c *computerService) warm(m *ComputerInfo) {}
+
+// poolEvict drops a ready pool machine that turned out bad (its warm-up or its channel saw it die):
+// it is destroyed and replaced. A machine no longer in a ready list was taken meanwhile and is left alone.
+func (c *computerService) poolEvict(ctx context.Context, id, why string) {
+	c.pool.mu.Lock()
+	found := false
+	for f, ids := range c.pool.ready {
+		if i := slices.Index(ids, id); i >= 0 {
+			c.pool.ready[f], found = slices.Delete(ids, i, i+1), true
+		}
+	}
+	c.pool.mu.Unlock()
+	if !found {
+		return
+	}
+	if m, err := c.store.GetComputer(ctx, id); err == nil && m.State == statePooled {
+		if p := c.providerByName(m.Provider); p != nil {
+			c.destroyPooled(ctx, p, &m, why)
+		}
+	}
+	c.poolKick()
+}
 
 // poolSatisfies says whether a pool machine can stand for a cold create of sp on p. Conservative: what
 // the container was made with must be what sp would make. The same engine; the flavor's image (no
@@ -438,7 +461,8 @@ func (c *computerService) poolDoctor(ctx context.Context) (doctorPool, []string)
 	total := 0
 	for _, f := range poolFlavors {
 		if n := c.pool.target[f]; n > 0 {
-			d.Flavors = append(d.Flavors, doctorPoolFlavor{Flavor: f, Target: n, Ready: len(c.pool.ready[f]), Provider: c.pool.provider})
+			d.Flavors = append(d.Flavors, doctorPoolFlavor{Flavor: f, Target: n, Ready: len(c.pool.ready[f]),
+				Provider: c.pool.provider, Machines: append([]string{}, c.pool.ready[f]...)})
 			total += n
 		}
 	}

@@ -56,25 +56,31 @@ func (ts *testServer) listIDs(all bool) []string {
 }
 
 // containerLabel reads one label of a machine's container.
-func containerLabel(t *testing.T, id, label string) string {
+func containerLabel(t *testing.T, prov, id, label string) string {
 	t.Helper()
-	out, err := exec.Command("docker", "inspect", "--format", `{{index .Config.Labels "`+label+`"}}`, "agentd-"+id).Output()
+	out, err := exec.Command(prov, "inspect", "--format", `{{index .Config.Labels "`+label+`"}}`, "agentd-"+id).Output()
 	if err != nil {
 		t.Fatalf("inspect %s: %v", id, err)
 	}
 	return strings.TrimSpace(string(out))
 }
 
-// TestWarmPool: the pool fills to its target on docker; its machines are in no listing and never
-// reaped; a satisfying create takes one (named, relabelled, limits updated, listed, exec works, one
-// computer_created) and the pool refills; a spec it cannot satisfy goes cold; a restart with a smaller
-// pool adopts what fits and destroys the rest; nothing is left behind.
+// TestWarmPool: the pool fills to its target on docker and podman; its machines are in no listing and
+// never reaped; a satisfying create takes one (named, relabelled, limits updated, listed, exec works, one
+// computer_created) and the pool refills; a spec it cannot satisfy goes cold; an evicted machine is
+// replaced; a restart with a smaller pool adopts what fits and destroys the rest; nothing is left behind.
 func TestWarmPool(t *testing.T) {
-	requireProvider(t, "docker")
 	t.Cleanup(func() { checkNoLeaks(t) })
+	for _, prov := range []string{"docker", "podman"} {
+		t.Run(prov, func(t *testing.T) { testWarmPool(t, prov) })
+	}
+}
+
+func testWarmPool(t *testing.T, prov string) {
+	requireProvider(t, prov)
 	home := t.TempDir()
 	a := newTestServer(t, withHostEnv, withHome(home), withWarmPool(map[string]int{"base": 2}), func(c *testSetup) {
-		c.ComputerProvider, c.MaxComputers = "docker", 4
+		c.ComputerProvider, c.MaxComputers = prov, 4
 	})
 	eventually(t, "the pool to fill", func() bool { return a.poolReady("base") == 2 })
 	pooled := a.pooledIDs()
@@ -82,13 +88,14 @@ func TestWarmPool(t *testing.T) {
 		t.Fatalf("pooled records: %v", pooled)
 	}
 	for _, id := range pooled {
-		if !strings.HasPrefix(id, "cmp_") || containerLabel(t, id, "agentd.pool") != "base" {
-			t.Fatalf("pool machine %s: label agentd.pool=%q", id, containerLabel(t, id, "agentd.pool"))
+		if !strings.HasPrefix(id, "cmp_") || containerLabel(t, prov, id, "agentd.pool") != "base" {
+			t.Fatalf("pool machine %s: label agentd.pool=%q", id, containerLabel(t, prov, id, "agentd.pool"))
 		}
 	}
 	var rep DoctorReport
 	a.call("GET", "/v1/doctor", nil, 200, &rep)
-	if !rep.Pool.Enabled || rep.Pool.Provider != "docker" || len(rep.Pool.Flavors) != 1 || rep.Pool.Flavors[0].Target != 2 {
+	if !rep.Pool.Enabled || rep.Pool.Provider != prov || len(rep.Pool.Flavors) != 1 || rep.Pool.Flavors[0].Target != 2 ||
+		!slices.Equal(rep.Pool.Flavors[0].Machines, pooled) {
 		t.Fatalf("doctor pool: %+v", rep.Pool)
 	}
 	for _, w := range rep.Warnings {
@@ -122,9 +129,11 @@ func TestWarmPool(t *testing.T) {
 	if out := a.sh(m.ID, "echo hi; id -u; pwd"); out != "hi\n1000\n/work\n" {
 		t.Fatalf("exec on the taken machine: %q", out)
 	}
-	out, err := exec.Command("docker", "inspect", "--format", "{{.HostConfig.Memory}} {{.HostConfig.NanoCpus}}", "agentd-"+m.ID).Output()
-	if err != nil || strings.TrimSpace(string(out)) != "536870912 1000000000" {
-		t.Fatalf("limits of the taken machine: %q %v", out, err)
+	// The limits as the machine sees them (podman's inspect keeps the values of creation).
+	limits := `{ cat /sys/fs/cgroup/memory.max || cat /sys/fs/cgroup/memory/memory.limit_in_bytes; } 2>/dev/null; ` +
+		`{ cut -d' ' -f1 /sys/fs/cgroup/cpu.max || cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us; } 2>/dev/null`
+	if out := a.sh(m.ID, limits); out != "536870912\n100000\n" {
+		t.Fatalf("limits of the taken machine: %q", out)
 	}
 	if ids := a.listIDs(false); !slices.Equal(ids, []string{m.ID}) {
 		t.Fatalf("listed after taking: %v", ids)
@@ -167,12 +176,22 @@ func TestWarmPool(t *testing.T) {
 		t.Fatalf("cold creates changed the pool: %v, was %v", got, refilled)
 	}
 
+	// A ready machine found bad is dropped and replaced.
+	a.s.computers.poolEvict(context.Background(), refilled[0], "test")
+	if st, _ := a.s.computers.providerByName(prov).status(context.Background(), &ComputerInfo{ID: refilled[0]}); st != "missing" {
+		t.Fatalf("evicted machine is %s", st)
+	}
+	eventually(t, "the pool to replace the evicted machine", func() bool { return a.poolReady("base") == 2 })
+	if refilled = a.pooledIDs(); slices.Contains(refilled, m.ID) || len(refilled) != 2 {
+		t.Fatalf("after eviction the pool is %v", refilled)
+	}
+
 	// Restart with a pool of one: one pool machine is adopted, the other destroyed; the taken machine
 	// is adopted as any machine is.
 	a.keep = true
 	a.close()
 	b := newTestServer(t, withHostEnv, withHome(home), withWarmPool(map[string]int{"base": 1}), func(c *testSetup) {
-		c.ComputerProvider, c.MaxComputers = "docker", 4
+		c.ComputerProvider, c.MaxComputers = prov, 4
 	})
 	eventually(t, "the smaller pool", func() bool { return len(b.pooledIDs()) == 1 && b.poolReady("base") == 1 })
 	kept := b.pooledIDs()[0]
@@ -180,7 +199,7 @@ func TestWarmPool(t *testing.T) {
 		t.Fatalf("the pool made %s instead of adopting one of %v", kept, refilled)
 	}
 	for _, id := range refilled {
-		st, _ := b.s.computers.providerByName("docker").status(context.Background(), &ComputerInfo{ID: id})
+		st, _ := b.s.computers.providerByName(prov).status(context.Background(), &ComputerInfo{ID: id})
 		if want := map[bool]string{true: "running", false: "missing"}[id == kept]; st != want {
 			t.Fatalf("pool machine %s is %s, want %s", id, st, want)
 		}

@@ -50,10 +50,11 @@ type doctorPool struct {
 }
 
 type doctorPoolFlavor struct {
-	Flavor   string `json:"flavor"`
-	Target   int    `json:"target"`
-	Ready    int    `json:"ready"`
-	Provider string `json:"provider"`
+	Flavor   string   `json:"flavor"`
+	Target   int      `json:"target"`
+	Ready    int      `json:"ready"`
+	Provider string   `json:"provider"`
+	Machines []string `json:"machines"` // ids of the ready machines, oldest (next taken) first
 }
 
 // doctorProvider is one computer provider in the doctor report.
