@@ -3,7 +3,8 @@
 //
 // Entry points: checkWarmPool (config validation, main.go), startPool (newComputerService), takeFromPool
 // (create, before the cold path), poolDoctor (the doctor report's `pool`), drainPool (destroys every pool
-// machine; tests), warm (the hook where a pool machine is made ready: its exec channel is opened there).
+// machine; tests), warm (the hook where a pool machine is made ready: its exec channel is opened there),
+// poolEvict (drops a ready machine found bad).
 //
 // Rules:
 //   - config `warmPool: {flavor: count}` (default empty) keeps that many machines of the flavor's default
@@ -17,7 +18,7 @@
 //   - Taking (poolSatisfies says which specs may): one DB transition pooled → running with the user's
 //     name, spec, labels and timers, under the same lock and quota check as a cold create, so it counts
 //     against maxComputers from then on; `update` sets cpus and memory when they differ; `computer_created`
-//     is published as for a cold create. A replacement is started in the background at once.
+//     is published as for a cold create. A replacement is started in the background a second later.
 //   - One goroutine owned by the service adopts recorded pool machines at start (a running container of
 //     the pool's engine and the flavor's current image, up to the target), destroys the rest (the pool
 //     shrank, the image or the engine changed, the container stopped or vanished), then fills and refills.
