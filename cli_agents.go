@@ -994,6 +994,18 @@ func (c *cli) doctor(args []string) error {
 		}
 		c.table([]string{"FLAVOR", "IMAGE", "ENGINE", "STATE"}, rows)
 	}
+	if len(rep.Pool.Flavors) > 0 { // the warm pool (computers_pool.go), when warmPool is configured
+		fmt.Fprintln(c.stdout)
+		rows = [][]string{}
+		for _, f := range rep.Pool.Flavors {
+			note := rep.Pool.Reason
+			if rep.Pool.Enabled {
+				note = rep.Pool.LastError
+			}
+			rows = append(rows, []string{f.Flavor, fmt.Sprintf("%d of %d", f.Ready, f.Target), f.Provider, note})
+		}
+		c.table([]string{"WARM POOL", "READY", "ENGINE", "NOTE"}, rows)
+	}
 	fmt.Fprintf(c.stdout, "\nselection: computers on %s (%s); model %s (%s)\n", rep.Selection.Provider,
 		rep.Selection.ProviderReason, rep.Selection.Model, rep.Selection.ModelReason)
 	for _, w := range rep.Warnings {

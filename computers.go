@@ -109,6 +109,8 @@ const (
 	stateStopped   = "stopped"
 	stateDestroyed = "destroyed"
 	stateError     = "error"
+	// statePooled is a warm-pool machine (computers_pool.go): never listed, looked up, counted or reaped.
+	statePooled = "pooled"
 
 	probeCacheTTL   = 30 * time.Second
 	createTimeout   = 10 * time.Minute
@@ -186,8 +188,9 @@ type computerDeps struct {
 	mountRoots   []string            // allowedMounts (config): host directories mounts may come from; empty: none
 	maxComputers int
 	reapInterval time.Duration
-	helper       string // host path of the binary mounted into machines for the exec channel; "" = off
-	helperNote   string // why the exec channel is off, or what limits it (the doctor says it)
+	helper       string         // host path of the binary mounted into machines for the exec channel; "" = off
+	helperNote   string         // why the exec channel is off, or what limits it (the doctor says it)
+	warmPool     map[string]int // warmPool (config): flavor → machines kept ready (computers_pool.go)
 }
 
 // computerService owns machines and the reaper goroutine.
@@ -209,6 +212,7 @@ type computerService struct {
 	probes   map[string]probeResult
 	orphans  map[string]string // "<provider>/<id>" → provider, found at reconcile
 	creating sync.Mutex        // quota check + insert are atomic
+	pool     warmPool          // computers_pool.go
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -243,6 +247,7 @@ func newComputerService(d computerDeps) (*computerService, error) {
 	}()
 	c.wg.Add(1)
 	go c.reaperLoop()
+	c.startPool() // the warm pool's goroutine (computers_pool.go): adopt, shrink, fill
 	return c, nil
 }
 
@@ -452,7 +457,7 @@ func (c *computerService) Get(ctx context.Context, idOrName string) (*ComputerIn
 		return nil, notFound(idOrName)
 	}
 	m, err := c.store.GetComputer(ctx, idOrName)
-	if err == nil && m.State != stateDestroyed {
+	if err == nil && m.State != stateDestroyed && m.State != statePooled { // a pool machine is nobody's yet
 		return c.decorate(&m), nil
 	}
 	if err != nil && !errors.Is(err, errNotFound) {
@@ -732,6 +737,10 @@ func (c *computerService) create(ctx context.Context, sp ComputerSpec) (*Compute
 	}
 	if err := p.supports(sp); err != nil {
 		return nil, err
+	}
+	// Warm pool hook (computers_pool.go): a spec a pool machine satisfies takes it; else the cold path.
+	if m, took, err := c.takeFromPool(ctx, p, sp); took || err != nil {
+		return m, err
 	}
 	now := c.now()
 	m := &ComputerInfo{
@@ -1112,12 +1121,17 @@ func (c *computerService) reconcile(ctx context.Context, skip map[string]bool) m
 		// Judge orphans against the records as they are now: a machine created after recs was read
 		// (the background pass runs while the server answers) already has its record, inserted before
 		// the machine was made, and must not be reaped.
-		if now, err := c.store.ListComputers(ctx); err == nil {
-			for _, m := range now {
-				known[m.ID] = known[m.ID] || m.State != stateDestroyed
-			}
-		} else {
+		now, err := c.store.ListComputers(ctx)
+		if err != nil {
 			continue
+		}
+		// Warm pool hook: a recorded pool machine is known too (the pool adopts or destroys it itself).
+		pooled, err := c.store.ListPooledComputers(ctx)
+		if err != nil {
+			continue
+		}
+		for _, m := range append(now, pooled...) {
+			known[m.ID] = known[m.ID] || m.State != stateDestroyed
 		}
 		c.mu.Lock()
 		for id := range live {

@@ -176,3 +176,109 @@ func streamExecCount(e *testServer, id, cmd string) (frames int, stdout int64, d
 	}
 	return frames, stdout, s.done
 }
+
+// Create → first exec, three ways, in one run (docker; AGENT_TEST_DOCKER=1):
+//
+//	AGENT_TEST_DOCKER=1 go test -run '^$' -bench 'Create' -benchtime 20x .
+//
+// BenchmarkCreateFromPool takes a warm-pool machine; BenchmarkCreateCold makes one (the pool is off);
+// BenchmarkCreateRawDocker is the floor: the same `docker run -d` argv agentd uses, then a plain
+// `docker exec <ctr> echo hi`. Each reports its median as p50-ms beside the mean.
+func benchDocker(b *testing.B) {
+	if os.Getenv("AGENT_TEST_DOCKER") != "1" {
+		b.Skip("set AGENT_TEST_DOCKER=1 to measure creates on docker")
+	}
+	if err := exec.Command("docker", "image", "inspect", testImage).Run(); err != nil {
+		b.Fatalf("docker or the test image %s is missing: %v", testImage, err)
+	}
+}
+
+func reportP50(b *testing.B, ds, creates []time.Duration) {
+	if len(ds) > 0 {
+		b.ReportMetric(float64(pct(ds, 0.5).Microseconds())/1000, "p50-ms")
+		b.ReportMetric(float64(pct(creates, 0.5).Microseconds())/1000, "create-p50-ms")
+	}
+}
+
+// createThenExec times one create through the API and its first exec; the delete is not timed.
+func createThenExec(b *testing.B, e *testServer, spec map[string]any, creates *[]time.Duration) (string, time.Duration) {
+	start := time.Now()
+	m := e.create(spec)
+	*creates = append(*creates, time.Since(start))
+	if r := e.exec(m.ID, map[string]any{"cmd": "echo hi"}); r.Stdout != "hi\n" {
+		b.Fatalf("exec: %+v", r)
+	}
+	d := time.Since(start)
+	b.StopTimer()
+	e.call("DELETE", "/v1/computers/"+m.ID, nil, 204, nil)
+	return m.ID, d
+}
+
+func BenchmarkCreateFromPool(b *testing.B) {
+	benchDocker(b)
+	e := newTestServer(b, withHostEnv, func(c *testSetup) {
+		c.ComputerProvider, c.MaxComputers, c.WarmPool = "docker", 8, map[string]int{"base": 2}
+	})
+	c := e.s.computers
+	var ds, creates []time.Duration
+	b.ResetTimer()
+	for range b.N {
+		b.StopTimer()
+		var ready []string
+		eventually(b, "a ready pool machine", func() bool {
+			c.pool.mu.Lock()
+			defer c.pool.mu.Unlock()
+			ready = slices.Clone(c.pool.ready["base"])
+			return len(ready) == 2 // full: no refill in flight when the timer starts
+		})
+		b.StartTimer()
+		id, d := createThenExec(b, e, map[string]any{"name": "bench"}, &creates)
+		if id != ready[0] {
+			b.Fatalf("%s was made cold (the pool held %v)", id, ready)
+		}
+		ds = append(ds, d)
+		b.StartTimer()
+	}
+	b.StopTimer()
+	reportP50(b, ds, creates)
+}
+
+func BenchmarkCreateCold(b *testing.B) {
+	benchDocker(b)
+	e := newTestServer(b, withHostEnv, func(c *testSetup) { c.ComputerProvider, c.MaxComputers = "docker", 8 })
+	var ds, creates []time.Duration
+	b.ResetTimer()
+	for range b.N {
+		_, d := createThenExec(b, e, map[string]any{"name": "bench"}, &creates)
+		ds = append(ds, d)
+		b.StartTimer()
+	}
+	b.StopTimer()
+	reportP50(b, ds, creates)
+}
+
+func BenchmarkCreateRawDocker(b *testing.B) {
+	benchDocker(b)
+	e := newTestServer(b, withHostEnv)
+	ep := e.s.computers.providerByName("docker").(*engineProvider)
+	var ds, creates []time.Duration
+	b.ResetTimer()
+	for range b.N {
+		m := &ComputerInfo{ID: newID("cmp"), Image: testImage, Workdir: "/work"}
+		applyComputerDefaults(&m.Spec)
+		start := time.Now()
+		if out, err := exec.Command("docker", ep.runArgs(m)...).CombinedOutput(); err != nil {
+			b.Fatalf("docker run: %v: %s", err, out)
+		}
+		creates = append(creates, time.Since(start))
+		if out, err := exec.Command("docker", "exec", ep.container(m), "echo", "hi").Output(); err != nil || string(out) != "hi\n" {
+			b.Fatalf("docker exec: %v %q", err, out)
+		}
+		ds = append(ds, time.Since(start))
+		b.StopTimer()
+		exec.Command("docker", "rm", "-f", ep.container(m)).Run()
+		b.StartTimer()
+	}
+	b.StopTimer()
+	reportP50(b, ds, creates)
+}

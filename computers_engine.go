@@ -174,6 +174,9 @@ func (e *engineProvider) runArgs(m *ComputerInfo) []string {
 	for k, v := range sp.Labels {
 		a = append(a, "--label", "agentd.label."+k+"="+v)
 	}
+	if m.State == statePooled { // a warm-pool machine (computers_pool.go); labels cannot change once taken
+		a = append(a, "--label", "agentd.pool="+sp.Flavor)
+	}
 	if len(sp.Packages) == 0 {
 		a = append(a, "--read-only")
 	} else {
@@ -215,8 +218,11 @@ func (e *engineProvider) runArgs(m *ComputerInfo) []string {
 	return append(a, m.Image, "sleep", "infinity")
 }
 
+// create is one `run -d` (the engine pulls a missing image itself). Only when that fails for want of the
+// image does it pull explicitly (the one that explains itself), then run again: no inspect before.
 func (e *engineProvider) create(ctx context.Context, m *ComputerInfo) error {
-	if _, err := e.call(ctx, nil, "image", "inspect", "--format", "{{.Id}}", m.Image); err != nil {
+	_, err := e.call(ctx, nil, e.runArgs(m)...)
+	if err != nil && e.missingImage(ctx, err, m.Image) {
 		if _, perr := e.call(ctx, nil, "pull", m.Image); perr != nil {
 			what := "the spec's image"
 			if m.Spec.Image == "" {
@@ -227,8 +233,10 @@ func (e *engineProvider) create(ctx context.Context, m *ComputerInfo) error {
 					e.name, m.Image, e.name, e.name, firstNonEmpty(m.Spec.Flavor, "base"))).
 				withDetail("image", m.Image).withDetail("flavor", m.Spec.Flavor)
 		}
+		e.call(ctx, nil, "rm", "-f", e.container(m)) // a run that failed after creating leaves its name taken
+		_, err = e.call(ctx, nil, e.runArgs(m)...)
 	}
-	if _, err := e.call(ctx, nil, e.runArgs(m)...); err != nil {
+	if err != nil {
 		return errorf(codeComputerFailed, "%s could not start the machine: %s", e.name, err.Error()).
 			withHint(fmt.Sprintf("run `%s info` and check the engine can start containers", e.name))
 	}
@@ -243,6 +251,19 @@ func (e *engineProvider) create(ctx context.Context, m *ComputerInfo) error {
 		}
 	}
 	return nil
+}
+
+// missingImage says whether a failed run failed for want of its image: the engines' words for it, or,
+// when they say something else, the image is not there (asked only after a failure).
+func (e *engineProvider) missingImage(ctx context.Context, err error, image string) bool {
+	low := strings.ToLower(err.Error())
+	for _, s := range []string{"no such image", "unable to find image", "image not known", "pull access denied", "manifest unknown"} {
+		if strings.Contains(low, s) {
+			return true
+		}
+	}
+	_, ierr := e.call(ctx, nil, "image", "inspect", "--format", "{{.Id}}", image)
+	return ierr != nil
 }
 
 func (e *engineProvider) start(ctx context.Context, m *ComputerInfo) error {

@@ -27,6 +27,7 @@ type DoctorReport struct {
 	Models    []doctorModelProvider `json:"models"`
 	Selection doctorSelection       `json:"selection"`
 	Images    []doctorImage         `json:"images"` // addition: each flavor's image on the selected engine
+	Pool      doctorPool            `json:"pool"`   // addition: the warm pool (computers_pool.go)
 	Warnings  []string              `json:"warnings"`
 }
 
@@ -36,6 +37,24 @@ type doctorImage struct {
 	Image    string `json:"image"`
 	Provider string `json:"provider"`
 	Present  bool   `json:"present"`
+}
+
+// doctorPool is the warm pool (computers_pool.go): enabled with its engine, or the reason it is off;
+// per configured flavor the target and how many machines are ready; the last failed fill, if any.
+type doctorPool struct {
+	Enabled   bool               `json:"enabled"`
+	Provider  string             `json:"provider,omitempty"`
+	Reason    string             `json:"reason,omitempty"`
+	LastError string             `json:"lastError,omitempty"`
+	Flavors   []doctorPoolFlavor `json:"flavors"`
+}
+
+type doctorPoolFlavor struct {
+	Flavor   string   `json:"flavor"`
+	Target   int      `json:"target"`
+	Ready    int      `json:"ready"`
+	Provider string   `json:"provider"`
+	Machines []string `json:"machines"` // ids of the ready machines, oldest (next taken) first
 }
 
 // doctorProvider is one computer provider in the doctor report.
@@ -102,6 +121,9 @@ func (s *server) doctor(ctx context.Context) DoctorReport {
 	}
 	providers, sel, images, cw := s.computers.doctor(ctx)
 	rep.Images = images
+	var pw []string
+	rep.Pool, pw = s.computers.poolDoctor(ctx) // the warm pool: per flavor ready/target, or why it is off
+	cw = append(cw, pw...)
 	models, model, reason, mw := s.models.doctor(ctx)
 	rep.Providers, rep.Models, rep.Selection = providers, models, sel
 	rep.Selection.Model, rep.Selection.ModelReason = model, reason

@@ -201,6 +201,7 @@ type config struct {
 	LogFormat         string            `yaml:"logFormat"`   // text or json
 	LogLevel          string            `yaml:"logLevel"`    // debug, info, warn or error
 	ExecChannel       *bool             `yaml:"execChannel"` // the warm exec channel into docker/podman machines; default on
+	WarmPool          map[string]int    `yaml:"warmPool"`    // flavor → running machines kept ready (computers_pool.go)
 
 	firstRun     bool
 	helperBinary string              // the binary mounted into machines for the exec channel; "" is this executable
@@ -388,7 +389,7 @@ func (cfg config) check() error {
 	case !slices.Contains([]string{"auto", "docker", "podman", "local"}, cfg.ComputerProvider):
 		return bad("computerProvider", fmt.Sprintf("%q", cfg.ComputerProvider), "one of auto, docker, podman, local")
 	}
-	return nil
+	return checkWarmPool(cfg.WarmPool, cfg.MaxComputers, bad) // computers_pool.go
 }
 
 func isLoopbackHost(host string) bool {
@@ -494,7 +495,8 @@ func newServer(cfg config, logger *slog.Logger, now func() time.Time) (*server, 
 	}
 	if s.computers, err = newComputerService(computerDeps{helper: helper, helperNote: helperNote, store: st, hub: s.hub, log: logger, clock: now,
 		getenv: cfg.getenv, home: cfg.Home, provider: cfg.ComputerProvider, images: cfg.Images, registries: cfg.AllowedRegistries, mountRoots: cfg.AllowedMounts,
-		maxComputers: cfg.MaxComputers, reapInterval: time.Duration(cfg.ReaperIntervalSec) * time.Second}); err != nil {
+		maxComputers: cfg.MaxComputers, reapInterval: time.Duration(cfg.ReaperIntervalSec) * time.Second,
+		warmPool: cfg.WarmPool}); err != nil {
 		s.models.Close()
 		st.Close()
 		return nil, err

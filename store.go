@@ -394,10 +394,18 @@ func (st *store) GetComputer(ctx context.Context, id string) (ComputerInfo, erro
 	return m, err
 }
 
-// ListComputers returns every record that is not destroyed, oldest first.
+// ListComputers returns every record that is neither destroyed nor a warm-pool machine (state pooled,
+// computers_pool.go), oldest first: every listing, lookup by name, the reaper and the agents' machines
+// read this, so none of them ever sees a pool machine.
 func (st *store) ListComputers(ctx context.Context) ([]ComputerInfo, error) {
 	return queryRows(ctx, st.db, func(r *sql.Rows) (ComputerInfo, error) { return scanComputer(r) },
-		`SELECT `+computerColumns+` FROM computers WHERE state != 'destroyed' ORDER BY created_at, id`)
+		`SELECT `+computerColumns+` FROM computers WHERE state NOT IN ('destroyed','pooled') ORDER BY created_at, id`)
+}
+
+// ListPooledComputers returns the warm pool's machines (state pooled), oldest first.
+func (st *store) ListPooledComputers(ctx context.Context) ([]ComputerInfo, error) {
+	return queryRows(ctx, st.db, func(r *sql.Rows) (ComputerInfo, error) { return scanComputer(r) },
+		`SELECT `+computerColumns+` FROM computers WHERE state = 'pooled' ORDER BY created_at, id`)
 }
 
 // CountLiveComputers counts the machines the quota applies to: creating and running.

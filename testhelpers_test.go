@@ -118,6 +118,7 @@ func newTestServer(t testing.TB, opts ...testOption) *testServer {
 			for _, m := range recs {
 				s.computers.destroy(context.Background(), m.ID, "")
 			}
+			s.computers.drainPool(context.Background()) // pool machines are in no listing
 		}
 		s.cancelStream()
 		s.hub.Close()
