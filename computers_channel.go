@@ -378,11 +378,16 @@ func (p *chanProc) deliver() {
 	}
 }
 
-// feed streams stdin in chunks, never more than chanWindow unacknowledged, then closes it.
+// feed streams stdin in chunks, never more than chanWindow unacknowledged, then closes it. Chunks are
+// full (but the last), so the window is at most chanWindow/chanChunk frames: the helper's queue for
+// them never fills, and its one reader never waits on a process that does not read its stdin.
 func (p *chanProc) feed(r io.Reader) {
 	buf := make([]byte, chanChunk)
 	for {
-		n, err := r.Read(buf)
+		n, err := io.ReadFull(r, buf)
+		if err == io.ErrUnexpectedEOF {
+			err = io.EOF
+		}
 		if n > 0 {
 			p.mu.Lock()
 			for p.credit+n > chanWindow && !p.over {

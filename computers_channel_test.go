@@ -96,6 +96,27 @@ func TestExecChannel(t *testing.T) {
 				t.Fatalf("stdin through wc: %+v %v", r, err)
 			}
 
+			// A command that never reads its 6 MB of stdin (more than a window) holds back no one else.
+			big := strings.Repeat("z", 6<<20)
+			stuck := make(chan error, 1)
+			go func() {
+				_, err := e.s.computers.Exec(context.Background(), m.ID, ExecRequest{Cmd: execCommand{Shell: "sleep 305"}, Stdin: &big, TimeoutSec: 60}, nil)
+				stuck <- err
+			}()
+			eventually(t, "the command ignoring its stdin running", func() bool { return strings.Contains(e.processes(m.ID), "sleep 305") })
+			if got := e.sh(m.ID, "echo beside"); got != "beside\n" {
+				t.Fatalf("beside a stalled stdin: %q", got)
+			}
+			select {
+			case err := <-stuck:
+				t.Fatalf("the stdin-ignoring command ended early: %v", err)
+			default:
+			}
+			e.sh(m.ID, `for p in /proc/[0-9]*; do [ "$(tr '\0' ' ' < $p/cmdline 2>/dev/null)" = "sleep 305 " ] && kill ${p#/proc/}; done; true`)
+			if err := <-stuck; err != nil {
+				t.Fatalf("the stdin-ignoring command: %v", err)
+			}
+
 			// A file round trip over the channel, bigger than a frame.
 			body := bytes.Repeat([]byte("x"), 3<<20)
 			e.call("PUT", "/v1/computers/"+m.ID+"/fs/write?path=/work/big.bin", body, 204, nil)
