@@ -78,7 +78,7 @@ func TestReadmeFirstSession(t *testing.T) {
 	}
 	os.WriteFile(filepath.Join(home, "config.yaml"), []byte(cfg), 0o600)
 	os.WriteFile(filepath.Join(home, "instance-id"), []byte(testOwnerPrefix()+randomChars(4)+"\n"), 0o600) // seen by the leak check
-	t.Cleanup(func() { // the session leaves its machines running, as a reader's would: remove them
+	t.Cleanup(func() {                                                                                     // the session leaves its machines running, as a reader's would: remove them
 		id, _ := os.ReadFile(filepath.Join(home, "instance-id"))
 		if owner := strings.TrimSpace(string(id)); owner != "" && os.Getenv("AGENT_TEST_DOCKER") == "1" {
 			out, _ := exec.Command("docker", "ps", "-aq", "--filter", "label=agentd.owner="+owner).Output()
