@@ -388,10 +388,7 @@ func (e *engineProvider) execArgs(m *ComputerInfo, user, cwd string, env map[str
 func (e *engineProvider) command(ctx context.Context, m *ComputerInfo, p *procSpec) (*procHandle, error) {
 	if !p.tty && (p.user == "" || p.user == machineUser(m)) {
 		if ch := e.c.channel(ctx, e, m); ch != nil {
-			// The same shell in front of the command as the per-call wrapper: "not found" is exit 127
-			// with the shell's words, whichever path runs it.
-			argv := append([]string{"/bin/sh", "-c", `"$@"`, "agentd"}, p.argv...)
-			return &procHandle{remote: ch, req: chanStart{Argv: argv, Cwd: p.cwd, Env: p.env, Token: p.token}}, nil
+			return &procHandle{remote: ch, req: chanStart{Argv: p.argv, Cwd: p.cwd, Env: p.env, Token: p.token}}, nil
 		}
 	}
 	args := e.execArgs(m, p.user, p.cwd, p.env, p.stdin != nil, p.tty)

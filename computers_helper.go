@@ -226,6 +226,12 @@ func (h *helper) start(id uint32, payload []byte) {
 	cmd := exec.Command(req.Argv[0], req.Argv[1:]...)
 	if lp, err := exec.LookPath(req.Argv[0]); err == nil {
 		cmd.Path, cmd.Err = lp, nil
+	} else if !strings.Contains(req.Argv[0], "/") {
+		// What the per-call path's shell says (and the local provider), without starting one.
+		h.send(id, frameStderr, fmt.Appendf(nil, "sh: 1: %s: not found\n", req.Argv[0]))
+		b, _ := json.Marshal(chanExit{Code: 127})
+		h.send(id, frameExit, b)
+		return
 	}
 	cmd.Dir = req.Cwd
 	cmd.Env = os.Environ()

@@ -340,6 +340,14 @@ func (c *conformance) execs(t *testing.T) {
 			t.Fatalf("server environment leaked into the machine: %s", out)
 		}
 	})
+	c.sub(t, "exec/not-found", func(t *testing.T, e *testServer) {
+		// A program that is not there: exit 127 and the shell's words, as an argv or as a string.
+		for _, cmd := range []any{[]string{"no-such-program-x1"}, "no-such-program-x1 --flag"} {
+			if r := e.exec(id, map[string]any{"cmd": cmd}); r.ExitCode != 127 || !strings.Contains(r.Stderr, "no-such-program-x1: not found") {
+				t.Fatalf("%v: %+v", cmd, r)
+			}
+		}
+	})
 	c.sub(t, "exec/cwd", func(t *testing.T, e *testServer) {
 		e.sh(id, "mkdir -p sub/dir")
 		if r := e.exec(id, map[string]any{"cmd": "pwd", "cwd": "/work/sub/dir"}); !strings.HasSuffix(r.Stdout, "/work/sub/dir\n") {
