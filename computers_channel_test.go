@@ -305,3 +305,68 @@ func TestExecChannelAdoptedMachines(t *testing.T) {
 		t.Fatalf("files over the per-call path: %d bytes", len(got.body))
 	}
 }
+
+// The helper's canonicalPath is the jail's `readlink -m` in Go: on a tree of relative, absolute,
+// chained, looping and dangling links, a ".." after a link, and a file used as a directory, it agrees
+// with readlink -m.
+func TestCanonicalPathMatchesReadlink(t *testing.T) {
+	if _, err := exec.LookPath("readlink"); err != nil {
+		t.Skip("no readlink")
+	}
+	d, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.MkdirAll(d+"/a/b/c", 0o755)
+	os.WriteFile(d+"/a/f", []byte("x"), 0o644)
+	for link, target := range map[string]string{
+		"l1": "a", "l2": d + "/a/b", "l3": "l1/b/../f", "loop1": "loop2", "loop2": "loop1",
+		"dangling": "nowhere/x", "up": "..", "a/b/back": "../../l1", "self": ".", "abs-up": "/..",
+	} {
+		if err := os.Symlink(target, d+"/"+link); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range []string{"/l1/b/c", "/l2/../f", "/l3", "/l3/x", "/loop1/x", "/loop1", "/dangling/y/../z",
+		"/up/x", "/a/b/back/b/c", "/missing/../a", "/a/f/x", "/self/self/l1", "/abs-up/etc", "/a/b/../../l2/..", "/", "/l1/"} {
+		full := d + p
+		want, err := exec.Command("readlink", "-m", "--", full).Output()
+		w := strings.TrimSuffix(string(want), "\n")
+		if err != nil {
+			w = "(unresolvable)" + full
+		}
+		if got := canonicalPath(full); got != w {
+			t.Errorf("%s: canonicalPath %q, readlink -m %q", p, got, w)
+		}
+	}
+}
+
+// The channel's framing never panics on bytes it did not expect, never reads a payload past maxFrame,
+// and gives back what writeFrame wrote.
+func FuzzChannelFrames(f *testing.F) {
+	var b bytes.Buffer
+	writeFrame(&b, 7, frameStart, []byte(`{"argv":["echo","hi"],"cwd":"/work"}`))
+	writeFrame(&b, 7, frameStdinEOF, nil)
+	f.Add(b.Bytes())
+	f.Add([]byte{0, 0, 0, 1, 'O', 0xff, 0xff, 0xff, 0xff})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r := bytes.NewReader(data)
+		for {
+			id, kind, payload, err := readFrame(r)
+			if err != nil {
+				return
+			}
+			if len(payload) > maxFrame {
+				t.Fatalf("a %d-byte payload", len(payload))
+			}
+			var again bytes.Buffer
+			writeFrame(&again, id, kind, payload)
+			id2, kind2, p2, err := readFrame(&again)
+			if err != nil || id2 != id || kind2 != kind || !bytes.Equal(p2, payload) {
+				t.Fatalf("round trip: %v %d %q", err, id2, kind2)
+			}
+			var req chanStart
+			json.Unmarshal(payload, &req) // the helper's decode of a start: no panic on any payload
+		}
+	})
+}

@@ -457,10 +457,11 @@ func openChecked(p string, flag int) (*os.File, error) {
 	return f, nil
 }
 
-// canonicalPath is `readlink -m`: every symlink of every existing component followed, the rest lexical;
-// a loop makes it "(unresolvable)<p>", as the script says.
+// canonicalPath is `readlink -m`: every symlink of every existing component followed (a ".." after a
+// link applies to where the link led, so nothing is cleaned before), the rest lexical. Like readlink -m,
+// a loop leaves the path as it was given (opening it then fails).
 func canonicalPath(p string) string {
-	parts := strings.Split(strings.TrimPrefix(path.Clean("/"+p), "/"), "/")
+	parts := strings.Split(strings.TrimPrefix(p, "/"), "/")
 	cur, links := "/", 0
 	for i := 0; i < len(parts); i++ {
 		part := parts[i]
@@ -481,7 +482,7 @@ func canonicalPath(p string) string {
 			continue
 		}
 		if links++; links > 40 {
-			return "(unresolvable)" + p
+			return path.Clean("/" + p)
 		}
 		target, err := os.Readlink(next)
 		if err != nil {
