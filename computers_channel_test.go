@@ -6,12 +6,14 @@ import (
 	"debug/elf"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 )
 
@@ -369,4 +371,141 @@ func FuzzChannelFrames(f *testing.F) {
 			json.Unmarshal(payload, &req) // the helper's decode of a start: no panic on any payload
 		}
 	})
+}
+
+// The helper itself, in this process under the race detector, driven by raw frames over pipes:
+// concurrent starts, output, exit codes, stdin, a kill that may come before the start, not found, a
+// missing cwd, file operations, pid files, and the end of the channel killing what is left.
+func TestMachineHelperInProcess(t *testing.T) {
+	dir := t.TempDir()
+	if !insideWritable(dir) {
+		t.Skipf("the temp dir %s is not under /tmp", dir)
+	}
+	toHelper, in := io.Pipe()
+	out, fromHelper := io.Pipe()
+	served := make(chan error, 1)
+	go func() { served <- serveHelper(toHelper, fromHelper, dir+"/pid-"); fromHelper.Close() }()
+	type result struct {
+		stdout, stderr string
+		exit           chanExit
+	}
+	results := map[uint32]*result{}
+	ended := make(chan uint32, 100)
+	var mu sync.Mutex
+	go func() {
+		for {
+			id, kind, payload, err := readFrame(out)
+			if err != nil {
+				close(ended)
+				return
+			}
+			mu.Lock()
+			r := results[id]
+			if r == nil {
+				r = &result{}
+				results[id] = r
+			}
+			switch kind {
+			case frameStdout:
+				r.stdout += string(payload)
+			case frameStderr:
+				r.stderr += string(payload)
+			case frameExit:
+				json.Unmarshal(payload, &r.exit)
+			}
+			mu.Unlock()
+			if kind == frameExit {
+				ended <- id
+			}
+		}
+	}()
+	var wmu sync.Mutex
+	send := func(id uint32, kind byte, v any) {
+		var b []byte
+		switch v := v.(type) {
+		case string:
+			b = []byte(v)
+		case nil:
+		default:
+			b, _ = json.Marshal(v)
+		}
+		wmu.Lock()
+		defer wmu.Unlock()
+		if err := writeFrame(in, id, kind, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wait := func(n int) {
+		for range n {
+			if _, ok := <-ended; !ok {
+				t.Fatal("the helper's output ended")
+			}
+		}
+	}
+
+	for i := range 20 {
+		send(uint32(100+i), frameStart, chanStart{Argv: []string{"/bin/sh", "-c", fmt.Sprintf("echo out%d; echo err%d >&2; exit %d", i, i, i%4)}, Cwd: dir, Token: fmt.Sprint("t", i)})
+	}
+	send(1, frameStart, chanStart{Argv: []string{"cat"}, Cwd: dir, Stdin: true})
+	send(1, frameStdin, "hello ")
+	send(1, frameStdin, "helper")
+	send(1, frameStdinEOF, nil)
+	send(2, frameStart, chanStart{Argv: []string{"sleep", "306"}, Cwd: dir})
+	send(2, frameKill, nil) // perhaps before the process exists
+	send(3, frameStart, chanStart{Argv: []string{"no-such-program-x2"}, Cwd: dir})
+	send(4, frameStart, chanStart{Argv: []string{"true"}, Cwd: dir + "/missing"})
+	send(5, frameStart, chanStart{Op: "write", Argv: []string{dir + "/sub/f.txt"}, Stdin: true})
+	send(5, frameStdin, "file body")
+	send(5, frameStdinEOF, nil)
+	wait(25)
+	send(6, frameStart, chanStart{Op: "read", Argv: []string{dir + "/sub/f.txt"}})
+	send(7, frameStart, chanStart{Op: "list", Argv: []string{dir + "/sub"}})
+	send(8, frameStart, chanStart{Op: "read", Argv: []string{"/etc/hostname"}})
+	wait(3)
+
+	mu.Lock()
+	for i := range 20 {
+		r := results[uint32(100+i)]
+		if r.stdout != fmt.Sprintf("out%d\n", i) || r.stderr != fmt.Sprintf("err%d\n", i) || r.exit.Code != i%4 {
+			t.Errorf("exec %d: %+v", i, r)
+		}
+	}
+	for id, want := range map[uint32]string{1: "hello helper", 6: "file body"} {
+		if r := results[id]; r.stdout != want || r.exit.Code != 0 || r.exit.Error != "" {
+			t.Errorf("request %d: %+v", id, r)
+		}
+	}
+	if r := results[2]; r.exit.Code != 128+9 {
+		t.Errorf("killed: %+v", r)
+	}
+	if r := results[3]; r.exit.Code != 127 || !strings.Contains(r.stderr, "no-such-program-x2: not found") {
+		t.Errorf("not found: %+v", r)
+	}
+	if r := results[4]; !strings.Contains(r.exit.Error, "no such directory") {
+		t.Errorf("missing cwd: %+v", r)
+	}
+	if r := results[7]; !strings.HasPrefix(r.stdout, "f\t9\t") || !strings.HasSuffix(r.stdout, "\tf.txt\x00") {
+		t.Errorf("list: %q", r.stdout)
+	}
+	if r := results[8]; !strings.Contains(r.exit.Error, "escapes the jail") {
+		t.Errorf("a read outside /work and /tmp: %+v", r)
+	}
+	mu.Unlock()
+	if left, _ := filepath.Glob(dir + "/pid-*.pid"); len(left) != 0 {
+		t.Errorf("pid files left: %v", left)
+	}
+
+	// The host goes away with a command running: the helper kills it and returns.
+	send(9, frameStart, chanStart{Argv: []string{"sleep", "307"}, Cwd: dir, Token: "last"})
+	eventually(t, "the last command's pid file", func() bool { _, err := os.Stat(dir + "/pid-last.pid"); return err == nil })
+	pid, _ := os.ReadFile(dir + "/pid-last.pid")
+	in.Close()
+	if err := <-served; err != nil {
+		t.Fatalf("the helper ended with %v", err)
+	}
+	var n int
+	fmt.Sscan(string(pid), &n)
+	if err := syscall.Kill(n, 0); err == nil {
+		t.Fatalf("the command %d outlived the channel", n)
+	}
 }

@@ -103,6 +103,7 @@ func readFrame(r io.Reader) (id uint32, kind byte, payload []byte, err error) {
 
 // helper is the running subcommand: one stdout writer, the processes by request id.
 type helper struct {
+	pidFiles string // the prefix of the pid files (helperPidFiles; a test's own directory)
 	wmu   sync.Mutex
 	out   io.Writer
 	mu    sync.Mutex
@@ -112,15 +113,14 @@ type helper struct {
 
 type helperProc struct {
 	id     uint32
-	cmd    *exec.Cmd
-	stdin  *os.File // the write end of the process's stdin; nil when it has none
-	inQ    chan []byte
+	inQ    chan []byte // stdin frames, owned by the dispatch loop; nil when the request has no stdin
 	mu     sync.Mutex
 	cond   *sync.Cond
 	unack  int  // output bytes sent and not yet acknowledged
 	exited bool // the process is gone; reads on its pipes now end at the first pause
-	pgid   int
-	done   chan struct{} // closed when the process has been waited for
+	pgid   int           // guarded by mu: 0 until the process started
+	killed bool          // guarded by mu: a kill came (perhaps before the start)
+	done   chan struct{} // closed when the request is over
 }
 
 func (h *helper) send(id uint32, kind byte, payload []byte) error {
@@ -134,7 +134,11 @@ const helperPidFiles = "/tmp/.agentd-chan-"
 
 // runMachineHelper serves one channel until stdin ends; then it kills what it started and returns.
 func runMachineHelper(stdin io.Reader, stdout io.Writer) error {
-	if old, _ := filepath.Glob(helperPidFiles + "*.pid"); len(old) > 0 {
+	return serveHelper(stdin, stdout, helperPidFiles)
+}
+
+func serveHelper(stdin io.Reader, stdout io.Writer, pidFiles string) error {
+	if old, _ := filepath.Glob(pidFiles + "*.pid"); len(old) > 0 {
 		for _, f := range old { // a previous helper's processes: it died without killing them
 			if b, err := os.ReadFile(f); err == nil {
 				if pgid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
@@ -144,7 +148,7 @@ func runMachineHelper(stdin io.Reader, stdout io.Writer) error {
 			os.Remove(f)
 		}
 	}
-	h := &helper{out: stdout, procs: map[uint32]*helperProc{}}
+	h := &helper{out: stdout, procs: map[uint32]*helperProc{}, pidFiles: pidFiles}
 	if err := h.send(0, frameHello, fmt.Appendf(nil, `{"pid":%d}`, os.Getpid())); err != nil {
 		return err
 	}
@@ -161,8 +165,9 @@ func runMachineHelper(stdin io.Reader, stdout io.Writer) error {
 	}
 	h.mu.Lock()
 	for _, p := range h.procs {
-		killGroup(p.pgid)
 		p.mu.Lock()
+		p.killed = true // one still starting is killed by its start
+		killGroup(p.pgid)
 		p.unack = -1 << 40 // nobody will ack again: let the pumps drain into the closed output and end
 		p.cond.Broadcast()
 		p.mu.Unlock()
@@ -197,7 +202,11 @@ func (h *helper) dispatch(id uint32, kind byte, payload []byte) {
 			p.inQ = nil
 		}
 	case frameKill:
-		killGroup(p.pgid)
+		p.mu.Lock()
+		p.killed = true
+		pgid := p.pgid
+		p.mu.Unlock()
+		killGroup(pgid) // 0 (not started yet) is nothing: the start sees killed
 	case frameAck:
 		if len(payload) == 4 {
 			p.mu.Lock()
@@ -223,15 +232,48 @@ func (h *helper) start(id uint32, payload []byte) {
 		h.startFileOp(id, req)
 		return
 	}
+	// Registered now, started by its own goroutine: process starts of concurrent requests overlap, and
+	// this loop goes on reading (stdin frames queue up, a kill is remembered until there is a group).
+	p := &helperProc{id: id, done: make(chan struct{})}
+	p.cond = sync.NewCond(&p.mu)
+	if req.Stdin {
+		// The host sends at most chanWindow unacknowledged stdin bytes in chanChunk frames: never full.
+		p.inQ = make(chan []byte, 2*chanWindow/chanChunk)
+	}
+	h.mu.Lock()
+	h.procs[id] = p
+	h.mu.Unlock()
+	q := p.inQ // from here on p.inQ belongs to the dispatch loop (it closes and clears it at EOF)
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		code, msg := h.runProcess(p, req, q)
+		close(p.done)
+		h.mu.Lock()
+		delete(h.procs, id)
+		h.mu.Unlock()
+		if msg != "" {
+			code = -1
+		}
+		b, _ := json.Marshal(chanExit{Code: code, Error: msg})
+		h.send(id, frameExit, b)
+	}()
+}
+
+// runProcess starts req's process and streams it until it is over: its exit code, or why it never ran.
+func (h *helper) runProcess(p *helperProc, req chanStart, stdinQ chan []byte) (int, string) {
 	cmd := exec.Command(req.Argv[0], req.Argv[1:]...)
 	if lp, err := exec.LookPath(req.Argv[0]); err == nil {
 		cmd.Path, cmd.Err = lp, nil
 	} else if !strings.Contains(req.Argv[0], "/") {
 		// What the per-call path's shell says (and the local provider), without starting one.
-		h.send(id, frameStderr, fmt.Appendf(nil, "sh: 1: %s: not found\n", req.Argv[0]))
-		b, _ := json.Marshal(chanExit{Code: 127})
-		h.send(id, frameExit, b)
-		return
+		h.send(p.id, frameStderr, fmt.Appendf(nil, "sh: 1: %s: not found\n", req.Argv[0]))
+		return 127, ""
+	}
+	if req.Cwd != "" {
+		if st, err := os.Stat(req.Cwd); err != nil || !st.IsDir() {
+			return 0, fmt.Sprintf("chdir to cwd (%q): no such directory", req.Cwd)
+		}
 	}
 	cmd.Dir = req.Cwd
 	cmd.Env = os.Environ()
@@ -239,94 +281,69 @@ func (h *helper) start(id uint32, payload []byte) {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
 	newSession(cmd)
-	p := &helperProc{id: id, cmd: cmd, done: make(chan struct{})}
-	p.cond = sync.NewCond(&p.mu)
-	var closeAfter []*os.File
-	if req.Stdin {
+	var ours, theirs []*os.File // our ends, closed when the process is over; the child's, after its start
+	defer func() {
+		for _, f := range append(ours, theirs...) {
+			f.Close()
+		}
+	}()
+	var stdinW *os.File
+	if stdinQ != nil {
 		r, w, err := os.Pipe()
 		if err != nil {
-			h.fail(id, "cannot make a pipe: "+err.Error())
-			return
+			return 0, "cannot make a pipe: " + err.Error()
 		}
-		// The host sends at most chanWindow unacknowledged stdin bytes in chanChunk frames: never full.
-		cmd.Stdin, p.stdin, p.inQ = r, w, make(chan []byte, 2*chanWindow/chanChunk)
-		closeAfter = append(closeAfter, r)
+		cmd.Stdin, stdinW, theirs = r, w, append(theirs, r)
 	}
 	outR, outW, err1 := os.Pipe()
 	errR, errW, err2 := os.Pipe()
 	if err := errors.Join(err1, err2); err != nil {
-		h.fail(id, "cannot make a pipe: "+err.Error())
-		return
+		return 0, "cannot make a pipe: " + err.Error()
 	}
+	ours, theirs = append(ours, outR, errR), append(theirs, outW, errW)
 	cmd.Stdout, cmd.Stderr = outW, errW
-	closeAfter = append(closeAfter, outW, errW)
-	if req.Cwd != "" {
-		if st, err := os.Stat(req.Cwd); err != nil || !st.IsDir() {
-			for _, f := range append(closeAfter, outR, errR, p.stdin) {
-				if f != nil {
-					f.Close()
-				}
-			}
-			h.fail(id, fmt.Sprintf("chdir to cwd (%q): no such directory", req.Cwd))
-			return
-		}
-	}
 	if err := cmd.Start(); err != nil {
-		for _, f := range append(closeAfter, outR, errR, p.stdin) {
-			if f != nil {
-				f.Close()
-			}
+		if stdinW != nil {
+			stdinW.Close()
 		}
-		h.fail(id, "cannot start "+req.Argv[0]+": "+err.Error())
-		return
+		return 0, "cannot start " + req.Argv[0] + ": " + err.Error()
 	}
-	for _, f := range closeAfter {
+	for _, f := range theirs {
 		f.Close() // the child holds its own copies; ours would keep the pipes from ever ending
 	}
+	theirs = nil
+	p.mu.Lock()
 	p.pgid = cmd.Process.Pid
-	pidFile := helperPidFiles + req.Token + ".pid"
+	killed := p.killed
+	p.mu.Unlock()
+	if killed {
+		killGroup(p.pgid)
+	}
+	pidFile := h.pidFiles + req.Token + ".pid"
 	if req.Token != "" {
 		os.WriteFile(pidFile, fmt.Appendf(nil, "%d\n", p.pgid), 0o600)
+		defer os.Remove(pidFile)
 	}
-	h.mu.Lock()
-	h.procs[id] = p
-	h.mu.Unlock()
-	if p.inQ != nil {
-		go h.feedStdin(p.id, p.stdin, p.inQ, p.done) // p.inQ itself belongs to the dispatch loop from here on
+	if stdinW != nil {
+		go h.feedStdin(p.id, stdinW, stdinQ, p.done)
 	}
-
-	h.wg.Add(1)
-	go func() {
-		defer h.wg.Done()
-		var pumps sync.WaitGroup
-		pumps.Add(2)
-		go func() { defer pumps.Done(); h.pump(p, outR, frameStdout) }()
-		go func() { defer pumps.Done(); h.pump(p, errR, frameStderr) }()
-		err := cmd.Wait()
-		close(p.done)
-		p.mu.Lock()
-		p.exited = true
-		p.mu.Unlock()
-		// Whatever still holds the pipes now is a background child: read what is there, stop at the
-		// first pause (execPipeGrace), as the per-call path does.
-		outR.SetReadDeadline(time.Now().Add(execPipeGrace))
-		errR.SetReadDeadline(time.Now().Add(execPipeGrace))
-		pumps.Wait()
-		outR.Close()
-		errR.Close()
-		if req.Token != "" {
-			os.Remove(pidFile)
-		}
-		code := 0
-		if err != nil {
-			code = exitCodeOf(cmd.ProcessState)
-		}
-		h.mu.Lock()
-		delete(h.procs, id)
-		h.mu.Unlock()
-		b, _ := json.Marshal(chanExit{Code: code})
-		h.send(id, frameExit, b)
-	}()
+	var pumps sync.WaitGroup
+	pumps.Add(2)
+	go func() { defer pumps.Done(); h.pump(p, outR, frameStdout) }()
+	go func() { defer pumps.Done(); h.pump(p, errR, frameStderr) }()
+	err := cmd.Wait()
+	p.mu.Lock()
+	p.exited = true
+	p.mu.Unlock()
+	// Whatever still holds the pipes now is a background child: read what is there, stop at the first
+	// pause (execPipeGrace), as the per-call path does.
+	outR.SetReadDeadline(time.Now().Add(execPipeGrace))
+	errR.SetReadDeadline(time.Now().Add(execPipeGrace))
+	pumps.Wait()
+	if err != nil {
+		return exitCodeOf(cmd.ProcessState), ""
+	}
+	return 0, ""
 }
 
 // pump sends one output pipe as frames, waiting for acks when a window is in flight.
