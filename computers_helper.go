@@ -104,11 +104,11 @@ func readFrame(r io.Reader) (id uint32, kind byte, payload []byte, err error) {
 // helper is the running subcommand: one stdout writer, the processes by request id.
 type helper struct {
 	pidFiles string // the prefix of the pid files (helperPidFiles; a test's own directory)
-	wmu   sync.Mutex
-	out   io.Writer
-	mu    sync.Mutex
-	procs map[uint32]*helperProc
-	wg    sync.WaitGroup
+	wmu      sync.Mutex
+	out      io.Writer
+	mu       sync.Mutex
+	procs    map[uint32]*helperProc
+	wg       sync.WaitGroup
 }
 
 type helperProc struct {
@@ -116,8 +116,8 @@ type helperProc struct {
 	inQ    chan []byte // stdin frames, owned by the dispatch loop; nil when the request has no stdin
 	mu     sync.Mutex
 	cond   *sync.Cond
-	unack  int  // output bytes sent and not yet acknowledged
-	exited bool // the process is gone; reads on its pipes now end at the first pause
+	unack  int           // output bytes sent and not yet acknowledged
+	exited bool          // the process is gone; reads on its pipes now end at the first pause
 	pgid   int           // guarded by mu: 0 until the process started
 	killed bool          // guarded by mu: a kill came (perhaps before the start)
 	done   chan struct{} // closed when the request is over
