@@ -193,14 +193,7 @@ func openChannel(parent context.Context, e *engineProvider, m *ComputerInfo) (*e
 
 // read dispatches the helper's frames until the channel ends, then fails what is still in flight.
 func (ch *execChannel) read(in io.Reader) {
-	var err error
-	for {
-		var id uint32
-		var kind byte
-		var payload []byte
-		if id, kind, payload, err = readFrame(in); err != nil {
-			break
-		}
+	err := eachFrame(in, func(id uint32, kind byte, payload []byte) {
 		ch.mu.Lock()
 		p := ch.procs[id]
 		if kind == frameExit {
@@ -208,7 +201,7 @@ func (ch *execChannel) read(in io.Reader) {
 		}
 		ch.mu.Unlock()
 		if p == nil {
-			continue
+			return // a late frame for a request that is over
 		}
 		switch kind {
 		case frameStdout, frameStderr:
@@ -224,7 +217,7 @@ func (ch *execChannel) read(in io.Reader) {
 				p.stdinAcked(int(binary.BigEndian.Uint32(payload)))
 			}
 		}
-	}
+	})
 	ch.kill()
 	werr := ch.cmd.Wait()
 	if errors.Is(err, io.EOF) {

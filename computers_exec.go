@@ -326,18 +326,10 @@ func (c *computerService) runProc(ctx context.Context, p provider, m *ComputerIn
 	} else {
 		werr = <-waitErr
 	}
-	stdout.flush()
-	stderr.flush()
-
-	res := &ExecResult{DurationMS: time.Since(start).Milliseconds()}
-	res.Stdout, res.Truncated = stdout.result()
-	var t2 bool
-	res.Stderr, t2 = stderr.result()
-	res.Truncated = res.Truncated || t2
-
+	res := collected(start, stdout, stderr)
 	switch {
 	case ctx.Err() != nil:
-		return nil, errorf(codeAborted, "exec aborted: %v", context.Cause(ctx)).withHint("the caller went away; the process tree was killed")
+		return nil, errExecAborted(ctx)
 	case tctx.Err() != nil && !markers.complete():
 		res.TimedOut, res.ExitCode = true, execTimedOutCode
 		return res, nil
@@ -383,16 +375,10 @@ func (c *computerService) runOverChannel(ctx, tctx context.Context, p provider, 
 			withHint("retry: the next call reopens the channel").withDetail("computerId", m.ID)
 	}
 	x, werr := proc.wait(tctx)
-	stdout.flush()
-	stderr.flush()
-	res := &ExecResult{DurationMS: time.Since(start).Milliseconds()}
-	res.Stdout, res.Truncated = stdout.result()
-	var t2 bool
-	res.Stderr, t2 = stderr.result()
-	res.Truncated = res.Truncated || t2
+	res := collected(start, stdout, stderr)
 	switch {
 	case ctx.Err() != nil:
-		return nil, errorf(codeAborted, "exec aborted: %v", context.Cause(ctx)).withHint("the caller went away; the process tree was killed")
+		return nil, errExecAborted(ctx)
 	case tctx.Err() != nil:
 		res.TimedOut, res.ExitCode = true, execTimedOutCode
 		return res, nil
@@ -408,6 +394,22 @@ func (c *computerService) runOverChannel(ctx, tctx context.Context, p provider, 
 	}
 	res.ExitCode = x.Code
 	return res, nil
+}
+
+// collected is an ended process's output as a result: both streams flushed, capped, and marked truncated.
+func collected(start time.Time, stdout, stderr *outputSink) *ExecResult {
+	stdout.flush()
+	stderr.flush()
+	res := &ExecResult{DurationMS: time.Since(start).Milliseconds()}
+	res.Stdout, res.Truncated = stdout.result()
+	var t2 bool
+	res.Stderr, t2 = stderr.result()
+	res.Truncated = res.Truncated || t2
+	return res
+}
+
+func errExecAborted(ctx context.Context) error {
+	return errorf(codeAborted, "exec aborted: %v", context.Cause(ctx)).withHint("the caller went away; the process tree was killed")
 }
 
 // endMarkers collects the wrapper's end-of-command announcements from both streams.

@@ -85,6 +85,17 @@ func writeFrame(w io.Writer, id uint32, kind byte, payload []byte) error {
 	return err
 }
 
+// eachFrame hands every frame read from r to f, in order, until a read fails; it returns that error.
+func eachFrame(r io.Reader, f func(id uint32, kind byte, payload []byte)) error {
+	for {
+		id, kind, payload, err := readFrame(r)
+		if err != nil {
+			return err
+		}
+		f(id, kind, payload)
+	}
+}
+
 func readFrame(r io.Reader) (id uint32, kind byte, payload []byte, err error) {
 	var h [9]byte
 	if _, err = io.ReadFull(r, h[:]); err != nil {
@@ -152,17 +163,7 @@ func serveHelper(stdin io.Reader, stdout io.Writer, pidFiles string) error {
 	if err := h.send(0, frameHello, fmt.Appendf(nil, `{"pid":%d}`, os.Getpid())); err != nil {
 		return err
 	}
-	in := bufio.NewReaderSize(stdin, 256<<10)
-	var err error
-	for {
-		var id uint32
-		var kind byte
-		var payload []byte
-		if id, kind, payload, err = readFrame(in); err != nil {
-			break
-		}
-		h.dispatch(id, kind, payload)
-	}
+	err := eachFrame(bufio.NewReaderSize(stdin, 256<<10), h.dispatch)
 	h.mu.Lock()
 	for _, p := range h.procs {
 		p.mu.Lock()
