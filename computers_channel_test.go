@@ -506,14 +506,16 @@ func TestMachineHelperInProcess(t *testing.T) {
 
 	// The host goes away with a command running: the helper kills it and returns.
 	send(9, frameStart, chanStart{Argv: []string{"sleep", "307"}, Cwd: dir, Token: "last"})
-	eventually(t, "the last command's pid file", func() bool { _, err := os.Stat(dir + "/pid-last.pid"); return err == nil })
-	pid, _ := os.ReadFile(dir + "/pid-last.pid")
+	var n int // the file is created before its pid is written: wait for the pid
+	eventually(t, "the last command's pid file", func() bool {
+		b, _ := os.ReadFile(dir + "/pid-last.pid")
+		fmt.Sscan(string(b), &n)
+		return n > 0
+	})
 	in.Close()
 	if err := <-served; err != nil {
 		t.Fatalf("the helper ended with %v", err)
 	}
-	var n int
-	fmt.Sscan(string(pid), &n)
 	if err := syscall.Kill(n, 0); err == nil {
 		t.Fatalf("the command %d outlived the channel", n)
 	}
