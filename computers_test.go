@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"os/exec"
@@ -874,8 +875,11 @@ func (c *conformance) restart(t *testing.T) {
 		a.sh(live.ID, "echo kept > note")
 		// A process left running by an exec of a server that dies: its group is recorded as the exec
 		// wrapper records it (engines), or it carries the machine's id (local).
-		leftovers := `for p in /proc/[0-9]*; do tr '\0' ' ' < $p/cmdline 2>/dev/null; echo; done | grep -c 'sleep 432[1]' || true`
-		a.sh(live.ID, "setsid sleep 4321 >/dev/null 2>&1 </dev/null & echo $! > /tmp/.agentd-exec-leftover.pid")
+		// The sleep's length is unique to this run: on local the count reads the host's /proc, which
+		// also shows the processes of the engine providers' machines running the same test in parallel.
+		secs := fmt.Sprint(40000 + rand.IntN(50000))
+		leftovers := `for p in /proc/[0-9]*; do tr '\0' ' ' < $p/cmdline 2>/dev/null; echo; done | grep -c 'sleep ` + secs[:4] + `[` + secs[4:] + `]' || true`
+		a.sh(live.ID, "setsid sleep "+secs+" >/dev/null 2>&1 </dev/null & echo $! > /tmp/.agentd-exec-leftover.pid")
 		a.close()
 		var survived bool // read behind the stopped server's back
 		if ep, ok := a.s.computers.providerByName(c.prov).(*engineProvider); ok {
