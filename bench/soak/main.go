@@ -163,12 +163,12 @@ func run() error {
 		n.slow.Add(1)
 	})
 
-	fmt.Printf("%-8s %8s %8s %5s %7s %6s %6s %6s %6s %6s\n", "t", "rss MB", "threads", "fds", "runs", "execs", "files", "socks", "slow", "errors")
+	fmt.Printf("%-8s %8s %8s %5s %10s %7s %6s %6s %6s %6s %6s\n", "t", "rss MB", "threads", "fds", "goroutines", "runs", "execs", "files", "socks", "slow", "errors")
 	sample := func(t time.Duration) {
 		rss, threads := procStatus(srv.Process.Pid)
 		fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", srv.Process.Pid))
-		fmt.Printf("%-8s %8.1f %8d %5d %7d %6d %6d %6d %6d %6d\n", t.Round(time.Second), float64(rss)/1024, threads, len(fds),
-			n.runs.Load(), n.execs.Load(), n.files.Load(), n.sockets.Load(), n.slow.Load(), n.errors.Load())
+		fmt.Printf("%-8s %8.1f %8d %5d %10s %7d %6d %6d %6d %6d %6d\n", t.Round(time.Second), float64(rss)/1024, threads, len(fds),
+			goroutines(c), n.runs.Load(), n.execs.Load(), n.files.Load(), n.sockets.Load(), n.slow.Load(), n.errors.Load())
 	}
 	start := time.Now()
 	tick := time.NewTicker(10 * time.Second)
@@ -392,6 +392,20 @@ func slowClient(base string) error {
 }
 
 func isTimeout(err error) bool { ne, ok := err.(net.Error); return ok && ne.Timeout() }
+
+// goroutines reads the server's go_goroutines gauge from GET /metrics ("-" when the server has none).
+func goroutines(c *client) string {
+	var body []byte
+	if err := c.do("GET", "/metrics", nil, &body); err != nil {
+		return "-"
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, "go_goroutines "); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "-"
+}
 
 func procStatus(pid int) (rssKB, threads int) {
 	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
