@@ -46,6 +46,7 @@ type server struct {
 	runs      *runService
 	triggers  *triggerService
 	sessions  *sessionService
+	metrics   *metrics // metrics.go: GET /metrics
 	startedAt time.Time
 	firstRun  bool
 	handler   http.Handler
@@ -124,6 +125,9 @@ func (s *server) routes() *http.ServeMux {
 	mux.HandleFunc("POST /v1/w/{agent}/{path...}", s.api(s.handleWebhookTrigger))
 	mux.HandleFunc("GET /v1/triggers", s.api(s.handleListTriggers))
 
+	// Protocols (issue 18): Prometheus metrics (metrics.go), the OpenAI-compatible gateway (gateway_openai.go).
+	mux.HandleFunc("GET /metrics", s.api(s.handleMetrics))
+
 	// The catch-all: GETs outside /v1 serve the dashboard (single-page-app fallback); every other
 	// unknown path, and every wrong method on a known path, is 404 E_ROUTE_NOT_FOUND (never 405).
 	mux.HandleFunc("/", s.api(s.handleFallback))
@@ -138,11 +142,13 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		id = newID("req")
 	}
 	w.Header().Set("X-Request-Id", id)
-	r = r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id))
+	note := &routeNote{} // api() fills in the mux pattern for the metrics
+	r = r.WithContext(context.WithValue(context.WithValue(r.Context(), requestIDKey{}, id), routeNoteKey{}, note))
 	lw := &loggedWriter{ResponseWriter: w}
 	w = lw
 	start := time.Now()
 	defer func() { // one line per request; the path only, never the query (it may carry ?token=)
+		s.metrics.httpDone(note.pattern, r.Method, lw.status, time.Since(start))
 		level := slog.LevelInfo
 		if r.URL.Path == "/health" { // polled by load balancers: not worth a line each
 			level = slog.LevelDebug
@@ -182,7 +188,7 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errAtCapacity())
 		return
 	}
-	if r.URL.Path != "/health" && !dashboardPage(r) && !s.authorized(r) {
+	if r.URL.Path != "/health" && !dashboardPage(r) && !s.publicMetrics(r) && !s.authorized(r) {
 		// Decided from the headers alone: the body is never waited for, and the connection is closed
 		// so the server does not drain it either (a trickled body must not hold a connection).
 		w.Header().Set("Connection", "close")
@@ -393,7 +399,13 @@ func (s *server) handleFallback(w http.ResponseWriter, r *http.Request) error {
 // dashboardPage: a GET or HEAD outside /v1 is the dashboard (its page, assets, deep links). It holds no
 // data, so it is public even with a token (DESIGN §9); everything it shows comes from /v1, which is not.
 func dashboardPage(r *http.Request) bool {
-	return (r.Method == http.MethodGet || r.Method == http.MethodHead) && r.URL.Path != "/v1" && !strings.HasPrefix(r.URL.Path, "/v1/")
+	return (r.Method == http.MethodGet || r.Method == http.MethodHead) && r.URL.Path != "/v1" && !strings.HasPrefix(r.URL.Path, "/v1/") &&
+		r.URL.Path != "/metrics" && !strings.HasPrefix(r.URL.Path, "/openai/") // issue 18's endpoints need the token
+}
+
+// publicMetrics: config.yaml's metricsPublic lets a scraper read GET /metrics without the token.
+func (s *server) publicMetrics(r *http.Request) bool {
+	return s.cfg.MetricsPublic && r.URL.Path == "/metrics" && safeMethod(r.Method)
 }
 
 func errRouteNotFound(r *http.Request) error {
@@ -573,6 +585,7 @@ type apiFunc func(w http.ResponseWriter, r *http.Request) error
 // api adapts an apiFunc to the mux: a returned error becomes the contract's envelope.
 func (s *server) api(f apiFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		noteRoute(r)
 		if err := f(w, r); err != nil {
 			s.writeError(w, r, err)
 		}
