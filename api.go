@@ -127,6 +127,9 @@ func (s *server) routes() *http.ServeMux {
 
 	// Protocols (issue 18): Prometheus metrics (metrics.go), the OpenAI-compatible gateway (gateway_openai.go).
 	mux.HandleFunc("GET /metrics", s.api(s.handleMetrics))
+	mux.HandleFunc("GET /openai/v1/models", s.openai(s.handleOpenAIModels))
+	mux.HandleFunc("POST /openai/v1/chat/completions", s.openai(s.handleOpenAIChat))
+	mux.HandleFunc("/openai/", s.openai(s.handleOpenAINotFound)) // OpenAI's error shape for the rest
 
 	// The catch-all: GETs outside /v1 serve the dashboard (single-page-app fallback); every other
 	// unknown path, and every wrong method on a known path, is 404 E_ROUTE_NOT_FOUND (never 405).
@@ -172,7 +175,7 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// send Origin on such requests; CLIs send none. So a write carrying a foreign Origin is refused, as the
 	// WebSocket upgrade is (DESIGN §3).
 	if o := r.Header.Get("Origin"); o != "" && !safeMethod(r.Method) && !s.originAllowed(o, r) {
-		writeError(w, errorf(codeExecDenied, "origin %q is not allowed", o).
+		s.refuse(w, r, errorf(codeExecDenied, "origin %q is not allowed", o).
 			withHint("add the origin to corsOrigins in config.yaml"))
 		return
 	}
@@ -180,25 +183,25 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// with a token-less server. Such a server (only possible on a loopback bind) answers only to loopback
 	// names, which a rebinding page cannot present.
 	if s.cfg.Token == "" && r.URL.Path != "/health" && !loopbackHostHeader(r.Host) {
-		writeError(w, errorf(codeExecDenied, "host %q is not a loopback name; this server has no token", r.Host).
+		s.refuse(w, r, errorf(codeExecDenied, "host %q is not a loopback name; this server has no token", r.Host).
 			withHint("use http://127.0.0.1 or http://localhost, or set AGENT_TOKEN"))
 		return
 	}
 	if r.Context().Value(reserveConnKey{}) != nil && r.URL.Path != "/health" {
-		writeError(w, errAtCapacity())
+		s.refuse(w, r, errAtCapacity())
 		return
 	}
 	if r.URL.Path != "/health" && !dashboardPage(r) && !s.publicMetrics(r) && !s.authorized(r) {
 		// Decided from the headers alone: the body is never waited for, and the connection is closed
 		// so the server does not drain it either (a trickled body must not hold a connection).
 		w.Header().Set("Connection", "close")
-		writeError(w, errorf(codeNoCredentials, "missing or wrong bearer token").
+		s.refuse(w, r, errorf(codeNoCredentials, "missing or wrong bearer token").
 			withHint("send Authorization: Bearer <AGENT_TOKEN>"))
 		return
 	}
 	if r.ContentLength > maxBodyBytes { // declared too large: refuse before reading a byte
 		w.Header().Set("Connection", "close")
-		writeError(w, &http.MaxBytesError{Limit: maxBodyBytes})
+		s.refuse(w, r, &http.MaxBytesError{Limit: maxBodyBytes})
 		return
 	}
 	r.Body = &progressBody{ReadCloser: http.MaxBytesReader(w, r.Body, maxBodyBytes), rc: http.NewResponseController(w),
