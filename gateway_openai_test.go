@@ -8,6 +8,8 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -383,4 +385,44 @@ func TestInteropOpenAISDK(t *testing.T) {
 		t.Fatalf("check.mjs did not finish:\n%s", out)
 	}
 	t.Logf("%s", out)
+}
+
+// BenchmarkGatewayOverhead: the same one-step run of a zero-latency fake model, through
+// POST /v1/agents/{name}/run and through POST /openai/v1/chat/completions (whole and streamed with
+// include_usage), interleaved in every iteration on one server so load drift hits all three alike: the
+// differences are what the gateway adds. Reported per request: direct-ns, gateway-ns, stream-ns.
+func BenchmarkGatewayOverhead(b *testing.B) {
+	m := &fakeModel{script: func(ctx context.Context, n int, req ChatRequest) (*ChatResponse, error) {
+		return textResp("the answer"), nil
+	}}
+	te := newTestServer(b, withFakeModel(m))
+	te.putAgent(testSpec("bench-gw", nil))
+	client := &http.Client{}
+	post := func(path, body, want string) time.Duration {
+		t0 := time.Now()
+		req, _ := http.NewRequest("POST", te.url+path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		res, err := client.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		out, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		d := time.Since(t0)
+		if res.StatusCode != 200 || !strings.Contains(string(out), want) {
+			b.Fatalf("%s: %d %s", path, res.StatusCode, out)
+		}
+		return d
+	}
+	var direct, gw, stream time.Duration
+	n := 0
+	for b.Loop() {
+		direct += post("/v1/agents/bench-gw/run", `{"input":"hi"}`, `"text":"the answer"`)
+		gw += post("/openai/v1/chat/completions", `{"model":"bench-gw","messages":[{"role":"user","content":"hi"}]}`, `"content":"the answer"`)
+		stream += post("/openai/v1/chat/completions", `{"model":"bench-gw","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}]}`, "data: [DONE]")
+		n++
+	}
+	b.ReportMetric(float64(direct.Nanoseconds())/float64(n), "direct-ns")
+	b.ReportMetric(float64(gw.Nanoseconds())/float64(n), "gateway-ns")
+	b.ReportMetric(float64(stream.Nanoseconds())/float64(n), "stream-ns")
 }

@@ -5,8 +5,11 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"fmt"
+	"io"
 	"math"
+	"net/http"
 	"regexp"
 	"strconv"
 	"strings"
@@ -526,5 +529,35 @@ func TestMetricsConfigKey(t *testing.T) {
 	cfg := defaultConfig()
 	if err := parseConfigFile([]byte("metricsPublic: true\n"), &cfg); err != nil || !cfg.MetricsPublic {
 		t.Fatalf("metricsPublic: %v %v", err, cfg.MetricsPublic)
+	}
+}
+
+// BenchmarkMetricsScrape: GET /metrics over HTTP with 1,000 runs recorded (a fake model, one step each)
+// and the HTTP, run and model families filled by them.
+func BenchmarkMetricsScrape(b *testing.B) {
+	m := &fakeModel{script: func(ctx context.Context, n int, req ChatRequest) (*ChatResponse, error) {
+		return textResp("ok"), nil
+	}}
+	te := newTestServer(b, withFakeModel(m))
+	te.putAgent(testSpec("bench-metrics", nil))
+	for range 1000 {
+		te.call("POST", "/v1/agents/bench-metrics/run", map[string]any{"input": "x"}, 200, nil)
+	}
+	r := te.do("GET", "/metrics", nil)
+	if !strings.Contains(string(r.body), `agentd_runs_total{status="complete"} 1000`) {
+		b.Fatalf("1,000 runs not counted:\n%s", r.body)
+	}
+	b.SetBytes(int64(len(r.body)))
+	client := &http.Client{}
+	for b.Loop() {
+		res, err := client.Get(te.url + "/metrics")
+		if err != nil {
+			b.Fatal(err)
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		if res.StatusCode != 200 {
+			b.Fatal(res.Status)
+		}
 	}
 }
