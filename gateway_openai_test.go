@@ -389,7 +389,7 @@ func TestInteropOpenAISDK(t *testing.T) {
 
 // BenchmarkGatewayOverhead: the same one-step run of a zero-latency fake model, through
 // POST /v1/agents/{name}/run and through POST /openai/v1/chat/completions (whole and streamed with
-// include_usage), interleaved in every iteration on one server so load drift hits all three alike: the
+// include_usage), interleaved in every iteration (order rotating) on one server so load drift hits all three alike: the
 // differences are what the gateway adds. Reported per request: direct-ns, gateway-ns, stream-ns.
 func BenchmarkGatewayOverhead(b *testing.B) {
 	m := &fakeModel{script: func(ctx context.Context, n int, req ChatRequest) (*ChatResponse, error) {
@@ -416,10 +416,19 @@ func BenchmarkGatewayOverhead(b *testing.B) {
 	}
 	var direct, gw, stream time.Duration
 	n := 0
-	for b.Loop() {
-		direct += post("/v1/agents/bench-gw/run", `{"input":"hi"}`, `"text":"the answer"`)
-		gw += post("/openai/v1/chat/completions", `{"model":"bench-gw","messages":[{"role":"user","content":"hi"}]}`, `"content":"the answer"`)
-		stream += post("/openai/v1/chat/completions", `{"model":"bench-gw","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}]}`, "data: [DONE]")
+	ways := []func(){
+		func() { direct += post("/v1/agents/bench-gw/run", `{"input":"hi"}`, `"text":"the answer"`) },
+		func() {
+			gw += post("/openai/v1/chat/completions", `{"model":"bench-gw","messages":[{"role":"user","content":"hi"}]}`, `"content":"the answer"`)
+		},
+		func() {
+			stream += post("/openai/v1/chat/completions", `{"model":"bench-gw","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}]}`, "data: [DONE]")
+		},
+	}
+	for b.Loop() { // the order rotates, so no way always follows another's background work
+		for i := range ways {
+			ways[(n+i)%len(ways)]()
+		}
 		n++
 	}
 	b.ReportMetric(float64(direct.Nanoseconds())/float64(n), "direct-ns")
