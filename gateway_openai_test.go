@@ -435,3 +435,50 @@ func BenchmarkGatewayOverhead(b *testing.B) {
 	b.ReportMetric(float64(gw.Nanoseconds())/float64(n), "gateway-ns")
 	b.ReportMetric(float64(stream.Nanoseconds())/float64(n), "stream-ns")
 }
+
+// Function tools pass through a direct call both ways: the model's tool_calls out (whole and streamed),
+// the client's tool results back in.
+func TestGatewayDirectModelFunctionTools(t *testing.T) {
+	te, _ := newGateway(t)
+	tools := []any{map[string]any{"type": "function", "function": map[string]any{"name": "shell", "description": "run a command",
+		"parameters": map[string]any{"type": "object", "properties": map[string]any{"command": map[string]any{"type": "string"}}}}}}
+	ask := map[string]any{"role": "user", "content": "use the tool"}
+	r := te.gw("POST", "/openai/v1/chat/completions", map[string]any{"model": "openai/gpt-4o-mini", "messages": []any{ask}, "tools": tools, "tool_choice": "auto"})
+	var c struct {
+		Choices []struct {
+			Message struct {
+				Content   *string       `json:"content"`
+				ToolCalls []oaiToolCall `json:"tool_calls"`
+			} `json:"message"`
+			FinishReason string `json:"finish_reason"`
+		} `json:"choices"`
+	}
+	r.decode(t, &c)
+	if r.status != 200 || len(c.Choices) != 1 || c.Choices[0].FinishReason != "tool_calls" || len(c.Choices[0].Message.ToolCalls) != 1 {
+		t.Fatalf("tool call answer %d %s", r.status, r.body)
+	}
+	call := c.Choices[0].Message.ToolCalls[0]
+	if call.ID != "g1" || call.Type != "function" || call.Function.Name != "shell" || call.Function.Arguments != `{"command":"echo forty-two"}` {
+		t.Fatalf("tool call %+v", call)
+	}
+	// Streamed: the call arrives as a tool_calls delta with its index.
+	var sawCall bool
+	for _, d := range te.gwStream(map[string]any{"model": "openai/gpt-4o-mini", "messages": []any{ask}, "tools": tools, "stream": true}) {
+		if strings.Contains(d, `"tool_calls":[{"index":0,"id":"g1","type":"function","function":{"name":"shell"`) {
+			sawCall = true
+		}
+	}
+	if !sawCall {
+		t.Fatal("no tool_calls delta in the stream")
+	}
+	// The client runs the tool and sends the result back.
+	back := []any{ask,
+		map[string]any{"role": "assistant", "content": nil, "tool_calls": []any{map[string]any{"id": "g1", "type": "function",
+			"function": map[string]any{"name": "shell", "arguments": `{"command":"echo forty-two"}`}}}},
+		map[string]any{"role": "tool", "tool_call_id": "g1", "content": "forty-two"},
+	}
+	r = te.gw("POST", "/openai/v1/chat/completions", map[string]any{"model": "openai/gpt-4o-mini", "messages": back, "tools": tools})
+	if r.status != 200 || !strings.Contains(string(r.body), `"content":"The tool said forty-two"`) {
+		t.Fatalf("tool result round trip: %d %s", r.status, r.body)
+	}
+}
