@@ -46,6 +46,7 @@ type server struct {
 	runs      *runService
 	triggers  *triggerService
 	sessions  *sessionService
+	metrics   *metrics // metrics.go: GET /metrics
 	startedAt time.Time
 	firstRun  bool
 	handler   http.Handler
@@ -124,6 +125,12 @@ func (s *server) routes() *http.ServeMux {
 	mux.HandleFunc("POST /v1/w/{agent}/{path...}", s.api(s.handleWebhookTrigger))
 	mux.HandleFunc("GET /v1/triggers", s.api(s.handleListTriggers))
 
+	// Protocols (issue 18): Prometheus metrics (metrics.go), the OpenAI-compatible gateway (gateway_openai.go).
+	mux.HandleFunc("GET /metrics", s.api(s.handleMetrics))
+	mux.HandleFunc("GET /openai/v1/models", s.openai(s.handleOpenAIModels))
+	mux.HandleFunc("POST /openai/v1/chat/completions", s.openai(s.handleOpenAIChat))
+	mux.HandleFunc("/openai/", s.openai(s.handleOpenAINotFound)) // OpenAI's error shape for the rest
+
 	// The catch-all: GETs outside /v1 serve the dashboard (single-page-app fallback); every other
 	// unknown path, and every wrong method on a known path, is 404 E_ROUTE_NOT_FOUND (never 405).
 	mux.HandleFunc("/", s.api(s.handleFallback))
@@ -138,11 +145,13 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		id = newID("req")
 	}
 	w.Header().Set("X-Request-Id", id)
-	r = r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id))
+	note := &routeNote{} // api() fills in the mux pattern for the metrics
+	r = r.WithContext(context.WithValue(context.WithValue(r.Context(), requestIDKey{}, id), routeNoteKey{}, note))
 	lw := &loggedWriter{ResponseWriter: w}
 	w = lw
 	start := time.Now()
 	defer func() { // one line per request; the path only, never the query (it may carry ?token=)
+		s.metrics.httpDone(note.pattern, r.Method, lw.status, time.Since(start))
 		level := slog.LevelInfo
 		if r.URL.Path == "/health" { // polled by load balancers: not worth a line each
 			level = slog.LevelDebug
@@ -166,7 +175,7 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// send Origin on such requests; CLIs send none. So a write carrying a foreign Origin is refused, as the
 	// WebSocket upgrade is (DESIGN §3).
 	if o := r.Header.Get("Origin"); o != "" && !safeMethod(r.Method) && !s.originAllowed(o, r) {
-		writeError(w, errorf(codeExecDenied, "origin %q is not allowed", o).
+		s.refuse(w, r, errorf(codeExecDenied, "origin %q is not allowed", o).
 			withHint("add the origin to corsOrigins in config.yaml"))
 		return
 	}
@@ -174,25 +183,25 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// with a token-less server. Such a server (only possible on a loopback bind) answers only to loopback
 	// names, which a rebinding page cannot present.
 	if s.cfg.Token == "" && r.URL.Path != "/health" && !loopbackHostHeader(r.Host) {
-		writeError(w, errorf(codeExecDenied, "host %q is not a loopback name; this server has no token", r.Host).
+		s.refuse(w, r, errorf(codeExecDenied, "host %q is not a loopback name; this server has no token", r.Host).
 			withHint("use http://127.0.0.1 or http://localhost, or set AGENT_TOKEN"))
 		return
 	}
 	if r.Context().Value(reserveConnKey{}) != nil && r.URL.Path != "/health" {
-		writeError(w, errAtCapacity())
+		s.refuse(w, r, errAtCapacity())
 		return
 	}
-	if r.URL.Path != "/health" && !dashboardPage(r) && !s.authorized(r) {
+	if r.URL.Path != "/health" && !dashboardPage(r) && !s.publicMetrics(r) && !s.authorized(r) {
 		// Decided from the headers alone: the body is never waited for, and the connection is closed
 		// so the server does not drain it either (a trickled body must not hold a connection).
 		w.Header().Set("Connection", "close")
-		writeError(w, errorf(codeNoCredentials, "missing or wrong bearer token").
+		s.refuse(w, r, errorf(codeNoCredentials, "missing or wrong bearer token").
 			withHint("send Authorization: Bearer <AGENT_TOKEN>"))
 		return
 	}
 	if r.ContentLength > maxBodyBytes { // declared too large: refuse before reading a byte
 		w.Header().Set("Connection", "close")
-		writeError(w, &http.MaxBytesError{Limit: maxBodyBytes})
+		s.refuse(w, r, &http.MaxBytesError{Limit: maxBodyBytes})
 		return
 	}
 	r.Body = &progressBody{ReadCloser: http.MaxBytesReader(w, r.Body, maxBodyBytes), rc: http.NewResponseController(w),
@@ -393,7 +402,13 @@ func (s *server) handleFallback(w http.ResponseWriter, r *http.Request) error {
 // dashboardPage: a GET or HEAD outside /v1 is the dashboard (its page, assets, deep links). It holds no
 // data, so it is public even with a token (DESIGN §9); everything it shows comes from /v1, which is not.
 func dashboardPage(r *http.Request) bool {
-	return (r.Method == http.MethodGet || r.Method == http.MethodHead) && r.URL.Path != "/v1" && !strings.HasPrefix(r.URL.Path, "/v1/")
+	return (r.Method == http.MethodGet || r.Method == http.MethodHead) && r.URL.Path != "/v1" && !strings.HasPrefix(r.URL.Path, "/v1/") &&
+		r.URL.Path != "/metrics" && !strings.HasPrefix(r.URL.Path, "/openai/") // issue 18's endpoints need the token
+}
+
+// publicMetrics: config.yaml's metricsPublic lets a scraper read GET /metrics without the token.
+func (s *server) publicMetrics(r *http.Request) bool {
+	return s.cfg.MetricsPublic && r.URL.Path == "/metrics" && safeMethod(r.Method)
 }
 
 func errRouteNotFound(r *http.Request) error {
@@ -573,6 +588,7 @@ type apiFunc func(w http.ResponseWriter, r *http.Request) error
 // api adapts an apiFunc to the mux: a returned error becomes the contract's envelope.
 func (s *server) api(f apiFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		noteRoute(r)
 		if err := f(w, r); err != nil {
 			s.writeError(w, r, err)
 		}

@@ -191,6 +191,7 @@ type computerDeps struct {
 	helper       string         // host path of the binary mounted into machines for the exec channel; "" = off
 	helperNote   string         // why the exec channel is off, or what limits it (the doctor says it)
 	warmPool     map[string]int // warmPool (config): flavor → machines kept ready (computers_pool.go)
+	metrics      *metrics       // exec and create durations (metrics.go); nil counts nothing
 }
 
 // computerService owns machines and the reaper goroutine.
@@ -776,6 +777,7 @@ func (c *computerService) create(ctx context.Context, sp ComputerSpec) (*Compute
 
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), createTimeout)
 	defer cancel()
+	t0 := time.Now()
 	rt := c.runtime(m.ID)
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
@@ -796,6 +798,7 @@ func (c *computerService) create(ctx context.Context, sp ComputerSpec) (*Compute
 	if err := c.save(cctx, m); err != nil {
 		return nil, err
 	}
+	c.metrics.machineCreated(m.Provider, time.Since(t0))
 	c.log.Info("computer created", "computer", m.ID, "name", m.Name, "provider", m.Provider, "image", m.Image)
 	c.hub.publish("computers", "computer_created", c.decorate(m))
 	return c.decorate(m), nil

@@ -236,7 +236,9 @@ func (c *computerService) Exec(ctx context.Context, id string, req ExecRequest, 
 func (c *computerService) runPrepared(ctx context.Context, x *execPrepared, onOutput func(stream, data string)) (*ExecResult, error) {
 	c.beginUse(x.m.ID)
 	defer c.endUse(x.m.ID)
+	t0 := time.Now()
 	res, err := c.runProc(ctx, x.p, x.m, x.ps, time.Duration(x.req.TimeoutSec)*time.Second, x.req.MaxOutputBytes, onOutput)
+	c.metrics.execDone(x.m.Provider, res, err, time.Since(t0))
 	if res != nil {
 		res.Warnings = x.req.capped
 	}

@@ -203,6 +203,9 @@ type config struct {
 	ExecChannel       *bool             `yaml:"execChannel"` // the warm exec channel into docker/podman machines; default on
 	WarmPool          map[string]int    `yaml:"warmPool"`    // flavor → running machines kept ready (computers_pool.go)
 
+	// Protocols (issue 18): GET /metrics answers without the token when true (metrics.go).
+	MetricsPublic bool `yaml:"metricsPublic"`
+
 	firstRun     bool
 	helperBinary string              // the binary mounted into machines for the exec channel; "" is this executable
 	getenv       func(string) string // the process environment, for provider keys; never logged
@@ -482,10 +485,10 @@ func newServer(cfg config, logger *slog.Logger, now func() time.Time) (*server, 
 	}
 	s := &server{
 		cfg: cfg, log: logger, store: st, hub: newHub(now), idem: newIdempotencyCache(now),
-		startedAt: now(), firstRun: cfg.firstRun,
+		startedAt: now(), firstRun: cfg.firstRun, metrics: newMetrics(),
 	}
 	s.streamCtx, s.cancelStream = context.WithCancel(context.Background())
-	if s.models, err = newModelService(modelDeps{hub: s.hub, log: logger, getenv: cfg.getenv, aliases: cfg.ModelAliases}); err != nil {
+	if s.models, err = newModelService(modelDeps{hub: s.hub, log: logger, getenv: cfg.getenv, aliases: cfg.ModelAliases, metrics: s.metrics}); err != nil {
 		st.Close()
 		return nil, err
 	}
@@ -496,13 +499,13 @@ func newServer(cfg config, logger *slog.Logger, now func() time.Time) (*server, 
 	if s.computers, err = newComputerService(computerDeps{helper: helper, helperNote: helperNote, store: st, hub: s.hub, log: logger, clock: now,
 		getenv: cfg.getenv, home: cfg.Home, provider: cfg.ComputerProvider, images: cfg.Images, registries: cfg.AllowedRegistries, mountRoots: cfg.AllowedMounts,
 		maxComputers: cfg.MaxComputers, reapInterval: time.Duration(cfg.ReaperIntervalSec) * time.Second,
-		warmPool: cfg.WarmPool}); err != nil {
+		warmPool: cfg.WarmPool, metrics: s.metrics}); err != nil {
 		s.models.Close()
 		st.Close()
 		return nil, err
 	}
 	s.runs = newRunService(runDeps{store: st, hub: s.hub, models: s.models, computers: s.computers, now: now,
-		log: logger, getenv: cfg.getenv, home: cfg.Home})
+		log: logger, getenv: cfg.getenv, home: cfg.Home, metrics: s.metrics})
 	s.sessions = newSessionService(sessionDeps{store: st, models: s.models, log: logger, now: now, getenv: cfg.getenv,
 		dataDir: cfg.Home, maxCost: cfg.MaxCostUSD, red: newRedactor(cfg.getenv)})
 	s.triggers = newTriggerService(triggerDeps{store: st, hub: s.hub, log: logger, now: now, fireCron: s.fireCron})

@@ -207,6 +207,7 @@ type modelDeps struct {
 	log     *slog.Logger
 	getenv  func(string) string // provider keys and base URLs; never logged
 	aliases map[string]string   // config modelAliases: name → target
+	metrics *metrics            // counts requests, tokens and cost (metrics.go); nil counts nothing
 }
 
 // modelService owns the HTTP client to providers, the probe cache and the router.

@@ -85,9 +85,16 @@ func (m *modelService) Stream(ctx context.Context, req ChatRequest, opts chatOpt
 		if emit != nil {
 			emit(StreamEvent{Type: "error", Error: asAPIError(err)})
 		}
+		m.metrics.modelDone(req.Model, Usage{}, err)
 		return nil, err
 	}
-	return m.run(ctx, p, req, emit)
+	resp, err := m.run(ctx, p, req, emit)
+	if resp != nil {
+		m.metrics.modelDone(resp.Model, resp.Usage, err)
+	} else {
+		m.metrics.modelDone(req.Model, Usage{}, err)
+	}
+	return resp, err
 }
 
 // EstimateCost resolves req.Model and estimates the cost of the call before it is made: prompt tokens

@@ -160,6 +160,7 @@ type runDeps struct {
 	log       *slog.Logger
 	getenv    func(string) string
 	home      string
+	metrics   *metrics // runs, their durations and trigger firings (metrics.go); nil counts nothing
 }
 
 func newRunService(d runDeps) *runService {
@@ -524,6 +525,7 @@ func (rs *runService) start(spec *AgentSpec, p *runParams, sink func(runEvent, [
 	rs.mu.Unlock()
 
 	ar.rs.rec.sync(ar.summaryRow()) // waited for: the run id is readable (GET, cancel) once anyone has seen it
+	rs.metrics.runStarted(p.Trigger)
 	rs.log.Info("run started", "run", ar.id, "agent", ar.agent, "model", ar.model, "trigger", p.Trigger)
 	if rs.hub != nil {
 		rs.hub.publish("runs", "run_started", ar.summary())

@@ -252,6 +252,7 @@ func (ar *activeRun) run() {
 		}
 	}
 	ar.rs.finished(ar)
+	ar.rs.metrics.runFinished(stop, time.Duration(res.DurationMS)*time.Millisecond)
 	ar.rs.log.Info("run finished", "run", ar.id, "agent", ar.agent, "stop", stop, "steps", sum.Steps,
 		"costUsd", sum.CostUSD, "ms", res.DurationMS)
 	if ar.rs.hub != nil {

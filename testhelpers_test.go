@@ -106,7 +106,7 @@ func newTestServer(t testing.TB, opts ...testOption) *testServer {
 		s.runs.Close()
 		ts.comp = newFakeComputer(t)
 		s.runs = newRunService(runDeps{store: s.store, hub: s.hub, models: c.model, computers: ts.comp,
-			now: c.now, log: s.log, getenv: c.getenv, home: c.Home})
+			now: c.now, log: s.log, getenv: c.getenv, home: c.Home, metrics: s.metrics})
 	}
 	hs := httptest.NewUnstartedServer(s)
 	hs.Config.BaseContext = func(net.Listener) context.Context { return s.streamCtx }
