@@ -520,3 +520,26 @@ func TestMachineHelperInProcess(t *testing.T) {
 		t.Fatalf("the command %d outlived the channel", n)
 	}
 }
+
+// TestHelperPumpReadsPastItsDeadline: output already in the pipe when the pause deadline has passed (a
+// pump that ran late on a loaded host) is still sent. The soak once saw `echo soak` end 0 with no stdout.
+func TestHelperPumpReadsPastItsDeadline(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	w.WriteString("soak\n")
+	w.Close()
+	// The pump saw the process running, then ran late: the exit's pause deadline passed before its read.
+	r.SetReadDeadline(time.Now().Add(-time.Second))
+	var out bytes.Buffer
+	h := &helper{out: &out, procs: map[uint32]*helperProc{}}
+	p := &helperProc{id: 7}
+	p.cond = sync.NewCond(&p.mu)
+	h.pump(p, r, frameStdout)
+	id, kind, payload, err := readFrame(&out)
+	if err != nil || id != 7 || kind != frameStdout || string(payload) != "soak\n" {
+		t.Fatalf("frame: id %d kind %c %q %v", id, kind, payload, err)
+	}
+}

@@ -1,10 +1,12 @@
 //go:build linux
 
 // computers_engine_linux.go — engine CLI children die with the server (Linux's parent-death signal); the
-// machine helper's process groups (computers_helper.go runs only inside Linux machines).
+// machine helper's process groups and its deadline-proof pipe read (computers_helper.go runs only
+// inside Linux machines).
 package main
 
 import (
+	"io"
 	"os"
 	"os/exec"
 	"syscall"
@@ -32,4 +34,22 @@ func signalled(ps *os.ProcessState) (int, bool) {
 		return int(ws.Signal()), true
 	}
 	return 0, false
+}
+
+// readNow reads what the pipe holds at this moment, past any read deadline: a non-blocking read on the
+// descriptor itself. Nothing there (EAGAIN) or the end of the pipe is io.EOF.
+func readNow(r *os.File, buf []byte) (int, error) {
+	rc, err := r.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	var rerr error
+	if err := rc.Control(func(fd uintptr) { n, rerr = syscall.Read(int(fd), buf) }); err != nil {
+		return 0, err
+	}
+	if n <= 0 || rerr != nil {
+		return 0, io.EOF
+	}
+	return n, nil
 }

@@ -362,6 +362,12 @@ func (h *helper) pump(p *helperProc, r *os.File, kind byte) {
 			r.SetReadDeadline(time.Now().Add(execPipeGrace)) // data that is there is read at once
 		}
 		n, err := r.Read(buf)
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			// The deadline is about a pause in the output, not about this goroutine being late: on a
+			// loaded host it can pass before the pump ever ran, and Go then refuses the read without
+			// looking. What the pipe holds already was written by the command and is its output.
+			n, err = readNow(r, buf)
+		}
 		if n > 0 {
 			p.mu.Lock()
 			p.unack += n
