@@ -46,6 +46,7 @@ type server struct {
 	runs      *runService
 	triggers  *triggerService
 	sessions  *sessionService
+	mcp       *mcpSessions // MCP sessions (mcp.go)
 	startedAt time.Time
 	firstRun  bool
 	handler   http.Handler
@@ -123,6 +124,9 @@ func (s *server) routes() *http.ServeMux {
 	mux.HandleFunc("/v1/t/{agent}/{path...}", s.api(s.handleHTTPTrigger))
 	mux.HandleFunc("POST /v1/w/{agent}/{path...}", s.api(s.handleWebhookTrigger))
 	mux.HandleFunc("GET /v1/triggers", s.api(s.handleListTriggers))
+
+	// MCP: the streamable HTTP transport (mcp_http.go); one pattern for every method (GET is 405 there).
+	mux.HandleFunc("/mcp", s.api(s.handleMCP))
 
 	// The catch-all: GETs outside /v1 serve the dashboard (single-page-app fallback); every other
 	// unknown path, and every wrong method on a known path, is 404 E_ROUTE_NOT_FOUND (never 405).
@@ -323,6 +327,9 @@ func safeMethod(m string) bool {
 // originAllowed: the server's own origin always; otherwise only origins listed in corsOrigins.
 func (s *server) originAllowed(origin string, r *http.Request) bool {
 	if origin == "http://"+r.Host || origin == "https://"+r.Host {
+		return true
+	}
+	if r.URL.Path == "/mcp" && mcpLoopbackOrigin(origin) && loopbackHostHeader(r.Host) { // a local MCP client
 		return true
 	}
 	for _, o := range s.cfg.CORSOrigins {

@@ -113,7 +113,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprint(stdout, overview())
 		return nil
 	}
-	if (args[0] == "serve" || args[0] == "validate") && (slices.Contains(args[1:], "-h") || slices.Contains(args[1:], "--help")) {
+	if (args[0] == "serve" || args[0] == "validate" || args[0] == "mcp") && (slices.Contains(args[1:], "-h") || slices.Contains(args[1:], "--help")) {
 		return runHelp(args[:1], stdout) // DESIGN §8: CMD --help is usage on stdout, exit 0
 	}
 	switch args[0] {
@@ -121,6 +121,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return runServe(ctx, args[1:], getenv, stdout, stderr)
 	case "validate":
 		return runValidate(args[1:], stdout)
+	case "mcp": // the MCP server over stdio (mcp_stdio.go)
+		return runMCP(ctx, args[1:], getenv, os.Stdin, stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintf(stdout, "agentd %s %s %s/%s\n", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 		return nil
@@ -204,6 +206,7 @@ type config struct {
 	WarmPool          map[string]int    `yaml:"warmPool"`    // flavor → running machines kept ready (computers_pool.go)
 
 	firstRun     bool
+	noTriggers   bool                // `agentd mcp` in-process: the server's triggers are not mounted here
 	helperBinary string              // the binary mounted into machines for the exec channel; "" is this executable
 	getenv       func(string) string // the process environment, for provider keys; never logged
 }
@@ -506,8 +509,11 @@ func newServer(cfg config, logger *slog.Logger, now func() time.Time) (*server, 
 	s.sessions = newSessionService(sessionDeps{store: st, models: s.models, log: logger, now: now, getenv: cfg.getenv,
 		dataDir: cfg.Home, maxCost: cfg.MaxCostUSD, red: newRedactor(cfg.getenv)})
 	s.triggers = newTriggerService(triggerDeps{store: st, hub: s.hub, log: logger, now: now, fireCron: s.fireCron})
+	s.mcp = newMCPSessions(s)
 	s.handler = s.routes()
-	s.triggers.sync(context.Background(), "", "")
+	if !cfg.noTriggers {
+		s.triggers.sync(context.Background(), "", "")
+	}
 	return s, nil
 }
 
@@ -517,6 +523,7 @@ func newServer(cfg config, logger *slog.Logger, now func() time.Time) (*server, 
 func (s *server) Close(ctx context.Context) {
 	s.cancelStream()
 	s.triggers.Close()
+	s.mcp.Close() // before runs and computers: its calls end and its machines are destroyed
 	s.runs.Close()
 	s.computers.Close()
 	s.models.Close()
