@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
+	"os/exec"
 	"regexp"
 	"strings"
 	"sync/atomic"
@@ -461,5 +463,47 @@ func TestMCPHTTPMachineDocker(t *testing.T) {
 	}
 	if _, err := ts.s.computers.Get(context.Background(), list[0].ID); err == nil {
 		t.Fatal(fmt.Sprintf("machine %s survived the session", list[0].ID))
+	}
+}
+
+// `agentd mcp` with AGENT_URL relays stdio to the server's /mcp; EOF deletes the HTTP session.
+func TestMCPStdioRelaysToAgentURL(t *testing.T) {
+	ts := newTestServer(t, func(c *testSetup) { c.ComputerProvider = "local" })
+	cmd := exec.Command(cliBinary(t), "mcp")
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "AGENT_URL=" + ts.url, "HOME=" + t.TempDir()}
+	cmd.Stdin = strings.NewReader(strings.Join([]string{
+		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`,
+		`{"jsonrpc":"2.0","method":"notifications/initialized"}`,
+		`{"jsonrpc":"2.0","id":2,"method":"tools/list"}`,
+		`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"shell","arguments":{"command":"echo hi"}}}`,
+		`{"jsonrpc":"2.0","id":4,"method":"nope"}`,
+	}, "\n") + "\n")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("agentd mcp: %v\n%s", err, stderr.String())
+	}
+	byID := map[float64]map[string]any{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("stdout line %q: %v", line, err)
+		}
+		byID[m["id"].(float64)] = m
+	}
+	if len(byID) != 4 || byID[1]["result"].(map[string]any)["protocolVersion"] != "2025-11-25" ||
+		len(byID[2]["result"].(map[string]any)["tools"].([]any)) != 12 || rpcCode(byID[4]) != rpcMethodNotFound {
+		t.Fatalf("answers %s", out)
+	}
+	// Relayed to HTTP: the HTTP rule holds (no machine tools on the local provider).
+	if res := byID[3]["result"].(map[string]any); res["isError"] != true || !strings.Contains(mcpText(res), "isolated provider") {
+		t.Fatalf("shell %v", res)
+	}
+	ts.s.mcp.mu.Lock()
+	n := len(ts.s.mcp.byID)
+	ts.s.mcp.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("%d sessions left after EOF", n)
 	}
 }
