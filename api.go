@@ -36,20 +36,21 @@ const (
 
 // server owns every long-lived part of agentd. Built by newServer, torn down by Close in a fixed order.
 type server struct {
-	cfg       config
-	log       *slog.Logger
-	store     *store
-	hub       *hub
-	idem      *idempotencyCache
-	computers *computerService
-	models    *modelService
-	runs      *runService
-	triggers  *triggerService
-	sessions  *sessionService
-	mcp       *mcpSessions // MCP sessions (mcp.go)
-	startedAt time.Time
-	firstRun  bool
-	handler   http.Handler
+	cfg        config
+	log        *slog.Logger
+	store      *store
+	hub        *hub
+	idem       *idempotencyCache
+	computers  *computerService
+	models     *modelService
+	runs       *runService
+	triggers   *triggerService
+	sessions   *sessionService
+	mcp        *mcpSessions // MCP sessions (mcp.go)
+	mcpClients *mcpClients  // MCP servers agents use as tools (mcp_client.go)
+	startedAt  time.Time
+	firstRun   bool
+	handler    http.Handler
 
 	bodyWindowFor time.Duration // tests shorten the body progress window (bodyWindow)
 

@@ -187,23 +187,24 @@ func runValidate(args []string, stdout io.Writer) error {
 
 // config is every setting of the server after precedence is applied.
 type config struct {
-	Home              string            `yaml:"-"`
-	Host              string            `yaml:"host"`
-	Port              int               `yaml:"port"`
-	Token             string            `yaml:"-"` // only from the environment or --token-file
-	CORSOrigins       []string          `yaml:"corsOrigins"`
-	MaxComputers      int               `yaml:"maxComputers"`
-	ComputerProvider  string            `yaml:"computerProvider"`
-	Images            map[string]string `yaml:"images"`
-	AllowedRegistries []string          `yaml:"allowedRegistries"` // registries a spec's image may come from
-	AllowedMounts     []string          `yaml:"allowedMounts"`     // host directories a spec's mounts may come from
-	ModelAliases      map[string]string `yaml:"modelAliases"`
-	MaxCostUSD        float64           `yaml:"maxCostUsd"`
-	ReaperIntervalSec int               `yaml:"reaperIntervalSec"`
-	LogFormat         string            `yaml:"logFormat"`   // text or json
-	LogLevel          string            `yaml:"logLevel"`    // debug, info, warn or error
-	ExecChannel       *bool             `yaml:"execChannel"` // the warm exec channel into docker/podman machines; default on
-	WarmPool          map[string]int    `yaml:"warmPool"`    // flavor → running machines kept ready (computers_pool.go)
+	Home              string                     `yaml:"-"`
+	Host              string                     `yaml:"host"`
+	Port              int                        `yaml:"port"`
+	Token             string                     `yaml:"-"` // only from the environment or --token-file
+	CORSOrigins       []string                   `yaml:"corsOrigins"`
+	MaxComputers      int                        `yaml:"maxComputers"`
+	ComputerProvider  string                     `yaml:"computerProvider"`
+	Images            map[string]string          `yaml:"images"`
+	AllowedRegistries []string                   `yaml:"allowedRegistries"` // registries a spec's image may come from
+	AllowedMounts     []string                   `yaml:"allowedMounts"`     // host directories a spec's mounts may come from
+	ModelAliases      map[string]string          `yaml:"modelAliases"`
+	MaxCostUSD        float64                    `yaml:"maxCostUsd"`
+	ReaperIntervalSec int                        `yaml:"reaperIntervalSec"`
+	LogFormat         string                     `yaml:"logFormat"`   // text or json
+	LogLevel          string                     `yaml:"logLevel"`    // debug, info, warn or error
+	ExecChannel       *bool                      `yaml:"execChannel"` // the warm exec channel into docker/podman machines; default on
+	WarmPool          map[string]int             `yaml:"warmPool"`    // flavor → running machines kept ready (computers_pool.go)
+	MCPServers        map[string]mcpServerConfig `yaml:"mcpServers"`  // MCP servers whose tools agents may use (mcp_client.go)
 
 	firstRun     bool
 	noTriggers   bool                // `agentd mcp` in-process: the server's triggers are not mounted here
@@ -382,6 +383,9 @@ func (cfg config) check() error {
 		return errorf(codeConfig, "config.yaml: %s is %v; it must be %s", key, v, want).
 			withHint("fix " + key + " in " + filepath.Join(cfg.Home, "config.yaml"))
 	}
+	if err := checkMCPServers(cfg.MCPServers); err != nil {
+		return err
+	}
 	switch {
 	case cfg.MaxComputers < 0:
 		return bad("maxComputers", cfg.MaxComputers, "0 or more")
@@ -504,7 +508,8 @@ func newServer(cfg config, logger *slog.Logger, now func() time.Time) (*server, 
 		st.Close()
 		return nil, err
 	}
-	s.runs = newRunService(runDeps{store: st, hub: s.hub, models: s.models, computers: s.computers, now: now,
+	s.mcpClients = newMCPClients(cfg.MCPServers, logger)
+	s.runs = newRunService(runDeps{store: st, hub: s.hub, models: s.models, computers: s.computers, mcp: s.mcpClients, now: now,
 		log: logger, getenv: cfg.getenv, home: cfg.Home})
 	s.sessions = newSessionService(sessionDeps{store: st, models: s.models, log: logger, now: now, getenv: cfg.getenv,
 		dataDir: cfg.Home, maxCost: cfg.MaxCostUSD, red: newRedactor(cfg.getenv)})
@@ -525,6 +530,7 @@ func (s *server) Close(ctx context.Context) {
 	s.triggers.Close()
 	s.mcp.Close() // before runs and computers: its calls end and its machines are destroyed
 	s.runs.Close()
+	s.mcpClients.Close() // after the runs that used them
 	s.computers.Close()
 	s.models.Close()
 	s.hub.Close()
