@@ -50,6 +50,7 @@ func TestMCPClientAgainstAgentd(t *testing.T) {
 			scriptReply{calls: []ToolCall{tc("c5", "mcp_up_run_agent", map[string]any{"name": "upagent", "input": "hello"})}},
 			scriptReply{text: "fin"},
 		),
+		"again": stepwise(scriptReply{calls: []ToolCall{tc("r1", "mcp_up_list_agents", nil)}}, scriptReply{text: "again done"}),
 		"careful": stepwise(
 			scriptReply{calls: []ToolCall{tc("t1", "mcp_upt_list_agents", nil)}},
 			scriptReply{calls: []ToolCall{tc("t2", "mcp_up_list_agents", nil)}},
@@ -102,6 +103,29 @@ func TestMCPClientAgainstAgentd(t *testing.T) {
 		}
 		return len(runs) == 2
 	})
+
+	// The upstream forgets the session (404): the client initialises a new one and the call goes through.
+	up.s.mcp.mu.Lock()
+	var gone []*mcpSession
+	for _, ss := range up.s.mcp.byID {
+		gone = append(gone, ss)
+	}
+	up.s.mcp.mu.Unlock()
+	if len(gone) != 1 { // up holds one (upt is first used below)
+		t.Fatalf("upstream sessions: %d", len(gone))
+	}
+	for _, ss := range gone {
+		ss.Close()
+	}
+	var again string
+	for _, e := range down.stream("user", map[string]any{"input": "again"}).all() {
+		if e["type"] == "tool_end" && e["isError"] != true {
+			again = e["output"].(string)
+		}
+	}
+	if !strings.Contains(again, `"upagent"`) {
+		t.Fatalf("after the upstream session was lost: %q", again)
+	}
 
 	// Approvals: the untrusted server's tool asks; the trusted one's does not.
 	down.createAgent(map[string]any{"name": "careful", "tools": []string{"mcp:up/list_agents", "mcp:upt/list_agents"},

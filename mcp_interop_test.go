@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"os"
@@ -101,4 +102,89 @@ func TestInteropMCPSDK(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestInteropMCPClientSDK: agentd's MCP client against a server written with the official SDK
+// (interop/mcp/sdk-server.mjs), over streamable HTTP and stdio: tools listed and called, an isError
+// surfaced, a hang timed out and cancelled (the SDK server saw notifications/cancelled), a tool added
+// later found after tools/list_changed, and an approval raised for an untrusted server's tool.
+func TestInteropMCPClientSDK(t *testing.T) {
+	dir, node := interopNode(t)
+	script := filepath.Join(dir, "sdk-server.mjs")
+	fx := exec.Command(node, script, "http")
+	fx.Dir = dir
+	stdout, err := fx.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fx.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fx.Process.Kill(); fx.Wait() })
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	fxURL, ok := strings.CutPrefix(strings.TrimSpace(line), "listening ")
+	if err != nil || !ok {
+		t.Fatalf("fixture server: %q %v", line, err)
+	}
+
+	scripts := map[string]func(scriptReq) scriptReply{
+		"go": stepwise(
+			scriptReply{calls: []ToolCall{tc("h1", "mcp_sdkh_echo", map[string]any{"text": "hi"})}},
+			scriptReply{calls: []ToolCall{tc("h2", "mcp_sdkh_fail", nil)}},
+			scriptReply{calls: []ToolCall{tc("h3", "mcp_sdkh_hang", nil)}},
+			scriptReply{calls: []ToolCall{tc("h4", "mcp_sdkh_cancellations", nil)}},
+			scriptReply{calls: []ToolCall{tc("s1", "mcp_sdks_echo", map[string]any{"text": "stdio"})}},
+			scriptReply{calls: []ToolCall{tc("s2", "mcp_sdks_fail", nil)}},
+			scriptReply{calls: []ToolCall{tc("s3", "mcp_sdks_hang", nil)}},
+			scriptReply{calls: []ToolCall{tc("s4", "mcp_sdks_cancellations", nil)}},
+			scriptReply{calls: []ToolCall{tc("s5", "mcp_sdks_add_tool", nil)}},
+			scriptReply{text: "fin"},
+		),
+		"late": stepwise(scriptReply{calls: []ToolCall{tc("l1", "mcp_sdks_late", nil)}}, scriptReply{text: "late done"}),
+		"ask":  stepwise(scriptReply{calls: []ToolCall{tc("a1", "mcp_sdkh_echo", map[string]any{"text": "may I"})}}, scriptReply{text: "asked"}),
+	}
+	te := newE2E(t, newScriptedOpenAI(t, func(r scriptReq) scriptReply { return scripts[r.lastUser()](r) }), "", func(c *testSetup) {
+		c.MCPServers = map[string]mcpServerConfig{
+			"sdkh": {URL: fxURL, TimeoutSec: 2},
+			"sdks": {Command: node, Args: []string{script, "stdio"}, TimeoutSec: 2},
+		}
+	})
+	te.createAgent(map[string]any{"name": "fx", "tools": []string{"mcp:sdkh", "mcp:sdks"}})
+	outputs := func(evs []map[string]any) (map[string]string, map[string]bool) {
+		out, isErr := map[string]string{}, map[string]bool{}
+		for _, e := range evs {
+			if e["type"] == "tool_end" {
+				id := e["call"].(map[string]any)["id"].(string)
+				out[id], isErr[id] = e["output"].(string), e["isError"] == true
+			}
+		}
+		return out, isErr
+	}
+	out, isErr := outputs(te.stream("fx", map[string]any{"input": "go"}).all())
+	for id, want := range map[string]string{"h1": "echo: hi", "h4": "cancellations: 1", "s1": "echo: stdio", "s4": "cancellations: 1", "s5": "added late"} {
+		if isErr[id] || !strings.Contains(out[id], want) {
+			t.Fatalf("%s: %v %q (want %q); all %v", id, isErr[id], out[id], want, out)
+		}
+	}
+	for id, want := range map[string]string{"h2": "failed on purpose", "h3": "timed out", "s2": "failed on purpose", "s3": "timed out"} {
+		if !isErr[id] || !strings.Contains(out[id], want) {
+			t.Fatalf("%s: %v %q (want an error with %q)", id, isErr[id], out[id], want)
+		}
+	}
+	// tools/list_changed: the tool added during the first run is offered to the next.
+	te.createAgent(map[string]any{"name": "fxlate", "tools": []string{"mcp:sdks/late"}})
+	if out, isErr = outputs(te.stream("fxlate", map[string]any{"input": "late"}).all()); isErr["l1"] || out["l1"] != "late tool ran" {
+		t.Fatalf("late tool: %v %q", isErr["l1"], out["l1"])
+	}
+	// Untrusted: approvals apply.
+	te.createAgent(map[string]any{"name": "fxask", "tools": []string{"mcp:sdkh/echo"}, "guardrails": map[string]any{"approvalMode": "ask"}})
+	s := te.stream("fxask", map[string]any{"input": "ask"})
+	ev := s.until(t, "approval_required")
+	if ev["request"].(map[string]any)["tool"] != "mcp_sdkh_echo" {
+		t.Fatalf("approval %v", ev)
+	}
+	te.call("POST", "/v1/approvals/"+ev["approvalId"].(string), map[string]any{"approve": false}, 200, nil)
+	if out, isErr = outputs(s.all()); !isErr["a1"] || !strings.Contains(out["a1"], "refused") {
+		t.Fatalf("denied call: %v %q", isErr["a1"], out["a1"])
+	}
 }
