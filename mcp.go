@@ -123,9 +123,10 @@ type mcpSessions struct {
 	s       *server
 	idleTTL time.Duration // an HTTP session unused this long is ended at the next request
 
-	mu     sync.Mutex
-	byID   map[string]*mcpSession
-	closed bool
+	mu      sync.Mutex
+	byID    map[string]*mcpSession
+	closed  bool
+	closing sync.WaitGroup // idle sessions being ended in the background
 }
 
 func newMCPSessions(s *server) *mcpSessions {
@@ -176,17 +177,21 @@ func (m *mcpSessions) get(id string) *mcpSession {
 	m.mu.Lock()
 	for k, ss := range m.byID {
 		ss.mu.Lock()
-		idle := ss.transport == "http" && now.Sub(ss.lastUsed) > m.idleTTL && len(ss.inflight) == 0
+		idle := k != id && ss.transport == "http" && now.Sub(ss.lastUsed) > m.idleTTL && len(ss.inflight) == 0
 		ss.mu.Unlock()
 		if idle {
 			delete(m.byID, k)
 			stale = append(stale, ss)
+			m.closing.Add(1) // under mu: Close, which waits for these, cannot have begun waiting
 		}
 	}
 	ss := m.byID[id]
 	m.mu.Unlock()
 	for _, x := range stale {
-		go x.Close() // destroying a machine takes a while; the session is already unreachable
+		go func() { // destroying a machine takes a while; the session is already unreachable
+			defer m.closing.Done()
+			x.Close()
+		}()
 	}
 	if ss != nil {
 		ss.mu.Lock()
@@ -211,6 +216,7 @@ func (m *mcpSessions) Close() {
 		wg.Go(ss.Close)
 	}
 	wg.Wait()
+	m.closing.Wait()
 }
 
 // Close ends the session: its calls are cancelled and waited for, then its machine is destroyed

@@ -91,9 +91,10 @@ type mcpClients struct {
 	cfg map[string]mcpServerConfig
 	log *slog.Logger
 
-	mu     sync.Mutex
-	conns  map[string]*mcpConn
-	closed bool
+	mu      sync.Mutex
+	conns   map[string]*mcpConn
+	closed  bool
+	closing sync.WaitGroup // dead connections being stopped in the background
 }
 
 func newMCPClients(cfg map[string]mcpServerConfig, log *slog.Logger) *mcpClients {
@@ -114,7 +115,7 @@ func (mc *mcpClients) conn(ctx context.Context, name string) (*mcpConn, error) {
 	c := mc.conns[name]
 	if c == nil || c.dead() {
 		if c != nil {
-			go c.Close()
+			mc.closing.Go(c.Close)
 		}
 		c = &mcpConn{name: name, cfg: sc, log: mc.log, pending: map[string]chan *rpcMessage{}}
 		mc.conns[name] = c
@@ -135,6 +136,7 @@ func (mc *mcpClients) Close() {
 		wg.Go(c.Close)
 	}
 	wg.Wait()
+	mc.closing.Wait()
 }
 
 // doctor is each configured server's state: not started, running (with its tool count) or failed.
@@ -223,7 +225,10 @@ func (c *mcpConn) start(ctx context.Context) error {
 	c.startOnce.Do(func() {
 		err := c.open()
 		if err == nil {
-			err = c.handshake(ctx)
+			// Starting may be slower than a call (npx fetching a package, a cold runtime): at least a minute.
+			hctx, cancel := context.WithTimeout(ctx, max(c.timeout(), time.Minute))
+			err = c.handshake(hctx)
+			cancel()
 		}
 		c.mu.Lock()
 		c.started, c.startErr = err == nil, err

@@ -507,3 +507,24 @@ func TestMCPStdioRelaysToAgentURL(t *testing.T) {
 		t.Fatalf("%d sessions left after EOF", n)
 	}
 }
+
+// An HTTP session left without DELETE ends once idle past the TTL (seen at the next request).
+func TestMCPHTTPIdleSessionEnds(t *testing.T) {
+	clock := newFakeClock()
+	ts := newTestServer(t, withClock(clock.now))
+	old, _ := mcpConnect(t, ts, mcpLatestVersion)
+	clock.advance(30 * time.Minute)
+	if m := old.rpc("ping", nil); m["result"] == nil { // used: its idle time starts again
+		t.Fatalf("ping %v", m)
+	}
+	clock.advance(ts.s.mcp.idleTTL - time.Minute)
+	fresh, _ := mcpConnect(t, ts, mcpLatestVersion)
+	if r := old.post(map[string]any{"jsonrpc": "2.0", "id": 1, "method": "ping"}); r.status != 200 {
+		t.Fatalf("a session used within the TTL ended: %d", r.status)
+	}
+	clock.advance(ts.s.mcp.idleTTL + time.Minute)
+	fresh.rpc("ping", nil) // any request sweeps the idle sessions (never its own)
+	if r := old.post(map[string]any{"jsonrpc": "2.0", "id": 2, "method": "ping"}); r.status != 404 {
+		t.Fatalf("idle session: %d %s", r.status, r.body)
+	}
+}
