@@ -150,6 +150,7 @@ type mcpSession struct {
 	lastUsed  time.Time
 	closed    bool
 	inflight  map[string]context.CancelFunc // request id → cancel (notifications/cancelled)
+	dropped   map[string]bool               // requests the client cancelled: answered with nothing
 	machMu    sync.Mutex                    // serialises machine creation
 	machineID string
 	told      bool // the provider note was given
@@ -159,7 +160,7 @@ type mcpSession struct {
 func (m *mcpSessions) open(transport string, keep bool) (*mcpSession, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	ss := &mcpSession{reg: m, id: newID("mcp"), transport: transport, keep: keep, ctx: ctx, cancel: cancel,
-		logLevel: "info", lastUsed: m.s.runs.now(), inflight: map[string]context.CancelFunc{}}
+		logLevel: "info", lastUsed: m.s.runs.now(), inflight: map[string]context.CancelFunc{}, dropped: map[string]bool{}}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
@@ -289,6 +290,13 @@ func (ss *mcpSession) handle(ctx context.Context, m *rpcMessage, notify func(any
 	}
 	defer done()
 	result, rerr := ss.dispatch(ctx, m, notify)
+	ss.mu.Lock()
+	dropped := ss.dropped[string(m.ID)]
+	delete(ss.dropped, string(m.ID))
+	ss.mu.Unlock()
+	if dropped { // the client cancelled it: no answer (MCP cancellation)
+		return nil
+	}
 	if rerr != nil {
 		return &rpcResponse{JSONRPC: "2.0", ID: m.ID, Error: rerr}
 	}
@@ -304,6 +312,9 @@ func (ss *mcpSession) notification(m *rpcMessage) {
 		if json.Unmarshal(m.Params, &p) == nil {
 			ss.mu.Lock()
 			cancel := ss.inflight[string(p.RequestID)]
+			if cancel != nil {
+				ss.dropped[string(p.RequestID)] = true
+			}
 			ss.mu.Unlock()
 			if cancel != nil {
 				cancel()

@@ -104,6 +104,10 @@ func (s *server) handleMCP(w http.ResponseWriter, r *http.Request) error {
 	}
 	if !wantsProgressStream(r, m) {
 		resp := ss.handle(r.Context(), m, nil)
+		if resp == nil { // cancelled by the client (notifications/cancelled): no answer
+			w.WriteHeader(http.StatusAccepted)
+			return nil
+		}
 		if m.Method == "initialize" && resp.Error != nil {
 			ss.Close() // no session behind a failed initialize
 			w.Header().Del(mcpSessionHeader)
@@ -127,7 +131,9 @@ func (s *server) handleMCP(w http.ResponseWriter, r *http.Request) error {
 		rc.Flush()
 	}
 	rc.Flush()
-	send(ss.handle(r.Context(), m, send))
+	if resp := ss.handle(r.Context(), m, send); resp != nil { // nil: cancelled by the client
+		send(resp)
+	}
 	return nil
 }
 

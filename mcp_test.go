@@ -528,3 +528,32 @@ func TestMCPHTTPIdleSessionEnds(t *testing.T) {
 		t.Fatalf("idle session: %d %s", r.status, r.body)
 	}
 }
+
+// notifications/cancelled over stdio: the call stops (its run ends cancelled), no answer is sent for
+// it, and the session goes on.
+func TestMCPStdioCancelledRequest(t *testing.T) {
+	so := newScriptedOpenAI(t, func(r scriptReq) scriptReply { return scriptReply{hang: true} })
+	ts := newE2E(t, so, "")
+	ts.createAgent(map[string]any{"name": "stuck", "tools": []string{}})
+	c, _ := startMCPStdio(t, ts, false)
+	c.send(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+	c.next()
+	c.send(`{"jsonrpc":"2.0","id":"r1","method":"tools/call","params":{"name":"run_agent","arguments":{"name":"stuck","input":"x"}}}`)
+	var runID string
+	eventually(t, "the run starts", func() bool {
+		runs := ts.call("GET", "/v1/runs?agent=stuck", nil, 200, nil).json(t)["runs"].([]any)
+		if len(runs) == 1 {
+			runID = runs[0].(map[string]any)["runId"].(string)
+		}
+		return runID != ""
+	})
+	c.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"r1","reason":"user stop"}}`)
+	eventually(t, "the run ends", func() bool {
+		sum := ts.call("GET", "/v1/runs/"+runID, nil, 200, nil).json(t)["result"].(map[string]any)
+		return sum["stopReason"] != nil && sum["stopReason"] != "" || sum["status"] != nil && sum["status"] != "running"
+	})
+	c.send(`{"jsonrpc":"2.0","id":2,"method":"ping"}`)
+	if m := c.next(); m["id"] != float64(2) || m["result"] == nil {
+		t.Fatalf("after the cancel, the next message is %v (want the ping's answer, nothing for r1)", m)
+	}
+}
