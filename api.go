@@ -36,20 +36,22 @@ const (
 
 // server owns every long-lived part of agentd. Built by newServer, torn down by Close in a fixed order.
 type server struct {
-	cfg       config
-	log       *slog.Logger
-	store     *store
-	hub       *hub
-	idem      *idempotencyCache
-	computers *computerService
-	models    *modelService
-	runs      *runService
-	triggers  *triggerService
-	sessions  *sessionService
-	metrics   *metrics // metrics.go: GET /metrics
-	startedAt time.Time
-	firstRun  bool
-	handler   http.Handler
+	cfg        config
+	log        *slog.Logger
+	store      *store
+	hub        *hub
+	idem       *idempotencyCache
+	computers  *computerService
+	models     *modelService
+	runs       *runService
+	triggers   *triggerService
+	sessions   *sessionService
+	mcp        *mcpSessions // MCP sessions (mcp.go)
+	mcpClients *mcpClients  // MCP servers agents use as tools (mcp_client.go)
+	metrics    *metrics     // metrics.go: GET /metrics
+	startedAt  time.Time
+	firstRun   bool
+	handler    http.Handler
 
 	bodyWindowFor time.Duration // tests shorten the body progress window (bodyWindow)
 
@@ -130,6 +132,9 @@ func (s *server) routes() *http.ServeMux {
 	mux.HandleFunc("GET /openai/v1/models", s.openai(s.handleOpenAIModels))
 	mux.HandleFunc("POST /openai/v1/chat/completions", s.openai(s.handleOpenAIChat))
 	mux.HandleFunc("/openai/", s.openai(s.handleOpenAINotFound)) // OpenAI's error shape for the rest
+
+	// MCP: the streamable HTTP transport (mcp_http.go); one pattern for every method (GET is 405 there).
+	mux.HandleFunc("/mcp", s.api(s.handleMCP))
 
 	// The catch-all: GETs outside /v1 serve the dashboard (single-page-app fallback); every other
 	// unknown path, and every wrong method on a known path, is 404 E_ROUTE_NOT_FOUND (never 405).
@@ -332,6 +337,9 @@ func safeMethod(m string) bool {
 // originAllowed: the server's own origin always; otherwise only origins listed in corsOrigins.
 func (s *server) originAllowed(origin string, r *http.Request) bool {
 	if origin == "http://"+r.Host || origin == "https://"+r.Host {
+		return true
+	}
+	if r.URL.Path == "/mcp" && mcpLoopbackOrigin(origin) && loopbackHostHeader(r.Host) { // a local MCP client
 		return true
 	}
 	for _, o := range s.cfg.CORSOrigins {

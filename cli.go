@@ -76,6 +76,7 @@ func cliCommands() []cliCommand {
 // serverCommands are run() itself; help lists them with the client commands.
 var serverHelp = [][3]string{
 	{"serve [--host H] [--port P] [--home DIR] [--token-file F] [--log-format text|json] [--log-level L]", "run the server", "agentd serve --port 7377"},
+	{"mcp [--keep] [--home DIR] [--log-level L]", "serve MCP over stdio (for Claude Code, Claude Desktop, Cursor)", "claude mcp add agentd -- agentd mcp"},
 	{"validate [--json] FILE...", "check agent spec files offline", "agentd validate examples/*.yaml"},
 	{"version", "print the version", "agentd version"},
 	{"help [COMMAND]", "this overview, or one command's usage", "agentd help run"},

@@ -26,8 +26,9 @@ type DoctorReport struct {
 	Providers []doctorProvider      `json:"providers"`
 	Models    []doctorModelProvider `json:"models"`
 	Selection doctorSelection       `json:"selection"`
-	Images    []doctorImage         `json:"images"` // addition: each flavor's image on the selected engine
-	Pool      doctorPool            `json:"pool"`   // addition: the warm pool (computers_pool.go)
+	Images    []doctorImage         `json:"images"`     // addition: each flavor's image on the selected engine
+	Pool      doctorPool            `json:"pool"`       // addition: the warm pool (computers_pool.go)
+	MCP       []map[string]any      `json:"mcpServers"` // addition: config.yaml's MCP servers and their state (mcp_client.go)
 	Warnings  []string              `json:"warnings"`
 }
 
@@ -135,6 +136,7 @@ func (s *server) doctor(ctx context.Context) DoctorReport {
 	}
 	rep.Warnings = append(rep.Warnings, cw...)
 	rep.Warnings = append(rep.Warnings, mw...)
+	rep.MCP = s.mcpClients.doctor()
 	if s.cfg.Token != "" && len(s.cfg.Token) < minTokenLen {
 		rep.Warnings = append(rep.Warnings, fmt.Sprintf("AGENT_TOKEN has %d characters: use at least %d (openssl rand -hex 24)", len(s.cfg.Token), minTokenLen))
 	}

@@ -113,7 +113,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprint(stdout, overview())
 		return nil
 	}
-	if (args[0] == "serve" || args[0] == "validate") && (slices.Contains(args[1:], "-h") || slices.Contains(args[1:], "--help")) {
+	if (args[0] == "serve" || args[0] == "validate" || args[0] == "mcp") && (slices.Contains(args[1:], "-h") || slices.Contains(args[1:], "--help")) {
 		return runHelp(args[:1], stdout) // DESIGN §8: CMD --help is usage on stdout, exit 0
 	}
 	switch args[0] {
@@ -121,6 +121,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return runServe(ctx, args[1:], getenv, stdout, stderr)
 	case "validate":
 		return runValidate(args[1:], stdout)
+	case "mcp": // the MCP server over stdio (mcp_stdio.go)
+		return runMCP(ctx, args[1:], getenv, os.Stdin, stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintf(stdout, "agentd %s %s %s/%s\n", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 		return nil
@@ -185,28 +187,30 @@ func runValidate(args []string, stdout io.Writer) error {
 
 // config is every setting of the server after precedence is applied.
 type config struct {
-	Home              string            `yaml:"-"`
-	Host              string            `yaml:"host"`
-	Port              int               `yaml:"port"`
-	Token             string            `yaml:"-"` // only from the environment or --token-file
-	CORSOrigins       []string          `yaml:"corsOrigins"`
-	MaxComputers      int               `yaml:"maxComputers"`
-	ComputerProvider  string            `yaml:"computerProvider"`
-	Images            map[string]string `yaml:"images"`
-	AllowedRegistries []string          `yaml:"allowedRegistries"` // registries a spec's image may come from
-	AllowedMounts     []string          `yaml:"allowedMounts"`     // host directories a spec's mounts may come from
-	ModelAliases      map[string]string `yaml:"modelAliases"`
-	MaxCostUSD        float64           `yaml:"maxCostUsd"`
-	ReaperIntervalSec int               `yaml:"reaperIntervalSec"`
-	LogFormat         string            `yaml:"logFormat"`   // text or json
-	LogLevel          string            `yaml:"logLevel"`    // debug, info, warn or error
-	ExecChannel       *bool             `yaml:"execChannel"` // the warm exec channel into docker/podman machines; default on
-	WarmPool          map[string]int    `yaml:"warmPool"`    // flavor → running machines kept ready (computers_pool.go)
+	Home              string                     `yaml:"-"`
+	Host              string                     `yaml:"host"`
+	Port              int                        `yaml:"port"`
+	Token             string                     `yaml:"-"` // only from the environment or --token-file
+	CORSOrigins       []string                   `yaml:"corsOrigins"`
+	MaxComputers      int                        `yaml:"maxComputers"`
+	ComputerProvider  string                     `yaml:"computerProvider"`
+	Images            map[string]string          `yaml:"images"`
+	AllowedRegistries []string                   `yaml:"allowedRegistries"` // registries a spec's image may come from
+	AllowedMounts     []string                   `yaml:"allowedMounts"`     // host directories a spec's mounts may come from
+	ModelAliases      map[string]string          `yaml:"modelAliases"`
+	MaxCostUSD        float64                    `yaml:"maxCostUsd"`
+	ReaperIntervalSec int                        `yaml:"reaperIntervalSec"`
+	LogFormat         string                     `yaml:"logFormat"`   // text or json
+	LogLevel          string                     `yaml:"logLevel"`    // debug, info, warn or error
+	ExecChannel       *bool                      `yaml:"execChannel"` // the warm exec channel into docker/podman machines; default on
+	WarmPool          map[string]int             `yaml:"warmPool"`    // flavor → running machines kept ready (computers_pool.go)
+	MCPServers        map[string]mcpServerConfig `yaml:"mcpServers"`  // MCP servers whose tools agents may use (mcp_client.go)
 
 	// Protocols (issue 18): GET /metrics answers without the token when true (metrics.go).
 	MetricsPublic bool `yaml:"metricsPublic"`
 
 	firstRun     bool
+	noTriggers   bool                // `agentd mcp` in-process: the server's triggers are not mounted here
 	helperBinary string              // the binary mounted into machines for the exec channel; "" is this executable
 	getenv       func(string) string // the process environment, for provider keys; never logged
 }
@@ -382,6 +386,9 @@ func (cfg config) check() error {
 		return errorf(codeConfig, "config.yaml: %s is %v; it must be %s", key, v, want).
 			withHint("fix " + key + " in " + filepath.Join(cfg.Home, "config.yaml"))
 	}
+	if err := checkMCPServers(cfg.MCPServers); err != nil {
+		return err
+	}
 	switch {
 	case cfg.MaxComputers < 0:
 		return bad("maxComputers", cfg.MaxComputers, "0 or more")
@@ -504,13 +511,17 @@ func newServer(cfg config, logger *slog.Logger, now func() time.Time) (*server, 
 		st.Close()
 		return nil, err
 	}
-	s.runs = newRunService(runDeps{store: st, hub: s.hub, models: s.models, computers: s.computers, now: now,
+	s.mcpClients = newMCPClients(cfg.MCPServers, logger)
+	s.runs = newRunService(runDeps{store: st, hub: s.hub, models: s.models, computers: s.computers, mcp: s.mcpClients, now: now,
 		log: logger, getenv: cfg.getenv, home: cfg.Home, metrics: s.metrics})
 	s.sessions = newSessionService(sessionDeps{store: st, models: s.models, log: logger, now: now, getenv: cfg.getenv,
 		dataDir: cfg.Home, maxCost: cfg.MaxCostUSD, red: newRedactor(cfg.getenv)})
 	s.triggers = newTriggerService(triggerDeps{store: st, hub: s.hub, log: logger, now: now, fireCron: s.fireCron})
+	s.mcp = newMCPSessions(s)
 	s.handler = s.routes()
-	s.triggers.sync(context.Background(), "", "")
+	if !cfg.noTriggers {
+		s.triggers.sync(context.Background(), "", "")
+	}
 	return s, nil
 }
 
@@ -520,7 +531,9 @@ func newServer(cfg config, logger *slog.Logger, now func() time.Time) (*server, 
 func (s *server) Close(ctx context.Context) {
 	s.cancelStream()
 	s.triggers.Close()
+	s.mcp.Close() // before runs and computers: its calls end and its machines are destroyed
 	s.runs.Close()
+	s.mcpClients.Close() // after the runs that used them
 	s.computers.Close()
 	s.models.Close()
 	s.hub.Close()

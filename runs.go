@@ -156,6 +156,7 @@ type runDeps struct {
 	hub       *hub
 	models    runModels
 	computers runComputers
+	mcp       *mcpClients // config.yaml's mcpServers (mcp_client.go); nil: none
 	now       func() time.Time
 	log       *slog.Logger
 	getenv    func(string) string

@@ -67,6 +67,9 @@ type activeRun struct {
 
 	compMu     sync.Mutex
 	computerID string
+
+	extra   map[string]toolImpl // the run's MCP tools (mcp_client.go), set before the loop starts
+	trusted map[string]bool     // MCP tools of a trusted server: no approval
 }
 
 func newActiveRun(rs *runService, spec *AgentSpec, p *runParams, sink func(runEvent, []byte)) *activeRun {
@@ -203,6 +206,7 @@ func (ar *activeRun) run() {
 	for _, w := range ar.p.Warnings {
 		ar.warn("clamped", w)
 	}
+	ar.addMCPTools() // `mcp:` entries of tools: their servers start on first use
 
 	st := &loopState{}
 	stop, apiErr := ar.safeLoop(st)
@@ -715,10 +719,13 @@ func (ar *activeRun) runTool(c ToolCall) (res toolOutcome) {
 	}()
 
 	impl, ok := ar.rs.tools[c.Name]
+	if !ok {
+		impl, ok = ar.extra[c.Name]
+	}
 	if !ok || !slices.Contains(ar.tools, c.Name) {
 		return toolOutcome{output: fmt.Sprintf("E_TOOL_ERROR: there is no tool named %q; available tools: %s", c.Name, strings.Join(ar.tools, ", ")), isError: true}
 	}
-	if isDangerous(c.Name) {
+	if isDangerous(c.Name) && !ar.trusted[c.Name] {
 		switch ar.p.ApprovalMode {
 		case "readonly":
 			reason := "readonly mode refuses " + c.Name
