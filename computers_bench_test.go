@@ -21,14 +21,25 @@ func TestComputerBenchReport(t *testing.T) {
 		t.Skip("set AGENT_BENCH=1 to measure")
 	}
 	var report strings.Builder
-	for _, prov := range []string{"local", "docker", "podman"} {
-		if prov != "local" {
+	provs := []string{"local", "sandbox", "docker", "podman"}
+	if only := os.Getenv("AGENT_BENCH_PROVIDERS"); only != "" { // e.g. local,sandbox,docker
+		provs = strings.Split(only, ",")
+	}
+	for _, prov := range provs {
+		if prov == "sandbox" {
+			e := newTestServer(t, withHostEnv)
+			pr := e.s.computers.probe(context.Background(), e.s.computers.providerByName(prov))
+			e.close()
+			if !pr.available {
+				continue
+			}
+		} else if prov != "local" {
 			if _, err := exec.LookPath(prov); err != nil {
 				continue
 			}
 		}
 		benchProvider(t, prov, &report)
-		if prov != "local" && os.Getenv("AGENT_TEST_CHANNEL") != "0" {
+		if prov != "local" && prov != "sandbox" && os.Getenv("AGENT_TEST_CHANNEL") != "0" {
 			benchProvider(t, prov, &report, func(c *testSetup) { c.ExecChannel, c.helperBinary = new(bool), "" })
 		}
 	}
@@ -47,7 +58,9 @@ func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d.Micros
 func benchProvider(t *testing.T, prov string, out *strings.Builder, opts ...testOption) {
 	e := newTestServer(t, append([]testOption{withHostEnv, func(c *testSetup) { c.MaxComputers = 32 }}, opts...)...)
 	path := ""
-	if prov != "local" {
+	if prov == "sandbox" {
+		path = " (one bwrap per machine, its helper's exec channel)"
+	} else if prov != "local" {
 		path = " (exec channel on)"
 		if e.s.computers.helper == "" {
 			path = " (per-call path: exec channel off)"
@@ -85,7 +98,7 @@ func benchProvider(t *testing.T, prov string, out *strings.Builder, opts ...test
 		}
 	}
 	fmt.Fprintf(out, "- exec `echo hi` through the API: p50 %s, p99 %s (n=%d)\n", ms(pct(api, 0.5)), ms(pct(api, 0.99)), n)
-	if prov != "local" {
+	if prov != "local" && prov != "sandbox" {
 		var raw []time.Duration
 		for i := 0; i < n; i++ {
 			start := time.Now()
