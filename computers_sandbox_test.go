@@ -179,3 +179,26 @@ func TestSandboxNetwork(t *testing.T) {
 		t.Fatalf("expose on network none: %v", err)
 	}
 }
+
+// TestSandboxProbeSaysWhy: without bwrap, or without a helper binary, the sandbox is unavailable with
+// the reason and the fix, and `auto` passes over it.
+func TestSandboxProbeSaysWhy(t *testing.T) {
+	e := newTestServer(t, withHostEnv)
+	c := e.s.computers
+	sb := c.providerByName("sandbox")
+	t.Setenv("PATH", t.TempDir()) // no bwrap on it
+	if pr := sb.probe(context.Background()); pr.available || !strings.Contains(pr.reason, "bwrap") || !strings.Contains(pr.hint, "bubblewrap") {
+		t.Fatalf("without bwrap: %+v", pr)
+	}
+	off := newTestServer(t, withHostEnv, func(c *testSetup) { c.ExecChannel, c.helperBinary = new(bool), "" })
+	if bw, err := exec.LookPath("/usr/bin/bwrap"); err == nil {
+		t.Setenv("PATH", filepath.Dir(bw))
+		if pr := off.s.computers.providerByName("sandbox").probe(context.Background()); pr.available || !strings.Contains(pr.reason, "helper") {
+			t.Fatalf("without a helper: %+v", pr)
+		}
+	}
+	env := off.wantError("POST", "/v1/computers", map[string]any{"provider": "sandbox"}, 503, codeProviderUnavailable)
+	if env["hint"] == "" {
+		t.Fatalf("no hint: %v", env)
+	}
+}
