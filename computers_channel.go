@@ -1,6 +1,7 @@
 // computers_channel.go — the host half of the warm exec channel: one long-lived `docker exec -i` (or
 // podman) per machine into agentd's own binary (`machine-helper`, computers_helper.go), multiplexing every
 // exec and file operation of that machine, so a small command costs a frame, not an engine round trip.
+// For the sandbox provider (computers_sandbox.go) the channel's process is the machine's bwrap itself.
 //
 // Entry points: findHelperBinary (at start: may this binary run inside machines?), helperMount (the
 // bind mount added at create), computerService.channel (the machine's channel, opened on first use,
