@@ -44,8 +44,7 @@ func applyHelperLimits(spec string) error {
 }
 
 // watchProcesses bounds the processes of the helper's pid namespace: when more than max are alive it
-// kills every process it may signal but itself and the namespace's init (kill -1), until the count is
-// back down. RLIMIT_NPROC cannot do this alone: it is not enforced for processes whose host uid is root
+// kills every process it may signal but itself and the namespace's init (kill -1), until none is left. RLIMIT_NPROC cannot do this alone: it is not enforced for processes whose host uid is root
 // (agentd running as root), and a Go helper that hits it cannot start threads.
 func watchProcesses(max int, stop <-chan struct{}) {
 	t := time.NewTicker(50 * time.Millisecond)
@@ -56,7 +55,12 @@ func watchProcesses(max int, stop <-chan struct{}) {
 			return
 		case <-t.C:
 		}
-		for i := 0; i < 50 && countProcesses() > max; i++ {
+		if countProcesses() <= max {
+			continue
+		}
+		// Everything goes, until only the namespace's init and the helper are left: a bomb that kept a
+		// few processes through one sweep would grow back.
+		for i := 0; i < 200 && countProcesses() > 2; i++ {
 			syscall.Kill(-1, syscall.SIGKILL)
 			time.Sleep(10 * time.Millisecond) // let the kernel reap before counting again
 		}
