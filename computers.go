@@ -1,4 +1,4 @@
-// computers.go — the computer service: providers (docker, podman, local), lifecycle, records, and the
+// computers.go — the computer service: providers (docker, podman, sandbox, local), lifecycle, records, and the
 // /v1/computers lifecycle endpoints. Exec lives in computers_exec.go, files in computers_files.go, ports in computers_ports.go, the
 // terminal in computers_terminal.go, the reaper in computers_reaper.go; the providers in computers_engine.go and computers_local.go.
 //
@@ -39,7 +39,7 @@ type ComputerInfo struct {
 	Provider      string                 `json:"provider"`
 	State         string                 `json:"state"` // creating, running, stopped, destroyed, error
 	Isolated      bool                   `json:"isolated"`
-	IsolationKind string                 `json:"isolationKind"` // kernel | guardrails
+	IsolationKind string                 `json:"isolationKind"` // kernel | namespaces | guardrails
 	Image         string                 `json:"image"`
 	Workdir       string                 `json:"workdir"`
 	CreatedAt     string                 `json:"createdAt"`
@@ -117,7 +117,8 @@ const (
 	lifecycleTimout = 2 * time.Minute
 )
 
-// provider is one way of running machines. docker and podman share computers_engine.go; local is computers_local.go.
+// provider is one way of running machines. docker and podman share computers_engine.go; sandbox is
+// computers_sandbox.go; local is computers_local.go.
 type provider interface {
 	meta() providerMeta
 	probe(ctx context.Context) probeResult
@@ -235,6 +236,7 @@ func newComputerService(d computerDeps) (*computerService, error) {
 	c.providers = []provider{
 		newEngineProvider("docker", 100, c),
 		newEngineProvider("podman", 90, c),
+		newSandboxProvider(c), // computers_sandbox.go: bubblewrap namespaces, between the engines and local
 		newLocalProvider(c),
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
@@ -338,12 +340,12 @@ func (c *computerService) selectProvider(ctx context.Context, name string) (prov
 			reasons = append(reasons, p.meta().name+": "+pr.reason)
 		}
 		return nil, errorf(codeProviderUnavailable, "no computer provider can run: %s", strings.Join(reasons, "; ")).
-			withHint("install Docker or Podman, or check GET /v1/doctor")
+			withHint("install Docker, Podman or bubblewrap, or check GET /v1/doctor")
 	}
 	p := c.providerByName(name)
 	if p == nil {
 		return nil, errorf(codeProviderUnavailable, "unknown computer provider %q", name).
-			withHint("use one of docker, podman, local or auto")
+			withHint("use one of docker, podman, sandbox, local or auto")
 	}
 	pr := c.probe(ctx, p)
 	if !pr.available {
@@ -364,7 +366,7 @@ func (c *computerService) doctor(ctx context.Context) (providers []doctorProvide
 			Name: m.name, Description: m.description, Priority: m.priority, Available: pr.available,
 			Isolated: m.isolated, IsolationKind: m.isolationKind, Version: pr.version, Reason: pr.reason, Hint: pr.hint,
 		}
-		if _, engine := p.(*engineProvider); engine {
+		if _, host := p.(channelHost); host {
 			dp.ExecChannel = &doctorExecChannel{Enabled: c.helper != "", Reason: c.helperNote}
 		}
 		providers = append(providers, dp)
@@ -383,7 +385,7 @@ func (c *computerService) doctor(ctx context.Context) (providers []doctorProvide
 			sel.ProviderReason = fmt.Sprintf("%s is the highest-priority available provider", m.name)
 		}
 		if !m.isolated {
-			warnings = append(warnings, fmt.Sprintf("only a non-isolated computer provider (%s) is available: commands run on this host, guarded but not isolated; install Docker or Podman for kernel isolation", m.name))
+			warnings = append(warnings, fmt.Sprintf("only a non-isolated computer provider (%s) is available: commands run on this host, guarded but not isolated; install Docker, Podman or bubblewrap (the sandbox provider) for isolation", m.name))
 		}
 		if e, ok := p.(*engineProvider); ok {
 			for _, flavor := range []string{"base", "python", "node", "full"} {
@@ -752,7 +754,7 @@ func (c *computerService) create(ctx context.Context, sp ComputerSpec) (*Compute
 	if m.Name == "" {
 		m.Name = m.ID
 	}
-	if p.meta().isolated {
+	if _, sandbox := p.(*sandboxProvider); p.meta().isolated && !sandbox { // the sandbox runs the host's userland
 		m.Image = c.imageFor(sp)
 	}
 	if sp.MaxLifetimeSec > 0 {

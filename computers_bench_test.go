@@ -21,14 +21,25 @@ func TestComputerBenchReport(t *testing.T) {
 		t.Skip("set AGENT_BENCH=1 to measure")
 	}
 	var report strings.Builder
-	for _, prov := range []string{"local", "docker", "podman"} {
-		if prov != "local" {
+	provs := []string{"local", "sandbox", "docker", "podman"}
+	if only := os.Getenv("AGENT_BENCH_PROVIDERS"); only != "" { // e.g. local,sandbox,docker
+		provs = strings.Split(only, ",")
+	}
+	for _, prov := range provs {
+		if prov == "sandbox" {
+			e := newTestServer(t, withHostEnv)
+			pr := e.s.computers.probe(context.Background(), e.s.computers.providerByName(prov))
+			e.close()
+			if !pr.available {
+				continue
+			}
+		} else if prov != "local" {
 			if _, err := exec.LookPath(prov); err != nil {
 				continue
 			}
 		}
 		benchProvider(t, prov, &report)
-		if prov != "local" && os.Getenv("AGENT_TEST_CHANNEL") != "0" {
+		if prov != "local" && prov != "sandbox" && os.Getenv("AGENT_TEST_CHANNEL") != "0" {
 			benchProvider(t, prov, &report, func(c *testSetup) { c.ExecChannel, c.helperBinary = new(bool), "" })
 		}
 	}
@@ -47,7 +58,9 @@ func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d.Micros
 func benchProvider(t *testing.T, prov string, out *strings.Builder, opts ...testOption) {
 	e := newTestServer(t, append([]testOption{withHostEnv, func(c *testSetup) { c.MaxComputers = 32 }}, opts...)...)
 	path := ""
-	if prov != "local" {
+	if prov == "sandbox" {
+		path = " (one bwrap per machine, its helper's exec channel)"
+	} else if prov != "local" {
 		path = " (exec channel on)"
 		if e.s.computers.helper == "" {
 			path = " (per-call path: exec channel off)"
@@ -85,7 +98,7 @@ func benchProvider(t *testing.T, prov string, out *strings.Builder, opts ...test
 		}
 	}
 	fmt.Fprintf(out, "- exec `echo hi` through the API: p50 %s, p99 %s (n=%d)\n", ms(pct(api, 0.5)), ms(pct(api, 0.99)), n)
-	if prov != "local" {
+	if prov != "local" && prov != "sandbox" {
 		var raw []time.Duration
 		for i := 0; i < n; i++ {
 			start := time.Now()
@@ -281,4 +294,61 @@ func BenchmarkCreateRawDocker(b *testing.B) {
 	}
 	b.StopTimer()
 	reportP50(b, ds, creates)
+}
+
+// TestSandboxBenchReport measures what BENCHMARKS.md's sandbox section reports: create, create → first
+// exec and exec p50 for sandbox beside local and docker, in one run (AGENT_BENCH=1):
+//
+//	AGENT_BENCH=1 go test -run TestSandboxBenchReport -v -count=1 .
+func TestSandboxBenchReport(t *testing.T) {
+	if os.Getenv("AGENT_BENCH") != "1" {
+		t.Skip("set AGENT_BENCH=1 to measure")
+	}
+	var report strings.Builder
+	fmt.Fprintf(&report, "| | create p50 | create → first exec p50 | exec `echo hi` via API p50 / p99 |\n|---|---|---|---|\n")
+	for _, prov := range []string{"local", "sandbox", "docker"} {
+		e := newTestServer(t, withHostEnv, func(c *testSetup) { c.MaxComputers = 32 })
+		if pr := e.s.computers.probe(context.Background(), e.s.computers.providerByName(prov)); !pr.available {
+			t.Logf("%s unavailable: %s", prov, pr.reason)
+			continue
+		}
+		var creates, firsts []time.Duration
+		for i := 0; i < 10; i++ {
+			start := time.Now()
+			m := e.create(map[string]any{"provider": prov})
+			creates = append(creates, time.Since(start))
+			e.exec(m.ID, map[string]any{"cmd": "echo hi"})
+			firsts = append(firsts, time.Since(start))
+			e.call("DELETE", "/v1/computers/"+m.ID, nil, 204, nil)
+		}
+		m := e.create(map[string]any{"provider": prov})
+		for i := 0; i < 5; i++ {
+			e.exec(m.ID, map[string]any{"cmd": "echo hi"})
+		}
+		var api []time.Duration
+		for i := 0; i < 100; i++ {
+			start := time.Now()
+			if r := e.exec(m.ID, map[string]any{"cmd": "echo hi"}); r.Stdout != "hi\n" {
+				t.Fatalf("exec: %+v", r)
+			}
+			api = append(api, time.Since(start))
+		}
+		e.call("DELETE", "/v1/computers/"+m.ID, nil, 204, nil)
+		fmt.Fprintf(&report, "| %s | %s | %s | %s / %s |\n", prov, ms(pct(creates, 0.5)), ms(pct(firsts, 0.5)), ms(pct(api, 0.5)), ms(pct(api, 0.99)))
+	}
+	// The floor on this host: a process started from Go, and a one-shot bwrap around the same command.
+	var sh, bw []time.Duration
+	sb := newSandboxProvider(&computerService{computerDeps: computerDeps{home: t.TempDir()}})
+	args := append(sb.nsArgs(ComputerSpec{}), sb.systemArgs()...)
+	args = append(args, "--proc", "/proc", "--dev", "/dev", "--", "/bin/sh", "-c", "echo hi")
+	for i := 0; i < 50; i++ {
+		start := time.Now()
+		exec.Command("/bin/sh", "-c", "echo hi").Output()
+		sh = append(sh, time.Since(start))
+		start = time.Now()
+		exec.Command("bwrap", args...).Output()
+		bw = append(bw, time.Since(start))
+	}
+	fmt.Fprintf(&report, "\nfloor: `sh -c 'echo hi'` from Go p50 %s; a one-shot `bwrap … sh -c 'echo hi'` p50 %s\n", ms(pct(sh, 0.5)), ms(pct(bw, 0.5)))
+	t.Log("\n" + report.String())
 }

@@ -1,6 +1,7 @@
 // computers_channel.go — the host half of the warm exec channel: one long-lived `docker exec -i` (or
 // podman) per machine into agentd's own binary (`machine-helper`, computers_helper.go), multiplexing every
 // exec and file operation of that machine, so a small command costs a frame, not an engine round trip.
+// For the sandbox provider (computers_sandbox.go) the channel's process is the machine's bwrap itself.
 //
 // Entry points: findHelperBinary (at start: may this binary run inside machines?), helperMount (the
 // bind mount added at create), computerService.channel (the machine's channel, opened on first use,
@@ -26,6 +27,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"runtime"
 	"strings"
 	"sync"
@@ -75,32 +77,46 @@ func (c *computerService) helperMount() string {
 	return c.helper + ":" + helperInMachine + ":ro"
 }
 
+// channelHost is a provider whose machines carry the exec channel: docker and podman (over a long
+// `docker exec -i`) and the sandbox (the helper is its bwrap's first process).
+type channelHost interface {
+	provider
+	// helperCmd is the host process whose stdin and stdout are the helper's.
+	helperCmd(ctx context.Context, m *ComputerInfo) *exec.Cmd
+}
+
 // channel returns the machine's open channel, opening it when there is none; nil means "use the
 // per-call path" (the channel is off, or cannot run in this machine, or an exec as another user).
-func (c *computerService) channel(ctx context.Context, e *engineProvider, m *ComputerInfo) *execChannel {
+func (c *computerService) channel(ctx context.Context, host channelHost, m *ComputerInfo) *execChannel {
+	ch, _ := c.channelErr(ctx, host, m)
+	return ch
+}
+
+// channelErr is channel with the reason there is none (the sandbox has no per-call path to fall back on).
+func (c *computerService) channelErr(ctx context.Context, host channelHost, m *ComputerInfo) (*execChannel, error) {
 	if c.helper == "" {
-		return nil
+		return nil, errors.New("the exec channel is off: " + c.helperNote)
 	}
 	rt := c.runtime(m.ID)
 	rt.chMu.Lock()
 	defer rt.chMu.Unlock()
 	if rt.ch != nil && rt.ch.alive() {
-		return rt.ch
+		return rt.ch, nil
 	}
 	if rt.chOff != "" {
-		return nil
+		return nil, errors.New(rt.chOff)
 	}
-	ch, err := openChannel(c.ctx, e, m)
+	ch, err := openChannel(c.ctx, host, m)
 	if err != nil {
 		var nf *helperMissing
-		if errors.As(err, &nf) {
+		if _, engine := host.(*engineProvider); engine && errors.As(err, &nf) {
 			rt.chOff = err.Error() // a machine made without the mount: per-call until it is recreated
 		}
 		c.log.Debug("computers: exec channel not opened", "computer", m.ID, "err", err)
-		return nil
+		return nil, err
 	}
 	rt.ch = ch
-	return ch
+	return ch, nil
 }
 
 // closeChannel ends a machine's channel (stop, destroy, gone, shutdown); the helper kills its processes.
@@ -134,10 +150,9 @@ type execChannel struct {
 	done  chan struct{} // closed when the reader has ended and every request was failed
 }
 
-func openChannel(parent context.Context, e *engineProvider, m *ComputerInfo) (*execChannel, error) {
+func openChannel(parent context.Context, host channelHost, m *ComputerInfo) (*execChannel, error) {
 	ctx, kill := context.WithCancel(parent)
-	args := append(e.execArgs(m, "", "/", nil, true, false), helperInMachine, "machine-helper")
-	cmd := e.cli(ctx, args...)
+	cmd := host.helperCmd(ctx, m)
 	cmd.WaitDelay = time.Second
 	stdin, err1 := cmd.StdinPipe()
 	stdout, err2 := cmd.StdoutPipe()

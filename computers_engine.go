@@ -405,6 +405,11 @@ func (e *engineProvider) command(ctx context.Context, m *ComputerInfo, p *procSp
 	return &procHandle{cmd: cmd, endMarker: true}, nil
 }
 
+// helperCmd is the channel's process: one long `docker exec -i` into the mounted helper.
+func (e *engineProvider) helperCmd(ctx context.Context, m *ComputerInfo) *exec.Cmd {
+	return e.cli(ctx, append(e.execArgs(m, "", "/", nil, true, false), helperInMachine, "machine-helper")...)
+}
+
 // killTree kills the exec's process group inside the machine, as the exec's own user (root there has
 // no CAP_KILL). It waits briefly for the pid file in case the kill races the start.
 func (e *engineProvider) killTree(ctx context.Context, m *ComputerInfo, p *procSpec) {
@@ -447,11 +452,15 @@ func (e *engineProvider) guestAddr(ctx context.Context, m *ComputerInfo, port in
 
 // ---- files inside the machine ----
 
-func (e *engineProvider) fs(m *ComputerInfo) machineFS { return &engineFS{e: e, m: m} }
+func (e *engineProvider) fs(m *ComputerInfo) machineFS { return &engineFS{e: e, c: e.c, host: e, m: m} }
 
+// engineFS does file operations inside a machine: over its exec channel, else (docker and podman only)
+// through one engine exec per call. The sandbox uses it too, with e nil: the channel is its only way in.
 type engineFS struct {
-	e *engineProvider
-	m *ComputerInfo
+	e    *engineProvider // nil: no per-call path
+	c    *computerService
+	host channelHost
+	m    *ComputerInfo
 }
 
 const fsOpTimeout = 10 * time.Minute
@@ -467,7 +476,8 @@ func (f *engineFS) sh(ctx context.Context, stdin io.Reader, stdout io.Writer, sc
 func (f *engineFS) do(ctx context.Context, op string, stdin io.Reader, stdout io.Writer, script string, args ...string) error {
 	ctx, cancel := context.WithTimeout(ctx, fsOpTimeout)
 	defer cancel()
-	if ch := f.e.c.channel(ctx, f.e, f.m); ch != nil {
+	ch, cherr := f.c.channelErr(ctx, f.host, f.m)
+	if ch != nil {
 		var stderr bytes.Buffer
 		req := chanStart{Argv: append([]string{"/bin/sh", "-c", script, "agentd"}, args...), Cwd: "/"}
 		if op != "" {
@@ -493,6 +503,10 @@ func (f *engineFS) do(ctx context.Context, op string, stdin io.Reader, stdout io
 			}
 			return nil
 		} // not sent: the channel was already down, so the per-call path below does the work
+		cherr = err
+	}
+	if f.e == nil {
+		return &engineError{args: []string{"exec"}, err: cherr, stderr: "the machine's helper is not running: " + cherr.Error()}
 	}
 	a := f.e.execArgs(f.m, "", "/", nil, stdin != nil, false)
 	a = append(append(a, "/bin/sh", "-c", script, "agentd"), args...)

@@ -288,6 +288,9 @@ func (l *localProvider) guestAddr(ctx context.Context, m *ComputerInfo, port int
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), nil
 }
 
+// hostNetwork: a local machine's ports are the host's.
+func (l *localProvider) hostNetwork(m *ComputerInfo) bool { return true }
+
 func (l *localProvider) fs(m *ComputerInfo) machineFS { return &localFS{l: l, m: m} }
 
 // ---- files on the host ----

@@ -2,7 +2,8 @@
 //
 // Entry points: computerService.ExposePort (the run loop's expose_port tool) and handleExposePort.
 // Rules (DESIGN §4): docker/podman get a forwarder on 127.0.0.1:<ephemeral> to the container's address
-// (network none → E_COMPUTER_FAILED saying why); local answers the port itself. Exposing a port twice
+// (network none → E_COMPUTER_FAILED saying why); local, and a sandbox sharing the host's network, answer
+// the port themselves. Exposing a port twice
 // returns the same binding; forwarders close on stop and destroy (and with the server).
 package main
 
@@ -146,7 +147,7 @@ func (c *computerService) ExposePort(ctx context.Context, id string, port int) (
 	c.mu.Unlock()
 	var b PortBinding
 	switch {
-	case p.meta().name == "local":
+	case sharesHostNetwork(p, m):
 		b = PortBinding{HostPort: port, URL: fmt.Sprintf("http://127.0.0.1:%d", port)}
 	case fw != nil:
 		b = PortBinding{HostPort: fw.port(), URL: fmt.Sprintf("http://127.0.0.1:%d", fw.port())}
@@ -180,6 +181,15 @@ func (c *computerService) ExposePort(ctx context.Context, id string, port int) (
 	return &b, nil
 }
 
+// hostNetworked is a provider whose machine may share the host's network (local; a sandbox not in
+// network mode none): a guest port is then the host's port, with no forwarder.
+type hostNetworked interface{ hostNetwork(m *ComputerInfo) bool }
+
+func sharesHostNetwork(p provider, m *ComputerInfo) bool {
+	h, ok := p.(hostNetworked)
+	return ok && h.hostNetwork(m)
+}
+
 // reachable reports whether something answers on a machine's guest port, checked at most once a second
 // per port (ComputerInfo is read often; a dial is cheap but not free).
 func (c *computerService) reachable(m *ComputerInfo, port int) bool {
@@ -195,7 +205,7 @@ func (c *computerService) reachable(m *ComputerInfo, port int) bool {
 	if ok && now.Sub(last.at) < time.Second && now.Sub(last.at) >= 0 {
 		return last.ok
 	}
-	if target == "" && m.Provider == "local" {
+	if target == "" && sharesHostNetwork(c.providerByName(m.Provider), m) {
 		target = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	}
 	up := false

@@ -64,6 +64,15 @@ func requireProvider(t *testing.T, name string) {
 	e := newTestServer(t, withHostEnv)
 	pr := e.s.computers.probe(context.Background(), e.s.computers.providerByName(name))
 	e.close()
+	if name == "sandbox" {
+		if !pr.available && os.Getenv("AGENT_TEST_SANDBOX") == "1" {
+			t.Fatalf("provider sandbox is unavailable with AGENT_TEST_SANDBOX=1: %s (%s)", pr.reason, pr.hint)
+		}
+		if !pr.available {
+			t.Skipf("provider sandbox unavailable: %s (set AGENT_TEST_SANDBOX=1 to make this a failure)", pr.reason)
+		}
+		return
+	}
 	if !pr.available {
 		if os.Getenv("AGENT_TEST_DOCKER") == "1" {
 			t.Fatalf("provider %s is unavailable with AGENT_TEST_DOCKER=1: %s (%s)", name, pr.reason, pr.hint)
@@ -102,11 +111,11 @@ func tarGz(t testing.TB, entries []tar.Header, bodies map[string]string) []byte 
 // TestComputerConformance is THE conformance suite, run against every provider: one machine per provider
 // is shared by the subtests that only use it; those that need machines of their own run in parallel.
 func TestComputerConformance(t *testing.T) {
-	for i, prov := range []string{"local", "docker", "podman"} {
+	for i, prov := range []string{"local", "docker", "podman", "sandbox"} {
 		t.Run(prov, func(t *testing.T) {
 			t.Parallel()
 			requireProvider(t, prov)
-			c := &conformance{prov: prov, local: prov == "local", portBase: 41000 + i*10,
+			c := &conformance{prov: prov, local: prov == "local", hostNet: prov == "local" || prov == "sandbox", portBase: 41000 + i*10,
 				e: newTestServer(t, withHostEnv, func(c *testSetup) { c.MaxComputers = 4 })}
 			c.run(t)
 		})
@@ -144,6 +153,7 @@ func checkNoLeaks(t *testing.T) {
 type conformance struct {
 	prov     string
 	local    bool
+	hostNet  bool        // the machine's ports are the host's (local; sandbox, which shares the host's network)
 	portBase int         // spreads ports and sleep markers between the providers running at once
 	e        *testServer // the provider's server
 	id       string      // the shared machine
@@ -269,7 +279,7 @@ func (c *conformance) setup(t *testing.T) {
 		e.call("DELETE", "/v1/computers/"+bad.ID, nil, 204, nil)
 	})
 	c.parallel(t, "setup/packages", func(t *testing.T, e *testServer) {
-		if c.local {
+		if c.local || c.prov == "sandbox" { // the host's /usr, read-only
 			e.wantError("POST", "/v1/computers", map[string]any{"provider": c.prov, "packages": []string{"jq"}}, 501, codeNotImplemented)
 			return
 		}
@@ -396,7 +406,7 @@ func (c *conformance) execs(t *testing.T) {
 		}
 	})
 	c.sub(t, "exec/tty-and-user", func(t *testing.T, e *testServer) {
-		if c.local {
+		if c.local || c.prov == "sandbox" {
 			e.wantError("POST", x, map[string]any{"cmd": "true", "tty": true}, 501, codeNotImplemented)
 			e.wantError("POST", x, map[string]any{"cmd": "true", "user": "root"}, 501, codeNotImplemented)
 			return
@@ -622,11 +632,11 @@ func (c *conformance) uploads(t *testing.T) {
 func (c *conformance) ports(t *testing.T) {
 	id, ports := c.id, "/v1/computers/"+c.id+"/ports"
 	c.sub(t, "ports/expose", func(t *testing.T, e *testServer) {
-		if _, err := exec.LookPath("python3"); c.local && err != nil {
-			t.Skip("the local port test serves with python3, which this host lacks")
+		if _, err := exec.LookPath("python3"); c.hostNet && err != nil {
+			t.Skip("the " + c.prov + " port test serves with the host's python3, which this host lacks")
 		}
 		port := c.portBase + 1
-		if !c.local {
+		if !c.hostNet {
 			port = 8000
 		}
 		e.sh(id, fmt.Sprintf("mkdir -p www && echo served-%s > www/index.html && cd www && nohup python3 -m http.server %d --bind 0.0.0.0 >/dev/null 2>&1 &", c.prov, port))
@@ -897,7 +907,11 @@ func (c *conformance) restart(t *testing.T) {
 		if !c.local {
 			orphan = ComputerInfo{ID: "cmp_orphan" + strings.ToLower(randomChars(4)), Image: testImage, Provider: c.prov, Workdir: "/work"}
 			applyComputerDefaults(&orphan.Spec)
-			if err := p.create(context.Background(), &orphan); err != nil {
+			create := p.create
+			if sp, ok := p.(*sandboxProvider); ok { // its service is closed: no bwrap to start, the directory is the machine
+				create = func(_ context.Context, m *ComputerInfo) error { return sp.prepare(m) }
+			}
+			if err := create(context.Background(), &orphan); err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { p.destroy(context.Background(), &orphan) })
@@ -956,13 +970,14 @@ func TestComputerProviderSelection(t *testing.T) {
 	c.mu.Lock()
 	c.probes["docker"] = probeResult{reason: "the docker daemon is not reachable", hint: "start dockerd", at: time.Now()}
 	c.probes["podman"] = probeResult{reason: "the podman CLI is not installed", hint: "install podman", at: time.Now()}
+	c.probes["sandbox"] = probeResult{reason: "bubblewrap (bwrap) is not installed", hint: "apt-get install bubblewrap", at: time.Now()}
 	c.mu.Unlock()
 	env := e.wantError("POST", "/v1/computers", map[string]any{"provider": "docker"}, 503, codeProviderUnavailable)
 	if !strings.Contains(env["message"].(string), "not reachable") || env["hint"] != "start dockerd" {
 		t.Fatalf("unavailable: %v", env)
 	}
 	providers, sel, _, warnings := c.doctor(context.Background())
-	if len(providers) != 3 || providers[0].Name != "docker" || providers[0].Available || providers[0].Reason == "" || providers[0].Hint == "" {
+	if len(providers) != 4 || providers[2].Name != "sandbox" || providers[0].Name != "docker" || providers[0].Available || providers[0].Reason == "" || providers[0].Hint == "" {
 		t.Fatalf("providers: %+v", providers)
 	}
 	if sel.Provider != "local" || sel.Isolated || sel.ProviderReason == "" {

@@ -129,7 +129,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case "help", "-h", "--help":
 		return runHelp(args[1:], stdout)
 	case "machine-helper": // hidden: the in-machine end of the exec channel (computers_helper.go)
-		return runMachineHelper(os.Stdin, stdout)
+		return machineHelperMain(args[1:], os.Stdin, stdout) // computers_sandbox.go: its flags
 	}
 	return runCLI(ctx, args, getenv, stdout, stderr)
 }

@@ -1,0 +1,400 @@
+// computers_sandbox.go — the `sandbox` provider: kernel namespaces through bubblewrap (`bwrap`), no daemon.
+//
+// Entry points: newSandboxProvider; machineHelperMain (the `machine-helper` subcommand's flags: the
+// limits and the process watchdog the sandbox asks for).
+//
+// A machine is a directory $AGENT_HOME/sandboxes/<id>/{work,tmp,etc} and, while it is used, ONE
+// long-lived bwrap whose first process is agentd's own helper (computers_helper.go) speaking the exec
+// channel on bwrap's stdin and stdout (computers_channel.go): every exec and file operation enters the
+// same namespaces, so a server started by one exec is reachable by the next. The bwrap runs with new
+// user, mount, pid, ipc and uts namespaces (and network with `network.mode: none`; otherwise the host's
+// network is shared), uid/gid 1000, every capability dropped, no new privileges, --die-with-parent and
+// --new-session. Its root is an empty read-only tmpfs holding the host's /usr, /bin, /sbin, /lib* and the
+// few /etc files a program needs, read-only; a synthesized passwd and group; the workspace at /work and a
+// private /tmp (host directories under the machine's, so they survive what local's survive); new /proc and
+// /dev. No host home, no $AGENT_HOME, no sockets. The environment is built from an allow-list like local's.
+// Limits: the helper sets RLIMIT_DATA (memoryMb), RLIMIT_FSIZE (diskMb), RLIMIT_CPU and RLIMIT_NPROC on
+// itself, so every process inherits them, and kills everything in the machine when its pid namespace
+// holds more than sandboxMaxProcs processes (RLIMIT_NPROC does not bind processes whose host uid is root).
+//
+// Lifecycle: the bwrap is the machine's exec channel: opened at create and start, reopened on the next
+// use after it died; closed (the helper kills what it started, the namespaces go) at stop, destroy and
+// server shutdown. A restarted server finds the directories and keeps their records running: the
+// processes of the previous server are gone (they died with it), the files are there, and the first
+// exec starts a new bwrap. Packages, an image, another user and a tty are refused, not ignored.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+const (
+	sandboxMaxProcs  = 512      // the watchdog's bound on the processes of one machine
+	sandboxNproc     = 1024     // RLIMIT_NPROC: the kernel's bound where it applies (agentd not root)
+	sandboxCPUSecs   = 6 * 3600 // RLIMIT_CPU per process
+	sandboxShmBytes  = 64 << 20
+	sandboxMinDataMB = 512         // RLIMIT_DATA's floor, whatever memoryMb says    // /dev/shm, a tmpfs
+	sandboxUser      = "1000:1000" // the one uid and gid mapped into the machine
+)
+
+type sandboxProvider struct {
+	c    *computerService
+	root string // $AGENT_HOME/sandboxes
+
+	mu      sync.Mutex
+	bwrap   string // the bwrap binary, found by probe
+	newOpts bool   // bwrap ≥ 0.7 (--disable-userns, --size)
+}
+
+func newSandboxProvider(c *computerService) *sandboxProvider {
+	return &sandboxProvider{c: c, root: filepath.Join(c.home, "sandboxes")}
+}
+
+func (s *sandboxProvider) meta() providerMeta {
+	return providerMeta{name: "sandbox", description: "bubblewrap namespaces on this host (no daemon; the host's /usr, read-only)",
+		priority: 50, isolated: true, isolationKind: "namespaces"}
+}
+
+func (s *sandboxProvider) probe(ctx context.Context) probeResult {
+	if runtime.GOOS != "linux" {
+		return probeResult{reason: "the sandbox needs Linux namespaces", hint: "use provider docker or podman on this system"}
+	}
+	bw, err := exec.LookPath("bwrap")
+	if err != nil {
+		return probeResult{reason: "bubblewrap (bwrap) is not installed", hint: "apt-get install bubblewrap (or dnf install bubblewrap)"}
+	}
+	if s.c.helper == "" {
+		return probeResult{reason: "agentd cannot run its helper in the sandbox: " + s.c.helperNote,
+			hint: "run a Linux build of agentd (CGO_ENABLED=0 go build) with execChannel left on"}
+	}
+	if reason, hint := userNamespacesOff(); reason != "" {
+		return probeResult{reason: reason, hint: hint}
+	}
+	if err := os.MkdirAll(s.root, 0o700); err != nil {
+		return probeResult{reason: fmt.Sprintf("cannot create %s: %v", s.root, err), hint: "make AGENT_HOME writable"}
+	}
+	ver, _ := exec.CommandContext(ctx, bw, "--version").Output()
+	help, _ := exec.CommandContext(ctx, bw, "--help").Output()
+	s.mu.Lock()
+	s.bwrap, s.newOpts = bw, strings.Contains(string(help), "--disable-userns") && strings.Contains(string(help), "--size")
+	s.mu.Unlock()
+	// A real trial: the namespaces this provider asks for, around /bin/true.
+	trial := append(s.nsArgs(ComputerSpec{Network: NetworkSpec{Mode: "none"}}), s.systemArgs()...)
+	trial = append(trial, "--proc", "/proc", "--dev", "/dev", "--", "/bin/true")
+	if out, err := exec.CommandContext(ctx, bw, trial...).CombinedOutput(); err != nil {
+		msg := firstLine(string(out))
+		if msg == "" {
+			msg = err.Error()
+		}
+		return probeResult{reason: "bwrap cannot create a sandbox here: " + msg,
+			hint: "user namespaces may be disabled: sysctl -w user.max_user_namespaces=15000 kernel.unprivileged_userns_clone=1; inside a container, run it with --security-opt seccomp=unconfined or use provider docker"}
+	}
+	return probeResult{available: true, version: strings.TrimPrefix(strings.TrimSpace(string(ver)), "bubblewrap ")}
+}
+
+func (s *sandboxProvider) supports(sp ComputerSpec) error {
+	refuse := func(what, hint string) error {
+		return errorf(codeNotImplemented, "the sandbox provider cannot honour %s", what).withHint(hint)
+	}
+	switch {
+	case len(sp.Packages) > 0:
+		return refuse("packages", "the sandbox runs this host's /usr read-only: install them on the host, or use provider docker or podman")
+	case sp.Image != "":
+		return refuse("an image", "the sandbox runs this host's userland; use provider docker or podman for an image")
+	case sp.User != "" && sp.User != sandboxUser && sp.User != "1000":
+		return refuse("user", "the sandbox has one user, 1000:1000; omit user")
+	case sp.Workdir != "/work" && !strings.HasPrefix(sp.Workdir, "/work/") && sp.Workdir != "/tmp" && !strings.HasPrefix(sp.Workdir, "/tmp/"):
+		return refuse("a workdir outside /work and /tmp", "use a workdir under /work")
+	}
+	return nil
+}
+
+func (s *sandboxProvider) dir(m *ComputerInfo) string { return filepath.Join(s.root, m.ID) }
+
+// nsArgs are the namespaces and the identity of a machine.
+func (s *sandboxProvider) nsArgs(sp ComputerSpec) []string {
+	a := []string{"--die-with-parent", "--new-session", "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+		"--unshare-cgroup-try", "--uid", "1000", "--gid", "1000", "--hostname", "sandbox", "--cap-drop", "ALL"}
+	s.mu.Lock()
+	if s.newOpts {
+		a = append(a, "--disable-userns") // no nested user namespace: the kernel surface stays small
+	}
+	s.mu.Unlock()
+	if sp.Network.Mode == "none" {
+		a = append(a, "--unshare-net")
+	}
+	return a
+}
+
+// sandboxEtc are the host's /etc entries a program needs (names, TLS roots, the loader's cache), read-only.
+var sandboxEtc = []string{"resolv.conf", "hosts", "host.conf", "nsswitch.conf", "gai.conf", "protocols", "services",
+	"ssl", "ca-certificates", "ca-certificates.conf", "pki", "crypto-policies", "alternatives", "ld.so.cache", "ld.so.conf",
+	"ld.so.conf.d", "localtime", "timezone", "mime.types", "os-release", "debian_version", "inputrc", "bash.bashrc", "profile"}
+
+// systemArgs bind the host's system directories read-only (a merged-/usr link stays a link).
+func (s *sandboxProvider) systemArgs() []string {
+	var a []string
+	for _, d := range []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"} {
+		fi, err := os.Lstat(d)
+		switch {
+		case err != nil:
+		case fi.Mode()&fs.ModeSymlink != 0:
+			if target, err := os.Readlink(d); err == nil {
+				a = append(a, "--symlink", target, d)
+			}
+		case fi.IsDir():
+			a = append(a, "--ro-bind", d, d)
+		}
+	}
+	a = append(a, "--dir", "/etc")
+	for _, e := range sandboxEtc {
+		a = append(a, "--ro-bind-try", "/etc/"+e, "/etc/"+e)
+	}
+	if py, _ := filepath.Glob("/etc/python3*"); len(py) > 0 {
+		for _, p := range py {
+			a = append(a, "--ro-bind-try", p, p)
+		}
+	}
+	return a
+}
+
+// bwrapArgs is the whole machine: namespaces, the filesystem, then the helper with the limits.
+func (s *sandboxProvider) bwrapArgs(m *ComputerInfo) []string {
+	sp, dir := m.Spec, s.dir(m)
+	a := append(s.nsArgs(sp), s.systemArgs()...)
+	a = append(a, "--ro-bind", filepath.Join(dir, "etc", "passwd"), "/etc/passwd", "--ro-bind", filepath.Join(dir, "etc", "group"), "/etc/group",
+		"--bind", filepath.Join(dir, "work"), "/work", "--bind", filepath.Join(dir, "tmp"), "/tmp",
+		"--dir", "/var", "--symlink", "../tmp", "/var/tmp", "--proc", "/proc", "--dev", "/dev")
+	s.mu.Lock()
+	if s.newOpts { // a bounded /dev/shm, and /dev itself read-only (it is a tmpfs: writes there are memory)
+		a = append(a, "--size", strconv.Itoa(sandboxShmBytes), "--tmpfs", "/dev/shm", "--remount-ro", "/dev")
+	}
+	s.mu.Unlock()
+	for _, mt := range sp.Mounts { // sources passed checkMountSource (allowedMounts) at create
+		if mt.Readonly == nil || *mt.Readonly {
+			a = append(a, "--ro-bind", mt.Source, mt.Target)
+		} else {
+			a = append(a, "--bind", mt.Source, mt.Target)
+		}
+	}
+	// The helper lives under the same data limit; the Go runtime needs a few hundred MB of it to grow.
+	data := max(int64(sp.MemoryMB), sandboxMinDataMB) << 20
+	limits := fmt.Sprintf("nproc=%d,data=%d,cpu=%d,fsize=%d", sandboxNproc, data, sandboxCPUSecs, int64(sp.DiskMB)<<20)
+	return append(a, "--ro-bind", s.c.helper, helperInMachine, "--chdir", "/", "--remount-ro", "/",
+		"--", helperInMachine, "machine-helper", "--limits", limits, "--max-procs", strconv.Itoa(sandboxMaxProcs))
+}
+
+// env is the machine's environment: fixed names, the allow-list of local's (no PATH: the host's may
+// name directories the machine does not have), and the spec's.
+func (s *sandboxProvider) env(m *ComputerInfo) []string {
+	env := []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/work", "USER=agent", "LOGNAME=agent", "SHELL=/bin/sh"}
+	for _, k := range localEnvAllow {
+		if v := s.c.getenv(k); v != "" && !slices.Contains([]string{"PATH", "USER", "LOGNAME", "SHELL"}, k) {
+			env = append(env, k+"="+v)
+		}
+	}
+	for k, v := range m.Spec.Env {
+		env = append(env, k+"="+v)
+	}
+	return env
+}
+
+// helperCmd is the machine itself: one bwrap whose first process is the helper.
+func (s *sandboxProvider) helperCmd(ctx context.Context, m *ComputerInfo) *exec.Cmd {
+	s.mu.Lock()
+	bw := s.bwrap
+	s.mu.Unlock()
+	if bw == "" {
+		bw = "bwrap"
+	}
+	cmd := exec.CommandContext(ctx, bw, s.bwrapArgs(m)...)
+	cmd.Env = s.env(m)
+	return cmd
+}
+
+func (s *sandboxProvider) create(ctx context.Context, m *ComputerInfo) error {
+	if err := s.prepare(m); err != nil {
+		return err
+	}
+	if hp, ok := s.hostPath(m, m.Workdir); ok {
+		os.MkdirAll(hp, 0o755)
+	}
+	return s.open(ctx, m)
+}
+
+// prepare makes the machine's directories and its passwd and group (again after a restart: cheap).
+func (s *sandboxProvider) prepare(m *ComputerInfo) error {
+	dir := s.dir(m)
+	for _, d := range []string{"work", "tmp", "etc"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			return errorf(codeComputerFailed, "cannot create the sandbox's directories: %v", err).withHint("make AGENT_HOME writable")
+		}
+	}
+	files := map[string]string{
+		"passwd": "root:x:0:0:root:/nonexistent:/usr/sbin/nologin\nagent:x:1000:1000:agent:/work:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+		"group":  "root:x:0:\nagent:x:1000:\nnogroup:x:65534:\n",
+	}
+	for name, body := range files {
+		if err := os.WriteFile(filepath.Join(dir, "etc", name), []byte(body), 0o644); err != nil {
+			return errorf(codeComputerFailed, "cannot write the sandbox's /etc/%s: %v", name, err).withHint("make AGENT_HOME writable")
+		}
+	}
+	return nil
+}
+
+// open starts the machine's bwrap now (create, start) so a failure is the caller's answer.
+func (s *sandboxProvider) open(ctx context.Context, m *ComputerInfo) error {
+	if _, err := s.c.channelErr(ctx, s, m); err != nil {
+		return errorf(codeComputerFailed, "bwrap could not start the machine: %v", err).withHint("check the sandbox provider in GET /v1/doctor")
+	}
+	return nil
+}
+
+// hostPath maps a clean guest path under /work or /tmp to the host.
+func (s *sandboxProvider) hostPath(m *ComputerInfo, guest string) (string, bool) {
+	guest = path.Clean("/" + guest)
+	for _, top := range []string{"/work", "/tmp"} {
+		if guest == top || strings.HasPrefix(guest, top+"/") {
+			return filepath.Join(s.dir(m), top[1:], filepath.FromSlash(strings.TrimPrefix(guest, top))), true
+		}
+	}
+	return "", false
+}
+
+func (s *sandboxProvider) exists(m *ComputerInfo) bool {
+	_, err := os.Stat(filepath.Join(s.dir(m), "work"))
+	return err == nil
+}
+
+func (s *sandboxProvider) start(ctx context.Context, m *ComputerInfo) error {
+	if !s.exists(m) {
+		return errorf(codeComputerNotFound, "the workspace of computer %s is gone", m.ID).withHint("delete the computer and create a new one")
+	}
+	if err := s.prepare(m); err != nil {
+		return err
+	}
+	return s.open(ctx, m)
+}
+
+// closeMachine ends the machine's bwrap (a destroy behind the service's back must not leave it running).
+func (s *sandboxProvider) closeMachine(m *ComputerInfo) {
+	s.c.mu.Lock()
+	rt := s.c.rt[m.ID]
+	s.c.mu.Unlock()
+	if rt != nil {
+		s.c.closeChannel(rt)
+	}
+}
+
+func (s *sandboxProvider) stop(ctx context.Context, m *ComputerInfo) error {
+	s.closeMachine(m)
+	return nil
+}
+
+func (s *sandboxProvider) destroy(ctx context.Context, m *ComputerInfo) error {
+	s.closeMachine(m)
+	if err := os.RemoveAll(s.dir(m)); err != nil {
+		return errorf(codeComputerFailed, "cannot remove the sandbox's directory: %v", err)
+	}
+	return nil
+}
+
+func (s *sandboxProvider) status(ctx context.Context, m *ComputerInfo) (string, error) {
+	switch {
+	case !s.exists(m):
+		return "missing", nil
+	case m.State == stateStopped:
+		return "stopped", nil
+	}
+	return "running", nil
+}
+
+// owned lists the machines' directories; one is "running" unless its record says stopped.
+func (s *sandboxProvider) owned(ctx context.Context) (map[string]bool, error) {
+	out := map[string]bool{}
+	ents, err := os.ReadDir(s.root)
+	if errors.Is(err, fs.ErrNotExist) {
+		return out, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range ents {
+		if e.IsDir() && strings.HasPrefix(e.Name(), "cmp_") {
+			out[e.Name()] = true
+		}
+	}
+	return out, nil
+}
+
+func (s *sandboxProvider) command(ctx context.Context, m *ComputerInfo, p *procSpec) (*procHandle, error) {
+	if p.tty {
+		return nil, errorf(codeNotImplemented, "the sandbox provider has no tty").withHint("omit tty, or use provider docker or podman")
+	}
+	if p.user != "" && p.user != sandboxUser && p.user != "1000" {
+		return nil, errorf(codeNotImplemented, "the sandbox provider cannot run a command as another user").
+			withHint("omit user (the sandbox has one user, 1000:1000), or use provider docker or podman")
+	}
+	if !s.exists(m) {
+		return nil, s.c.markGone(ctx, m)
+	}
+	ch, err := s.c.channelErr(ctx, s, m)
+	if err != nil {
+		return nil, errorf(codeExecFailed, "the sandbox of computer %s could not start: %v", m.ID, err).
+			withHint("check the sandbox provider in GET /v1/doctor").withDetail("computerId", m.ID)
+	}
+	return &procHandle{remote: ch, req: chanStart{Argv: p.argv, Cwd: p.cwd, Env: p.env, Token: p.token}}, nil
+}
+
+func (s *sandboxProvider) fs(m *ComputerInfo) machineFS { return &engineFS{c: s.c, host: s, m: m} }
+
+// hostNetwork: a sandbox shares the host's network unless its mode is none (then it has an empty one).
+func (s *sandboxProvider) hostNetwork(m *ComputerInfo) bool { return m.Spec.Network.Mode != "none" }
+
+func (s *sandboxProvider) guestAddr(ctx context.Context, m *ComputerInfo, port int) (string, error) {
+	if !s.hostNetwork(m) {
+		return "", errorf(codeComputerFailed, "computer %s has network mode none, so no port can be reached", m.ID).
+			withHint("create the computer with network.mode egress or full")
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), nil
+}
+
+// killLeftovers: nothing of a previous server's sandbox survives it (its bwrap died with it).
+func (s *sandboxProvider) killLeftovers(ctx context.Context, m *ComputerInfo) int { return 0 }
+
+// machineHelperMain is `agentd machine-helper [--limits k=v,...] [--max-procs N]`: the sandbox passes
+// its limits; docker and podman pass nothing (the engine applies theirs).
+func machineHelperMain(args []string, stdin io.Reader, stdout io.Writer) error {
+	fl := flag.NewFlagSet("machine-helper", flag.ContinueOnError)
+	fl.SetOutput(io.Discard)
+	limits := fl.String("limits", "", "rlimits to set: nproc=,data=,cpu=,fsize=")
+	maxProcs := fl.Int("max-procs", 0, "kill everything when the pid namespace holds more processes")
+	if err := fl.Parse(args); err != nil {
+		return errorf(codeSpecInvalid, "machine-helper: %v", err)
+	}
+	if err := applyHelperLimits(*limits); err != nil {
+		return err
+	}
+	if *maxProcs > 0 {
+		stop := make(chan struct{})
+		done := make(chan struct{})
+		go func() { defer close(done); watchProcesses(*maxProcs, stop) }()
+		defer func() { close(stop); <-done }()
+	}
+	return runMachineHelper(stdin, stdout)
+}

@@ -1,0 +1,206 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// hostEscape is one thing a command in a machine should not be able to do to the host.
+type hostEscape struct {
+	name    string
+	cmd     string
+	escaped func(out string) bool
+}
+
+// hostEscapes are tried as a user of a machine would: read the host's secrets, write outside /work and
+// /tmp, signal a host process, see the host's processes. On local each works (the README says local
+// guards paths, it does not isolate); on sandbox, docker and podman none does.
+func hostEscapes(t *testing.T, home string) []hostEscape {
+	marker := "escape-marker-" + randomChars(8)
+	if err := os.WriteFile(filepath.Join(home, "config.yaml"), []byte("# "+marker+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	outside := t.TempDir() // a host directory no machine mounts
+	victim := exec.Command("sleep", "4321987")
+	if err := victim.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { victim.Process.Kill(); victim.Wait() })
+	pid := os.Getpid()
+	hostHome, _ := os.UserHomeDir()
+	var hostListing []string
+	if ents, err := os.ReadDir(hostHome); err == nil {
+		for _, e := range ents {
+			hostListing = append(hostListing, e.Name())
+		}
+	}
+	sameListing := func(out string) bool {
+		got := strings.Fields(out)
+		slices.Sort(got)
+		return len(hostListing) > 0 && slices.Equal(got, hostListing)
+	}
+	return []hostEscape{
+		{"read-agent-home-config", "cat " + filepath.Join(home, "config.yaml") + " 2>/dev/null",
+			func(out string) bool { return strings.Contains(out, marker) }},
+		{"read-host-home", "ls -A " + hostHome + " 2>/dev/null | LC_ALL=C sort", sameListing},
+		{"read-ssh-dir", "ls -A " + filepath.Join(hostHome, ".ssh") + " 2>/dev/null && echo listed",
+			func(out string) bool {
+				_, err := os.Stat(filepath.Join(hostHome, ".ssh"))
+				return err == nil && strings.Contains(out, "listed")
+			}},
+		{"read-server-environment", fmt.Sprintf("tr '\\0' '\\n' < /proc/%d/environ 2>/dev/null | grep -c '^PATH=' || true", pid),
+			func(out string) bool { return strings.TrimSpace(out) != "0" && strings.TrimSpace(out) != "" }},
+		{"see-server-process", fmt.Sprintf("tr '\\0' ' ' < /proc/%d/cmdline 2>/dev/null", pid),
+			func(out string) bool { return strings.Contains(out, filepath.Base(os.Args[0])) }},
+		{"write-outside", "for f in /x /usr/x /etc/x /var/x /dev/x " + outside + "/x; do touch $f 2>/dev/null && echo wrote $f; done; true",
+			func(out string) bool {
+				_, err := os.Stat(filepath.Join(outside, "x"))
+				return strings.Contains(out, "wrote") || err == nil
+			}},
+		{"signal-host-process", fmt.Sprintf("kill -9 %d 2>&1; true", victim.Process.Pid),
+			func(out string) bool {
+				st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", victim.Process.Pid))
+				f := strings.Fields(string(st))
+				if syscall.Kill(victim.Process.Pid, 0) != nil || len(f) > 2 && f[2] == "Z" {
+					return true
+				}
+				// A SIGKILL is delivered before kill(1) returns; the victim is dying if it was sent.
+				return strings.TrimSpace(out) == ""
+			}},
+	}
+}
+
+// TestSandboxEscapes: what a command can do to the host, per provider. local is the control: every
+// escape works there, which is what the README's table says.
+func TestSandboxEscapes(t *testing.T) {
+	for _, prov := range []string{"local", "sandbox", "docker", "podman"} {
+		t.Run(prov, func(t *testing.T) {
+			t.Parallel()
+			requireProvider(t, prov)
+			home := t.TempDir()
+			e := newTestServer(t, withHostEnv, withHome(home))
+			m := e.create(map[string]any{"provider": prov, "idleTimeoutSec": 0})
+			for _, x := range hostEscapes(t, home) {
+				out := e.exec(m.ID, map[string]any{"cmd": x.cmd}).Stdout
+				got := x.escaped(out)
+				if x.name == "read-ssh-dir" && !got && prov == "local" {
+					continue // this host has no ~/.ssh: nothing to read, nothing shown
+				}
+				if x.name == "read-host-home" && !got && prov == "local" {
+					t.Logf("the host's home is empty or unreadable: %s not shown", x.name)
+					continue
+				}
+				if want := prov == "local"; got != want {
+					t.Errorf("%s on %s: escaped=%v, want %v; output %q", x.name, prov, got, want, out)
+				}
+			}
+			if prov != "local" {
+				// Only the machine's own processes are in its /proc.
+				if n, _ := strconv.Atoi(strings.TrimSpace(e.sh(m.ID, `ls /proc | grep -c '^[0-9]'`))); n == 0 || n > 20 {
+					t.Errorf("%s: %d processes in /proc", prov, n)
+				}
+			}
+		})
+	}
+}
+
+// TestSandboxLimits: a fork bomb and a 10 GB write are bounded, and the machine lives on.
+func TestSandboxLimits(t *testing.T) {
+	requireProvider(t, "sandbox")
+	e := newTestServer(t, withHostEnv)
+	m := e.create(map[string]any{"provider": "sandbox", "idleTimeoutSec": 0, "diskMb": 64})
+	t.Run("fork-bomb", func(t *testing.T) {
+		// From a file, as an attacker past the command policy's fork-bomb rule would run it. A bomb never
+		// ends by itself: that it is gone, and the machine answers, is the watchdog's work.
+		e.call("PUT", "/v1/computers/"+m.ID+"/fs/write?path=/work/b.sh", []byte("bomb() { bomb | bomb & }; bomb\n"), 204, nil)
+		e.exec(m.ID, map[string]any{"cmd": "sh b.sh", "timeoutSec": 60})
+		eventually(t, "the bomb to be killed and the machine back to a handful of processes", func() bool {
+			r, err := e.s.computers.Exec(context.Background(), m.ID, ExecRequest{Cmd: execCommand{Shell: `n=0; b=0; for f in /proc/[0-9]*; do n=$((n+1)); [ "$(tr '\0' ' ' < $f/cmdline 2>/dev/null)" = "sh b.sh " ] && b=$((b+1)); done; echo $n $b`}}, nil)
+			if err != nil {
+				return false // the bomb may leave no room for one more process for a moment
+			}
+			var n, bombs int
+			fmt.Sscan(r.Stdout, &n, &bombs)
+			return n > 0 && n < 20 && bombs == 0
+		})
+		if out := e.sh(m.ID, "echo alive"); out != "alive\n" {
+			t.Fatalf("after the bomb: %q", out)
+		}
+	})
+	t.Run("10GB-write", func(t *testing.T) {
+		r := e.exec(m.ID, map[string]any{"cmd": "head -c 10000000000 /dev/zero > /work/big", "timeoutSec": 300})
+		if r.ExitCode == 0 {
+			t.Fatalf("a 10 GB write succeeded: %+v", r)
+		}
+		size, _ := strconv.Atoi(strings.TrimSpace(e.sh(m.ID, "wc -c < /work/big; rm -f /work/big")))
+		if size == 0 || size > 64<<20 {
+			t.Fatalf("the write stopped at %d bytes, want at most diskMb (64 MB)", size)
+		}
+	})
+	t.Run("limits-inside", func(t *testing.T) {
+		out := e.sh(m.ID, "ulimit -f; ulimit -d; ulimit -t; grep NoNewPrivs /proc/self/status; id -u; hostname")
+		want := fmt.Sprintf("%d\n%d\n%d\nNoNewPrivs:\t1\n1000\nsandbox\n", (64<<20)/512, 2048<<10, sandboxCPUSecs)
+		if out != want {
+			t.Fatalf("inside: %q, want %q", out, want)
+		}
+	})
+}
+
+// TestSandboxServerOutlivesExec: a server started by one exec is reachable from the next (the same
+// namespaces), and through POST .../ports from the host; network none has no route anywhere.
+func TestSandboxNetwork(t *testing.T) {
+	requireProvider(t, "sandbox")
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("the sandbox serves with the host's python3, which this host lacks")
+	}
+	e := newTestServer(t, withHostEnv)
+	none := e.create(map[string]any{"provider": "sandbox", "network": map[string]any{"mode": "none"}})
+	port := 41977
+	e.sh(none.ID, fmt.Sprintf("echo in-none > index.html; nohup python3 -m http.server %d --bind 127.0.0.1 >/dev/null 2>&1 &", port))
+	probe := fmt.Sprintf(`python3 -c 'import urllib.request,sys; print(urllib.request.urlopen("http://127.0.0.1:%d/index.html", timeout=2).read().decode().strip())'`, port)
+	eventually(t, "the server in the machine to answer the machine's next exec", func() bool {
+		return e.sh(none.ID, probe+" 2>/dev/null") == "in-none\n"
+	})
+	if out := e.sh(none.ID, "cat /proc/net/dev | grep -c ':' ; ls /sys/class/net 2>/dev/null | grep -vc '^lo$' || true"); !strings.HasPrefix(out, "1\n") {
+		t.Fatalf("network none has interfaces besides lo: %q", out)
+	}
+	// Not the host's loopback: nothing listens on the port there.
+	c := exec.Command("python3", "-c", fmt.Sprintf(`import socket; s=socket.socket(); s.settimeout(1); print(s.connect_ex(("127.0.0.1", %d)))`, port))
+	if out, _ := c.Output(); strings.TrimSpace(string(out)) == "0" {
+		t.Fatalf("the server of a network-none sandbox is reachable on the host's loopback")
+	}
+	if _, err := e.s.computers.ExposePort(context.Background(), none.ID, port); asAPIError(err).Code != codeComputerFailed {
+		t.Fatalf("expose on network none: %v", err)
+	}
+}
+
+// TestSandboxProbeSaysWhy: without bwrap, or without a helper binary, the sandbox is unavailable with
+// the reason and the fix, and `auto` passes over it.
+func TestSandboxProbeSaysWhy(t *testing.T) {
+	e := newTestServer(t, withHostEnv)
+	c := e.s.computers
+	sb := c.providerByName("sandbox")
+	t.Setenv("PATH", t.TempDir()) // no bwrap on it
+	if pr := sb.probe(context.Background()); pr.available || !strings.Contains(pr.reason, "bwrap") || !strings.Contains(pr.hint, "bubblewrap") {
+		t.Fatalf("without bwrap: %+v", pr)
+	}
+	off := newTestServer(t, withHostEnv, func(c *testSetup) { c.ExecChannel, c.helperBinary = new(bool), "" })
+	if bw, err := exec.LookPath("/usr/bin/bwrap"); err == nil {
+		t.Setenv("PATH", filepath.Dir(bw))
+		if pr := off.s.computers.providerByName("sandbox").probe(context.Background()); pr.available || !strings.Contains(pr.reason, "helper") {
+			t.Fatalf("without a helper: %+v", pr)
+		}
+	}
+	env := off.wantError("POST", "/v1/computers", map[string]any{"provider": "sandbox"}, 503, codeProviderUnavailable)
+	if env["hint"] == "" {
+		t.Fatalf("no hint: %v", env)
+	}
+}
