@@ -187,7 +187,13 @@ func run() error {
 	if v := lastErr.Load(); v != nil {
 		fmt.Println("last error:", v)
 	}
-	c.do("DELETE", "/v1/computers/"+m.ID, nil, nil)
+	// Every machine goes, the agents' too: machines outlive a server by design (the next one adopts
+	// them), and the soak's data directory is about to be deleted.
+	var all struct{ Computers []struct{ ID string } }
+	c.do("GET", "/v1/computers?all=true", nil, &all)
+	for _, it := range all.Computers {
+		c.do("DELETE", "/v1/computers/"+it.ID, nil, nil)
+	}
 	srv.Process.Signal(os.Interrupt)
 	srv.Wait()
 	if n.errors.Load() > 0 {
