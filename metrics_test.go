@@ -397,7 +397,7 @@ func TestMetricsScrapeAfterRequestExecAndRun(t *testing.T) {
 		t.Fatal("process gauges are not read")
 	}
 
-	// A request, an exec on a local machine, a run with a tool call.
+	// A request, an exec, a run with a tool call.
 	te.call("GET", "/v1/agents", nil, 200, nil)
 	m := te.create(map[string]any{"name": "metrics-box"})
 	if out := te.sh(m.ID, "echo ok"); out != "ok\n" {
@@ -433,12 +433,13 @@ func TestMetricsScrapeAfterRequestExecAndRun(t *testing.T) {
 		t.Fatal("request duration not observed")
 	}
 	ex := after["agentd_exec_total"]
-	// echo ok, exit 3, and the run's shell tool: exec results by provider.
-	if ok, nz := ex.value("agentd_exec_total", map[string]string{"provider": "local", "result": "ok"}),
-		ex.value("agentd_exec_total", map[string]string{"provider": "local", "result": "nonzero"}); ok < 2 || nz != 1 {
+	// echo ok, exit 3, and the run's shell tool: exec results by provider (local, or docker where the
+	// end-to-end tests put their machines under AGENT_TEST_DOCKER=1).
+	if ok, nz := ex.value("agentd_exec_total", map[string]string{"provider": m.Provider, "result": "ok"}),
+		ex.value("agentd_exec_total", map[string]string{"provider": m.Provider, "result": "nonzero"}); ok < 2 || nz != 1 {
 		t.Fatalf("exec counts ok=%v nonzero=%v: %v", ok, nz, ex.samples)
 	}
-	if v := after["agentd_exec_duration_seconds"].value("agentd_exec_duration_seconds_count", map[string]string{"provider": "local"}); v < 3 {
+	if v := after["agentd_exec_duration_seconds"].value("agentd_exec_duration_seconds_count", map[string]string{"provider": m.Provider}); v < 3 {
 		t.Fatalf("exec durations %v", v)
 	}
 	if v := after["agentd_runs_total"].value("agentd_runs_total", map[string]string{"status": "complete"}); v != 1 {
@@ -458,10 +459,10 @@ func TestMetricsScrapeAfterRequestExecAndRun(t *testing.T) {
 		t.Fatalf("cost %v", after["agentd_model_cost_usd_total"].samples)
 	}
 	// Two machines: the one made here and the agent's.
-	if v := after["agentd_machines"].value("agentd_machines", map[string]string{"provider": "local", "state": "running"}); v != 2 {
+	if v := after["agentd_machines"].value("agentd_machines", map[string]string{"provider": m.Provider, "state": "running"}); v != 2 {
 		t.Fatalf("machines %v", after["agentd_machines"].samples)
 	}
-	if v := after["agentd_machine_create_duration_seconds"].value("agentd_machine_create_duration_seconds_count", map[string]string{"provider": "local"}); v != 2 {
+	if v := after["agentd_machine_create_duration_seconds"].value("agentd_machine_create_duration_seconds_count", map[string]string{"provider": m.Provider}); v != 2 {
 		t.Fatalf("machine creates %v", v)
 	}
 	if v := after["agentd_runs_active"].samples[0].value; v != 0 {
