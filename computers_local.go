@@ -142,8 +142,13 @@ func (l *localProvider) status(ctx context.Context, m *ComputerInfo) (string, er
 
 // owned lists workspaces; a workspace is "running" unless its record says stopped (the caller knows).
 func (l *localProvider) owned(ctx context.Context) (map[string]bool, error) {
+	return machineDirs(l.root)
+}
+
+// machineDirs lists the machines' directories under root (local's workspaces, the sandbox's roots).
+func machineDirs(root string) (map[string]bool, error) {
 	out := map[string]bool{}
-	ents, err := os.ReadDir(l.root)
+	ents, err := os.ReadDir(root)
 	if errors.Is(err, fs.ErrNotExist) {
 		return out, nil
 	}

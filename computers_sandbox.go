@@ -26,7 +26,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -326,20 +325,7 @@ func (s *sandboxProvider) status(ctx context.Context, m *ComputerInfo) (string, 
 
 // owned lists the machines' directories; one is "running" unless its record says stopped.
 func (s *sandboxProvider) owned(ctx context.Context) (map[string]bool, error) {
-	out := map[string]bool{}
-	ents, err := os.ReadDir(s.root)
-	if errors.Is(err, fs.ErrNotExist) {
-		return out, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	for _, e := range ents {
-		if e.IsDir() && strings.HasPrefix(e.Name(), "cmp_") {
-			out[e.Name()] = true
-		}
-	}
-	return out, nil
+	return machineDirs(s.root)
 }
 
 func (s *sandboxProvider) command(ctx context.Context, m *ComputerInfo, p *procSpec) (*procHandle, error) {
