@@ -40,6 +40,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 )
 
 const (
@@ -87,15 +88,15 @@ func (s *sandboxProvider) probe(ctx context.Context) probeResult {
 	if err := os.MkdirAll(s.root, 0o700); err != nil {
 		return probeResult{reason: fmt.Sprintf("cannot create %s: %v", s.root, err), hint: "make AGENT_HOME writable"}
 	}
-	ver, _ := exec.CommandContext(ctx, bw, "--version").Output()
-	help, _ := exec.CommandContext(ctx, bw, "--help").Output()
+	ver, _ := bwrapOutput(ctx, bw, "--version")
+	help, _ := bwrapOutput(ctx, bw, "--help")
 	s.mu.Lock()
 	s.bwrap, s.newOpts = bw, strings.Contains(string(help), "--disable-userns") && strings.Contains(string(help), "--size")
 	s.mu.Unlock()
 	// A real trial: the namespaces this provider asks for, around /bin/true.
 	trial := append(s.nsArgs(ComputerSpec{Network: NetworkSpec{Mode: "none"}}), s.systemArgs()...)
 	trial = append(trial, "--proc", "/proc", "--dev", "/dev", "--", "/bin/true")
-	if out, err := exec.CommandContext(ctx, bw, trial...).CombinedOutput(); err != nil {
+	if out, err := bwrapOutput(ctx, bw, trial...); err != nil {
 		msg := firstLine(string(out))
 		if msg == "" {
 			msg = err.Error()
@@ -104,6 +105,15 @@ func (s *sandboxProvider) probe(ctx context.Context) probeResult {
 			hint: "user namespaces may be disabled: sysctl -w user.max_user_namespaces=15000 kernel.unprivileged_userns_clone=1; inside a container, run it with --security-opt seccomp=unconfined or use provider docker"}
 	}
 	return probeResult{available: true, version: strings.TrimPrefix(strings.TrimSpace(string(ver)), "bubblewrap ")}
+}
+
+// bwrapOutput runs one short bwrap and returns its combined output. WaitDelay bounds the wait for its
+// pipes: a sandboxed descendant that outlives a killed bwrap must not hang the probe (and with it the
+// reconciler and shutdown) forever.
+func bwrapOutput(ctx context.Context, bw string, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, bw, args...)
+	cmd.WaitDelay = 2 * time.Second
+	return cmd.CombinedOutput()
 }
 
 func (s *sandboxProvider) supports(sp ComputerSpec) error {
