@@ -672,13 +672,115 @@ func (s *server) handleExecStream(w http.ResponseWriter, r *http.Request) error 
 	defer sse.close()
 	ctx, cancel := sse.bind(r.Context()) // a consumer gone or stalled aborts the work
 	defer cancel()
-	res, err := s.computers.runPrepared(ctx, x, func(stream, data string) {
-		sse.send(map[string]any{"type": stream, "data": data})
+	out := newOutputBatcher(func(stream, data string) error {
+		return sse.send(map[string]any{"type": stream, "data": data})
 	})
+	res, err := s.computers.runPrepared(ctx, x, out.add)
+	out.close()
 	if err != nil {
 		sse.fail(s.publicError(r.Context(), err))
 		return nil
 	}
 	sse.send(map[string]any{"type": "exit", "result": res})
 	return nil
+}
+
+// outputBatcher sits between a command's output and a slow consumer (an SSE stream): add never waits
+// for the network unless maxPending bytes are already queued, and the sender takes everything queued
+// at once, merging consecutive chunks of one stream into frames of up to maxFrame bytes. So the command
+// keeps running while a frame is on the wire, and a fast producer gets few big frames instead of one
+// per pipe read. Order across stdout and stderr is kept. Chunks arrive at UTF-8 boundaries, so merged
+// frames stay valid text.
+type outputBatcher struct {
+	send       func(stream, data string) error
+	maxFrame   int
+	maxPending int
+	minFrame   int           // below this, the sender lingers for more
+	linger     time.Duration // at most this long
+
+	mu       sync.Mutex
+	cond     *sync.Cond
+	queue    []outputChunk
+	pending  int
+	closed   bool
+	failed   bool // the consumer is gone: later output is dropped (the producer is being cancelled)
+	lingered bool
+	done     chan struct{}
+}
+
+type outputChunk struct {
+	stream string
+	data   []byte
+}
+
+func newOutputBatcher(send func(stream, data string) error) *outputBatcher {
+	b := &outputBatcher{send: send, maxFrame: 1 << 20, maxPending: 4 << 20, minFrame: 64 << 10, linger: time.Millisecond, done: make(chan struct{})}
+	b.cond = sync.NewCond(&b.mu)
+	go b.run()
+	return b
+}
+
+// add queues output; it blocks only while maxPending bytes wait for the consumer.
+func (b *outputBatcher) add(stream, data string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for b.pending >= b.maxPending && !b.failed {
+		b.cond.Wait()
+	}
+	if b.failed {
+		return
+	}
+	if n := len(b.queue); n > 0 && b.queue[n-1].stream == stream && len(b.queue[n-1].data)+len(data) <= b.maxFrame {
+		b.queue[n-1].data = append(b.queue[n-1].data, data...)
+	} else {
+		b.queue = append(b.queue, outputChunk{stream: stream, data: append(make([]byte, 0, max(len(data), 64<<10)), data...)})
+	}
+	b.pending += len(data)
+	b.cond.Broadcast()
+}
+
+func (b *outputBatcher) run() {
+	defer close(b.done)
+	for {
+		b.mu.Lock()
+		for len(b.queue) == 0 && !b.closed {
+			b.cond.Wait()
+		}
+		if b.pending < b.minFrame && !b.closed {
+			// A trickle: give the producer a moment to fill a bigger frame (one frame per pipe read
+			// costs the consumer a write and a wake-up each).
+			t := time.AfterFunc(b.linger, func() { b.mu.Lock(); b.lingered = true; b.cond.Broadcast(); b.mu.Unlock() })
+			b.lingered = false
+			for b.pending < b.minFrame && !b.closed && !b.lingered {
+				b.cond.Wait()
+			}
+			t.Stop()
+		}
+		batch := b.queue
+		b.queue, b.pending = nil, 0
+		closed := b.closed
+		b.cond.Broadcast()
+		b.mu.Unlock()
+		for _, c := range batch {
+			if err := b.send(c.stream, string(c.data)); err != nil {
+				b.mu.Lock()
+				b.failed = true
+				b.cond.Broadcast()
+				b.mu.Unlock()
+				break
+			}
+		}
+		if closed && len(batch) == 0 {
+			return
+		}
+	}
+}
+
+// close sends what is queued and waits for the sender. add must not be called after it.
+func (b *outputBatcher) close() {
+	b.mu.Lock()
+	b.closed = true
+	b.cond.Broadcast()
+	b.mu.Unlock()
+	<-b.done
 }
