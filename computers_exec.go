@@ -672,9 +672,7 @@ func (s *server) handleExecStream(w http.ResponseWriter, r *http.Request) error 
 	defer sse.close()
 	ctx, cancel := sse.bind(r.Context()) // a consumer gone or stalled aborts the work
 	defer cancel()
-	out := newOutputBatcher(func(stream, data string) error {
-		return sse.send(map[string]any{"type": stream, "data": data})
-	})
+	out := newOutputBatcher(sse.sendOutput)
 	res, err := s.computers.runPrepared(ctx, x, out.add)
 	out.close()
 	if err != nil {

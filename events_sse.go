@@ -15,8 +15,10 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"strconv"
 	"sync"
 	"time"
+	"unicode/utf8"
 )
 
 const (
@@ -38,6 +40,7 @@ type sseWriter struct {
 	stop      chan struct{}
 	wg        sync.WaitGroup
 	stall     time.Duration
+	frame     []byte // reused by sendOutput: one bulk frame's bytes
 }
 
 // newSSE writes the stream headers and starts the keep-alive pinger. The caller must call close().
@@ -120,6 +123,77 @@ func (s *sseWriter) send(v any) error {
 	defer s.mu.Unlock()
 	s.seq++
 	return s.writeLocked(fmt.Appendf(nil, "id: %d\ndata: %s\n\n", s.seq, b))
+}
+
+// sendOutput writes one `{"data": data, "type": stream}` event, encoded by hand into a reused buffer:
+// bulk command output is the one stream where encoding/json's allocations and copies cost throughput.
+func (s *sseWriter) sendOutput(stream, data string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.seq++
+	b := append(s.frame[:0], "id: "...)
+	b = strconv.AppendInt(b, int64(s.seq), 10)
+	b = append(b, "\ndata: {\"data\":"...)
+	b = appendJSONString(b, data)
+	b = append(b, `,"type":`...)
+	b = appendJSONString(b, stream)
+	b = append(b, "}\n\n"...)
+	if cap(b) <= 4<<20 {
+		s.frame = b
+	}
+	return s.writeLocked(b)
+}
+
+// appendJSONString appends s as a JSON string. Runs of plain bytes are copied whole; control
+// characters, quotes, backslashes, U+2028/U+2029 and invalid UTF-8 (as U+FFFD) are escaped the way
+// encoding/json escapes them.
+func appendJSONString(dst []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' {
+				i++
+				continue
+			}
+			dst = append(dst, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				dst = append(dst, '\\', c)
+			case '\n':
+				dst = append(dst, '\\', 'n')
+			case '\r':
+				dst = append(dst, '\\', 'r')
+			case '\t':
+				dst = append(dst, '\\', 't')
+			default:
+				dst = append(dst, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, `\ufffd`...)
+			i++
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, '\\', 'u', '2', '0', '2', hex[r&0xf])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
 }
 
 // fail writes an `event: error` frame carrying the contract's envelope.

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"net"
 	"net/http"
@@ -179,4 +180,27 @@ func TestSSEIdsInOrderUnderConcurrentSends(t *testing.T) {
 	if n != 8*300 {
 		t.Fatalf("%d events", n)
 	}
+}
+
+// FuzzAppendJSONString: the hand-written encoder used for bulk exec output is valid JSON that decodes
+// to what encoding/json's own encoding decodes to, for any bytes.
+func FuzzAppendJSONString(f *testing.F) {
+	for _, s := range []string{"", "plain", "a\"b\\c\n\r\t\x00\x1f\x7f", "héllo ✓ 😀", "\xff\xfe bad", "\u2028\u2029", "<&>", "\xe2\x82"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		enc := appendJSONString([]byte("x"), s)[1:]
+		if !json.Valid(enc) {
+			t.Fatalf("not valid JSON: %q", enc)
+		}
+		var got, want string
+		if err := json.Unmarshal(enc, &got); err != nil {
+			t.Fatal(err)
+		}
+		ref, _ := json.Marshal(s)
+		json.Unmarshal(ref, &want)
+		if got != want {
+			t.Fatalf("%q decodes to %q, encoding/json's to %q", s, got, want)
+		}
+	})
 }
