@@ -617,6 +617,14 @@ func (c *computerService) imageFor(sp ComputerSpec) string {
 	return defaultImages[sp.Flavor]
 }
 
+// machineImage is the image a machine of sp runs on p: none on local and sandbox (the host's userland).
+func (c *computerService) machineImage(p provider, sp ComputerSpec) string {
+	if _, sandbox := p.(*sandboxProvider); !p.meta().isolated || sandbox {
+		return ""
+	}
+	return c.imageFor(sp)
+}
+
 // Limits of this host that a valid spec can still exceed: each a 422 naming the limit, never an engine's 500.
 const (
 	minMachineMemoryMB = 64      // below this a container cannot start its init and shell
@@ -754,9 +762,7 @@ func (c *computerService) create(ctx context.Context, sp ComputerSpec) (*Compute
 	if m.Name == "" {
 		m.Name = m.ID
 	}
-	if _, sandbox := p.(*sandboxProvider); p.meta().isolated && !sandbox { // the sandbox runs the host's userland
-		m.Image = c.imageFor(sp)
-	}
+	m.Image = c.machineImage(p, sp)
 	if sp.MaxLifetimeSec > 0 {
 		m.ExpiresAt = timestamp(now.Add(time.Duration(sp.MaxLifetimeSec) * time.Second))
 	}

@@ -8,9 +8,9 @@
 //
 // Rules:
 //   - config `warmPool: {flavor: count}` (default empty) keeps that many machines of the flavor's default
-//     spec running on the engine the pool uses: the configured computerProvider when it is docker or
-//     podman, or the one `auto` selects when that is docker or podman. On local the pool is off and the
-//     doctor says why. Each count is 0..maxWarmPoolPerFlavor and their sum is at most maxComputers.
+//     spec running on the engine the pool uses: the configured computerProvider when it is docker,
+//     podman or sandbox, or the one `auto` selects when that is one of them (poolable). On local the pool
+//     is off and the doctor says why. Each count is 0..maxWarmPoolPerFlavor and their sum is at most maxComputers.
 //   - A pool machine has its final id (cmp_…) from the start, the container label agentd.pool=<flavor>,
 //     and a record in state `pooled`. That state is outside every listing, lookup, quota count and
 //     reaper pass (store.ListComputers leaves it out; Get treats it as not found), so a pool machine is
@@ -141,8 +141,8 @@ func poolSpec(flavor string) ComputerSpec {
 func (c *computerService) poolProvider(ctx context.Context) (p provider, off string, byConfig bool) {
 	switch c.provider {
 	case "local":
-		return nil, "computerProvider is local: the warm pool keeps docker or podman machines only", true
-	case "docker", "podman":
+		return nil, "computerProvider is local: the warm pool keeps docker, podman or sandbox machines only", true
+	case "docker", "podman", "sandbox":
 		p := c.providerByName(c.provider)
 		if pr := c.probe(ctx, p); !pr.available {
 			return nil, fmt.Sprintf("computerProvider %s is unavailable: %s", c.provider, pr.reason), false
@@ -153,8 +153,8 @@ func (c *computerService) poolProvider(ctx context.Context) (p provider, off str
 	if err != nil {
 		return nil, asAPIError(err).Message, false
 	}
-	if _, ok := p.(*engineProvider); !ok {
-		return nil, fmt.Sprintf("auto selects %s (no docker or podman can run): the warm pool keeps docker or podman machines only", p.meta().name), false
+	if !poolable(p) {
+		return nil, fmt.Sprintf("auto selects %s (no docker, podman or sandbox can run): the warm pool keeps docker, podman or sandbox machines only", p.meta().name), false
 	}
 	return p, "", false
 }
@@ -185,7 +185,7 @@ func (c *computerService) poolAdopt(ctx context.Context) {
 			why = "the warm pool no longer uses " + m.Provider
 		case kept[flavor] >= c.pool.target[flavor]:
 			why = "the warm pool shrank"
-		case m.Image != c.imageFor(poolSpec(flavor)):
+		case m.Image != c.machineImage(p, poolSpec(flavor)):
 			why = "the flavor's image changed"
 		default:
 			if st, err := p.status(ctx, m); err != nil {
@@ -271,7 +271,7 @@ func (c *computerService) poolMake(ctx context.Context, p provider, flavor strin
 	sp := poolSpec(flavor)
 	now := c.now()
 	m := &ComputerInfo{
-		ID: newID("cmp"), Provider: p.meta().name, State: statePooled, Image: c.imageFor(sp),
+		ID: newID("cmp"), Provider: p.meta().name, State: statePooled, Image: c.machineImage(p, sp),
 		Workdir: sp.Workdir, CreatedAt: timestamp(now), LastUsedAt: timestamp(now), Spec: sp,
 		Ports: map[string]PortBinding{},
 	}
@@ -302,8 +302,11 @@ func (c *computerService) poolMake(ctx context.Context, p provider, flavor strin
 // the machine: a machine that could not be warmed is still a good, merely slower, pool machine (one
 // found dead is dropped with poolEvict, from outside this call: warm runs before the machine is offered).
 func (c *computerService) warm(m *ComputerInfo) {
-	if e, ok := c.providerByName(m.Provider).(*engineProvider); ok {
-		c.channel(c.ctx, e, m) // opened now, so the taker's first exec is a frame, not a docker exec
+	switch p := c.providerByName(m.Provider).(type) {
+	case *engineProvider:
+		c.channel(c.ctx, p, m) // opened now, so the taker's first exec is a frame, not a docker exec
+	case *sandboxProvider:
+		c.channel(c.ctx, p, m) // after a restart the sandbox's bwrap is started again here
 	}
 }
 
@@ -329,6 +332,16 @@ func (c *computerService) poolEvict(ctx context.Context, id, why string) {
 	c.poolKick()
 }
 
+// poolable: the pool keeps machines of docker, podman and sandbox (whose create is a bwrap and a helper
+// start, ~100x its first exec); a local machine is a directory and costs nothing to make.
+func poolable(p provider) bool {
+	switch p.(type) {
+	case *engineProvider, *sandboxProvider:
+		return true
+	}
+	return false
+}
+
 // poolSatisfies says whether a pool machine can stand for a cold create of sp on p. Conservative: what
 // the container was made with must be what sp would make. The same engine; the flavor's image (no
 // image, or the same one); the default user, no env, no mounts, no packages, egress network mode (the
@@ -337,10 +350,13 @@ func (c *computerService) poolEvict(ctx context.Context, id, why string) {
 // may differ: name, labels, idle and lifetime timers, network allow/deny (applied by agentd, not the
 // container), setup (run after taking, as after a cold create).
 func (c *computerService) poolSatisfies(p provider, sp ComputerSpec) bool {
-	if _, ok := p.(*engineProvider); !ok {
+	if !poolable(p) {
 		return false
 	}
 	def := poolSpec(sp.Flavor)
+	if _, sandbox := p.(*sandboxProvider); sandbox && (sp.Image != "" || sp.CPUs != def.CPUs || sp.MemoryMB != def.MemoryMB) {
+		return false // a sandbox's limits are its helper's rlimits, set when its bwrap starts
+	}
 	return c.imageFor(sp) == c.imageFor(def) && sp.User == "" && len(sp.Env) == 0 && len(sp.Mounts) == 0 &&
 		len(sp.Packages) == 0 && sp.Network.Mode == def.Network.Mode && !sp.Persist && sp.DiskMB == def.DiskMB &&
 		sp.Workdir == def.Workdir

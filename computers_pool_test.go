@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -306,4 +308,67 @@ func TestWarmPoolSatisfies(t *testing.T) {
 	if c.poolSatisfies(newLocalProvider(c), spec(func(*ComputerSpec) {})) {
 		t.Error("local accepted")
 	}
+}
+
+// TestWarmPoolSandbox: the pool keeps sandbox machines too (a sandbox's create is a bwrap and a helper
+// start): it fills, a default create takes a ready machine whose helper already answers, a spec whose
+// limits differ goes cold, the pool refills, and after a restart the kept machine's bwrap is started
+// again and it is taken as before. Nothing is left on disk.
+func TestWarmPoolSandbox(t *testing.T) {
+	requireProvider(t, "sandbox")
+	home := t.TempDir()
+	setup := func(c *testSetup) { c.ComputerProvider, c.MaxComputers = "sandbox", 4 }
+	a := newTestServer(t, withHostEnv, withHome(home), withWarmPool(map[string]int{"base": 1}), setup)
+	eventually(t, "the pool to fill", func() bool { return a.poolReady("base") == 1 })
+	pooled := a.pooledIDs()
+	var rep DoctorReport
+	a.call("GET", "/v1/doctor", nil, 200, &rep)
+	if !rep.Pool.Enabled || rep.Pool.Provider != "sandbox" || len(pooled) != 1 {
+		t.Fatalf("doctor pool: %+v; pooled %v", rep.Pool, pooled)
+	}
+	if ids := a.listIDs(true); len(ids) != 0 {
+		t.Fatalf("pool machines listed: %v", ids)
+	}
+
+	m := a.create(map[string]any{"name": "quick"})
+	if m.ID != pooled[0] || m.Provider != "sandbox" || m.Name != "quick" || m.Image != "" {
+		t.Fatalf("taken: %+v (pool was %v)", m, pooled)
+	}
+	if out := a.sh(m.ID, "echo hi; id -u; pwd"); out != "hi\n1000\n/work\n" {
+		t.Fatalf("exec on the taken machine: %q", out)
+	}
+	cold := a.create(map[string]any{"memoryMb": 1024})
+	if cold.ID == pooled[0] || slices.Contains(a.pooledIDs(), cold.ID) {
+		t.Fatalf("a spec with other limits took a pool machine: %+v", cold)
+	}
+	a.call("DELETE", "/v1/computers/"+cold.ID, nil, 204, nil)
+	eventually(t, "the pool to refill", func() bool { return a.poolReady("base") == 1 })
+	refilled := a.pooledIDs()
+	if len(refilled) != 1 || refilled[0] == m.ID {
+		t.Fatalf("refilled pool %v (taken %s)", refilled, m.ID)
+	}
+
+	// The bwraps die with the server; the next one adopts the pool machine and starts it again.
+	a.keep = true
+	a.close()
+	b := newTestServer(t, withHostEnv, withHome(home), withWarmPool(map[string]int{"base": 1}), setup)
+	eventually(t, "the adopted pool", func() bool { return b.poolReady("base") == 1 })
+	if got := b.pooledIDs(); !slices.Equal(got, refilled) {
+		t.Fatalf("after restart the pool is %v, was %v", got, refilled)
+	}
+	again := b.create(map[string]any{})
+	if again.ID != refilled[0] {
+		t.Fatalf("after restart a create made %s instead of taking %s", again.ID, refilled[0])
+	}
+	if out := b.sh(again.ID, "echo adopted"); out != "adopted\n" {
+		t.Fatalf("exec on the adopted machine: %q", out)
+	}
+	for _, id := range []string{m.ID, again.ID} {
+		b.call("DELETE", "/v1/computers/"+id, nil, 204, nil)
+	}
+	b.s.computers.drainPool(context.Background())
+	eventually(t, "every sandbox directory removed", func() bool {
+		dirs, _ := os.ReadDir(filepath.Join(home, "sandboxes"))
+		return len(dirs) == 0
+	})
 }
