@@ -113,6 +113,7 @@ const (
 	statePooled = "pooled"
 
 	probeCacheTTL   = 30 * time.Second
+	probeTimeout    = 30 * time.Second // podman's probe starts a container: >10 s on a loaded 2-core host
 	createTimeout   = 10 * time.Minute
 	lifecycleTimout = 2 * time.Minute
 )
@@ -310,8 +311,11 @@ func (c *computerService) probe(ctx context.Context, p provider) probeResult {
 	if ok && c.now().Sub(pr.at) < probeCacheTTL && c.now().Sub(pr.at) >= 0 {
 		return pr
 	}
-	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	npr := p.probe(pctx)
+	if !npr.available && pctx.Err() == context.DeadlineExceeded {
+		npr.reason = fmt.Sprintf("%s did not answer within %s (%s)", name, probeTimeout, npr.reason)
+	}
 	cancel()
 	npr.at = c.now()
 	c.mu.Lock()

@@ -37,6 +37,10 @@ import (
 // helperInMachine is where the helper binary is mounted, read-only, in every docker/podman machine.
 const helperInMachine = "/.agentd/agentd"
 
+// helperHelloTimeout bounds a channel's opening (a `docker exec -i`, or a sandbox's whole bwrap, up to
+// the helper's hello): generous, since a loaded 2-core host takes seconds where a quiet one takes ms.
+const helperHelloTimeout = 30 * time.Second
+
 // findHelperBinary returns the host path of a binary the machines can run as the helper — this
 // program, when it is a Linux executable of this architecture — and a note: why the channel is off
 // (no path), or what limits it. A static build (CGO_ENABLED=0) runs in any image. A cgo build, which
@@ -199,10 +203,10 @@ func openChannel(parent context.Context, host channelHost, m *ComputerInfo) (*ex
 			return nil, &helperMissing{"the machine has no helper at " + helperInMachine + ": " + msg}
 		}
 		return nil, errors.New("the helper did not start: " + msg)
-	case <-time.After(10 * time.Second):
+	case <-time.After(helperHelloTimeout):
 		kill()
 		cmd.Wait()
-		return nil, errors.New("the helper did not answer within 10 s")
+		return nil, fmt.Errorf("the helper did not answer within %s", helperHelloTimeout)
 	}
 }
 

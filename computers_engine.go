@@ -132,7 +132,7 @@ func (e *engineProvider) probeRun(ctx context.Context) *probeResult {
 	}
 	// A podman killed half-way through setting up a container leaves its runtime writing into the probe
 	// root after we return; so the caller going away does not cut the probe short, only the time limit does.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), probeTimeout)
 	defer cancel()
 	_, err := e.call(ctx, nil, "run", "--rm", "--network", "none", "--rootfs", dir, "/agentd-probe")
 	var ee *engineError
