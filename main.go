@@ -435,6 +435,12 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	cfg.Port = ln.Addr().(*net.TCPAddr).Port           // --port 0 picked one: the doctor and the page show the real one
 	ln = newConnLimiter(ln, connCap(raiseFileLimit())) // /health answers even when slow clients pile up
+	release, err := lockHome(cfg.Home, "")
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	defer release()
 	s, err := newServer(cfg, logger, time.Now)
 	if err != nil {
 		ln.Close()

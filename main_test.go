@@ -744,3 +744,30 @@ func TestDatabaseModeAndShortTokens(t *testing.T) {
 		t.Fatalf("a short token was not redacted: %q", got)
 	}
 }
+
+// TestOneProcessPerDataDirectory: while a server holds a data directory, a second server and the
+// in-process `agentd mcp` refuse it, naming the holder's pid and the way out; once it stops, the
+// directory is free again.
+func TestOneProcessPerDataDirectory(t *testing.T) {
+	home := t.TempDir()
+	_, stop := startServe(t, home, nil)
+	env := envOf(map[string]string{"AGENT_HOME": home})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second) // a server that started anyway ends, and fails below
+	defer cancel()
+	err := run(ctx, []string{"serve", "--port", "0"}, env, io.Discard, io.Discard)
+	if e := asAPIError(err); err == nil || e.Code != codeConfig || !strings.Contains(e.Message, fmt.Sprintf("pid %d", os.Getpid())) ||
+		!strings.Contains(e.Message, home) || !strings.Contains(e.Hint, "AGENT_HOME") {
+		t.Fatalf("a second serve on the same home: %v", err)
+	}
+	err = run(ctx, []string{"mcp"}, env, io.Discard, io.Discard)
+	if e := asAPIError(err); err == nil || e.Code != codeConfig || !strings.Contains(e.Hint, "AGENT_URL") {
+		t.Fatalf("agentd mcp beside a server on the same home: %v", err)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	_, stop2 := startServe(t, home, nil)
+	if err := stop2(); err != nil {
+		t.Fatal(err)
+	}
+}

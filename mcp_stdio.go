@@ -55,6 +55,11 @@ func runMCP(ctx context.Context, args []string, getenv func(string) string, stdi
 		return err
 	}
 	cfg.noTriggers = true
+	release, err := lockHome(cfg.Home, "; or, to use that server's machines and agents, set AGENT_URL (and AGENT_TOKEN) to its address")
+	if err != nil {
+		return err
+	}
+	defer release()
 	s, err := newServer(cfg, newLogger(cfg, stderr), time.Now)
 	if err != nil {
 		return err
