@@ -204,3 +204,40 @@ func TestSandboxProbeSaysWhy(t *testing.T) {
 		t.Fatalf("no hint: %v", env)
 	}
 }
+
+// TestSandboxMounts: a host directory under allowedMounts is bound where the spec says, read-only unless
+// readonly is false; one outside allowedMounts is a 422 before any bwrap starts.
+func TestSandboxMounts(t *testing.T) {
+	requireProvider(t, "sandbox")
+	allowed := t.TempDir()
+	ro, rw := filepath.Join(allowed, "ro"), filepath.Join(allowed, "rw")
+	os.MkdirAll(ro, 0o755)
+	os.MkdirAll(rw, 0o777)
+	os.Chmod(rw, 0o777) // the machine's uid 1000 writes here
+	if err := os.WriteFile(filepath.Join(ro, "f"), []byte("from the host\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e := newTestServer(t, withHostEnv, func(c *testSetup) { c.AllowedMounts = []string{allowed} })
+	m := e.create(map[string]any{"provider": "sandbox", "mounts": []any{
+		map[string]any{"source": ro, "target": "/data"},
+		map[string]any{"source": rw, "target": "/work/rw", "readonly": false},
+	}})
+	if out := e.sh(m.ID, "cat /data/f"); out != "from the host\n" {
+		t.Fatalf("read through the mount: %q", out)
+	}
+	if r := e.exec(m.ID, map[string]any{"cmd": "echo x > /data/g"}); r.ExitCode == 0 {
+		t.Fatalf("a write to a read-only mount succeeded: %+v", r)
+	}
+	if _, err := os.Stat(filepath.Join(ro, "g")); err == nil {
+		t.Fatal("the read-only mount's host directory was written")
+	}
+	e.sh(m.ID, "echo y > /work/rw/h")
+	if b, err := os.ReadFile(filepath.Join(rw, "h")); err != nil || string(b) != "y\n" {
+		t.Fatalf("the writable mount on the host: %q %v", b, err)
+	}
+	outside := t.TempDir()
+	body := map[string]any{"provider": "sandbox", "mounts": []any{map[string]any{"source": outside, "target": "/data"}}}
+	if msg := e.wantError("POST", "/v1/computers", body, 422, codeSpecInvalid)["message"].(string); !strings.Contains(msg, "allowedMounts") {
+		t.Fatalf("a mount outside allowedMounts: %s", msg)
+	}
+}
