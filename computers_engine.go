@@ -198,6 +198,9 @@ func (e *engineProvider) runArgs(m *ComputerInfo) []string {
 	if _, ok := sp.Env["HOME"]; !ok {
 		a = append(a, "-e", "HOME=/work")
 	}
+	for k, v := range egressEnv(sp) { // the spec's own env below may override
+		a = append(a, "-e", k+"="+v)
+	}
 	for k, v := range sp.Env {
 		a = append(a, "-e", k+"="+v)
 	}
@@ -209,7 +212,7 @@ func (e *engineProvider) runArgs(m *ComputerInfo) []string {
 		}
 		a = append(a, "-v", v)
 	}
-	if sp.Network.Mode == "none" {
+	if noRoute(sp) { // egress reaches out only through the proxy over the exec channel (computers_egress.go)
 		a = append(a, "--network", "none")
 	}
 	if hm := e.c.helperMount(); hm != "" {
@@ -391,6 +394,9 @@ func (e *engineProvider) command(ctx context.Context, m *ComputerInfo, p *procSp
 			return &procHandle{remote: ch, req: chanStart{Argv: p.argv, Cwd: p.cwd, Env: p.env, Token: p.token}}, nil
 		}
 	}
+	if m.Spec.Network.Mode == "egress" {
+		e.c.channel(ctx, e, m) // an exec on the per-call path (root, a tty) also finds the egress proxy there
+	}
 	args := e.execArgs(m, p.user, p.cwd, p.env, p.stdin != nil, p.tty)
 	args = append(args, "/bin/sh", "-c", e.execWrapper(p), "agentd")
 	args = append(args, p.argv...)
@@ -434,8 +440,8 @@ func (e *engineProvider) killLeftovers(ctx context.Context, m *ComputerInfo) int
 }
 
 func (e *engineProvider) guestAddr(ctx context.Context, m *ComputerInfo, port int) (string, error) {
-	if m.Spec.Network.Mode == "none" {
-		return "", errorf(codeComputerFailed, "computer %s has network mode none, so no port can be reached", m.ID).
+	if noRoute(m.Spec) {
+		return "", errorf(codeComputerFailed, "computer %s has network mode %s, so no port can be reached", m.ID, m.Spec.Network.Mode).
 			withHint("create the computer with network.mode egress or full")
 	}
 	out, err := e.call(ctx, nil, "inspect", "--format", "{{range .NetworkSettings.Networks}}{{.IPAddress}} {{end}}", e.container(m))
