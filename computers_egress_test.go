@@ -199,3 +199,28 @@ func TestEgressEnforced(t *testing.T) {
 	}
 	t.Cleanup(func() { checkNoLeaks(t) })
 }
+
+// TestEgressFailsClosed: with the exec channel off, an egress machine on docker or podman has no proxy
+// and no network at all, and its ports answer why.
+func TestEgressFailsClosed(t *testing.T) {
+	for _, prov := range []string{"docker", "podman"} {
+		t.Run(prov, func(t *testing.T) {
+			t.Parallel()
+			requireProvider(t, prov)
+			e := newTestServer(t, withHostEnv, func(c *testSetup) { c.ExecChannel = new(bool); c.helperBinary = "" })
+			m := e.create(map[string]any{"provider": prov, "network": map[string]any{"mode": "egress"}})
+			out := e.sh(m.ID, `for f in /sys/class/net/*; do basename "$f"; done; echo "proxy=$HTTP_PROXY"`)
+			if out != "lo\nproxy=http://127.0.0.1:3128\n" {
+				t.Fatalf("an egress machine without the channel has more than loopback: %q", out)
+			}
+			if got := pyRun(e, m.ID, rawPy, "127.0.0.1", "3128"); !strings.HasPrefix(got, "ERR") {
+				t.Fatalf("something answers on the proxy's port without the channel: %q", got)
+			}
+			env := e.wantError("POST", "/v1/computers/"+m.ID+"/ports", map[string]any{"port": 8000}, 500, codeComputerFailed)
+			if msg := env["message"].(string); !strings.Contains(msg, "exec channel") {
+				t.Fatalf("ports of an egress machine without the channel: %v", env)
+			}
+			e.call("DELETE", "/v1/computers/"+m.ID, nil, 204, nil)
+		})
+	}
+}

@@ -173,8 +173,14 @@ func (c *conformance) parallel(t *testing.T, name string, f func(t *testing.T, e
 }
 
 func (c *conformance) run(t *testing.T) {
-	m := c.e.with(t).create(map[string]any{"provider": c.prov, "name": "conf-" + c.prov, "idleTimeoutSec": 0,
-		"env": map[string]string{"SPEC_VAR": "from-spec"}})
+	spec := map[string]any{"provider": c.prov, "name": "conf-" + c.prov, "idleTimeoutSec": 0,
+		"env": map[string]string{"SPEC_VAR": "from-spec"}}
+	if os.Getenv("AGENT_TEST_CHANNEL") == "0" && !c.local {
+		// Egress (the default) reaches out and exposes ports only over the exec channel, off here: the
+		// shared machine takes the bridge (TestEgressFailsClosed checks egress without the channel).
+		spec["network"] = map[string]any{"mode": "full"}
+	}
+	m := c.e.with(t).create(spec)
 	c.id = m.ID
 	c.sub(t, "lifecycle/create", func(t *testing.T, e *testServer) {
 		if m.State != "running" || m.Provider != c.prov || m.Workdir != "/work" || !strings.HasPrefix(m.ID, "cmp_") {
