@@ -122,6 +122,7 @@ func (c *computerService) serveEgress(ctx context.Context, machine string, np ne
 	}()
 	io.Copy(st, uc)
 	uc.Close()
+	st.Close() // a body the upstream did not wait for: the write above ends at the stream's EOF
 	<-done
 }
 

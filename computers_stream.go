@@ -108,13 +108,6 @@ func (s *chanStream) endLocked() {
 	}
 }
 
-// finished: the other side sent all its bytes (frameFin) before the stream ended.
-func (s *chanStream) finished() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.inFin
-}
-
 // broken ends the stream because its channel ended.
 func (s *chanStream) broken(why string) { s.frame(frameClose, []byte(why)) }
 
@@ -203,26 +196,20 @@ type halfConn interface {
 	CloseWrite() error
 }
 
-// splice pipes a stream and a connection both ways until both directions are done (or the stream is
-// closed under it: the channel ended), then closes both.
+// splice pipes a stream and a connection both ways until both directions are done, then closes both.
+// When the stream ends under it (the other side closed it, or the channel ended), what was received is
+// still written to c, then c is closed: the copy reading c, which might wait forever, ends too.
 func splice(s *chanStream, c halfConn) {
-	done := make(chan struct{}, 2)
-	cp := func(dst, src halfConn) {
-		io.Copy(dst, src)
-		dst.CloseWrite()
-		done <- struct{}{}
-	}
-	go cp(s, c)
-	go cp(c, s)
-	for range 2 {
-		select {
-		case <-done:
-		case <-s.done:
-			if !s.finished() {
-				c.Close() // cut, not finished (the channel ended): the copy reading c must end too
-			}
-			<-done
-		}
+	toC, fromC := make(chan struct{}), make(chan struct{})
+	go func() { io.Copy(c, s); c.CloseWrite(); close(toC) }()
+	go func() { io.Copy(s, c); s.CloseWrite(); close(fromC) }()
+	select {
+	case <-fromC:
+		<-toC
+	case <-s.done:
+		<-toC
+		c.Close()
+		<-fromC
 	}
 	c.Close()
 	s.Close()
