@@ -368,6 +368,10 @@ func (c *computerService) doctor(ctx context.Context) (providers []doctorProvide
 		}
 		if _, host := p.(channelHost); host {
 			dp.ExecChannel = &doctorExecChannel{Enabled: c.helper != "", Reason: c.helperNote}
+			if c.helper == "" && pr.available {
+				// network.mode egress leaves through the proxy over the channel (computers_egress.go).
+				dp.ExecChannel.Reason += "; without it, machines in network.mode egress have no network at all (they fail closed) and no ports: turn execChannel on, or use mode full"
+			}
 		}
 		providers = append(providers, dp)
 	}
