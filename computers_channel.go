@@ -150,6 +150,7 @@ type execChannel struct {
 	streams  map[uint32]*chanStream // TCP streams (computers_stream.go)
 	accept   func(s *chanStream)    // serves a stream the helper accepted (the egress proxy); nil: refused
 	handlers sync.WaitGroup         // the accept handlers, waited for by close
+	serving  int                    // accept handlers running (at most maxAcceptedStreams)
 	next     uint32
 	err      error         // why the channel broke; nil while it is up
 	done     chan struct{} // closed when the reader has ended and every request was failed
@@ -271,6 +272,9 @@ func (ch *execChannel) read(in io.Reader) {
 	close(ch.done)
 }
 
+// maxAcceptedStreams bounds the connections one machine has open through the egress proxy at once.
+const maxAcceptedStreams = 256
+
 // newStream registers a stream under id (nil when the channel is broken).
 func (ch *execChannel) newStream(id uint32) *chanStream {
 	st := newChanStream(id, ch.send, func() {
@@ -291,20 +295,36 @@ func (ch *execChannel) newStream(id uint32) *chanStream {
 func (ch *execChannel) accepted(id uint32) {
 	ch.mu.Lock()
 	serve := ch.accept
-	if serve != nil && ch.err == nil {
+	_, dup := ch.streams[id]
+	ok := serve != nil && ch.err == nil && id&helperStream != 0 && !dup && ch.serving < maxAcceptedStreams
+	if ok {
+		ch.serving++
+		ch.handlers.Add(1)
+	}
+	if !ok {
 		ch.handlers.Add(1)
 	}
 	ch.mu.Unlock()
-	if serve == nil || id&helperStream == 0 {
-		ch.send(id, frameClose, []byte("nothing serves this stream on the host"))
+	if !ok {
+		// Not from this goroutine, the frame reader: a write to the helper may wait on it reading.
+		go func() {
+			defer ch.handlers.Done()
+			ch.send(id, frameClose, []byte("the host refused the connection (nothing serves it, or too many are open)"))
+		}()
 		return
+	}
+	done := func() {
+		ch.mu.Lock()
+		ch.serving--
+		ch.mu.Unlock()
+		ch.handlers.Done()
 	}
 	st := ch.newStream(id)
 	if st == nil {
-		ch.handlers.Done()
+		done()
 		return
 	}
-	go func() { defer ch.handlers.Done(); serve(st) }()
+	go func() { defer done(); serve(st) }()
 }
 
 // listen asks the helper to accept connections on 127.0.0.1:port inside the machine; serve handles each.

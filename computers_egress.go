@@ -50,9 +50,19 @@ func (c *computerService) startEgress(ch *execChannel, m *ComputerInfo) {
 	if m.Spec.Network.Mode != "egress" {
 		return
 	}
-	np := netPolicy{mode: m.Spec.Network.Mode, allow: m.Spec.Network.Allow, deny: m.Spec.Network.Deny}
 	id := m.ID
-	if err := ch.listen(egressProxyPort, func(st *chanStream) { c.serveEgress(ch.ctx, id, np, st) }); err != nil {
+	serve := func(st *chanStream) {
+		// The policy is read per connection from the record: a pool machine opened its channel under the
+		// pool's spec, and the spec of whoever took it is the one that applies.
+		rec, err := c.store.GetComputer(ch.ctx, id)
+		if err != nil {
+			st.Close()
+			return
+		}
+		n := rec.Spec.Network
+		c.serveEgress(ch.ctx, id, netPolicy{mode: n.Mode, allow: n.Allow, deny: n.Deny}, st)
+	}
+	if err := ch.listen(egressProxyPort, serve); err != nil {
 		c.log.Warn("computers: the egress proxy could not start", "computer", id, "err", err)
 	}
 }

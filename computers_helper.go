@@ -287,6 +287,12 @@ func (h *helper) start(id uint32, payload []byte) {
 
 // ---- TCP streams (computers_stream.go) ----
 
+// sendLater sends a frame from its own goroutine: the frame reader must not wait on the host reading.
+func (h *helper) sendLater(id uint32, kind byte, payload []byte) {
+	h.wg.Add(1)
+	go func() { defer h.wg.Done(); h.send(id, kind, payload) }()
+}
+
 // addStream registers a stream under id; false once the helper is closing.
 func (h *helper) addStream(id uint32) (*chanStream, bool) {
 	st := newChanStream(id, h.send, func() {
@@ -310,12 +316,12 @@ func (h *helper) openStream(id uint32, payload []byte) {
 		Port int `json:"port"`
 	}
 	if json.Unmarshal(payload, &req) != nil || req.Port < 1 || req.Port > 65535 {
-		h.send(id, frameClose, []byte("a stream request without a port"))
+		h.sendLater(id, frameClose, []byte("a stream request without a port"))
 		return
 	}
 	st, ok := h.addStream(id)
 	if !ok {
-		h.send(id, frameClose, []byte("the helper is closing"))
+		h.sendLater(id, frameClose, []byte("the helper is closing"))
 		return
 	}
 	go func() {
@@ -346,7 +352,7 @@ func (h *helper) listen(payload []byte) {
 	}
 	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(req.Port)))
 	if err != nil {
-		h.send(0, frameStderr, fmt.Appendf(nil, "machine-helper: cannot listen on the proxy port: %v\n", err))
+		h.sendLater(0, frameStderr, fmt.Appendf(nil, "machine-helper: cannot listen on the proxy port: %v\n", err))
 		return
 	}
 	h.ln = ln
