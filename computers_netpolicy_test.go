@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"net"
+	"strings"
 	"testing"
 )
 
@@ -24,5 +26,30 @@ func TestPrivateIPForms(t *testing.T) {
 func TestHostMatches(t *testing.T) {
 	if !hostMatches("*.example.test", "a.b.example.test") || hostMatches("*.example.test", "example.test") || hostMatches("*.example.test", "badexample.test") {
 		t.Fatal("wildcard matching")
+	}
+}
+
+// TestPolicyDialDeniesResolvedAddress: deny is checked against every address a name resolves to, not
+// only the name, and allow lets a private address through.
+func TestPolicyDialDeniesResolvedAddress(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	d := &net.Dialer{}
+	np := netPolicy{mode: "egress", allow: []string{"localhost"}, deny: []string{"127.0.0.1", "::1"}}
+	if _, err := np.dial(context.Background(), d, "tcp", "localhost:"+port); asAPIError(err).Code != codeExecDenied || !strings.Contains(err.Error(), "deny") {
+		t.Fatalf("a name resolving to a denied address: %v", err)
+	}
+	np = netPolicy{mode: "egress", allow: []string{"127.0.0.1"}}
+	c, err := np.dial(context.Background(), d, "tcp", "127.0.0.1:"+port)
+	if err != nil {
+		t.Fatalf("an allowed private address: %v", err)
+	}
+	c.Close()
+	if _, err := (netPolicy{mode: "egress"}).dial(context.Background(), d, "tcp", "127.0.0.1:"+port); asAPIError(err).Code != codeExecDenied {
+		t.Fatalf("loopback not allowed: %v", err)
 	}
 }
