@@ -168,6 +168,8 @@ type machineRT struct {
 	chMu  sync.Mutex   // guards ch and chOff (computers_channel.go)
 	ch    *execChannel // the warm exec channel, nil until first use
 	chOff string       // why this machine cannot have one (then every call takes the per-call path)
+
+	refused refusalLog // guarded by computerService.mu: the egress proxy's recent refusals (computers_egress.go)
 }
 
 type reachCheck struct {

@@ -12,7 +12,8 @@
 // which checks deny against the name and every resolved address, refuses private, loopback and
 // link-local addresses unless allowed, and connects only to the address it checked). One request per
 // plain-HTTP connection (sent upstream with Connection: close); CONNECT tunnels any TLS. Every refusal is
-// an `egress_refused` event on the computers topic and, for the client, a 403 whose body says why. Without
+// an `egress_refused` event on the computers topic, for the client a 403 whose body says why, and a line
+// at the end of the stderr of each exec of that machine that was running meanwhile. Without
 // the exec channel an egress machine has no proxy: it fails closed, with no network at all.
 package main
 
@@ -139,7 +140,47 @@ func (c *computerService) serveEgress(ctx context.Context, machine string, np ne
 // egressRefused answers a refused request with why, and publishes the refusal.
 func (c *computerService) egressRefused(st *chanStream, machine, host, port, why string, status int) {
 	c.hub.publish("computers", "egress_refused", map[string]any{"computerId": machine, "host": host, "port": port, "reason": why})
+	rt := c.runtime(machine)
+	c.mu.Lock()
+	rt.refused.add(fmt.Sprintf("agentd: the egress proxy refused %s: %s\n", net.JoinHostPort(host, port), why))
+	c.mu.Unlock()
 	writeProxyAnswer(st, status, "agentd egress proxy: "+why)
+}
+
+// refusalLog keeps a machine's last refusals, numbered, so an exec's stderr can end with those made while
+// it ran (a program that hides the proxy's 403 still leaves a trace the agent reads).
+type refusalLog struct {
+	seq   int
+	lines []string // the last refusalKeep, the newest last
+}
+
+const refusalKeep = 8
+
+func (l *refusalLog) add(line string) {
+	l.seq++
+	l.lines = append(l.lines, line)
+	if len(l.lines) > refusalKeep {
+		l.lines = l.lines[len(l.lines)-refusalKeep:]
+	}
+}
+
+// refusalMark is the machine's refusal count now; refusalsSince the lines of the refusals after it.
+func (c *computerService) refusalMark(id string) int {
+	rt := c.runtime(id)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return rt.refused.seq
+}
+
+func (c *computerService) refusalsSince(id string, mark int) string {
+	rt := c.runtime(id)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := min(rt.refused.seq-mark, len(rt.refused.lines))
+	if n <= 0 {
+		return ""
+	}
+	return strings.Join(rt.refused.lines[len(rt.refused.lines)-n:], "")
 }
 
 func writeProxyAnswer(w io.Writer, status int, msg string) {

@@ -149,8 +149,12 @@ func TestEgressEnforced(t *testing.T) {
 			if out := pyRun(e, allowed.ID, rawPy, outsideIP, fmt.Sprint(port)); !strings.HasPrefix(out, "ERR") {
 				t.Fatalf("raw TCP from an egress machine: %q", out)
 			}
-			if out := pyRun(e, other.ID, fetchPy, target); !strings.HasPrefix(out, "403 ") || !strings.Contains(out, "not in computer.network.allow") {
+			r := e.exec(other.ID, map[string]any{"cmd": []string{"python3", "-c", fetchPy, target}, "timeoutSec": 60})
+			if out := strings.TrimSpace(r.Stdout); !strings.HasPrefix(out, "403 ") || !strings.Contains(out, "not in computer.network.allow") {
 				t.Fatalf("egress with another allow list: %q", out)
+			}
+			if want := fmt.Sprintf("agentd: the egress proxy refused %s:%d: refused: host %s is not in computer.network.allow\n", outsideIP, port, outsideIP); r.Stderr != want {
+				t.Fatalf("the exec's stderr does not end with the refusal: %q, want %q", r.Stderr, want)
 			}
 			if out := pyRun(e, open.ID, fetchPy, target); !strings.HasPrefix(out, "403 ") || !strings.Contains(out, "private") {
 				t.Fatalf("egress to a private address not allowed: %q", out)
