@@ -175,9 +175,15 @@ func serveHelper(stdin io.Reader, stdout io.Writer, pidFiles string) error {
 	if h.ln != nil {
 		h.ln.Close()
 	}
+	streams := make([]*chanStream, 0, len(h.streams))
 	for _, st := range h.streams {
+		streams = append(streams, st)
+	}
+	h.mu.Unlock()
+	for _, st := range streams { // outside h.mu: an ended stream takes it to leave the table
 		st.broken("the exec channel closed")
 	}
+	h.mu.Lock()
 	for _, p := range h.procs {
 		p.mu.Lock()
 		p.killed = true // one still starting is killed by its start

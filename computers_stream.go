@@ -40,7 +40,7 @@ const (
 type chanStream struct {
 	id   uint32
 	send func(id uint32, kind byte, payload []byte) error
-	gone func() // removes the stream from its side's table (once)
+	gone func() // removes the stream from its side's table (once; never called with a lock held)
 
 	mu      sync.Mutex
 	cond    *sync.Cond
@@ -64,7 +64,14 @@ func newChanStream(id uint32, send func(uint32, byte, []byte) error, gone func()
 // frame handles one frame the other side sent for this stream (from the frame reader: never blocks).
 func (s *chanStream) frame(kind byte, payload []byte) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	ended := false
+	defer func() {
+		s.cond.Broadcast()
+		s.mu.Unlock()
+		if ended {
+			s.gone()
+		}
+	}()
 	switch kind {
 	case frameData:
 		if !s.closed && len(payload) > 0 {
@@ -81,9 +88,8 @@ func (s *chanStream) frame(kind byte, payload []byte) {
 	case frameClose:
 		s.signalOpened(firstNonEmpty(string(payload), "the connection was refused"))
 		s.reason = string(payload)
-		s.endLocked()
+		ended = s.endLocked()
 	}
-	s.cond.Broadcast()
 }
 
 func (s *chanStream) signalOpened(err string) {
@@ -95,17 +101,16 @@ func (s *chanStream) signalOpened(err string) {
 	}
 }
 
-// endLocked marks the stream over (s.mu held); the table entry goes.
-func (s *chanStream) endLocked() {
+// endLocked marks the stream over (s.mu held) and says whether it just ended: the caller then removes
+// it from its table (gone), after unlocking.
+func (s *chanStream) endLocked() bool {
 	if s.closed {
-		return
+		return false
 	}
 	s.closed = true
 	close(s.done)
 	s.cond.Broadcast()
-	if s.gone != nil {
-		go s.gone()
-	}
+	return true
 }
 
 // broken ends the stream because its channel ended.
@@ -181,13 +186,13 @@ func (s *chanStream) Close() error { return s.closeWith("") }
 
 func (s *chanStream) closeWith(why string) error {
 	s.mu.Lock()
-	was := s.closed
-	s.endLocked()
+	ended := s.endLocked()
 	s.mu.Unlock()
-	if !was {
-		return s.send(s.id, frameClose, []byte(why))
+	if !ended {
+		return nil
 	}
-	return nil
+	s.gone()
+	return s.send(s.id, frameClose, []byte(why))
 }
 
 // halfConn is what splice pipes: a stream, a *net.TCPConn.
