@@ -8,7 +8,8 @@
 // uint32, big-endian) and the payload. The host starts a process with frameStart (JSON chanStart), feeds
 // its stdin with frameStdin/frameStdinEOF, and may kill it with frameKill; the helper streams
 // frameStdout/frameStderr and ends each request with one frameExit (JSON chanExit). A start with `op`
-// set is a file operation the helper does itself (resolve, read, write, list: helperFileOp). Output is
+// set is a file operation the helper does itself (resolve, read, write, list: helperFileOp). TCP streams
+// (port forwards, the egress proxy's connections) have frames of their own: computers_stream.go. Output is
 // flow-controlled per request: at most chanWindow bytes are in flight until the host acknowledges them
 // with frameAck, and the same holds for stdin the other way, so one slow reader never stalls the others
 // and memory stays bounded on both sides.

@@ -1,9 +1,11 @@
 // computers_ports.go — exposing a guest port on the host: a userspace TCP forwarder per (machine, port).
 //
 // Entry points: computerService.ExposePort (the run loop's expose_port tool) and handleExposePort.
-// Rules (DESIGN §4): docker/podman get a forwarder on 127.0.0.1:<ephemeral> to the container's address
-// (network none → E_COMPUTER_FAILED saying why); local, and a sandbox sharing the host's network, answer
-// the port themselves. Exposing a port twice
+// Rules (DESIGN §4): docker/podman get a forwarder on 127.0.0.1:<ephemeral> to the container's address;
+// a machine in network mode egress (docker, podman, sandbox: no network of its own) a forwarder whose
+// connections are streams over its exec channel (computers_stream.go; without the channel it is
+// E_COMPUTER_FAILED saying why), and network none E_COMPUTER_FAILED; local, and a sandbox in mode full
+// (the host's network), answer the port themselves. Exposing a port twice
 // returns the same binding; forwarders close on stop and destroy (and with the server).
 package main
 

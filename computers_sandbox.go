@@ -7,8 +7,8 @@
 // long-lived bwrap whose first process is agentd's own helper (computers_helper.go) speaking the exec
 // channel on bwrap's stdin and stdout (computers_channel.go): every exec and file operation enters the
 // same namespaces, so a server started by one exec is reachable by the next. The bwrap runs with new
-// user, mount, pid, ipc and uts namespaces (and network with `network.mode: none`; otherwise the host's
-// network is shared), uid/gid 1000, every capability dropped, no new privileges, --die-with-parent and
+// user, mount, pid, ipc and uts namespaces (and network with `network.mode` none and egress, whose one
+// way out is agentd's proxy over the channel, computers_egress.go; full shares the host's), uid/gid 1000, every capability dropped, no new privileges, --die-with-parent and
 // --new-session. Its root is an empty read-only tmpfs holding the host's /usr, /bin, /sbin, /lib* and the
 // few /etc files a program needs, read-only; a synthesized passwd and group; the workspace at /work and a
 // private /tmp (host directories under the machine's, so they survive what local's survive); new /proc and

@@ -21,7 +21,7 @@ func (noWait) Wait() error { return nil }
 
 // inProcessChannel connects a host-side execChannel to a helper served in this process (its "machine"
 // is this host: 127.0.0.1 inside is the host's loopback).
-func inProcessChannel(t *testing.T) *execChannel {
+func inProcessChannel(t testing.TB) *execChannel {
 	t.Helper()
 	toHelper, in := io.Pipe()
 	out, fromHelper := io.Pipe()
@@ -47,7 +47,7 @@ func inProcessChannel(t *testing.T) *execChannel {
 }
 
 // freePort is a loopback port nothing listens on (just now).
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -156,5 +156,61 @@ func TestEgressProxyInProcess(t *testing.T) {
 	}
 	if !found {
 		t.Fatal("no egress_refused event for localhost")
+	}
+}
+
+// BenchmarkEgressProxy: a GET of a small and of an 8 MiB body from a loopback server, straight and
+// through the egress proxy over an in-process channel (the stream layer and the proxy, without the
+// engine's exec pipe). A new connection per request, as the proxy serves one request per connection.
+func BenchmarkEgressProxy(b *testing.B) {
+	e := newTestServer(b, withHostEnv)
+	ch := inProcessChannel(b)
+	big := bytes.Repeat([]byte("x"), 8<<20)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/big" {
+			w.Write(big)
+			return
+		}
+		fmt.Fprint(w, "ok")
+	}))
+	defer srv.Close()
+	port := freePort(b)
+	np := netPolicy{mode: "egress", allow: []string{"127.0.0.1"}}
+	if err := ch.listen(port, func(st *chanStream) { e.s.computers.serveEgress(ch.ctx, "cmp_bench", np, st) }); err != nil {
+		b.Fatal(err)
+	}
+	proxy, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", port))
+	for _, via := range []string{"direct", "proxy"} {
+		tr := &http.Transport{DisableKeepAlives: true}
+		if via == "proxy" {
+			tr.Proxy = http.ProxyURL(proxy)
+		}
+		client := &http.Client{Transport: tr}
+		get := func(b *testing.B, path string) {
+			resp, err := client.Get(srv.URL + path)
+			if err != nil {
+				b.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		eventually(b, "the proxy port to accept", func() bool { // the helper listens asynchronously
+			resp, err := client.Get(srv.URL + "/")
+			if err == nil {
+				resp.Body.Close()
+			}
+			return err == nil
+		})
+		b.Run(via+"/small", func(b *testing.B) {
+			for b.Loop() {
+				get(b, "/")
+			}
+		})
+		b.Run(via+"/8MiB", func(b *testing.B) {
+			b.SetBytes(int64(len(big)))
+			for b.Loop() {
+				get(b, "/big")
+			}
+		})
 	}
 }
