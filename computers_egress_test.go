@@ -228,3 +228,67 @@ func TestEgressFailsClosed(t *testing.T) {
 		})
 	}
 }
+
+// TestFullModeFiltered: full keeps the bridge (the outside host is reached straight), but deny binds
+// commands too, and the host's own address on the bridge (its gateway) is never reachable.
+func TestFullModeFiltered(t *testing.T) {
+	port := outsideServer(t)
+	if !fullFilterable() {
+		t.Skip("full-mode filtering needs root and iptables")
+	}
+	for _, prov := range []string{"docker", "podman"} {
+		t.Run(prov, func(t *testing.T) {
+			t.Parallel()
+			requireProvider(t, prov)
+			e := newTestServer(t, withHostEnv)
+			open := e.create(map[string]any{"provider": prov, "network": map[string]any{"mode": "full"}})
+			denied := e.create(map[string]any{"provider": prov, "network": map[string]any{"mode": "full", "deny": []string{outsideIP}}})
+			if out := pyRun(e, open.ID, rawPy, outsideIP, fmt.Sprint(port)); out != "CONNECTED" {
+				t.Fatalf("full without deny cannot reach the outside host: %q", out)
+			}
+			if out := pyRun(e, denied.ID, rawPy, outsideIP, fmt.Sprint(port)); !strings.HasPrefix(out, "ERR") {
+				t.Fatalf("full with the outside host in deny reached it: %q", out)
+			}
+			gw, err := exec.Command(prov, "inspect", "--format", "{{range .NetworkSettings.Networks}}{{.Gateway}} {{end}}", "agentd-"+open.ID).Output()
+			if err != nil || net.ParseIP(strings.Fields(string(gw) + " x")[0]) == nil {
+				t.Fatalf("the bridge gateway: %v %q", err, gw)
+			}
+			ln, err := net.Listen("tcp", strings.Fields(string(gw))[0]+":0") // the host's own address on the bridge
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			go func() {
+				for {
+					c, err := ln.Accept()
+					if err != nil {
+						return
+					}
+					c.Close()
+				}
+			}()
+			host, hport, _ := net.SplitHostPort(ln.Addr().String())
+			if out := pyRun(e, open.ID, rawPy, host, hport); !strings.HasPrefix(out, "ERR") {
+				t.Fatalf("a full machine reached the host on its bridge gateway %s: %q", ln.Addr(), out)
+			}
+			// A port forward still works: the host opens, the machine only answers.
+			e.sh(open.ID, "mkdir -p www && echo full-ok > www/i && cd www && nohup python3 -m http.server 8000 --bind 0.0.0.0 >/dev/null 2>&1 &")
+			var b PortBinding
+			e.call("POST", "/v1/computers/"+open.ID+"/ports", map[string]any{"port": 8000}, 200, &b)
+			eventually(t, "the full machine's port through its binding", func() bool {
+				resp, err := http.Get(b.URL + "/i")
+				if err != nil {
+					return false
+				}
+				resp.Body.Close()
+				return resp.StatusCode == 200
+			})
+			for _, m := range []ComputerInfo{open, denied} {
+				e.call("DELETE", "/v1/computers/"+m.ID, nil, 204, nil)
+				if out, _ := exec.Command("iptables", "-w", "-S").Output(); strings.Contains(string(out), "agentd:"+m.ID) {
+					t.Fatalf("the rules of %s outlived it", m.ID)
+				}
+			}
+		})
+	}
+}

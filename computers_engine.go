@@ -243,6 +243,10 @@ func (e *engineProvider) create(ctx context.Context, m *ComputerInfo) error {
 		return errorf(codeComputerFailed, "%s could not start the machine: %s", e.name, err.Error()).
 			withHint(fmt.Sprintf("run `%s info` and check the engine can start containers", e.name))
 	}
+	if err := e.filterFull(ctx, m); err != nil { // computers_fullnet.go
+		return errorf(codeComputerFailed, "cannot filter the machine's network (mode full): %v", err).
+			withHint("agentd adds iptables rules for full-mode machines when it runs as root; check iptables works, or use network.mode egress")
+	}
 	if m.Spec.Persist {
 		// A fresh named volume is owned by root; let the machine's user write to it.
 		e.call(ctx, nil, "exec", "-u", "0", e.container(m), "chmod", "1777", "/work")
@@ -285,10 +289,16 @@ func (e *engineProvider) start(ctx context.Context, m *ComputerInfo) error {
 	if _, err := e.call(ctx, nil, append([]string{"exec", "-u", "0:0", e.container(m), "chmod", "1777"}, dirs...)...); err != nil {
 		return errorf(codeComputerFailed, "%s started the machine but could not restore its /work and /tmp: %s", e.name, err.Error()).withHint("check the engine")
 	}
+	if err := e.filterFull(ctx, m); err != nil {
+		e.call(ctx, nil, "stop", "-t", "0", e.container(m)) // fail closed
+		return errorf(codeComputerFailed, "cannot filter the machine's network (mode full): %v", err).
+			withHint("agentd adds iptables rules for full-mode machines when it runs as root; check iptables works, or use network.mode egress")
+	}
 	return nil
 }
 
 func (e *engineProvider) stop(ctx context.Context, m *ComputerInfo) error {
+	defer e.unfilterFull(ctx, m)
 	if _, err := e.call(ctx, nil, "stop", "-t", "2", e.container(m)); err != nil && !isNoSuch(err) {
 		return errorf(codeComputerFailed, "%s could not stop the machine: %s", e.name, err.Error()).withHint("check the engine")
 	}
@@ -296,6 +306,7 @@ func (e *engineProvider) stop(ctx context.Context, m *ComputerInfo) error {
 }
 
 func (e *engineProvider) destroy(ctx context.Context, m *ComputerInfo) error {
+	defer e.unfilterFull(ctx, m)
 	if _, err := e.call(ctx, nil, "rm", "-f", "-v", e.container(m)); err != nil && !isNoSuch(err) {
 		return errorf(codeComputerFailed, "%s could not remove the machine: %s", e.name, err.Error()).withHint("check the engine")
 	}
