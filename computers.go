@@ -169,6 +169,8 @@ type machineRT struct {
 	chMu  sync.Mutex   // guards ch and chOff (computers_channel.go)
 	ch    *execChannel // the warm exec channel, nil until first use
 	chOff string       // why this machine cannot have one (then every call takes the per-call path)
+
+	refused refusalLog // guarded by computerService.mu: the egress proxy's recent refusals (computers_egress.go)
 }
 
 type reachCheck struct {
@@ -372,6 +374,10 @@ func (c *computerService) doctor(ctx context.Context) (providers []doctorProvide
 		}
 		if _, host := p.(channelHost); host {
 			dp.ExecChannel = &doctorExecChannel{Enabled: c.helper != "", Reason: c.helperNote}
+			if c.helper == "" && pr.available {
+				// network.mode egress leaves through the proxy over the channel (computers_egress.go).
+				dp.ExecChannel.Reason += "; without it, machines in network.mode egress have no network at all (they fail closed) and no ports: turn execChannel on, or use mode full"
+			}
 		}
 		providers = append(providers, dp)
 	}

@@ -120,6 +120,7 @@ func (c *computerService) channelErr(ctx context.Context, host channelHost, m *C
 		return nil, err
 	}
 	rt.ch = ch
+	c.startEgress(ch, m)
 	return ch, nil
 }
 
@@ -147,11 +148,16 @@ type execChannel struct {
 	stdin   io.WriteCloser
 	wmu     sync.Mutex
 
-	mu    sync.Mutex
-	procs map[uint32]*chanProc
-	next  uint32
-	err   error         // why the channel broke; nil while it is up
-	done  chan struct{} // closed when the reader has ended and every request was failed
+	ctx      context.Context // ends with the channel (dials for its streams)
+	mu       sync.Mutex
+	procs    map[uint32]*chanProc
+	streams  map[uint32]*chanStream // TCP streams (computers_stream.go)
+	accept   func(s *chanStream)    // serves a stream the helper accepted (the egress proxy); nil: refused
+	handlers sync.WaitGroup         // the accept handlers, waited for by close
+	serving  int                    // accept handlers running (at most maxAcceptedStreams)
+	next     uint32
+	err      error         // why the channel broke; nil while it is up
+	done     chan struct{} // closed when the reader has ended and every request was failed
 }
 
 func openChannel(parent context.Context, host channelHost, m *ComputerInfo) (*execChannel, error) {
@@ -170,7 +176,8 @@ func openChannel(parent context.Context, host channelHost, m *ComputerInfo) (*ex
 		kill()
 		return nil, err
 	}
-	ch := &execChannel{machine: m.ID, cmd: cmd, kill: kill, stdin: stdin, procs: map[uint32]*chanProc{}, done: make(chan struct{})}
+	ch := &execChannel{machine: m.ID, cmd: cmd, kill: kill, ctx: ctx, stdin: stdin, procs: map[uint32]*chanProc{},
+		streams: map[uint32]*chanStream{}, done: make(chan struct{})}
 	in := bufio.NewReaderSize(stdout, 256<<10)
 	hello := make(chan error, 1)
 	var early bytes.Buffer // what came instead of a hello: the engine prints its exec errors on stdout
@@ -213,7 +220,16 @@ func openChannel(parent context.Context, host channelHost, m *ComputerInfo) (*ex
 // read dispatches the helper's frames until the channel ends, then fails what is still in flight.
 func (ch *execChannel) read(in io.Reader) {
 	err := eachFrame(in, func(id uint32, kind byte, payload []byte) {
+		if kind == frameAccept {
+			ch.accepted(id)
+			return
+		}
 		ch.mu.Lock()
+		if st := ch.streams[id]; st != nil {
+			ch.mu.Unlock()
+			st.frame(kind, payload)
+			return
+		}
 		p := ch.procs[id]
 		if kind == frameExit {
 			delete(ch.procs, id)
@@ -247,13 +263,110 @@ func (ch *execChannel) read(in io.Reader) {
 	}
 	ch.mu.Lock()
 	ch.err = err
-	procs := ch.procs
-	ch.procs = map[uint32]*chanProc{}
+	procs, streams := ch.procs, ch.streams
+	ch.procs, ch.streams = map[uint32]*chanProc{}, map[uint32]*chanStream{}
 	ch.mu.Unlock()
 	for _, p := range procs {
 		p.push(chanItem{kind: frameExit, broken: err})
 	}
+	for _, st := range streams {
+		st.broken(err.Error())
+	}
+	ch.handlers.Wait()
 	close(ch.done)
+}
+
+// maxAcceptedStreams bounds the connections one machine has open through the egress proxy at once.
+const maxAcceptedStreams = 256
+
+// newStream registers a stream under id (nil when the channel is broken).
+func (ch *execChannel) newStream(id uint32) *chanStream {
+	st := newChanStream(id, ch.send, func() {
+		ch.mu.Lock()
+		delete(ch.streams, id)
+		ch.mu.Unlock()
+	})
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	if ch.err != nil {
+		return nil
+	}
+	ch.streams[id] = st
+	return st
+}
+
+// accepted serves a connection the helper accepted on the listen port (frameAccept).
+func (ch *execChannel) accepted(id uint32) {
+	ch.mu.Lock()
+	serve := ch.accept
+	_, dup := ch.streams[id]
+	ok := serve != nil && ch.err == nil && id&helperStream != 0 && !dup && ch.serving < maxAcceptedStreams
+	if ok {
+		ch.serving++
+		ch.handlers.Add(1)
+	}
+	if !ok {
+		ch.handlers.Add(1)
+	}
+	ch.mu.Unlock()
+	if !ok {
+		// Not from this goroutine, the frame reader: a write to the helper may wait on it reading.
+		go func() {
+			defer ch.handlers.Done()
+			ch.send(id, frameClose, []byte("the host refused the connection (nothing serves it, or too many are open)"))
+		}()
+		return
+	}
+	done := func() {
+		ch.mu.Lock()
+		ch.serving--
+		ch.mu.Unlock()
+		ch.handlers.Done()
+	}
+	st := ch.newStream(id)
+	if st == nil {
+		done()
+		return
+	}
+	go func() { defer done(); serve(st) }()
+}
+
+// listen asks the helper to accept connections on 127.0.0.1:port inside the machine; serve handles each.
+func (ch *execChannel) listen(port int, serve func(s *chanStream)) error {
+	ch.mu.Lock()
+	ch.accept = serve
+	ch.mu.Unlock()
+	return ch.send(0, frameListen, fmt.Appendf(nil, `{"port":%d}`, port))
+}
+
+// dial opens a stream to 127.0.0.1:port inside the machine.
+func (ch *execChannel) dial(ctx context.Context, port int) (*chanStream, error) {
+	ch.mu.Lock()
+	if ch.err != nil {
+		ch.mu.Unlock()
+		return nil, ch.err
+	}
+	ch.next++
+	id := ch.next
+	ch.mu.Unlock()
+	st := ch.newStream(id)
+	if st == nil {
+		return nil, errors.New("the exec channel closed")
+	}
+	if err := ch.send(id, frameOpen, fmt.Appendf(nil, `{"port":%d}`, port)); err != nil {
+		st.broken(err.Error())
+		return nil, err
+	}
+	select {
+	case <-st.opened:
+		if st.dialErr != "" {
+			return nil, errors.New(st.dialErr)
+		}
+		return st, nil
+	case <-ctx.Done():
+		st.Close()
+		return nil, ctx.Err()
+	}
 }
 
 func (ch *execChannel) alive() bool {

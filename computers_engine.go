@@ -198,6 +198,9 @@ func (e *engineProvider) runArgs(m *ComputerInfo) []string {
 	if _, ok := sp.Env["HOME"]; !ok {
 		a = append(a, "-e", "HOME=/work")
 	}
+	for k, v := range egressEnv(sp) { // the spec's own env below may override
+		a = append(a, "-e", k+"="+v)
+	}
 	for k, v := range sp.Env {
 		a = append(a, "-e", k+"="+v)
 	}
@@ -209,7 +212,7 @@ func (e *engineProvider) runArgs(m *ComputerInfo) []string {
 		}
 		a = append(a, "-v", v)
 	}
-	if sp.Network.Mode == "none" {
+	if noRoute(sp) { // egress reaches out only through the proxy over the exec channel (computers_egress.go)
 		a = append(a, "--network", "none")
 	}
 	if hm := e.c.helperMount(); hm != "" {
@@ -239,6 +242,10 @@ func (e *engineProvider) create(ctx context.Context, m *ComputerInfo) error {
 	if err != nil {
 		return errorf(codeComputerFailed, "%s could not start the machine: %s", e.name, err.Error()).
 			withHint(fmt.Sprintf("run `%s info` and check the engine can start containers", e.name))
+	}
+	if err := e.filterFull(ctx, m); err != nil { // computers_fullnet.go
+		return errorf(codeComputerFailed, "cannot filter the machine's network (mode full): %v", err).
+			withHint("agentd adds iptables rules for full-mode machines when it runs as root; check iptables works, or use network.mode egress")
 	}
 	if m.Spec.Persist {
 		// A fresh named volume is owned by root; let the machine's user write to it.
@@ -282,10 +289,16 @@ func (e *engineProvider) start(ctx context.Context, m *ComputerInfo) error {
 	if _, err := e.call(ctx, nil, append([]string{"exec", "-u", "0:0", e.container(m), "chmod", "1777"}, dirs...)...); err != nil {
 		return errorf(codeComputerFailed, "%s started the machine but could not restore its /work and /tmp: %s", e.name, err.Error()).withHint("check the engine")
 	}
+	if err := e.filterFull(ctx, m); err != nil {
+		e.call(ctx, nil, "stop", "-t", "0", e.container(m)) // fail closed
+		return errorf(codeComputerFailed, "cannot filter the machine's network (mode full): %v", err).
+			withHint("agentd adds iptables rules for full-mode machines when it runs as root; check iptables works, or use network.mode egress")
+	}
 	return nil
 }
 
 func (e *engineProvider) stop(ctx context.Context, m *ComputerInfo) error {
+	defer e.unfilterFull(ctx, m)
 	if _, err := e.call(ctx, nil, "stop", "-t", "2", e.container(m)); err != nil && !isNoSuch(err) {
 		return errorf(codeComputerFailed, "%s could not stop the machine: %s", e.name, err.Error()).withHint("check the engine")
 	}
@@ -293,6 +306,7 @@ func (e *engineProvider) stop(ctx context.Context, m *ComputerInfo) error {
 }
 
 func (e *engineProvider) destroy(ctx context.Context, m *ComputerInfo) error {
+	defer e.unfilterFull(ctx, m)
 	if _, err := e.call(ctx, nil, "rm", "-f", "-v", e.container(m)); err != nil && !isNoSuch(err) {
 		return errorf(codeComputerFailed, "%s could not remove the machine: %s", e.name, err.Error()).withHint("check the engine")
 	}
@@ -391,6 +405,9 @@ func (e *engineProvider) command(ctx context.Context, m *ComputerInfo, p *procSp
 			return &procHandle{remote: ch, req: chanStart{Argv: p.argv, Cwd: p.cwd, Env: p.env, Token: p.token}}, nil
 		}
 	}
+	if m.Spec.Network.Mode == "egress" {
+		e.c.channel(ctx, e, m) // an exec on the per-call path (root, a tty) also finds the egress proxy there
+	}
 	args := e.execArgs(m, p.user, p.cwd, p.env, p.stdin != nil, p.tty)
 	args = append(args, "/bin/sh", "-c", e.execWrapper(p), "agentd")
 	args = append(args, p.argv...)
@@ -434,8 +451,8 @@ func (e *engineProvider) killLeftovers(ctx context.Context, m *ComputerInfo) int
 }
 
 func (e *engineProvider) guestAddr(ctx context.Context, m *ComputerInfo, port int) (string, error) {
-	if m.Spec.Network.Mode == "none" {
-		return "", errorf(codeComputerFailed, "computer %s has network mode none, so no port can be reached", m.ID).
+	if noRoute(m.Spec) {
+		return "", errorf(codeComputerFailed, "computer %s has network mode %s, so no port can be reached", m.ID, m.Spec.Network.Mode).
 			withHint("create the computer with network.mode egress or full")
 	}
 	out, err := e.call(ctx, nil, "inspect", "--format", "{{range .NetworkSettings.Networks}}{{.IPAddress}} {{end}}", e.container(m))

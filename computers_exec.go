@@ -237,10 +237,17 @@ func (c *computerService) runPrepared(ctx context.Context, x *execPrepared, onOu
 	c.beginUse(x.m.ID)
 	defer c.endUse(x.m.ID)
 	t0 := time.Now()
+	mark := c.refusalMark(x.m.ID)
 	res, err := c.runProc(ctx, x.p, x.m, x.ps, time.Duration(x.req.TimeoutSec)*time.Second, x.req.MaxOutputBytes, onOutput)
 	c.metrics.execDone(x.m.Provider, res, err, time.Since(t0))
 	if res != nil {
 		res.Warnings = x.req.capped
+		if lines := c.refusalsSince(x.m.ID, mark); lines != "" { // the egress proxy's refusals meanwhile
+			res.Stderr += lines
+			if onOutput != nil {
+				onOutput("stderr", lines)
+			}
+		}
 	}
 	return res, err
 }

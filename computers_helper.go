@@ -8,7 +8,8 @@
 // uint32, big-endian) and the payload. The host starts a process with frameStart (JSON chanStart), feeds
 // its stdin with frameStdin/frameStdinEOF, and may kill it with frameKill; the helper streams
 // frameStdout/frameStderr and ends each request with one frameExit (JSON chanExit). A start with `op`
-// set is a file operation the helper does itself (resolve, read, write, list: helperFileOp). Output is
+// set is a file operation the helper does itself (resolve, read, write, list: helperFileOp). TCP streams
+// (port forwards, the egress proxy's connections) have frames of their own: computers_stream.go. Output is
 // flow-controlled per request: at most chanWindow bytes are in flight until the host acknowledges them
 // with frameAck, and the same holds for stdin the other way, so one slow reader never stalls the others
 // and memory stays bounded on both sides.
@@ -29,6 +30,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path"
@@ -121,6 +123,10 @@ type helper struct {
 	mu       sync.Mutex
 	procs    map[uint32]*helperProc
 	wg       sync.WaitGroup
+	streams  map[uint32]*chanStream // TCP streams (computers_stream.go), by id
+	nextSt   uint32
+	ln       net.Listener // the egress proxy's port, after frameListen
+	closing  bool         // stdin ended: no new streams
 }
 
 type helperProc struct {
@@ -160,11 +166,24 @@ func serveHelper(stdin io.Reader, stdout io.Writer, pidFiles string) error {
 			os.Remove(f)
 		}
 	}
-	h := &helper{out: stdout, procs: map[uint32]*helperProc{}, pidFiles: pidFiles}
+	h := &helper{out: stdout, procs: map[uint32]*helperProc{}, pidFiles: pidFiles, streams: map[uint32]*chanStream{}}
 	if err := h.send(0, frameHello, fmt.Appendf(nil, `{"pid":%d}`, os.Getpid())); err != nil {
 		return err
 	}
 	err := eachFrame(bufio.NewReaderSize(stdin, 256<<10), h.dispatch)
+	h.mu.Lock()
+	h.closing = true
+	if h.ln != nil {
+		h.ln.Close()
+	}
+	streams := make([]*chanStream, 0, len(h.streams))
+	for _, st := range h.streams {
+		streams = append(streams, st)
+	}
+	h.mu.Unlock()
+	for _, st := range streams { // outside h.mu: an ended stream takes it to leave the table
+		st.broken("the exec channel closed")
+	}
 	h.mu.Lock()
 	for _, p := range h.procs {
 		p.mu.Lock()
@@ -183,13 +202,24 @@ func serveHelper(stdin io.Reader, stdout io.Writer, pidFiles string) error {
 }
 
 func (h *helper) dispatch(id uint32, kind byte, payload []byte) {
-	if kind == frameStart {
+	switch kind {
+	case frameStart:
 		h.start(id, payload)
+		return
+	case frameOpen:
+		h.openStream(id, payload)
+		return
+	case frameListen:
+		h.listen(payload)
 		return
 	}
 	h.mu.Lock()
-	p := h.procs[id]
+	p, st := h.procs[id], h.streams[id]
 	h.mu.Unlock()
+	if st != nil {
+		st.frame(kind, payload)
+		return
+	}
 	if p == nil {
 		return // a late frame for a request that is over
 	}
@@ -259,6 +289,105 @@ func (h *helper) start(id uint32, payload []byte) {
 		}
 		b, _ := json.Marshal(chanExit{Code: code, Error: msg})
 		h.send(id, frameExit, b)
+	}()
+}
+
+// ---- TCP streams (computers_stream.go) ----
+
+// sendLater sends a frame from its own goroutine: the frame reader must not wait on the host reading.
+func (h *helper) sendLater(id uint32, kind byte, payload []byte) {
+	h.wg.Add(1)
+	go func() { defer h.wg.Done(); h.send(id, kind, payload) }()
+}
+
+// addStream registers a stream under id; false once the helper is closing.
+func (h *helper) addStream(id uint32) (*chanStream, bool) {
+	st := newChanStream(id, h.send, func() {
+		h.mu.Lock()
+		delete(h.streams, id)
+		h.mu.Unlock()
+	})
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closing {
+		return nil, false
+	}
+	h.streams[id] = st
+	h.wg.Add(1)
+	return st, true
+}
+
+// openStream connects to 127.0.0.1:port inside the machine for the host (a port forward).
+func (h *helper) openStream(id uint32, payload []byte) {
+	var req struct {
+		Port int `json:"port"`
+	}
+	if json.Unmarshal(payload, &req) != nil || req.Port < 1 || req.Port > 65535 {
+		h.sendLater(id, frameClose, []byte("a stream request without a port"))
+		return
+	}
+	st, ok := h.addStream(id)
+	if !ok {
+		h.sendLater(id, frameClose, []byte("the helper is closing"))
+		return
+	}
+	go func() {
+		defer h.wg.Done()
+		c, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(req.Port)), 5*time.Second)
+		if err != nil {
+			st.closeWith(fmt.Sprintf("nothing answers on port %d inside the machine: %v", req.Port, err))
+			return
+		}
+		h.send(id, frameOpened, nil)
+		splice(st, asHalfConn(c))
+	}()
+}
+
+// listen accepts connections on 127.0.0.1:port inside the machine (the egress proxy's address) and
+// carries each to the host as a new stream. A second listen is ignored.
+func (h *helper) listen(payload []byte) {
+	var req struct {
+		Port int `json:"port"`
+	}
+	if json.Unmarshal(payload, &req) != nil {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ln != nil || h.closing {
+		return
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(req.Port)))
+	if err != nil {
+		h.sendLater(0, frameStderr, fmt.Appendf(nil, "machine-helper: cannot listen on the proxy port: %v\n", err))
+		return
+	}
+	h.ln = ln
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			h.mu.Lock()
+			h.nextSt++
+			id := helperStream | h.nextSt
+			h.mu.Unlock()
+			st, ok := h.addStream(id)
+			if !ok {
+				c.Close()
+				return
+			}
+			if h.send(id, frameAccept, nil) != nil {
+				c.Close()
+				st.broken("the exec channel closed")
+				h.wg.Done()
+				return
+			}
+			go func() { defer h.wg.Done(); splice(st, asHalfConn(c)) }()
+		}
 	}()
 }
 

@@ -55,7 +55,11 @@ func (np netPolicy) checkURL(u *url.URL) error {
 	if u.Scheme != "http" && u.Scheme != "https" {
 		return denied("URL scheme %q is not http or https", u.Scheme)
 	}
-	host := u.Hostname()
+	return np.checkHost(u.Hostname())
+}
+
+// checkHost applies mode, deny and allow to a host name or address (before it is resolved).
+func (np netPolicy) checkHost(host string) error {
 	if host == "" {
 		return denied("URL has no host")
 	}
@@ -112,30 +116,7 @@ func (np netPolicy) httpClient(timeout time.Duration) *http.Client {
 	tr := &http.Transport{
 		Proxy: nil, // a proxy would hide the destination from the check
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			host, port, err := net.SplitHostPort(addr)
-			if err != nil {
-				return nil, err
-			}
-			if matchesAny(np.deny, host) {
-				return nil, denied("host %s is in computer.network.deny", host)
-			}
-			ips, err := net.DefaultResolver.LookupIPAddr(ctx, host)
-			if err != nil {
-				return nil, errorf(codeToolError, "cannot resolve %s: %v", host, err)
-			}
-			var lastErr error = errorf(codeToolError, "no address for %s", host)
-			for _, ip := range ips {
-				if privateIP(ip.IP) && !matchesAny(np.allow, host) && !matchesAny(np.allow, ip.IP.String()) {
-					lastErr = denied("%s resolves to the private, loopback or link-local address %s; name it in computer.network.allow to reach it", host, ip.IP)
-					continue
-				}
-				c, err := dialer.DialContext(ctx, network, net.JoinHostPort(ip.IP.String(), port))
-				if err == nil {
-					return c, nil
-				}
-				lastErr = err
-			}
-			return nil, lastErr
+			return np.dial(ctx, dialer, network, addr)
 		},
 		TLSHandshakeTimeout:   10 * time.Second,
 		ResponseHeaderTimeout: timeout,
@@ -152,6 +133,41 @@ func (np netPolicy) httpClient(timeout time.Duration) *http.Client {
 			return np.checkURL(req.URL)
 		},
 	}
+}
+
+// dial connects to addr (host:port) after checking deny against the name and every resolved address, and
+// refusing private, loopback and link-local addresses unless the name or the address is in allow. It
+// connects only to an address it checked. The tools' client and the egress proxy both dial through it.
+func (np netPolicy) dial(ctx context.Context, dialer *net.Dialer, network, addr string) (net.Conn, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	if matchesAny(np.deny, host) {
+		return nil, denied("host %s is in computer.network.deny", host)
+	}
+	ips, err := net.DefaultResolver.LookupIPAddr(ctx, host)
+	if err != nil {
+		return nil, errorf(codeToolError, "cannot resolve %s: %v", host, err)
+	}
+	for _, ip := range ips {
+		if matchesAny(np.deny, ip.IP.String()) {
+			return nil, denied("%s resolves to %s, which is in computer.network.deny", host, ip.IP)
+		}
+	}
+	var lastErr error = errorf(codeToolError, "no address for %s", host)
+	for _, ip := range ips {
+		if privateIP(ip.IP) && !matchesAny(np.allow, host) && !matchesAny(np.allow, ip.IP.String()) {
+			lastErr = denied("%s resolves to the private, loopback or link-local address %s; name it in computer.network.allow to reach it", host, ip.IP)
+			continue
+		}
+		c, err := dialer.DialContext(ctx, network, net.JoinHostPort(ip.IP.String(), port))
+		if err == nil {
+			return c, nil
+		}
+		lastErr = err
+	}
+	return nil, lastErr
 }
 
 // fetchError unwraps url.Error so a policy refusal surfaces as E_EXEC_DENIED.

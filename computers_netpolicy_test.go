@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"net"
+	"strings"
 	"testing"
 )
 
@@ -24,5 +26,59 @@ func TestPrivateIPForms(t *testing.T) {
 func TestHostMatches(t *testing.T) {
 	if !hostMatches("*.example.test", "a.b.example.test") || hostMatches("*.example.test", "example.test") || hostMatches("*.example.test", "badexample.test") {
 		t.Fatal("wildcard matching")
+	}
+}
+
+// TestPolicyDialDeniesResolvedAddress: deny is checked against every address a name resolves to, not
+// only the name, and allow lets a private address through.
+func TestPolicyDialDeniesResolvedAddress(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	d := &net.Dialer{}
+	np := netPolicy{mode: "egress", allow: []string{"localhost"}, deny: []string{"127.0.0.1", "::1"}}
+	if _, err := np.dial(context.Background(), d, "tcp", "localhost:"+port); asAPIError(err).Code != codeExecDenied || !strings.Contains(err.Error(), "deny") {
+		t.Fatalf("a name resolving to a denied address: %v", err)
+	}
+	np = netPolicy{mode: "egress", allow: []string{"127.0.0.1"}}
+	c, err := np.dial(context.Background(), d, "tcp", "127.0.0.1:"+port)
+	if err != nil {
+		t.Fatalf("an allowed private address: %v", err)
+	}
+	c.Close()
+	if _, err := (netPolicy{mode: "egress"}).dial(context.Background(), d, "tcp", "127.0.0.1:"+port); asAPIError(err).Code != codeExecDenied {
+		t.Fatalf("loopback not allowed: %v", err)
+	}
+}
+
+// TestFullRules: a full machine's iptables rules: the host, link-local, the other machines, and each
+// deny entry (an address, a CIDR, a name resolved now; a wildcard and IPv6 are not rules).
+func TestFullRules(t *testing.T) {
+	m := &ComputerInfo{ID: "cmp_x", Spec: ComputerSpec{Network: NetworkSpec{Mode: "full",
+		Deny: []string{"10.0.0.9", "192.0.2.0/24", "db.internal", "*.corp.example", "::1"}}}}
+	lookup := func(name string) []string {
+		if name == "db.internal" {
+			return []string{"10.0.0.7", "fd00::7"}
+		}
+		return nil
+	}
+	var got []string
+	for _, r := range fullRules(m, "172.17.0.5", "172.17.0.0/16", lookup) {
+		got = append(got, strings.Join(r, " "))
+	}
+	tag := " -m comment --comment agentd:cmp_x"
+	want := []string{
+		"INPUT -s 172.17.0.5 -m conntrack --ctstate NEW -j DROP" + tag,
+		"FORWARD -s 172.17.0.5 -d 169.254.0.0/16 -j DROP" + tag,
+		"FORWARD -s 172.17.0.5 -d 172.17.0.0/16 -j DROP" + tag,
+		"FORWARD -s 172.17.0.5 -d 10.0.0.9 -j DROP" + tag,
+		"FORWARD -s 172.17.0.5 -d 192.0.2.0/24 -j DROP" + tag,
+		"FORWARD -s 172.17.0.5 -d 10.0.0.7 -j DROP" + tag,
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("rules:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }

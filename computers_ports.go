@@ -1,9 +1,11 @@
 // computers_ports.go — exposing a guest port on the host: a userspace TCP forwarder per (machine, port).
 //
 // Entry points: computerService.ExposePort (the run loop's expose_port tool) and handleExposePort.
-// Rules (DESIGN §4): docker/podman get a forwarder on 127.0.0.1:<ephemeral> to the container's address
-// (network none → E_COMPUTER_FAILED saying why); local, and a sandbox sharing the host's network, answer
-// the port themselves. Exposing a port twice
+// Rules (DESIGN §4): docker/podman get a forwarder on 127.0.0.1:<ephemeral> to the container's address;
+// a machine in network mode egress (docker, podman, sandbox: no network of its own) a forwarder whose
+// connections are streams over its exec channel (computers_stream.go; without the channel it is
+// E_COMPUTER_FAILED saying why), and network none E_COMPUTER_FAILED; local, and a sandbox in mode full
+// (the host's network), answer the port themselves. Exposing a port twice
 // returns the same binding; forwarders close on stop and destroy (and with the server).
 package main
 
@@ -19,22 +21,49 @@ import (
 	"time"
 )
 
-// portForwarder accepts on a host listener and pipes each connection to target.
+// portForwarder accepts on a host listener and pipes each connection to the guest port: a TCP address,
+// or (machines with no network of their own) a stream over the exec channel.
 type portForwarder struct {
 	ln     net.Listener
-	target string
+	dial   guestDialer
 	wg     sync.WaitGroup
 	mu     sync.Mutex
-	conns  map[net.Conn]struct{}
+	conns  map[io.Closer]struct{}
 	closed bool
 }
 
-func startForwarder(target string) (*portForwarder, error) {
+// guestDialer connects to a machine's guest port.
+type guestDialer func(ctx context.Context) (halfConn, error)
+
+// tcpDialer dials a guest port at a host-reachable address.
+func tcpDialer(target string) guestDialer {
+	return func(ctx context.Context) (halfConn, error) {
+		c, err := (&net.Dialer{Timeout: 5 * time.Second}).DialContext(ctx, "tcp", target)
+		if err != nil {
+			return nil, err
+		}
+		return asHalfConn(c), nil
+	}
+}
+
+// dialOnce reports whether something answers through d within timeout.
+func dialOnce(d guestDialer, timeout time.Duration) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	c, err := d(ctx)
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
+}
+
+func startForwarder(dial guestDialer) (*portForwarder, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	f := &portForwarder{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	f := &portForwarder{ln: ln, dial: dial, conns: map[io.Closer]struct{}{}}
 	f.wg.Add(1)
 	go f.accept()
 	return f, nil
@@ -58,7 +87,7 @@ func (f *portForwarder) accept() {
 	}
 }
 
-func (f *portForwarder) track(c net.Conn) bool {
+func (f *portForwarder) track(c io.Closer) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.closed {
@@ -68,7 +97,7 @@ func (f *portForwarder) track(c net.Conn) bool {
 	return true
 }
 
-func (f *portForwarder) untrack(c net.Conn) {
+func (f *portForwarder) untrack(c io.Closer) {
 	f.mu.Lock()
 	delete(f.conns, c)
 	f.mu.Unlock()
@@ -78,7 +107,9 @@ func (f *portForwarder) untrack(c net.Conn) {
 func (f *portForwarder) pipe(c net.Conn) {
 	defer f.wg.Done()
 	defer f.untrack(c)
-	up, err := net.DialTimeout("tcp", f.target, 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	up, err := f.dial(ctx)
+	cancel()
 	if err != nil {
 		return
 	}
@@ -87,16 +118,19 @@ func (f *portForwarder) pipe(c net.Conn) {
 		return
 	}
 	defer f.untrack(up)
+	if st, ok := up.(*chanStream); ok {
+		splice(st, asHalfConn(c))
+		return
+	}
 	done := make(chan struct{}, 2)
-	cp := func(dst, src net.Conn) {
+	cp := func(dst, src halfConn) {
 		io.Copy(dst, src)
-		if tc, ok := dst.(*net.TCPConn); ok {
-			tc.CloseWrite()
-		}
+		dst.CloseWrite()
 		done <- struct{}{}
 	}
-	go cp(up, c)
-	go cp(c, up)
+	hc := asHalfConn(c)
+	go cp(up, hc)
+	go cp(hc, up)
 	<-done
 	<-done
 }
@@ -152,11 +186,11 @@ func (c *computerService) ExposePort(ctx context.Context, id string, port int) (
 	case fw != nil:
 		b = PortBinding{HostPort: fw.port(), URL: fmt.Sprintf("http://127.0.0.1:%d", fw.port())}
 	default:
-		target, err := p.guestAddr(ctx, m, port)
+		dial, err := c.guestDialer(ctx, p, m, port)
 		if err != nil {
 			return nil, err
 		}
-		fw, err = startForwarder(target)
+		fw, err = startForwarder(dial)
 		if err != nil {
 			return nil, errorf(codeComputerFailed, "cannot open a host port: %v", err).withHint("check the host's free ports")
 		}
@@ -165,10 +199,10 @@ func (c *computerService) ExposePort(ctx context.Context, id string, port int) (
 		c.mu.Unlock()
 		b = PortBinding{HostPort: fw.port(), URL: fmt.Sprintf("http://127.0.0.1:%d", fw.port())}
 	}
-	target, _ := p.guestAddr(ctx, m, port)
-	if conn, err := net.DialTimeout("tcp", target, time.Second); err == nil {
-		conn.Close()
-		b.Reachable = true
+	if fw != nil {
+		b.Reachable = dialOnce(fw.dial, time.Second)
+	} else {
+		b.Reachable = dialOnce(tcpDialer(net.JoinHostPort("127.0.0.1", strconv.Itoa(port))), time.Second)
 	}
 	old, had := m.Ports[key]
 	m.Ports[key] = b
@@ -179,6 +213,31 @@ func (c *computerService) ExposePort(ctx context.Context, id string, port int) (
 		c.hub.publish("computers", "port_exposed", map[string]any{"computerId": m.ID, "port": port, "hostPort": b.HostPort, "binding": b})
 	}
 	return &b, nil
+}
+
+// guestDialer is how a forwarder reaches the machine's port: its address on the engine's network, or,
+// for an egress machine (no network of its own), a stream over its exec channel.
+func (c *computerService) guestDialer(ctx context.Context, p provider, m *ComputerInfo, port int) (guestDialer, error) {
+	host, ok := p.(channelHost)
+	if !ok || m.Spec.Network.Mode != "egress" {
+		target, err := p.guestAddr(ctx, m, port)
+		if err != nil {
+			return nil, err
+		}
+		return tcpDialer(target), nil
+	}
+	if _, err := c.channelErr(ctx, host, m); err != nil {
+		return nil, errorf(codeComputerFailed, "computer %s has network mode egress (no network of its own) and its port can only be reached over the exec channel, which is unavailable: %v", m.ID, err).
+			withHint("turn execChannel on in config.yaml (egress needs it), or create the computer with network.mode full")
+	}
+	mc := *m
+	return func(ctx context.Context) (halfConn, error) {
+		ch, err := c.channelErr(ctx, host, &mc)
+		if err != nil {
+			return nil, err
+		}
+		return ch.dial(ctx, port)
+	}, nil
 }
 
 // hostNetworked is a provider whose machine may share the host's network (local; a sandbox not in
@@ -197,23 +256,20 @@ func (c *computerService) reachable(m *ComputerInfo, port int) bool {
 	now := c.now()
 	c.mu.Lock()
 	last, ok := rt.reach[port]
-	target := ""
+	var dial guestDialer
 	if fw := rt.ports[port]; fw != nil {
-		target = fw.target
+		dial = fw.dial
 	}
 	c.mu.Unlock()
 	if ok && now.Sub(last.at) < time.Second && now.Sub(last.at) >= 0 {
 		return last.ok
 	}
-	if target == "" && sharesHostNetwork(c.providerByName(m.Provider), m) {
-		target = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	if dial == nil && sharesHostNetwork(c.providerByName(m.Provider), m) {
+		dial = tcpDialer(net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 	}
 	up := false
-	if target != "" { // a forwarder gone with a restart: not reachable until the port is exposed again
-		if conn, err := net.DialTimeout("tcp", target, 300*time.Millisecond); err == nil {
-			conn.Close()
-			up = true
-		}
+	if dial != nil { // a forwarder gone with a restart: not reachable until the port is exposed again
+		up = dialOnce(dial, 300*time.Millisecond)
 	}
 	c.mu.Lock()
 	if rt.reach == nil {

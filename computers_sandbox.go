@@ -7,8 +7,8 @@
 // long-lived bwrap whose first process is agentd's own helper (computers_helper.go) speaking the exec
 // channel on bwrap's stdin and stdout (computers_channel.go): every exec and file operation enters the
 // same namespaces, so a server started by one exec is reachable by the next. The bwrap runs with new
-// user, mount, pid, ipc and uts namespaces (and network with `network.mode: none`; otherwise the host's
-// network is shared), uid/gid 1000, every capability dropped, no new privileges, --die-with-parent and
+// user, mount, pid, ipc and uts namespaces (and network with `network.mode` none and egress, whose one
+// way out is agentd's proxy over the channel, computers_egress.go; full shares the host's), uid/gid 1000, every capability dropped, no new privileges, --die-with-parent and
 // --new-session. Its root is an empty read-only tmpfs holding the host's /usr, /bin, /sbin, /lib* and the
 // few /etc files a program needs, read-only; a synthesized passwd and group; the workspace at /work and a
 // private /tmp (host directories under the machine's, so they survive what local's survive); new /proc and
@@ -144,7 +144,7 @@ func (s *sandboxProvider) nsArgs(sp ComputerSpec) []string {
 		a = append(a, "--disable-userns") // no nested user namespace: the kernel surface stays small
 	}
 	s.mu.Unlock()
-	if sp.Network.Mode == "none" {
+	if noRoute(sp) { // egress reaches out only through the proxy over the channel (computers_egress.go)
 		a = append(a, "--unshare-net")
 	}
 	return a
@@ -216,6 +216,9 @@ func (s *sandboxProvider) env(m *ComputerInfo) []string {
 		if v := s.c.getenv(k); v != "" && !slices.Contains([]string{"PATH", "USER", "LOGNAME", "SHELL"}, k) {
 			env = append(env, k+"="+v)
 		}
+	}
+	for k, v := range egressEnv(m.Spec) {
+		env = append(env, k+"="+v)
 	}
 	for k, v := range m.Spec.Env {
 		env = append(env, k+"="+v)
@@ -359,12 +362,12 @@ func (s *sandboxProvider) command(ctx context.Context, m *ComputerInfo, p *procS
 
 func (s *sandboxProvider) fs(m *ComputerInfo) machineFS { return &engineFS{c: s.c, host: s, m: m} }
 
-// hostNetwork: a sandbox shares the host's network unless its mode is none (then it has an empty one).
-func (s *sandboxProvider) hostNetwork(m *ComputerInfo) bool { return m.Spec.Network.Mode != "none" }
+// hostNetwork: a sandbox shares the host's network only in mode full; none and egress get an empty one.
+func (s *sandboxProvider) hostNetwork(m *ComputerInfo) bool { return !noRoute(m.Spec) }
 
 func (s *sandboxProvider) guestAddr(ctx context.Context, m *ComputerInfo, port int) (string, error) {
 	if !s.hostNetwork(m) {
-		return "", errorf(codeComputerFailed, "computer %s has network mode none, so no port can be reached", m.ID).
+		return "", errorf(codeComputerFailed, "computer %s has network mode %s, so no port can be reached", m.ID, m.Spec.Network.Mode).
 			withHint("create the computer with network.mode egress or full")
 	}
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), nil

@@ -118,7 +118,7 @@ func TestComputerConformance(t *testing.T) {
 		t.Run(prov, func(t *testing.T) {
 			t.Parallel()
 			requireProvider(t, prov)
-			c := &conformance{prov: prov, local: prov == "local", hostNet: prov == "local" || prov == "sandbox", portBase: 41000 + i*10,
+			c := &conformance{prov: prov, local: prov == "local", hostNet: prov == "local", portBase: 41000 + i*10,
 				e: newTestServer(t, withHostEnv, func(c *testSetup) { c.MaxComputers = 4 })}
 			c.run(t)
 		})
@@ -156,7 +156,7 @@ func checkNoLeaks(t *testing.T) {
 type conformance struct {
 	prov     string
 	local    bool
-	hostNet  bool        // the machine's ports are the host's (local; sandbox, which shares the host's network)
+	hostNet  bool        // the machine's ports are the host's (local; the sandbox only in mode full, not the suite's)
 	portBase int         // spreads ports and sleep markers between the providers running at once
 	e        *testServer // the provider's server
 	id       string      // the shared machine
@@ -173,8 +173,14 @@ func (c *conformance) parallel(t *testing.T, name string, f func(t *testing.T, e
 }
 
 func (c *conformance) run(t *testing.T) {
-	m := c.e.with(t).create(map[string]any{"provider": c.prov, "name": "conf-" + c.prov, "idleTimeoutSec": 0,
-		"env": map[string]string{"SPEC_VAR": "from-spec"}})
+	spec := map[string]any{"provider": c.prov, "name": "conf-" + c.prov, "idleTimeoutSec": 0,
+		"env": map[string]string{"SPEC_VAR": "from-spec"}}
+	if os.Getenv("AGENT_TEST_CHANNEL") == "0" && !c.local {
+		// Egress (the default) reaches out and exposes ports only over the exec channel, off here: the
+		// shared machine takes the bridge (TestEgressFailsClosed checks egress without the channel).
+		spec["network"] = map[string]any{"mode": "full"}
+	}
+	m := c.e.with(t).create(spec)
 	c.id = m.ID
 	c.sub(t, "lifecycle/create", func(t *testing.T, e *testServer) {
 		if m.State != "running" || m.Provider != c.prov || m.Workdir != "/work" || !strings.HasPrefix(m.ID, "cmp_") {
@@ -635,7 +641,7 @@ func (c *conformance) uploads(t *testing.T) {
 func (c *conformance) ports(t *testing.T) {
 	id, ports := c.id, "/v1/computers/"+c.id+"/ports"
 	c.sub(t, "ports/expose", func(t *testing.T, e *testServer) {
-		if _, err := exec.LookPath("python3"); c.hostNet && err != nil {
+		if _, err := exec.LookPath("python3"); (c.local || c.prov == "sandbox") && err != nil {
 			t.Skip("the " + c.prov + " port test serves with the host's python3, which this host lacks")
 		}
 		port := c.portBase + 1

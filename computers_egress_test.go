@@ -1,0 +1,294 @@
+//go:build linux
+
+package main
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// The "outside" host of the egress tests: a network namespace this test makes, joined to the host by a
+// veth pair in 10.231.7.0/30 (the host 10.231.7.1, the outside 10.231.7.2). Only it and loopback are ever
+// targets: the tests reach no other address.
+const (
+	outsideHostIP = "10.231.7.1"
+	outsideIP     = "10.231.7.2"
+)
+
+// outsideServer starts an HTTP server answering "outside-ok" on 10.231.7.2 in a namespace of its own and
+// returns its port. It skips without root or `ip`.
+func outsideServer(t *testing.T) int {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("the egress tests make a network namespace and a veth pair: they need root")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skip("the egress tests need iproute2's `ip` (apt-get install iproute2)")
+	}
+	ns := fmt.Sprintf("agentd-eg-%d", os.Getpid())
+	hostIf, nsIf := fmt.Sprintf("agh%d", os.Getpid()%100000), fmt.Sprintf("agn%d", os.Getpid()%100000)
+	run := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	exec.Command("ip", "netns", "del", ns).Run() // a previous run of this pid's leftovers
+	run("netns", "add", ns)
+	t.Cleanup(func() {
+		exec.Command("ip", "link", "del", hostIf).Run()
+		exec.Command("ip", "netns", "del", ns).Run()
+	})
+	run("link", "add", hostIf, "type", "veth", "peer", "name", nsIf)
+	run("link", "set", nsIf, "netns", ns)
+	run("addr", "add", outsideHostIP+"/30", "dev", hostIf)
+	run("link", "set", hostIf, "up")
+	run("-n", ns, "addr", "add", outsideIP+"/30", "dev", nsIf)
+	run("-n", ns, "link", "set", nsIf, "up")
+	run("-n", ns, "link", "set", "lo", "up")
+
+	// The listener is made by a thread that joined the namespace (and is never given back to the
+	// runtime: the goroutine ends with it locked, so the thread ends too); the socket stays there.
+	type res struct {
+		ln  net.Listener
+		err error
+	}
+	setns, ok := map[string]uintptr{"amd64": 308, "arm64": 268, "riscv64": 268, "386": 346, "ppc64le": 350, "s390x": 339}[runtime.GOARCH]
+	if !ok {
+		t.Skip("setns's number is not known here for " + runtime.GOARCH)
+	}
+	got := make(chan res, 1)
+	go func() {
+		runtime.LockOSThread()
+		f, err := os.Open("/var/run/netns/" + ns)
+		if err != nil {
+			got <- res{err: err}
+			return
+		}
+		defer f.Close()
+		if _, _, e := syscall.RawSyscall(setns, f.Fd(), syscall.CLONE_NEWNET, 0); e != 0 {
+			got <- res{err: fmt.Errorf("setns: %v", e)}
+			return
+		}
+		ln, err := net.Listen("tcp", outsideIP+":0")
+		got <- res{ln, err}
+	}()
+	r := <-got
+	if r.err != nil {
+		t.Fatalf("the outside server: %v", r.err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		fmt.Fprint(w, "outside-ok")
+	})}
+	go srv.Serve(r.ln)
+	t.Cleanup(func() { srv.Close() })
+	return r.ln.Addr().(*net.TCPAddr).Port
+}
+
+// fetchPy fetches a URL with python3's urllib (which honours the proxy variables) and prints
+// "<status> <body>" or "ERR <why>".
+const fetchPy = `import sys, urllib.request, urllib.error
+try:
+    r = urllib.request.urlopen(sys.argv[1], timeout=10); print(r.status, r.read().decode())
+except urllib.error.HTTPError as e:
+    print(e.code, e.read().decode())
+except Exception as e:
+    print("ERR", e)`
+
+// rawPy connects straight to host:port (no proxy) and prints CONNECTED or ERR.
+const rawPy = `import sys, socket
+try:
+    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=3); print("CONNECTED")
+except Exception as e:
+    print("ERR", e)`
+
+func pyRun(e *testServer, id, script string, args ...string) string {
+	e.t.Helper()
+	r := e.exec(id, map[string]any{"cmd": append([]string{"python3", "-c", script}, args...), "timeoutSec": 60})
+	return strings.TrimSpace(r.Stdout + r.Stderr)
+}
+
+// TestEgressEnforced: an egress machine reaches the outside only through agentd's filtering proxy, which
+// applies the machine's network policy; raw TCP has no route; none reaches nothing; refusals are events.
+func TestEgressEnforced(t *testing.T) {
+	port := outsideServer(t)
+	target := fmt.Sprintf("http://%s:%d/", outsideIP, port)
+	local := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "host-loopback") }))
+	defer local.Close()
+	_, localPort, _ := net.SplitHostPort(local.Listener.Addr().String())
+	if out, err := exec.Command("python3", "-c", fetchPy, target).CombinedOutput(); err != nil || !strings.HasPrefix(string(out), "200 outside-ok") {
+		t.Fatalf("the host itself cannot reach the outside server: %v %s", err, out)
+	}
+	for _, prov := range []string{"docker", "podman", "sandbox"} {
+		t.Run(prov, func(t *testing.T) {
+			t.Parallel()
+			requireProvider(t, prov)
+			if os.Getenv("AGENT_TEST_CHANNEL") == "0" {
+				t.Skip("egress goes through the exec channel, off here (AGENT_TEST_CHANNEL=0): TestEgressFailsClosed covers that")
+			}
+			e := newTestServer(t, withHostEnv, func(c *testSetup) { c.MaxComputers = 6 })
+			net := func(mode string, allow ...string) map[string]any {
+				return map[string]any{"mode": mode, "allow": append([]string{}, allow...)}
+			}
+			allowed := e.create(map[string]any{"provider": prov, "network": net("egress", outsideIP)})
+			other := e.create(map[string]any{"provider": prov, "network": net("egress", "example.invalid")})
+			open := e.create(map[string]any{"provider": prov, "network": net("egress")})
+			none := e.create(map[string]any{"provider": prov, "network": net("none")})
+
+			if out := pyRun(e, allowed.ID, fetchPy, target); out != "200 outside-ok" {
+				t.Fatalf("egress with the outside allowed, through the proxy: %q", out)
+			}
+			if out := pyRun(e, allowed.ID, rawPy, outsideIP, fmt.Sprint(port)); !strings.HasPrefix(out, "ERR") {
+				t.Fatalf("raw TCP from an egress machine: %q", out)
+			}
+			r := e.exec(other.ID, map[string]any{"cmd": []string{"python3", "-c", fetchPy, target}, "timeoutSec": 60})
+			if out := strings.TrimSpace(r.Stdout); !strings.HasPrefix(out, "403 ") || !strings.Contains(out, "not in computer.network.allow") {
+				t.Fatalf("egress with another allow list: %q", out)
+			}
+			if want := fmt.Sprintf("agentd: the egress proxy refused %s:%d: refused: host %s is not in computer.network.allow\n", outsideIP, port, outsideIP); r.Stderr != want {
+				t.Fatalf("the exec's stderr does not end with the refusal: %q, want %q", r.Stderr, want)
+			}
+			if out := pyRun(e, open.ID, fetchPy, target); !strings.HasPrefix(out, "403 ") || !strings.Contains(out, "private") {
+				t.Fatalf("egress to a private address not allowed: %q", out)
+			}
+			// The host's loopback: no route straight (the sandbox no longer shares the host's network),
+			// and refused by the proxy when asked through it.
+			if out := pyRun(e, open.ID, rawPy, "127.0.0.1", localPort); !strings.HasPrefix(out, "ERR") {
+				t.Fatalf("an egress machine reached the host's 127.0.0.1:%s: %q", localPort, out)
+			}
+			viaProxy := e.exec(open.ID, map[string]any{"cmd": []string{"python3", "-c", fetchPy, local.URL},
+				"env": map[string]string{"NO_PROXY": "", "no_proxy": ""}, "timeoutSec": 60})
+			if out := strings.TrimSpace(viaProxy.Stdout); !strings.HasPrefix(out, "403 ") || !strings.Contains(out, "loopback") {
+				t.Fatalf("the host's loopback through the proxy: %q %s", out, viaProxy.Stderr)
+			}
+			if prov == "sandbox" { // the host's curl is there: a refusal as a user sees it
+				r := e.exec(open.ID, map[string]any{"cmd": "curl -sS " + target, "timeoutSec": 60})
+				if !strings.Contains(r.Stdout, "agentd egress proxy: refused") {
+					t.Fatalf("curl through the proxy: %+v", r)
+				}
+			}
+			for _, what := range []string{fetchPy, rawPy} {
+				args := []string{target}
+				if what == rawPy {
+					args = []string{outsideIP, fmt.Sprint(port)}
+				}
+				if out := pyRun(e, none.ID, what, args...); !strings.HasPrefix(out, "ERR") {
+					t.Fatalf("network none reached the outside: %q", out)
+				}
+			}
+			refused := map[string]bool{}
+			evs, _ := e.s.hub.history()
+			for _, ev := range evs {
+				if p, ok := ev.Payload.(map[string]any); ok && ev.Topic == "computers" && ev.Type == "egress_refused" {
+					refused[fmt.Sprint(p["computerId"], " ", p["host"])] = true
+				}
+			}
+			for _, want := range []string{other.ID + " " + outsideIP, open.ID + " " + outsideIP, open.ID + " 127.0.0.1"} {
+				if !refused[want] {
+					t.Fatalf("no egress_refused event for %s: %v", want, refused)
+				}
+			}
+			for _, m := range []ComputerInfo{allowed, other, open, none} {
+				e.call("DELETE", "/v1/computers/"+m.ID, nil, 204, nil)
+			}
+		})
+	}
+	t.Cleanup(func() { checkNoLeaks(t) })
+}
+
+// TestEgressFailsClosed: with the exec channel off, an egress machine on docker or podman has no proxy
+// and no network at all, and its ports answer why.
+func TestEgressFailsClosed(t *testing.T) {
+	for _, prov := range []string{"docker", "podman"} {
+		t.Run(prov, func(t *testing.T) {
+			t.Parallel()
+			requireProvider(t, prov)
+			e := newTestServer(t, withHostEnv, func(c *testSetup) { c.ExecChannel = new(bool); c.helperBinary = "" })
+			m := e.create(map[string]any{"provider": prov, "network": map[string]any{"mode": "egress"}})
+			out := e.sh(m.ID, `for f in /sys/class/net/*; do basename "$f"; done; echo "proxy=$HTTP_PROXY"`)
+			if out != "lo\nproxy=http://127.0.0.1:3128\n" {
+				t.Fatalf("an egress machine without the channel has more than loopback: %q", out)
+			}
+			if got := pyRun(e, m.ID, rawPy, "127.0.0.1", "3128"); !strings.HasPrefix(got, "ERR") {
+				t.Fatalf("something answers on the proxy's port without the channel: %q", got)
+			}
+			env := e.wantError("POST", "/v1/computers/"+m.ID+"/ports", map[string]any{"port": 8000}, 500, codeComputerFailed)
+			if msg := env["message"].(string); !strings.Contains(msg, "exec channel") {
+				t.Fatalf("ports of an egress machine without the channel: %v", env)
+			}
+			e.call("DELETE", "/v1/computers/"+m.ID, nil, 204, nil)
+		})
+	}
+}
+
+// TestFullModeFiltered: full keeps the bridge (the outside host is reached straight), but deny binds
+// commands too, and the host's own address on the bridge (its gateway) is never reachable.
+func TestFullModeFiltered(t *testing.T) {
+	port := outsideServer(t)
+	if !fullFilterable() {
+		t.Skip("full-mode filtering needs root and iptables")
+	}
+	for _, prov := range []string{"docker", "podman"} {
+		t.Run(prov, func(t *testing.T) {
+			t.Parallel()
+			requireProvider(t, prov)
+			e := newTestServer(t, withHostEnv)
+			open := e.create(map[string]any{"provider": prov, "network": map[string]any{"mode": "full"}})
+			denied := e.create(map[string]any{"provider": prov, "network": map[string]any{"mode": "full", "deny": []string{outsideIP}}})
+			if out := pyRun(e, open.ID, rawPy, outsideIP, fmt.Sprint(port)); out != "CONNECTED" {
+				t.Fatalf("full without deny cannot reach the outside host: %q", out)
+			}
+			if out := pyRun(e, denied.ID, rawPy, outsideIP, fmt.Sprint(port)); !strings.HasPrefix(out, "ERR") {
+				t.Fatalf("full with the outside host in deny reached it: %q", out)
+			}
+			gw, err := exec.Command(prov, "inspect", "--format", "{{range .NetworkSettings.Networks}}{{.Gateway}} {{end}}", "agentd-"+open.ID).Output()
+			if err != nil || net.ParseIP(strings.Fields(string(gw) + " x")[0]) == nil {
+				t.Fatalf("the bridge gateway: %v %q", err, gw)
+			}
+			ln, err := net.Listen("tcp", strings.Fields(string(gw))[0]+":0") // the host's own address on the bridge
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			go func() {
+				for {
+					c, err := ln.Accept()
+					if err != nil {
+						return
+					}
+					c.Close()
+				}
+			}()
+			host, hport, _ := net.SplitHostPort(ln.Addr().String())
+			if out := pyRun(e, open.ID, rawPy, host, hport); !strings.HasPrefix(out, "ERR") {
+				t.Fatalf("a full machine reached the host on its bridge gateway %s: %q", ln.Addr(), out)
+			}
+			// A port forward still works: the host opens, the machine only answers.
+			e.sh(open.ID, "mkdir -p www && echo full-ok > www/i && cd www && nohup python3 -m http.server 8000 --bind 0.0.0.0 >/dev/null 2>&1 &")
+			var b PortBinding
+			e.call("POST", "/v1/computers/"+open.ID+"/ports", map[string]any{"port": 8000}, 200, &b)
+			eventually(t, "the full machine's port through its binding", func() bool {
+				resp, err := http.Get(b.URL + "/i")
+				if err != nil {
+					return false
+				}
+				resp.Body.Close()
+				return resp.StatusCode == 200
+			})
+			for _, m := range []ComputerInfo{open, denied} {
+				e.call("DELETE", "/v1/computers/"+m.ID, nil, 204, nil)
+				if out, _ := exec.Command("iptables", "-w", "-S").Output(); strings.Contains(string(out), "agentd:"+m.ID) {
+					t.Fatalf("the rules of %s outlived it", m.ID)
+				}
+			}
+		})
+	}
+}
