@@ -129,6 +129,9 @@ func (s *sandboxProvider) supports(sp ComputerSpec) error {
 		return refuse("user", "the sandbox has one user, 1000:1000; omit user")
 	case sp.Workdir != "/work" && !strings.HasPrefix(sp.Workdir, "/work/") && sp.Workdir != "/tmp" && !strings.HasPrefix(sp.Workdir, "/tmp/"):
 		return refuse("a workdir outside /work and /tmp", "use a workdir under /work")
+	case sp.Network.Mode == "full" && len(sp.Network.Deny) > 0:
+		// full is the host's own network here, with nothing in between to drop what deny names.
+		return refuse("network.deny in mode full", "use mode egress (deny is enforced by agentd's proxy there), or provider docker or podman")
 	}
 	return nil
 }

@@ -180,6 +180,11 @@ func TestSandboxNetwork(t *testing.T) {
 	if _, err := e.s.computers.ExposePort(context.Background(), none.ID, port); asAPIError(err).Code != codeComputerFailed {
 		t.Fatalf("expose on network none: %v", err)
 	}
+	// full is the host's network: a deny list there could not be honoured, so it is refused, not ignored.
+	body := map[string]any{"provider": "sandbox", "network": map[string]any{"mode": "full", "deny": []string{"169.254.169.254"}}}
+	if msg := e.wantError("POST", "/v1/computers", body, 501, codeNotImplemented)["message"].(string); !strings.Contains(msg, "network.deny") {
+		t.Fatalf("deny in full on the sandbox: %s", msg)
+	}
 }
 
 // TestSandboxProbeSaysWhy: without bwrap, or without a helper binary, the sandbox is unavailable with
