@@ -10,6 +10,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -166,10 +167,7 @@ func (c *computerService) ExposePort(ctx context.Context, id string, port int) (
 		b = PortBinding{HostPort: fw.port(), URL: fmt.Sprintf("http://127.0.0.1:%d", fw.port())}
 	}
 	target, _ := p.guestAddr(ctx, m, port)
-	if conn, err := net.DialTimeout("tcp", target, time.Second); err == nil {
-		conn.Close()
-		b.Reachable = true
-	}
+	b.Reachable = answers(p, target, time.Second)
 	old, had := m.Ports[key]
 	m.Ports[key] = b
 	if !had || old.HostPort != b.HostPort {
@@ -190,6 +188,24 @@ func sharesHostNetwork(p provider, m *ComputerInfo) bool {
 	return ok && h.hostNetwork(m)
 }
 
+// answers reports whether something accepts on target. Behind a relay (kubernetes: kubectl port-forward
+// accepts before the guest does) the relay closes a connection the guest refused, so there a connection
+// still open after a short wait is what counts.
+func answers(p provider, target string, timeout time.Duration) bool {
+	conn, err := net.DialTimeout("tcp", target, timeout)
+	if err != nil {
+		return false
+	}
+	defer conn.Close()
+	if r, ok := p.(interface{ relayed() bool }); !ok || !r.relayed() {
+		return true
+	}
+	conn.SetReadDeadline(time.Now().Add(timeout))
+	n, err := conn.Read(make([]byte, 1))
+	var ne net.Error
+	return n > 0 || errors.As(err, &ne) && ne.Timeout()
+}
+
 // reachable reports whether something answers on a machine's guest port, checked at most once a second
 // per port (ComputerInfo is read often; a dial is cheap but not free).
 func (c *computerService) reachable(m *ComputerInfo, port int) bool {
@@ -208,13 +224,8 @@ func (c *computerService) reachable(m *ComputerInfo, port int) bool {
 	if target == "" && sharesHostNetwork(c.providerByName(m.Provider), m) {
 		target = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	}
-	up := false
-	if target != "" { // a forwarder gone with a restart: not reachable until the port is exposed again
-		if conn, err := net.DialTimeout("tcp", target, 300*time.Millisecond); err == nil {
-			conn.Close()
-			up = true
-		}
-	}
+	// a forwarder gone with a restart: not reachable until the port is exposed again
+	up := target != "" && answers(c.providerByName(m.Provider), target, 300*time.Millisecond)
 	c.mu.Lock()
 	if rt.reach == nil {
 		rt.reach = map[int]reachCheck{}
