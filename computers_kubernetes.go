@@ -165,24 +165,64 @@ func (k *kubeProvider) probe(ctx context.Context) probeResult {
 				hint: fmt.Sprintf("kubectl create namespace %s (or set kubernetes.namespace in config.yaml)", k.cfg.Namespace)}
 		} // forbidden: a namespaced Role cannot read namespaces; the can-i checks below still judge it
 	}
+	// One `auth can-i --list` (a rules review) answers for every verb it shows; a verb it does not show
+	// (an authorizer that is not RBAC may not list its rules) is asked with its own `auth can-i`, four at
+	// a time. Only an answer "no" is a missing right; a check that did not answer fails the probe as such.
+	list, _ := k.call(ctx, nil, "auth", "can-i", "--list")
 	var wg sync.WaitGroup
-	missing := make([]string, len(kubeVerbs))
+	missing, failed := make([]string, len(kubeVerbs)), make([]string, len(kubeVerbs))
+	sem := make(chan struct{}, 4)
 	for i, vr := range kubeVerbs {
+		if canIList(list, vr[0], vr[1]) {
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ans, _ := k.call(ctx, nil, "auth", "can-i", vr[0], vr[1])
-			if strings.TrimSpace(ans) != "yes" {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			ans, err := k.call(ctx, nil, "auth", "can-i", vr[0], vr[1])
+			switch strings.TrimSpace(ans) {
+			case "yes":
+			case "no":
 				missing[i] = vr[0] + " " + vr[1]
+			default:
+				failed[i] = fmt.Sprintf("%s %s: %v", vr[0], vr[1], err)
 			}
 		}()
 	}
 	wg.Wait()
-	if missing = slices.DeleteFunc(missing, func(s string) bool { return s == "" }); len(missing) > 0 {
+	empty := func(s string) bool { return s == "" }
+	if failed = slices.DeleteFunc(failed, empty); len(failed) > 0 {
+		return probeResult{reason: "kubectl auth can-i did not answer: " + firstLine(failed[0]),
+			hint: "check the cluster's API server and agentd's credentials (`kubectl auth can-i create pods -n " + k.cfg.Namespace + "`)"}
+	}
+	if missing = slices.DeleteFunc(missing, empty); len(missing) > 0 {
 		return probeResult{reason: fmt.Sprintf("kubectl may not %s in namespace %s", strings.Join(missing, ", "), k.cfg.Namespace),
 			hint: "bind agentd's user to a Role with these verbs (README: Kubernetes); `kubectl auth can-i --list -n " + k.cfg.Namespace + "` shows what it has"}
 	}
 	return probeResult{available: true, version: v.Server.GitVersion}
+}
+
+// canIList says whether `kubectl auth can-i --list` (its table: resource, URLs, names, [verbs]) grants
+// verb on resource ("pods", "pods/exec", "networkpolicies" shown as networkpolicies.networking.k8s.io).
+func canIList(table, verb, resource string) bool {
+	for _, line := range strings.Split(table, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 || strings.HasPrefix(line, " ") {
+			continue
+		}
+		res, _, _ := strings.Cut(f[0], ".") // the group, if any, follows the first dot
+		if res != resource && res != "*" {
+			continue
+		}
+		i := strings.LastIndex(line, "[")
+		verbs := strings.Fields(strings.Trim(line[i:], "[] \t"))
+		if slices.Contains(verbs, verb) || slices.Contains(verbs, "*") {
+			return true
+		}
+	}
+	return false
 }
 
 func (k *kubeProvider) supports(sp ComputerSpec) error {

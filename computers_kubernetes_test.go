@@ -149,6 +149,28 @@ func TestKubernetesPodSpec(t *testing.T) {
 	}
 }
 
+// TestCanIList reads `kubectl auth can-i --list` as the probe does.
+func TestCanIList(t *testing.T) {
+	table := `Resources                                       Non-Resource URLs   Resource Names   Verbs
+pods                                            []                  []               [create get list watch patch delete]
+pods/exec                                       []                  []               [create]
+networkpolicies.networking.k8s.io               []                  []               [get create]
+                                                [/api/*]            []               [get]
+`
+	for _, c := range []struct {
+		verb, res string
+		want      bool
+	}{{"create", "pods", true}, {"delete", "pods", true}, {"create", "pods/exec", true}, {"create", "pods/portforward", false},
+		{"get", "networkpolicies", true}, {"delete", "networkpolicies", false}, {"list", "events", false}} {
+		if got := canIList(table, c.verb, c.res); got != c.want {
+			t.Errorf("%s %s: %v", c.verb, c.res, got)
+		}
+	}
+	if !canIList("*.*   []   []   [*]\n", "create", "pods/exec") {
+		t.Error("a cluster admin's *.* [*]")
+	}
+}
+
 func providerNames(c *computerService) []string {
 	var names []string
 	for _, p := range c.providers {
@@ -278,20 +300,26 @@ func TestKubernetesKill9Adopts(t *testing.T) {
 		}
 		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 		addrCh := make(chan string, 1)
+		var said strings.Builder // what the child printed before it listened (guarded by the channel)
 		go func() {
+			defer close(addrCh)
 			sc := bufio.NewScanner(stderr)
 			for sc.Scan() {
 				if addr, ok := listeningAddr(sc.Text() + "\n"); ok {
 					addrCh <- addr
-					break
+					io.Copy(io.Discard, stderr)
+					return
 				}
+				said.WriteString(sc.Text() + "\n")
 			}
-			io.Copy(io.Discard, stderr)
 		}()
 		select {
-		case addr := <-addrCh:
+		case addr, ok := <-addrCh:
+			if !ok {
+				t.Fatalf("agentd exited before listening:\n%s", said.String())
+			}
 			return cmd, &testServer{t: t, url: "http://" + addr}
-		case <-time.After(60 * time.Second):
+		case <-time.After(120 * time.Second):
 			t.Fatal("agentd did not start")
 		}
 		return nil, nil
