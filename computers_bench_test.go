@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -43,7 +44,7 @@ func TestComputerBenchReport(t *testing.T) {
 			}
 		}
 		benchProvider(t, prov, &report)
-		if prov != "local" && prov != "sandbox" && os.Getenv("AGENT_TEST_CHANNEL") != "0" {
+		if prov != "local" && prov != "sandbox" && os.Getenv("AGENT_TEST_CHANNEL") != "0" && os.Getenv("AGENT_BENCH_PERCALL") != "0" {
 			benchProvider(t, prov, &report, func(c *testSetup) { c.ExecChannel, c.helperBinary = new(bool), "" })
 		}
 	}
@@ -87,6 +88,9 @@ func benchProvider(t *testing.T, prov string, out *strings.Builder, opts ...test
 	n := 200
 	if prov != "local" {
 		n = 100
+	}
+	if v, err := strconv.Atoi(os.Getenv("AGENT_BENCH_N")); err == nil && v > 0 { // a shorter run
+		n = v
 	}
 	// Warm up, then the API round trip of `echo hi`.
 	for i := 0; i < 5; i++ {
