@@ -196,6 +196,7 @@ type computerDeps struct {
 	helperNote   string         // why the exec channel is off, or what limits it (the doctor says it)
 	warmPool     map[string]int // warmPool (config): flavor → machines kept ready (computers_pool.go)
 	metrics      *metrics       // exec and create durations (metrics.go); nil counts nothing
+	kube         *kubeConfig    // kubernetes (config): the provider exists only when set (computers_kubernetes.go)
 }
 
 // computerService owns machines and the reaper goroutine.
@@ -239,9 +240,14 @@ func newComputerService(d computerDeps) (*computerService, error) {
 	c.providers = []provider{
 		newEngineProvider("docker", 100, c),
 		newEngineProvider("podman", 90, c),
+	}
+	if d.kube != nil { // after docker and podman, before the sandbox; used only when configured
+		c.providers = append(c.providers, newKubeProvider(*d.kube, c))
+	}
+	c.providers = append(c.providers,
 		newSandboxProvider(c), // computers_sandbox.go: bubblewrap namespaces, between the engines and local
 		newLocalProvider(c),
-	}
+	)
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	// Providers holding records are reconciled before the server answers; the others are only scanned
 	// for orphans, in the background, so a start never waits on an engine it does not use.
@@ -272,6 +278,11 @@ func (c *computerService) Close() {
 		c.closePorts(rt)
 		c.closeChannel(rt)
 		c.flushLastUsed(context.Background(), id)
+	}
+	for _, p := range c.providers { // kubernetes: its kubectl port-forwards
+		if cl, ok := p.(interface{ close() }); ok {
+			cl.close()
+		}
 	}
 }
 
@@ -644,7 +655,7 @@ const (
 // checkHostLimits refuses what this host cannot give, and images from registries not allowed.
 func (c *computerService) checkHostLimits(sp ComputerSpec) error {
 	switch {
-	case sp.CPUs > float64(runtime.NumCPU()):
+	case sp.CPUs > float64(runtime.NumCPU()) && sp.Provider != "kubernetes": // a cluster's nodes are not this host
 		return errorf(codeSpecInvalid, "cpus: %g is more than this host's %d CPUs", sp.CPUs, runtime.NumCPU()).
 			withHint(fmt.Sprintf("ask for at most %d", runtime.NumCPU())).withDetail("limit", runtime.NumCPU())
 	case sp.MemoryMB < minMachineMemoryMB:

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -33,13 +34,17 @@ func TestComputerBenchReport(t *testing.T) {
 			if !pr.available {
 				continue
 			}
+		} else if prov == "kubernetes" {
+			if os.Getenv("AGENT_TEST_K8S") != "1" {
+				continue
+			}
 		} else if prov != "local" {
 			if _, err := exec.LookPath(prov); err != nil {
 				continue
 			}
 		}
 		benchProvider(t, prov, &report)
-		if prov != "local" && prov != "sandbox" && os.Getenv("AGENT_TEST_CHANNEL") != "0" {
+		if prov != "local" && prov != "sandbox" && os.Getenv("AGENT_TEST_CHANNEL") != "0" && os.Getenv("AGENT_BENCH_PERCALL") != "0" {
 			benchProvider(t, prov, &report, func(c *testSetup) { c.ExecChannel, c.helperBinary = new(bool), "" })
 		}
 	}
@@ -84,6 +89,9 @@ func benchProvider(t *testing.T, prov string, out *strings.Builder, opts ...test
 	if prov != "local" {
 		n = 100
 	}
+	if v, err := strconv.Atoi(os.Getenv("AGENT_BENCH_N")); err == nil && v > 0 { // a shorter run
+		n = v
+	}
 	// Warm up, then the API round trip of `echo hi`.
 	for i := 0; i < 5; i++ {
 		e.exec(m.ID, map[string]any{"cmd": "echo hi"})
@@ -102,7 +110,11 @@ func benchProvider(t *testing.T, prov string, out *strings.Builder, opts ...test
 		var raw []time.Duration
 		for i := 0; i < n; i++ {
 			start := time.Now()
-			if b, err := exec.Command(prov, "exec", "agentd-"+m.ID, "echo", "hi").Output(); err != nil || string(b) != "hi\n" {
+			cmd := exec.Command(prov, "exec", "agentd-"+m.ID, "echo", "hi")
+			if k, ok := e.s.computers.providerByName(prov).(*kubeProvider); ok { // plain kubectl exec
+				cmd = exec.Command("kubectl", "-n", k.cfg.Namespace, "exec", k.pod(&m), "-c", kubeContainer, "--", "echo", "hi")
+			}
+			if b, err := cmd.Output(); err != nil || string(b) != "hi\n" {
 				t.Fatalf("raw exec: %v %q", err, b)
 			}
 			raw = append(raw, time.Since(start))

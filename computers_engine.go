@@ -478,6 +478,8 @@ type engineFS struct {
 	c    *computerService
 	host channelHost
 	m    *ComputerInfo
+	// perCall, when e is nil, is another provider's per-call path (kubernetes: one kubectl exec).
+	perCall func(ctx context.Context, interactive bool, argv []string) *exec.Cmd
 }
 
 const fsOpTimeout = 10 * time.Minute
@@ -522,12 +524,16 @@ func (f *engineFS) do(ctx context.Context, op string, stdin io.Reader, stdout io
 		} // not sent: the channel was already down, so the per-call path below does the work
 		cherr = err
 	}
-	if f.e == nil {
+	if f.e == nil && f.perCall == nil {
 		return &engineError{args: []string{"exec"}, err: cherr, stderr: "the machine's helper is not running: " + cherr.Error()}
 	}
-	a := f.e.execArgs(f.m, "", "/", nil, stdin != nil, false)
-	a = append(append(a, "/bin/sh", "-c", script, "agentd"), args...)
-	cmd := f.e.cli(ctx, a...)
+	var cmd *exec.Cmd
+	if f.e != nil {
+		a := f.e.execArgs(f.m, "", "/", nil, stdin != nil, false)
+		cmd = f.e.cli(ctx, append(append(a, "/bin/sh", "-c", script, "agentd"), args...)...)
+	} else {
+		cmd = f.perCall(ctx, stdin != nil, append([]string{"/bin/sh", "-c", script, "agentd"}, args...))
+	}
 	var stderr bytes.Buffer
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, &stderr
 	if err := cmd.Run(); err != nil {

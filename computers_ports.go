@@ -12,6 +12,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -46,16 +47,24 @@ func tcpDialer(target string) guestDialer {
 	}
 }
 
-// dialOnce reports whether something answers through d within timeout.
-func dialOnce(d guestDialer, timeout time.Duration) bool {
+// dialOnce reports whether something answers through d within timeout. Behind a relay (relayed) a
+// connection still open after the timeout, or one that sent a byte, is what counts.
+func dialOnce(d guestDialer, timeout time.Duration, relayed bool) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	c, err := d(ctx)
 	if err != nil {
 		return false
 	}
-	c.Close()
-	return true
+	defer c.Close()
+	rd, ok := c.(interface{ SetReadDeadline(time.Time) error })
+	if !relayed || !ok {
+		return true
+	}
+	rd.SetReadDeadline(time.Now().Add(timeout))
+	n, err := c.Read(make([]byte, 1))
+	var ne net.Error
+	return n > 0 || errors.As(err, &ne) && ne.Timeout()
 }
 
 func startForwarder(dial guestDialer) (*portForwarder, error) {
@@ -200,9 +209,9 @@ func (c *computerService) ExposePort(ctx context.Context, id string, port int) (
 		b = PortBinding{HostPort: fw.port(), URL: fmt.Sprintf("http://127.0.0.1:%d", fw.port())}
 	}
 	if fw != nil {
-		b.Reachable = dialOnce(fw.dial, time.Second)
+		b.Reachable = dialOnce(fw.dial, time.Second, relayed(p))
 	} else {
-		b.Reachable = dialOnce(tcpDialer(net.JoinHostPort("127.0.0.1", strconv.Itoa(port))), time.Second)
+		b.Reachable = dialOnce(tcpDialer(net.JoinHostPort("127.0.0.1", strconv.Itoa(port))), time.Second, false)
 	}
 	old, had := m.Ports[key]
 	m.Ports[key] = b
@@ -249,6 +258,13 @@ func sharesHostNetwork(p provider, m *ComputerInfo) bool {
 	return ok && h.hostNetwork(m)
 }
 
+// relayed: the provider's guest ports sit behind a relay that accepts before the guest does (kubernetes:
+// kubectl port-forward), which then closes a connection the guest refused.
+func relayed(p provider) bool {
+	r, ok := p.(interface{ relayed() bool })
+	return ok && r.relayed()
+}
+
 // reachable reports whether something answers on a machine's guest port, checked at most once a second
 // per port (ComputerInfo is read often; a dial is cheap but not free).
 func (c *computerService) reachable(m *ComputerInfo, port int) bool {
@@ -269,7 +285,7 @@ func (c *computerService) reachable(m *ComputerInfo, port int) bool {
 	}
 	up := false
 	if dial != nil { // a forwarder gone with a restart: not reachable until the port is exposed again
-		up = dialOnce(dial, 300*time.Millisecond)
+		up = dialOnce(dial, 300*time.Millisecond, relayed(c.providerByName(m.Provider)))
 	}
 	c.mu.Lock()
 	if rt.reach == nil {

@@ -61,6 +61,10 @@ func requireProvider(t *testing.T, name string) {
 	if name == "local" {
 		return
 	}
+	if name == "kubernetes" {
+		requireKubernetes(t)
+		return
+	}
 	if name == "sandbox" && os.Getenv("AGENT_TEST_CHANNEL") == "0" {
 		t.Skip("the sandbox has no per-call path: its machine is the exec channel's helper (AGENT_TEST_CHANNEL=0)")
 	}
@@ -114,7 +118,7 @@ func tarGz(t testing.TB, entries []tar.Header, bodies map[string]string) []byte 
 // TestComputerConformance is THE conformance suite, run against every provider: one machine per provider
 // is shared by the subtests that only use it; those that need machines of their own run in parallel.
 func TestComputerConformance(t *testing.T) {
-	for i, prov := range []string{"local", "docker", "podman", "sandbox"} {
+	for i, prov := range []string{"local", "docker", "podman", "sandbox", "kubernetes"} {
 		t.Run(prov, func(t *testing.T) {
 			t.Parallel()
 			requireProvider(t, prov)
@@ -123,7 +127,7 @@ func TestComputerConformance(t *testing.T) {
 			c.run(t)
 		})
 	}
-	t.Cleanup(func() { checkNoLeaks(t) })
+	t.Cleanup(func() { checkNoLeaks(t); checkNoKubeLeaks(t) })
 }
 
 // checkNoLeaks: the suite ends with no agentd container of this process left on any engine.
@@ -288,7 +292,7 @@ func (c *conformance) setup(t *testing.T) {
 		e.call("DELETE", "/v1/computers/"+bad.ID, nil, 204, nil)
 	})
 	c.parallel(t, "setup/packages", func(t *testing.T, e *testServer) {
-		if c.local || c.prov == "sandbox" { // the host's /usr, read-only
+		if c.local || c.prov == "sandbox" || c.prov == "kubernetes" { // the host's /usr, read-only; a non-root pod
 			e.wantError("POST", "/v1/computers", map[string]any{"provider": c.prov, "packages": []string{"jq"}}, 501, codeNotImplemented)
 			return
 		}
@@ -304,6 +308,10 @@ func (c *conformance) setup(t *testing.T) {
 	c.parallel(t, "setup/persist", func(t *testing.T, e *testServer) {
 		if c.local {
 			t.Skip("a local machine's /work is a host directory")
+		}
+		if c.prov == "kubernetes" { // a PersistentVolumeClaim is not implemented yet: refused, not ignored
+			e.wantError("POST", "/v1/computers", map[string]any{"provider": c.prov, "persist": true}, 501, codeNotImplemented)
+			return
 		}
 		// persist keeps /work across stop and start; without it /work is a tmpfs.
 		p := e.create(map[string]any{"provider": c.prov, "persist": true, "workdir": "/work/proj"})
@@ -422,6 +430,10 @@ func (c *conformance) execs(t *testing.T) {
 		}
 		if r := e.exec(id, map[string]any{"cmd": "test -t 1 && echo tty; exit 4", "tty": true}); r.ExitCode != 4 || !strings.HasPrefix(r.Stdout, "tty") {
 			t.Fatalf("tty: %+v", r)
+		}
+		if c.prov == "kubernetes" { // runAsNonRoot, and kubectl exec has no user
+			e.wantError("POST", x, map[string]any{"cmd": "true", "user": "root"}, 501, codeNotImplemented)
+			return
 		}
 		if out := e.exec(id, map[string]any{"cmd": "id -u", "user": "0"}).Stdout; out != "0\n" {
 			t.Fatalf("user: %q", out)
@@ -880,6 +892,15 @@ func (c *conformance) restart(t *testing.T) {
 			// A machine removed behind agentd's back while it runs.
 			vanish := e.create(map[string]any{"provider": c.prov})
 			e.s.computers.providerByName(c.prov).destroy(context.Background(), &vanish)
+			if c.prov == "kubernetes" { // a pod deleted behind agentd's back: the computer is stopped (TestKubernetesPodDeleted)
+				e.wantError("POST", "/v1/computers/"+vanish.ID+"/exec", map[string]any{"cmd": "true"}, 500, codeExecFailed)
+				var got ComputerInfo
+				if e.call("GET", "/v1/computers/"+vanish.ID, nil, 200, &got); got.State != "stopped" {
+					t.Fatalf("after the pod was deleted: %+v", got)
+				}
+				e.call("DELETE", "/v1/computers/"+vanish.ID, nil, 204, nil)
+				return
+			}
 			e.wantError("POST", "/v1/computers/"+vanish.ID+"/exec", map[string]any{"cmd": "true"}, 404, codeComputerNotFound)
 			e.wantError("GET", "/v1/computers/"+vanish.ID, nil, 404, codeComputerNotFound)
 		})
@@ -980,13 +1001,14 @@ func TestComputerProviderSelection(t *testing.T) {
 	c.probes["docker"] = probeResult{reason: "the docker daemon is not reachable", hint: "start dockerd", at: time.Now()}
 	c.probes["podman"] = probeResult{reason: "the podman CLI is not installed", hint: "install podman", at: time.Now()}
 	c.probes["sandbox"] = probeResult{reason: "bubblewrap (bwrap) is not installed", hint: "apt-get install bubblewrap", at: time.Now()}
+	c.probes["kubernetes"] = probeResult{reason: "the kubectl CLI is not installed", hint: "install kubectl", at: time.Now()} // listed only when configured (AGENT_TEST_K8S=1)
 	c.mu.Unlock()
 	env := e.wantError("POST", "/v1/computers", map[string]any{"provider": "docker"}, 503, codeProviderUnavailable)
 	if !strings.Contains(env["message"].(string), "not reachable") || env["hint"] != "start dockerd" {
 		t.Fatalf("unavailable: %v", env)
 	}
 	providers, sel, _, warnings := c.doctor(context.Background())
-	if len(providers) != 4 || providers[2].Name != "sandbox" || providers[0].Name != "docker" || providers[0].Available || providers[0].Reason == "" || providers[0].Hint == "" {
+	if len(providers) != len(c.providers) || providers[len(providers)-2].Name != "sandbox" || providers[0].Name != "docker" || providers[0].Available || providers[0].Reason == "" || providers[0].Hint == "" {
 		t.Fatalf("providers: %+v", providers)
 	}
 	if sel.Provider != "local" || sel.Isolated || sel.ProviderReason == "" {

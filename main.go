@@ -209,6 +209,9 @@ type config struct {
 	// Protocols (issue 18): GET /metrics answers without the token when true (metrics.go).
 	MetricsPublic bool `yaml:"metricsPublic"`
 
+	// Kubernetes (issue 19): machines as pods through kubectl; the provider exists only when this is set.
+	Kubernetes *kubeConfig `yaml:"kubernetes"`
+
 	firstRun     bool
 	noTriggers   bool                // `agentd mcp` in-process: the server's triggers are not mounted here
 	helperBinary string              // the binary mounted into machines for the exec channel; "" is this executable
@@ -396,8 +399,10 @@ func (cfg config) check() error {
 		return bad("reaperIntervalSec", cfg.ReaperIntervalSec, "at least 1")
 	case cfg.MaxCostUSD < 0:
 		return bad("maxCostUsd", cfg.MaxCostUSD, "0 or more")
-	case !slices.Contains([]string{"auto", "docker", "podman", "local"}, cfg.ComputerProvider):
-		return bad("computerProvider", fmt.Sprintf("%q", cfg.ComputerProvider), "one of auto, docker, podman, local")
+	case !slices.Contains([]string{"auto", "docker", "podman", "kubernetes", "sandbox", "local"}, cfg.ComputerProvider):
+		return bad("computerProvider", fmt.Sprintf("%q", cfg.ComputerProvider), "one of auto, docker, podman, kubernetes, sandbox, local")
+	case cfg.ComputerProvider == "kubernetes" && cfg.Kubernetes == nil: // issue 19: only when configured
+		return bad("computerProvider", `"kubernetes"`, "set only with a kubernetes: block saying where the cluster is")
 	}
 	return checkWarmPool(cfg.WarmPool, cfg.MaxComputers, bad) // computers_pool.go
 }
@@ -512,7 +517,7 @@ func newServer(cfg config, logger *slog.Logger, now func() time.Time) (*server, 
 	if s.computers, err = newComputerService(computerDeps{helper: helper, helperNote: helperNote, store: st, hub: s.hub, log: logger, clock: now,
 		getenv: cfg.getenv, home: cfg.Home, provider: cfg.ComputerProvider, images: cfg.Images, registries: cfg.AllowedRegistries, mountRoots: cfg.AllowedMounts,
 		maxComputers: cfg.MaxComputers, reapInterval: time.Duration(cfg.ReaperIntervalSec) * time.Second,
-		warmPool: cfg.WarmPool, metrics: s.metrics}); err != nil {
+		warmPool: cfg.WarmPool, metrics: s.metrics, kube: cfg.Kubernetes}); err != nil {
 		s.models.Close()
 		st.Close()
 		return nil, err

@@ -132,7 +132,7 @@ func TestConfigErrors(t *testing.T) {
 		{"reaper interval", "reaperIntervalSec: 0\n", nil, nil, codeConfig, "reaperIntervalSec is 0", nil},
 		{"negative machines", "maxComputers: -1\n", nil, nil, codeConfig, "maxComputers", nil},
 		{"negative cost", "maxCostUsd: -2\n", nil, nil, codeConfig, "maxCostUsd", nil},
-		{"unknown provider", "computerProvider: vmware\n", nil, nil, codeConfig, "one of auto, docker, podman, local", nil},
+		{"unknown provider", "computerProvider: vmware\n", nil, nil, codeConfig, "one of auto, docker, podman, kubernetes, sandbox, local", nil},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -91,6 +91,9 @@ func newTestServer(t testing.TB, opts ...testOption) *testServer {
 	} else {
 		c.helperBinary = cliBinary(t)
 	}
+	if os.Getenv("AGENT_TEST_K8S") == "1" { // the kubernetes provider exists only when configured
+		c.Kubernetes = &kubeConfig{Kubeconfig: os.Getenv("KUBECONFIG")}
+	}
 	for _, o := range opts {
 		o(&c)
 	}

@@ -1,0 +1,797 @@
+// computers_kubernetes.go — the `kubernetes` provider: a machine is one Pod, driven through `kubectl` (no
+// client library), used only when config.yaml has a `kubernetes:` block.
+//
+// Entry points: newKubeProvider (computers.go adds it after docker and podman when configured). Every
+// kubectl call goes through kubeProvider.cli (exec.CommandContext, WaitDelay, explicit argv, the
+// configured --kubeconfig/--context/-n) and, when the output is wanted, kubeProvider.call, which carries
+// kubectl's stderr into the error.
+//
+// Rules (issue 19): the Pod is applied as JSON on `kubectl apply -f -` and labelled agentd.id /
+// agentd.owner / agentd.provider; it runs as uid 1000 (runAsNonRoot), no privilege escalation, every
+// capability dropped, RuntimeDefault seccomp, a read-only root with emptyDirs for /work, /tmp and the
+// helper (/.agentd), no service-account token, limits from cpus/memoryMb/diskMb and requests a tenth of
+// them (machines pack onto nodes the way containers share a docker host). `network.mode: none` adds a
+// deny-all NetworkPolicy. create waits for Ready (`kubectl wait`) and fails with the pod's events when it
+// cannot get there (image missing, unschedulable). stop deletes the pod, start applies it again (a fresh
+// /work, as docker's tmpfs), destroy removes the pod and its policy. A pod deleted behind agentd's back
+// turns the computer stopped with a computer_stopped event (reason "pod_deleted") when it is next used.
+// Exec, files and the terminal go over the warm exec channel (one long `kubectl exec -i` into agentd's
+// helper, copied into the pod over exec at create and start: no bind mount crosses nodes), else one
+// `kubectl exec` per call; ports through `kubectl port-forward --address 127.0.0.1`. Refused, not
+// ignored: packages and another user (runAsNonRoot, no exec user in Kubernetes), persist (no claim yet),
+// host mounts (the pod's node is not this host).
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// kubeConfig is config.yaml's `kubernetes:` block.
+type kubeConfig struct {
+	Kubeconfig       string            `yaml:"kubeconfig"`
+	Context          string            `yaml:"context"`
+	Namespace        string            `yaml:"namespace"` // default agentd
+	RuntimeClassName string            `yaml:"runtimeClassName"`
+	NodeSelector     map[string]string `yaml:"nodeSelector"`
+	Tolerations      []map[string]any  `yaml:"tolerations"` // Kubernetes' own toleration objects, passed through
+}
+
+const (
+	kubeContainer      = "machine"
+	kubeRequestShare   = 10               // requests are limits / 10
+	kubeReadyTimeout   = 5 * time.Minute  // a pod that is not Ready by then fails the create
+	kubeScheduleGrace  = 10 * time.Second // an unschedulable pod gets this long before the create fails
+	kubeTmpSizeMB      = 512
+	kubeHelperSizeMB   = 256
+	kubeDefaultNS      = "agentd"
+	kubeStoppedReason  = "pod_deleted"
+	kubeDeleteTimeout  = "60s"
+	kubeWaitStepSecond = 2
+)
+
+type kubeProvider struct {
+	cfg kubeConfig
+	c   *computerService
+
+	mu  sync.Mutex
+	fwd map[string]map[int]*kubeForward // machine id → guest port → its kubectl port-forward
+}
+
+// kubeForward is one `kubectl port-forward` process listening on 127.0.0.1:local; done closes when it
+// has exited (its goroutine waits for it; closeForwards kills it and waits for done).
+type kubeForward struct {
+	cmd   *exec.Cmd
+	local int
+	done  chan struct{}
+}
+
+func (f *kubeForward) alive() bool {
+	select {
+	case <-f.done:
+		return false
+	default:
+		return true
+	}
+}
+
+func newKubeProvider(cfg kubeConfig, c *computerService) *kubeProvider {
+	if cfg.Namespace == "" {
+		cfg.Namespace = kubeDefaultNS
+	}
+	return &kubeProvider{cfg: cfg, c: c, fwd: map[string]map[int]*kubeForward{}}
+}
+
+func (k *kubeProvider) meta() providerMeta {
+	return providerMeta{name: "kubernetes", description: "Kubernetes pods through kubectl (kernel isolation: a container on a shared node kernel; runtimeClassName for gVisor or Kata)",
+		priority: 80, isolated: true, isolationKind: "kernel"}
+}
+
+// cli is THE helper: every kubectl call is built here.
+func (k *kubeProvider) cli(ctx context.Context, args ...string) *exec.Cmd {
+	var a []string
+	if k.cfg.Kubeconfig != "" {
+		a = append(a, "--kubeconfig", k.cfg.Kubeconfig)
+	}
+	if k.cfg.Context != "" {
+		a = append(a, "--context", k.cfg.Context)
+	}
+	a = append(append(a, "-n", k.cfg.Namespace), args...)
+	cmd := exec.CommandContext(ctx, "kubectl", a...)
+	cmd.WaitDelay = 2 * time.Second
+	dieWithParent(cmd) // a long kubectl exec must not outlive a killed server
+	return cmd
+}
+
+// call runs one kubectl command and returns its stdout; a failure carries kubectl's own words.
+func (k *kubeProvider) call(ctx context.Context, stdin io.Reader, args ...string) (string, error) {
+	cmd := k.cli(ctx, args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return stdout.String(), &engineError{args: args, err: err, stderr: strings.TrimSpace(stderr.String())}
+	}
+	return stdout.String(), nil
+}
+
+// pod is the machine's pod name: DNS-1123 (ids are lower-case letters, digits and one underscore).
+func (k *kubeProvider) pod(m *ComputerInfo) string {
+	return "agentd-" + strings.ReplaceAll(strings.ToLower(m.ID), "_", "-")
+}
+
+// ---- probe ----
+
+// kubeVerbs are the permissions agentd needs in its namespace (README: the Role).
+var kubeVerbs = [][2]string{
+	{"create", "pods"}, {"get", "pods"}, {"list", "pods"}, {"watch", "pods"}, {"patch", "pods"}, {"delete", "pods"},
+	{"create", "pods/exec"}, {"create", "pods/portforward"}, {"list", "events"},
+	{"get", "networkpolicies"}, {"create", "networkpolicies"}, {"patch", "networkpolicies"}, {"delete", "networkpolicies"},
+}
+
+func (k *kubeProvider) probe(ctx context.Context) probeResult {
+	if _, err := exec.LookPath("kubectl"); err != nil {
+		return probeResult{reason: "the kubectl CLI is not installed", hint: "install kubectl (https://kubernetes.io/docs/tasks/tools/) on agentd's PATH"}
+	}
+	out, err := k.call(ctx, nil, "version", "-o", "json")
+	var v struct {
+		Server struct {
+			GitVersion string `json:"gitVersion"`
+		} `json:"serverVersion"`
+	}
+	json.Unmarshal([]byte(out), &v)
+	if err != nil || v.Server.GitVersion == "" {
+		msg := "no server version"
+		if err != nil {
+			msg = firstLine(err.Error())
+		}
+		return probeResult{reason: "the Kubernetes API server is not reachable: " + msg,
+			hint: "check kubernetes.kubeconfig and kubernetes.context in config.yaml (now " + firstNonEmpty(k.cfg.Kubeconfig, "$KUBECONFIG or ~/.kube/config") + "); `kubectl version` must show a server"}
+	}
+	if _, err := k.call(ctx, nil, "get", "namespace", k.cfg.Namespace, "-o", "name"); err != nil {
+		low := strings.ToLower(err.Error())
+		if strings.Contains(low, "notfound") || strings.Contains(low, "not found") {
+			return probeResult{reason: fmt.Sprintf("the namespace %q does not exist", k.cfg.Namespace),
+				hint: fmt.Sprintf("kubectl create namespace %s (or set kubernetes.namespace in config.yaml)", k.cfg.Namespace)}
+		} // forbidden: a namespaced Role cannot read namespaces; the can-i checks below still judge it
+	}
+	// One `auth can-i --list` (a rules review) answers for every verb it shows; a verb it does not show
+	// (an authorizer that is not RBAC may not list its rules) is asked with its own `auth can-i`, four at
+	// a time. Only an answer "no" is a missing right; a check that did not answer fails the probe as such.
+	list, _ := k.call(ctx, nil, "auth", "can-i", "--list")
+	var wg sync.WaitGroup
+	missing, failed := make([]string, len(kubeVerbs)), make([]string, len(kubeVerbs))
+	sem := make(chan struct{}, 4)
+	for i, vr := range kubeVerbs {
+		if canIList(list, vr[0], vr[1]) {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			ans, err := k.call(ctx, nil, "auth", "can-i", vr[0], vr[1])
+			switch strings.TrimSpace(ans) {
+			case "yes":
+			case "no":
+				missing[i] = vr[0] + " " + vr[1]
+			default:
+				failed[i] = fmt.Sprintf("%s %s: %v", vr[0], vr[1], err)
+			}
+		}()
+	}
+	wg.Wait()
+	empty := func(s string) bool { return s == "" }
+	if failed = slices.DeleteFunc(failed, empty); len(failed) > 0 {
+		return probeResult{reason: "kubectl auth can-i did not answer: " + firstLine(failed[0]),
+			hint: "check the cluster's API server and agentd's credentials (`kubectl auth can-i create pods -n " + k.cfg.Namespace + "`)"}
+	}
+	if missing = slices.DeleteFunc(missing, empty); len(missing) > 0 {
+		return probeResult{reason: fmt.Sprintf("kubectl may not %s in namespace %s", strings.Join(missing, ", "), k.cfg.Namespace),
+			hint: "bind agentd's user to a Role with these verbs (README: Kubernetes); `kubectl auth can-i --list -n " + k.cfg.Namespace + "` shows what it has"}
+	}
+	return probeResult{available: true, version: v.Server.GitVersion}
+}
+
+// canIList says whether `kubectl auth can-i --list` (its table: resource, URLs, names, [verbs]) grants
+// verb on resource ("pods", "pods/exec", "networkpolicies" shown as networkpolicies.networking.k8s.io).
+func canIList(table, verb, resource string) bool {
+	for _, line := range strings.Split(table, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 || strings.HasPrefix(line, " ") {
+			continue
+		}
+		res, _, _ := strings.Cut(f[0], ".") // the group, if any, follows the first dot
+		if res != resource && res != "*" {
+			continue
+		}
+		i := strings.LastIndex(line, "[")
+		verbs := strings.Fields(strings.Trim(line[i:], "[] \t"))
+		if slices.Contains(verbs, verb) || slices.Contains(verbs, "*") {
+			return true
+		}
+	}
+	return false
+}
+
+func (k *kubeProvider) supports(sp ComputerSpec) error {
+	refuse := func(what, hint string) error {
+		return errorf(codeNotImplemented, "the kubernetes provider cannot honour %s", what).withHint(hint)
+	}
+	switch {
+	case len(sp.Packages) > 0:
+		return refuse("packages", "pods run as a non-root user on a read-only root: build an image with them and set images: {<flavor>: <image>} in config.yaml")
+	case sp.User != "" && sp.User != "1000:1000" && sp.User != "1000":
+		return refuse("user", "pods run as 1000:1000 (runAsNonRoot); omit user")
+	case sp.Persist:
+		return refuse("persist", "a persistent /work (a PersistentVolumeClaim) is not implemented yet; use provider docker or podman")
+	case len(sp.Mounts) > 0:
+		return refuse("mounts", "a pod's node is not this host; upload files with the upload endpoint instead")
+	}
+	return nil
+}
+
+// ---- lifecycle ----
+
+// podJSON is the machine's Pod.
+func (k *kubeProvider) podJSON(m *ComputerInfo) ([]byte, error) {
+	sp := m.Spec
+	labels := map[string]string{"agentd.id": m.ID, "agentd.owner": k.c.owner, "agentd.provider": "kubernetes", "app.kubernetes.io/managed-by": "agentd"}
+	for key, v := range sp.Labels {
+		labels["agentd.label."+key] = v
+	}
+	if m.State == statePooled {
+		labels["agentd.pool"] = sp.Flavor
+	}
+	env := []map[string]string{}
+	if _, ok := sp.Env["HOME"]; !ok {
+		env = append(env, map[string]string{"name": "HOME", "value": "/work"})
+	}
+	keys := make([]string, 0, len(sp.Env))
+	for key := range sp.Env {
+		keys = append(keys, key)
+	}
+	slices.Sort(keys)
+	for _, key := range keys {
+		env = append(env, map[string]string{"name": key, "value": sp.Env[key]})
+	}
+	mi := func(mb int) string { return strconv.Itoa(mb) + "Mi" }
+	limits := map[string]string{"cpu": strconv.Itoa(int(sp.CPUs*1000)) + "m", "memory": mi(sp.MemoryMB), "ephemeral-storage": mi(sp.DiskMB)}
+	requests := map[string]string{"cpu": strconv.Itoa(max(int(sp.CPUs*1000)/kubeRequestShare, 1)) + "m",
+		"memory": mi(max(sp.MemoryMB/kubeRequestShare, 1)), "ephemeral-storage": mi(max(sp.DiskMB/kubeRequestShare, 1))}
+	empty := func(name string, mb int) map[string]any {
+		return map[string]any{"name": name, "emptyDir": map[string]any{"sizeLimit": mi(mb)}}
+	}
+	spec := map[string]any{
+		"restartPolicy": "Never", "automountServiceAccountToken": false, "enableServiceLinks": false,
+		"terminationGracePeriodSeconds": 1, "hostname": "machine",
+		"securityContext": map[string]any{"runAsUser": 1000, "runAsGroup": 1000, "runAsNonRoot": true, "fsGroup": 1000,
+			"seccompProfile": map[string]string{"type": "RuntimeDefault"}},
+		"containers": []any{map[string]any{
+			"name": kubeContainer, "image": m.Image, "imagePullPolicy": "IfNotPresent", "command": []string{"sleep", "infinity"},
+			"env": env, "resources": map[string]any{"limits": limits, "requests": requests},
+			"securityContext": map[string]any{"allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true, "privileged": false,
+				"capabilities": map[string]any{"drop": []string{"ALL"}}},
+			"volumeMounts": []any{
+				map[string]string{"name": "work", "mountPath": "/work"}, map[string]string{"name": "tmp", "mountPath": "/tmp"},
+				map[string]string{"name": "agentd", "mountPath": "/.agentd"}},
+		}},
+		"volumes": []any{empty("work", sp.DiskMB), empty("tmp", kubeTmpSizeMB), empty("agentd", kubeHelperSizeMB)},
+	}
+	if k.cfg.RuntimeClassName != "" {
+		spec["runtimeClassName"] = k.cfg.RuntimeClassName
+	}
+	if len(k.cfg.NodeSelector) > 0 {
+		spec["nodeSelector"] = k.cfg.NodeSelector
+	}
+	if len(k.cfg.Tolerations) > 0 {
+		spec["tolerations"] = k.cfg.Tolerations
+	}
+	return json.Marshal(map[string]any{"apiVersion": "v1", "kind": "Pod",
+		"metadata": map[string]any{"name": k.pod(m), "namespace": k.cfg.Namespace, "labels": labels}, "spec": spec})
+}
+
+// policyJSON is the deny-all NetworkPolicy of a machine with no route of its own (`none`, and `egress`,
+// whose one way out is agentd's proxy over the exec channel: kubectl exec, not the pod network).
+func (k *kubeProvider) policyJSON(m *ComputerInfo) ([]byte, error) {
+	return json.Marshal(map[string]any{"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+		"metadata": map[string]any{"name": k.pod(m), "namespace": k.cfg.Namespace,
+			"labels": map[string]string{"agentd.id": m.ID, "agentd.owner": k.c.owner}},
+		"spec": map[string]any{"podSelector": map[string]any{"matchLabels": map[string]string{"agentd.id": m.ID}},
+			"policyTypes": []string{"Ingress", "Egress"}}})
+}
+
+func (k *kubeProvider) create(ctx context.Context, m *ComputerInfo) error {
+	if noRoute(m.Spec) {
+		doc, _ := k.policyJSON(m)
+		if _, err := k.call(ctx, bytes.NewReader(doc), "apply", "-f", "-"); err != nil {
+			return errorf(codeComputerFailed, "kubectl could not apply the machine's NetworkPolicy: %s", err.Error()).
+				withHint("check the networkpolicies verbs of agentd's Role")
+		}
+	}
+	return k.run(ctx, m)
+}
+
+// run applies the pod, waits for it to be Ready, and brings in the helper and the workdir.
+func (k *kubeProvider) run(ctx context.Context, m *ComputerInfo) error {
+	doc, err := k.podJSON(m)
+	if err != nil {
+		return err
+	}
+	if _, err := k.call(ctx, bytes.NewReader(doc), "apply", "-f", "-"); err != nil {
+		return errorf(codeComputerFailed, "kubectl could not create the machine's pod: %s", err.Error()).
+			withHint("run `kubectl auth can-i create pods -n " + k.cfg.Namespace + "` and check the namespace's quota")
+	}
+	if err := k.waitReady(ctx, m); err != nil {
+		return err
+	}
+	if err := k.copyHelper(ctx, m); err != nil {
+		return err
+	}
+	if m.Workdir != "/work" && m.Workdir != "/tmp" {
+		if _, err := k.call(ctx, nil, "exec", k.pod(m), "-c", kubeContainer, "--", "mkdir", "-p", "--", m.Workdir); err != nil {
+			return errorf(codeComputerFailed, "cannot create the workdir %s: %s", m.Workdir, err.Error()).withHint("use a workdir under /work or /tmp")
+		}
+	}
+	return nil
+}
+
+// kubePod is the part of a Pod's status agentd reads.
+type kubePod struct {
+	Metadata struct {
+		Name              string            `json:"name"`
+		Labels            map[string]string `json:"labels"`
+		DeletionTimestamp string            `json:"deletionTimestamp"`
+	} `json:"metadata"`
+	Status struct {
+		Phase      string `json:"phase"`
+		Conditions []struct {
+			Type    string `json:"type"`
+			Status  string `json:"status"`
+			Reason  string `json:"reason"`
+			Message string `json:"message"`
+		} `json:"conditions"`
+		ContainerStatuses []struct {
+			State struct {
+				Waiting *struct {
+					Reason  string `json:"reason"`
+					Message string `json:"message"`
+				} `json:"waiting"`
+				Terminated *struct {
+					Reason   string `json:"reason"`
+					ExitCode int    `json:"exitCode"`
+				} `json:"terminated"`
+			} `json:"state"`
+		} `json:"containerStatuses"`
+	} `json:"status"`
+}
+
+// kubeFatalWaits are container states that do not get better by waiting.
+var kubeFatalWaits = []string{"ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName",
+	"CreateContainerConfigError", "CreateContainerError", "RunContainerError", "CrashLoopBackOff"}
+
+// waitReady waits with `kubectl wait` in short steps and, between them, reads the pod: a fatal container
+// state, or a pod unschedulable past kubeScheduleGrace, fails at once with the pod's events.
+func (k *kubeProvider) waitReady(ctx context.Context, m *ComputerInfo) error {
+	t0 := time.Now()
+	for {
+		_, err := k.call(ctx, nil, "wait", "--for=condition=Ready", "pod/"+k.pod(m), fmt.Sprintf("--timeout=%ds", kubeWaitStepSecond))
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return errorf(codeComputerFailed, "the machine's pod was not Ready in time: %s", k.events(context.WithoutCancel(ctx), m)).
+				withHint("kubectl describe pod " + k.pod(m) + " -n " + k.cfg.Namespace)
+		}
+		if !strings.Contains(err.Error(), "timed out") { // not the step's timeout: kubectl itself failed
+			return errorf(codeComputerFailed, "kubectl wait for the machine's pod failed: %s", err.Error()).
+				withHint("check the watch verb on pods of agentd's Role")
+		}
+		out, gerr := k.call(ctx, nil, "get", "pod", k.pod(m), "-o", "json")
+		var p kubePod
+		if gerr != nil || json.Unmarshal([]byte(out), &p) != nil {
+			continue
+		}
+		why := ""
+		for _, cs := range p.Status.ContainerStatuses {
+			if w := cs.State.Waiting; w != nil && slices.Contains(kubeFatalWaits, w.Reason) {
+				why = w.Reason + ": " + w.Message
+			}
+			if t := cs.State.Terminated; t != nil {
+				why = fmt.Sprintf("the container ended (%s, exit %d)", t.Reason, t.ExitCode)
+			}
+		}
+		for _, cnd := range p.Status.Conditions {
+			if cnd.Type == "PodScheduled" && cnd.Status == "False" && cnd.Reason == "Unschedulable" && time.Since(t0) > kubeScheduleGrace {
+				why = "Unschedulable: " + cnd.Message
+			}
+		}
+		if p.Status.Phase == "Failed" && why == "" {
+			why = "the pod failed"
+		}
+		if why == "" && time.Since(t0) < kubeReadyTimeout {
+			continue
+		}
+		if why == "" {
+			why = "not Ready after " + kubeReadyTimeout.String()
+		}
+		hint := "kubectl describe pod " + k.pod(m) + " -n " + k.cfg.Namespace
+		switch {
+		case strings.Contains(why, "Image") || strings.Contains(why, "image"):
+			hint = fmt.Sprintf("make the image %s pullable by the cluster's nodes (or present on them), or point the flavor at one in config.yaml: images: {%s: <image>}", m.Image, firstNonEmpty(m.Spec.Flavor, "base"))
+		case strings.HasPrefix(why, "Unschedulable"):
+			hint = "ask for fewer cpus or less memory (requests are a tenth of them), or add nodes; check kubernetes.nodeSelector and tolerations"
+		}
+		return errorf(codeComputerFailed, "the machine's pod did not become Ready: %s; events: %s", why, k.events(context.WithoutCancel(ctx), m)).
+			withHint(hint).withDetail("pod", k.pod(m))
+	}
+}
+
+// events are the pod's last events, "Reason: message; ...".
+func (k *kubeProvider) events(ctx context.Context, m *ComputerInfo) string {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	out, err := k.call(ctx, nil, "get", "events", "--field-selector", "involvedObject.kind=Pod,involvedObject.name="+k.pod(m), "-o", "json")
+	var list struct {
+		Items []struct {
+			Reason  string `json:"reason"`
+			Message string `json:"message"`
+		} `json:"items"`
+	}
+	if err != nil || json.Unmarshal([]byte(out), &list) != nil {
+		return "(the pod's events could not be read)"
+	}
+	var s []string
+	for _, it := range list.Items {
+		line := it.Reason + ": " + strings.TrimSpace(it.Message)
+		if !slices.Contains(s, line) {
+			s = append(s, line)
+		}
+	}
+	if len(s) > 6 {
+		s = s[len(s)-6:]
+	}
+	if len(s) == 0 {
+		return "(none)"
+	}
+	return strings.Join(s, "; ")
+}
+
+// copyHelper writes agentd's binary into the pod's /.agentd emptyDir over one exec (there is no bind
+// mount across nodes). With the channel off there is nothing to copy.
+func (k *kubeProvider) copyHelper(ctx context.Context, m *ComputerInfo) error {
+	if k.c.helper == "" {
+		return nil
+	}
+	f, err := os.Open(k.c.helper)
+	if err != nil {
+		return errorf(codeComputerFailed, "cannot read agentd's helper binary: %v", err)
+	}
+	defer f.Close()
+	tmp := helperInMachine + ".part"
+	_, err = k.call(ctx, f, "exec", "-i", k.pod(m), "-c", kubeContainer, "--", "/bin/sh", "-c",
+		`cat > `+tmp+` && chmod 755 `+tmp+` && mv -f `+tmp+` `+helperInMachine)
+	if err != nil { // the per-call path still works: the machine runs, without its channel
+		k.c.log.Warn("computers: cannot copy the helper into the pod", "computer", m.ID, "err", err)
+	}
+	return nil
+}
+
+func (k *kubeProvider) start(ctx context.Context, m *ComputerInfo) error {
+	if noRoute(m.Spec) { // the policy must be there before the pod
+		doc, _ := k.policyJSON(m)
+		if _, err := k.call(ctx, bytes.NewReader(doc), "apply", "-f", "-"); err != nil {
+			return errorf(codeComputerFailed, "kubectl could not apply the machine's NetworkPolicy: %s", err.Error()).withHint("check agentd's Role")
+		}
+	}
+	if err := k.run(ctx, m); err != nil {
+		k.deletePod(context.WithoutCancel(ctx), m)
+		return err
+	}
+	return nil
+}
+
+func (k *kubeProvider) deletePod(ctx context.Context, m *ComputerInfo) error {
+	k.closeForwards(m.ID)
+	_, err := k.call(ctx, nil, "delete", "pod", k.pod(m), "--ignore-not-found", "--wait=true", "--grace-period=1", "--timeout="+kubeDeleteTimeout)
+	return err
+}
+
+func (k *kubeProvider) stop(ctx context.Context, m *ComputerInfo) error {
+	if err := k.deletePod(ctx, m); err != nil {
+		return errorf(codeComputerFailed, "kubectl could not delete the machine's pod: %s", err.Error()).withHint("check the cluster")
+	}
+	return nil
+}
+
+func (k *kubeProvider) destroy(ctx context.Context, m *ComputerInfo) error {
+	if err := k.deletePod(ctx, m); err != nil {
+		return errorf(codeComputerFailed, "kubectl could not delete the machine's pod: %s", err.Error()).withHint("check the cluster")
+	}
+	if noRoute(m.Spec) {
+		k.call(ctx, nil, "delete", "networkpolicy", k.pod(m), "--ignore-not-found")
+	}
+	return nil
+}
+
+// getPod reads the machine's pod; nil, nil when there is none.
+func (k *kubeProvider) getPod(ctx context.Context, m *ComputerInfo) (*kubePod, error) {
+	out, err := k.call(ctx, nil, "get", "pod", k.pod(m), "--ignore-not-found", "-o", "json")
+	if err != nil {
+		return nil, err
+	}
+	if strings.TrimSpace(out) == "" {
+		return nil, nil
+	}
+	var p kubePod
+	if err := json.Unmarshal([]byte(out), &p); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// status: no pod is "stopped" for a recorded machine (a stopped machine has none; a running one whose pod
+// was deleted behind agentd's back becomes stopped here, with an event), "missing" for any other.
+func (k *kubeProvider) status(ctx context.Context, m *ComputerInfo) (string, error) {
+	p, err := k.getPod(ctx, m)
+	if err != nil {
+		return "", err
+	}
+	if p != nil && p.Status.Phase == "Running" && p.Metadata.DeletionTimestamp == "" {
+		return "running", nil
+	}
+	switch m.State {
+	case stateRunning:
+		k.markStopped(ctx, m, p)
+	case stateStopped:
+	default: // no record of a machine that may be stopped (an orphan, a pool machine): it is gone
+		if p == nil {
+			return "missing", nil
+		}
+	}
+	return "stopped", nil
+}
+
+// markStopped records that a running machine's pod is gone (or ended) behind agentd's back.
+func (k *kubeProvider) markStopped(ctx context.Context, m *ComputerInfo, p *kubePod) {
+	if p != nil { // an ended pod cannot be restarted: remove it so start can apply it again
+		k.deletePod(context.WithoutCancel(ctx), m)
+	} else {
+		k.closeForwards(m.ID)
+	}
+	rt := k.c.runtime(m.ID)
+	k.c.closePorts(rt)
+	k.c.closeChannel(rt)
+	m.State, m.Ports, m.Error = stateStopped, map[string]PortBinding{}, "the machine's pod was deleted outside agentd"
+	k.c.save(ctx, m)
+	k.c.log.Warn("computers: pod deleted behind agentd's back", "computer", m.ID, "pod", k.pod(m))
+	k.c.hub.publish("computers", "computer_stopped", map[string]any{"id": m.ID, "computerId": m.ID, "name": m.Name, "reason": kubeStoppedReason})
+}
+
+// owned lists this owner's pods (id → running) and, since a stopped machine has no pod, the stopped
+// kubernetes records (their machine is the record).
+func (k *kubeProvider) owned(ctx context.Context) (map[string]bool, error) {
+	out, err := k.call(ctx, nil, "get", "pods", "-l", "agentd.owner="+k.c.owner, "-o", "json")
+	if err != nil {
+		return nil, err
+	}
+	var list struct{ Items []kubePod }
+	if err := json.Unmarshal([]byte(out), &list); err != nil {
+		return nil, fmt.Errorf("kubectl get pods: %v", err)
+	}
+	res := map[string]bool{}
+	for _, p := range list.Items {
+		if id := p.Metadata.Labels["agentd.id"]; id != "" {
+			res[id] = p.Status.Phase == "Running" && p.Metadata.DeletionTimestamp == ""
+		}
+	}
+	recs, err := k.c.store.ListComputers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range recs {
+		if _, ok := res[m.ID]; !ok && m.Provider == "kubernetes" && m.State == stateStopped {
+			res[m.ID] = false
+		}
+	}
+	return res, nil
+}
+
+// ---- exec ----
+
+// execArgs is `kubectl exec` into the machine's container.
+func (k *kubeProvider) execArgs(m *ComputerInfo, interactive, tty bool) []string {
+	a := []string{"exec"}
+	if interactive {
+		a = append(a, "-i")
+	}
+	if tty {
+		a = append(a, "-t")
+	}
+	return append(a, k.pod(m), "-c", kubeContainer, "--")
+}
+
+// execWrapper is the engine's wrapper (process group in a pid file, the end announced on both streams)
+// after a cd into the exec's cwd ($1): kubectl exec has no -w, -e or -u.
+func (k *kubeProvider) execWrapper(p *procSpec) string {
+	mk := strings.ReplaceAll(markerPrefix(p.token), "\x1e", `\036`)
+	pid := "/tmp/.agentd-exec-" + p.token + ".pid"
+	return `cd -- "$1" 2>/dev/null || { echo "cannot enter the working directory $1" >&2; exit 126; }; shift; ` +
+		`echo $$ > ` + pid + ` 2>/dev/null; "$@"; rc=$?; rm -f ` + pid +
+		`; printf '` + mk + `%03d\036' "$rc"; printf '` + mk + `%03d\036' "$rc" >&2; exit $rc`
+}
+
+// envArgs prefixes argv with `env -- K=V ...` (sorted, so the argv is stable).
+func envArgs(env map[string]string) []string {
+	if len(env) == 0 {
+		return nil
+	}
+	keys := make([]string, 0, len(env))
+	for key := range env {
+		keys = append(keys, key)
+	}
+	slices.Sort(keys)
+	a := []string{"env", "--"}
+	for _, key := range keys {
+		a = append(a, key+"="+env[key])
+	}
+	return a
+}
+
+func (k *kubeProvider) command(ctx context.Context, m *ComputerInfo, p *procSpec) (*procHandle, error) {
+	if p.user != "" && p.user != machineUser(m) && p.user != "1000" {
+		return nil, errorf(codeNotImplemented, "the kubernetes provider cannot run a command as another user").
+			withHint("omit user: pods run as 1000:1000 (runAsNonRoot) and kubectl exec has no user option")
+	}
+	if !p.tty {
+		if ch := k.c.channel(ctx, k, m); ch != nil {
+			return &procHandle{remote: ch, req: chanStart{Argv: p.argv, Cwd: p.cwd, Env: p.env, Token: p.token}}, nil
+		}
+	}
+	argv := p.argv
+	if p.tty { // kubectl gives a TTY only when its own stdin is a terminal: util-linux script makes one inside
+		argv = []string{"script", "-qefc", shellJoin(argv), "/dev/null"}
+	}
+	args := append(k.execArgs(m, p.stdin != nil, false), envArgs(p.env)...)
+	args = append(append(args, "/bin/sh", "-c", k.execWrapper(p), "agentd", p.cwd), argv...)
+	cmd := k.cli(ctx, args...)
+	cmd.Cancel = func() error {
+		kctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		k.killTree(kctx, m, p)
+		return cmd.Process.Kill()
+	}
+	cmd.WaitDelay = execPipeGrace
+	return &procHandle{cmd: cmd, endMarker: true}, nil
+}
+
+// helperCmd is the channel's process: one long `kubectl exec -i` into the copied helper.
+func (k *kubeProvider) helperCmd(ctx context.Context, m *ComputerInfo) *exec.Cmd {
+	return k.cli(ctx, append(k.execArgs(m, true, false), helperInMachine, "machine-helper")...)
+}
+
+// killTree kills the exec's process group inside the machine (the engine's script, over kubectl exec).
+func (k *kubeProvider) killTree(ctx context.Context, m *ComputerInfo, p *procSpec) {
+	f := "/tmp/.agentd-exec-" + p.token + ".pid"
+	script := `i=0; while [ ! -s ` + f + ` ] && [ $i -lt 20 ]; do sleep 0.05; i=$((i+1)); done; ` +
+		`p=$(cat ` + f + ` 2>/dev/null) && [ -n "$p" ] && { kill -9 -$p 2>/dev/null || kill -9 $p; }; rm -f ` + f
+	k.call(ctx, nil, append(k.execArgs(m, false, false), "/bin/sh", "-c", script)...)
+}
+
+// killLeftovers kills the process groups a previous server's execs left (their pid files remain).
+func (k *kubeProvider) killLeftovers(ctx context.Context, m *ComputerInfo) int {
+	script := `n=0; for f in /tmp/.agentd-exec-*.pid /tmp/.agentd-chan-*.pid; do [ -f "$f" ] || continue; p=$(cat "$f"); rm -f "$f"; ` +
+		`[ -n "$p" ] && { kill -9 -"$p" 2>/dev/null || kill -9 "$p" 2>/dev/null; } && n=$((n+1)); done; echo $n`
+	out, err := k.call(ctx, nil, append(k.execArgs(m, false, false), "/bin/sh", "-c", script)...)
+	if err != nil {
+		k.c.log.Warn("computers: killing leftover processes", "computer", m.ID, "err", err)
+		return 0
+	}
+	n, _ := strconv.Atoi(strings.TrimSpace(out))
+	return n
+}
+
+// perCall is the files' per-call path: one `kubectl exec` running a script.
+func (k *kubeProvider) perCall(ctx context.Context, m *ComputerInfo, interactive bool, argv []string) *exec.Cmd {
+	return k.cli(ctx, append(k.execArgs(m, interactive, false), argv...)...)
+}
+
+func (k *kubeProvider) fs(m *ComputerInfo) machineFS {
+	return &engineFS{c: k.c, host: k, m: m, perCall: func(ctx context.Context, interactive bool, argv []string) *exec.Cmd {
+		return k.perCall(ctx, m, interactive, argv)
+	}}
+}
+
+// ---- ports ----
+
+// guestAddr is a `kubectl port-forward` of the guest port on 127.0.0.1 (one per machine and port, kept
+// until the machine stops); the service's forwarder gives it its hostPort.
+func (k *kubeProvider) guestAddr(ctx context.Context, m *ComputerInfo, port int) (string, error) {
+	if m.Spec.Network.Mode == "none" {
+		return "", errorf(codeComputerFailed, "computer %s has network mode none, so no port can be reached", m.ID).
+			withHint("create the computer with network.mode egress or full")
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if f := k.fwd[m.ID][port]; f != nil {
+		if f.alive() {
+			return net.JoinHostPort("127.0.0.1", strconv.Itoa(f.local)), nil
+		}
+		delete(k.fwd[m.ID], port)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0") // a free port for kubectl to listen on
+	if err != nil {
+		return "", errorf(codeComputerFailed, "cannot find a free host port: %v", err)
+	}
+	local := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	cmd := k.cli(k.c.ctx, "port-forward", "--address", "127.0.0.1", "pod/"+k.pod(m), fmt.Sprintf("%d:%d", local, port))
+	var out bytes.Buffer
+	lb := &limitedBuffer{b: &out, max: 4096} // one writer for both: exec.Cmd then writes from one goroutine
+	cmd.Stdout, cmd.Stderr = lb, lb
+	if err := cmd.Start(); err != nil {
+		return "", errorf(codeComputerFailed, "cannot start kubectl port-forward: %v", err).withHint("check kubectl")
+	}
+	f := &kubeForward{cmd: cmd, local: local, done: make(chan struct{})}
+	go func() { defer close(f.done); cmd.Wait() }()
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(local))
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		if conn, err := net.DialTimeout("tcp", addr, 200*time.Millisecond); err == nil {
+			conn.Close()
+			break
+		}
+		if time.Now().After(deadline) || !f.alive() || ctx.Err() != nil {
+			cmd.Process.Kill()
+			<-f.done
+			return "", errorf(codeComputerFailed, "kubectl port-forward did not listen: %s", firstLine(out.String())).
+				withHint("check the pods/portforward verb of agentd's Role")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if k.fwd[m.ID] == nil {
+		k.fwd[m.ID] = map[int]*kubeForward{}
+	}
+	k.fwd[m.ID][port] = f
+	return addr, nil
+}
+
+// closeForwards ends a machine's port-forwards (stop, destroy, a pod gone).
+func (k *kubeProvider) closeForwards(id string) {
+	k.mu.Lock()
+	fs := k.fwd[id]
+	delete(k.fwd, id)
+	k.mu.Unlock()
+	for _, f := range fs {
+		f.cmd.Process.Kill()
+		<-f.done
+	}
+}
+
+// close ends every port-forward (the service's Close).
+func (k *kubeProvider) close() {
+	k.mu.Lock()
+	ids := make([]string, 0, len(k.fwd))
+	for id := range k.fwd {
+		ids = append(ids, id)
+	}
+	k.mu.Unlock()
+	for _, id := range ids {
+		k.closeForwards(id)
+	}
+}
+
+// relayed says the provider's guest address is a relay that accepts before the guest does: a port is
+// reachable only when the relay keeps the connection open (computers_ports.go).
+func (k *kubeProvider) relayed() bool { return true }
