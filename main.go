@@ -30,7 +30,7 @@
 //     http_request may reach (private ranges, allow/deny, redirects, the checked address is the dialled one).
 //  5. runs_guard.go, newRedactor and (*redactor).redact: secrets out of tool results, events, warnings
 //     and errors; dangerousTools and the approval modes (runs_approvals.go: ask fails closed).
-//  6. computers_engine.go, (*engineProvider).runArgs and checkEngineArgs (computers.go): the container's
+//  6. computers_engine.go, (*engineProvider).runArgs and checkEngineArgs (computers_spec.go): the container's
 //     argv (caps dropped, no-new-privileges, pids limit, read-only root, user 1000, limits), every engine
 //     call through (*engineProvider).cli (explicit argv, WaitDelay, stderr in the error).
 //  7. computers_local.go, localEnvAllow and (*localProvider).command: the local provider's environment

@@ -1,0 +1,218 @@
+// computers_spec.go — what a machine's spec may ask of this host, checked before anything starts.
+//
+// Entry points: applyComputerDefaults (the contract's defaults), checkEngineArgs (what reaches an engine's
+// argv), imageFor / machineImage (the flavor's image), checkHostLimits (cpus, memory, disk, registries),
+// checkMountSource (allowedMounts and the never-mountable paths). Every refusal is a 422 naming the field.
+package main
+
+import (
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"slices"
+	"strings"
+)
+
+var computerNameRE = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,63}$`)
+
+// applyComputerDefaults fills the contract's defaults (DESIGN §4, docs/API.md computer table).
+func applyComputerDefaults(sp *ComputerSpec) {
+	if sp.Flavor == "" {
+		sp.Flavor = "base"
+	}
+	if sp.CPUs == 0 {
+		sp.CPUs = 2
+	}
+	if sp.MemoryMB == 0 {
+		sp.MemoryMB = 2048
+	}
+	if sp.DiskMB == 0 {
+		sp.DiskMB = 2048
+	}
+	if sp.Workdir == "" {
+		sp.Workdir = "/work"
+	} else if strings.HasPrefix(sp.Workdir, "/") {
+		// `/work/../..` must be judged (and mapped) as where it lands, not as it is spelled.
+		sp.Workdir = path.Clean(sp.Workdir)
+	}
+	if sp.Network.Mode == "" {
+		sp.Network.Mode = "egress"
+	}
+	if sp.Env == nil {
+		sp.Env = map[string]string{}
+	}
+	if sp.Packages == nil {
+		sp.Packages = []string{}
+	}
+	if sp.Mounts == nil {
+		sp.Mounts = []Mount{}
+	}
+}
+
+var imageRE = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9._/:@+-]*$`)
+
+// checkEngineArgs refuses values that would be read as engine flags or break the argv: the spec also
+// arrives from agent specs, not only from the strict create body.
+func checkEngineArgs(sp ComputerSpec, image string) error {
+	bad := func(field, v string) error {
+		return errorf(codeSpecInvalid, "%s: invalid value %q", field, v).withHint("fix the computer spec")
+	}
+	if image != "" && !imageRE.MatchString(image) {
+		return bad("image", image)
+	}
+	if !strings.HasPrefix(sp.Workdir, "/") || strings.ContainsAny(sp.Workdir, "\x00\n:") {
+		return bad("workdir", sp.Workdir)
+	}
+	if strings.HasPrefix(sp.User, "-") {
+		return bad("user", sp.User)
+	}
+	for i, m := range sp.Mounts {
+		if !strings.HasPrefix(m.Source, "/") || strings.Contains(m.Source, ":") {
+			return bad(fmt.Sprintf("mounts.%d.source", i), m.Source)
+		}
+		if !strings.HasPrefix(m.Target, "/") || strings.Contains(m.Target, ":") {
+			return bad(fmt.Sprintf("mounts.%d.target", i), m.Target)
+		}
+		// agentd mounts these itself; the engine refuses a duplicate mount point.
+		if t := path.Clean(m.Target); t == "/" || t == "/work" || t == "/tmp" || t == "/run" {
+			return errorf(codeSpecInvalid, "mounts.%d.target: %s is the machine's own workspace or root", i, m.Target).
+				withHint("mount below it instead, e.g. /work/data")
+		}
+	}
+	return nil
+}
+
+// defaultImages are the flavor images of DESIGN §4; config `images` overrides them.
+// They are fully qualified so podman, which refuses ambiguous short names, pulls them too.
+var defaultImages = map[string]string{
+	"base": "docker.io/library/debian:bookworm-slim", "python": "docker.io/library/python:3.12-slim",
+	"node": "docker.io/library/node:22-slim", "full": "docker.io/library/debian:bookworm",
+}
+
+func (c *computerService) imageFor(sp ComputerSpec) string {
+	if sp.Image != "" {
+		return sp.Image
+	}
+	if img := c.images[sp.Flavor]; img != "" {
+		return img
+	}
+	return defaultImages[sp.Flavor]
+}
+
+// machineImage is the image a machine of sp runs on p: none on local and sandbox (the host's userland).
+func (c *computerService) machineImage(p provider, sp ComputerSpec) string {
+	if _, sandbox := p.(*sandboxProvider); !p.meta().isolated || sandbox {
+		return ""
+	}
+	return c.imageFor(sp)
+}
+
+// Limits of this host that a valid spec can still exceed: each a 422 naming the limit, never an engine's 500.
+const (
+	minMachineMemoryMB = 64      // below this a container cannot start its init and shell
+	maxMachineDiskMB   = 1 << 20 // 1 TB of tmpfs or volume
+)
+
+// checkHostLimits refuses what this host cannot give, and images from registries not allowed.
+func (c *computerService) checkHostLimits(sp ComputerSpec) error {
+	switch {
+	case sp.CPUs > float64(runtime.NumCPU()) && sp.Provider != "kubernetes": // a cluster's nodes are not this host
+		return errorf(codeSpecInvalid, "cpus: %g is more than this host's %d CPUs", sp.CPUs, runtime.NumCPU()).
+			withHint(fmt.Sprintf("ask for at most %d", runtime.NumCPU())).withDetail("limit", runtime.NumCPU())
+	case sp.MemoryMB < minMachineMemoryMB:
+		return errorf(codeSpecInvalid, "memoryMb: %d MB is below the %d MB a machine needs", sp.MemoryMB, minMachineMemoryMB).
+			withHint(fmt.Sprintf("ask for at least %d", minMachineMemoryMB)).withDetail("limit", minMachineMemoryMB)
+	case sp.DiskMB > maxMachineDiskMB:
+		return errorf(codeSpecInvalid, "diskMb: %d MB is above the %d MB ceiling", sp.DiskMB, maxMachineDiskMB).
+			withHint(fmt.Sprintf("ask for at most %d", maxMachineDiskMB)).withDetail("limit", maxMachineDiskMB)
+	}
+	for i, m := range sp.Mounts {
+		if err := c.checkMountSource(m.Source); err != nil {
+			return errorf(codeSpecInvalid, "mounts.%d.source: %s", i, err.Error()).
+				withHint("mount a directory under one listed in allowedMounts in config.yaml (now: "+listOrNone(c.mountRoots)+"), or copy files in with the upload endpoint").
+				withDetail("allowedMounts", c.mountRoots)
+		}
+	}
+	if img := c.imageFor(sp); sp.Image != "" {
+		if reg := imageRegistry(img); !slices.Contains(c.allowedRegistries(), reg) {
+			return errorf(codeSpecInvalid, "image: %s is from registry %s, which this server does not pull from", img, reg).
+				withHint("use an image from "+strings.Join(c.allowedRegistries(), ", ")+", or add the registry to allowedRegistries in config.yaml").
+				withDetail("allowedRegistries", c.allowedRegistries())
+		}
+	}
+	return nil
+}
+
+// checkMountSource allows a host directory into a machine only under allowedMounts, and never what
+// would hand the machine the host: the root, /proc, /sys, /dev, /boot, /run (the engines' sockets live
+// there), any socket, or the data directory or a directory holding it. The source is judged as it
+// resolves, so a symlink to the Docker socket is the Docker socket.
+func (c *computerService) checkMountSource(src string) error {
+	real := filepath.Clean(src)
+	if r, err := resolveExisting(real); err == nil { // a missing tail under a link still lands where the link goes
+		real = r
+	}
+	if fi, err := os.Stat(real); err == nil && fi.Mode()&os.ModeSocket != 0 {
+		return fmt.Errorf("%s is a socket (an engine's socket would hand the machine the host)", src)
+	}
+	under := func(p, dir string) bool { return p == dir || strings.HasPrefix(p, strings.TrimSuffix(dir, "/")+"/") }
+	if real == "/" {
+		return fmt.Errorf("the host's root is never mounted")
+	}
+	for _, sys := range []string{"/proc", "/sys", "/dev", "/boot", "/run", "/var/run"} {
+		if under(real, sys) {
+			return fmt.Errorf("%s is under %s, which is never mounted", src, sys)
+		}
+	}
+	if home, err := filepath.Abs(c.home); err == nil && c.home != "" {
+		if rh, err := filepath.EvalSymlinks(home); err == nil {
+			home = rh
+		}
+		if under(real, home) || under(home, real) {
+			return fmt.Errorf("%s holds or is inside agentd's data directory", src)
+		}
+	}
+	for _, root := range c.mountRoots {
+		if r, err := filepath.EvalSymlinks(filepath.Clean(root)); err == nil {
+			root = r
+		}
+		if under(real, filepath.Clean(root)) {
+			return nil
+		}
+	}
+	return fmt.Errorf("%s is not under a directory in allowedMounts", src)
+}
+
+func listOrNone(xs []string) string {
+	if len(xs) == 0 {
+		return "none"
+	}
+	return strings.Join(xs, ", ")
+}
+
+// imageRegistry is an image reference's registry: its first component when that names a host
+// (a dot, a port, or localhost), else Docker Hub.
+func imageRegistry(ref string) string {
+	first, rest, found := strings.Cut(ref, "/")
+	if found && rest != "" && (strings.ContainsAny(first, ".:") || first == "localhost") {
+		return strings.ToLower(first)
+	}
+	return "docker.io"
+}
+
+// allowedRegistries: config's allowedRegistries, else the registries of the flavor images in use.
+func (c *computerService) allowedRegistries() []string {
+	if len(c.registries) > 0 {
+		return c.registries
+	}
+	var out []string
+	for _, f := range []string{"base", "python", "node", "full"} {
+		if r := imageRegistry(c.imageFor(ComputerSpec{Flavor: f})); !slices.Contains(out, r) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
