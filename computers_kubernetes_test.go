@@ -1,10 +1,8 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
-	"io"
 	"os"
 	"os/exec"
 	"strings"
@@ -289,41 +287,7 @@ func TestKubernetesKill9Adopts(t *testing.T) {
 	if err := os.WriteFile(home+"/config.yaml", []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	serve := func() (*exec.Cmd, *testServer) {
-		cmd := helperCommand(t, "serve", "AGENT_HOME="+home, "AGENT_TOKEN=")
-		stderr, err := cmd.StderrPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-		addrCh := make(chan string, 1)
-		var said strings.Builder // what the child printed before it listened (guarded by the channel)
-		go func() {
-			defer close(addrCh)
-			sc := bufio.NewScanner(stderr)
-			for sc.Scan() {
-				if addr, ok := listeningAddr(sc.Text() + "\n"); ok {
-					addrCh <- addr
-					io.Copy(io.Discard, stderr)
-					return
-				}
-				said.WriteString(sc.Text() + "\n")
-			}
-		}()
-		select {
-		case addr, ok := <-addrCh:
-			if !ok {
-				t.Fatalf("agentd exited before listening:\n%s", said.String())
-			}
-			return cmd, &testServer{t: t, url: "http://" + addr}
-		case <-time.After(120 * time.Second):
-			t.Fatal("agentd did not start")
-		}
-		return nil, nil
-	}
+	serve := func() (*exec.Cmd, *testServer) { return startServeChild(t, home) }
 	cmd, a := serve()
 	m := a.create(map[string]any{"idleTimeoutSec": 0})
 	if m.Provider != "kubernetes" {

@@ -409,11 +409,10 @@ func TestMainRefusesNonLoopbackWithoutToken(t *testing.T) {
 	}
 }
 
-// TestKill9LosesNoAcknowledgedWrite starts agentd as a child, creates agents from several clients at
-// once, kills it with SIGKILL in the middle of the burst, then checks every agent that was answered 201
-// is in the database, which is intact.
-func TestKill9LosesNoAcknowledgedWrite(t *testing.T) {
-	home := t.TempDir()
+// startServeChild starts `agentd serve` on home as a child process (helperCommand) and waits until it
+// listens; the child is killed at cleanup. Crash tests kill it themselves (SIGKILL) and start another.
+func startServeChild(t *testing.T, home string) (*exec.Cmd, *testServer) {
+	t.Helper()
 	cmd := helperCommand(t, "serve", "AGENT_HOME="+home, "AGENT_TOKEN=")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -422,25 +421,39 @@ func TestKill9LosesNoAcknowledgedWrite(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer cmd.Process.Kill()
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	addrCh := make(chan string, 1)
+	var said strings.Builder // what the child printed before it listened (guarded by the channel)
 	go func() {
+		defer close(addrCh)
 		sc := bufio.NewScanner(stderr)
-		sent := false
 		for sc.Scan() {
-			if addr, ok := listeningAddr(sc.Text() + "\n"); ok && !sent {
+			if addr, ok := listeningAddr(sc.Text() + "\n"); ok {
 				addrCh <- addr
-				sent = true
+				io.Copy(io.Discard, stderr)
+				return
 			}
+			said.WriteString(sc.Text() + "\n")
 		}
 	}()
-	var addr string
 	select {
-	case addr = <-addrCh:
-	case <-time.After(60 * time.Second):
-		t.Fatal("child did not start")
+	case addr, ok := <-addrCh:
+		if !ok {
+			t.Fatalf("agentd exited before listening:\n%s", said.String())
+		}
+		return cmd, &testServer{t: t, url: "http://" + addr}
+	case <-time.After(120 * time.Second):
+		t.Fatal("agentd did not start")
 	}
-	ts := &testServer{t: t, url: "http://" + addr}
+	return nil, nil
+}
+
+// TestKill9LosesNoAcknowledgedWrite starts agentd as a child, creates agents from several clients at
+// once, kills it with SIGKILL in the middle of the burst, then checks every agent that was answered 201
+// is in the database, which is intact.
+func TestKill9LosesNoAcknowledgedWrite(t *testing.T) {
+	home := t.TempDir()
+	cmd, ts := startServeChild(t, home)
 
 	var mu sync.Mutex
 	var acked []string
