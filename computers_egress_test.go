@@ -3,6 +3,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/http"
@@ -236,7 +237,7 @@ func TestFullModeFiltered(t *testing.T) {
 	if !fullFilterable() {
 		t.Skip("full-mode filtering needs root and iptables")
 	}
-	for _, prov := range []string{"docker", "podman"} {
+	for _, prov := range []string{"docker", "podman", "sandbox"} {
 		t.Run(prov, func(t *testing.T) {
 			t.Parallel()
 			requireProvider(t, prov)
@@ -249,7 +250,37 @@ func TestFullModeFiltered(t *testing.T) {
 			if out := pyRun(e, denied.ID, rawPy, outsideIP, fmt.Sprint(port)); !strings.HasPrefix(out, "ERR") {
 				t.Fatalf("full with the outside host in deny reached it: %q", out)
 			}
-			gw, err := exec.Command(prov, "inspect", "--format", "{{range .NetworkSettings.Networks}}{{.Gateway}} {{end}}", "agentd-"+open.ID).Output()
+			var gw []byte
+			var err error
+			if prov == "sandbox" { // the host's end of the machine's veth pair: its address's .1
+				sb := e.s.computers.providerByName("sandbox").(*sandboxProvider)
+				ip := net.ParseIP(sb.guestNetAddr(context.Background(), &open)).To4()
+				if ip == nil {
+					t.Fatal("a full sandbox has no address of its own")
+				}
+				ip[3]--
+				gw = []byte(ip.String())
+				// Nor does it reach the host's loopback, or the other machine.
+				lo, err := net.Listen("tcp", "127.0.0.1:0")
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer lo.Close()
+				_, loPort, _ := net.SplitHostPort(lo.Addr().String())
+				if out := pyRun(e, open.ID, rawPy, "127.0.0.1", loPort); !strings.HasPrefix(out, "ERR") {
+					t.Fatalf("a full sandbox reached the host's 127.0.0.1:%s: %q", loPort, out)
+				}
+				e.sh(denied.ID, "nohup python3 -m http.server 8001 --bind 0.0.0.0 >/dev/null 2>&1 &")
+				other := sb.guestNetAddr(context.Background(), &denied)
+				eventually(t, "the other machine's server, from itself", func() bool {
+					return pyRun(e, denied.ID, rawPy, other, "8001") == "CONNECTED"
+				})
+				if out := pyRun(e, open.ID, rawPy, other, "8001"); !strings.HasPrefix(out, "ERR") {
+					t.Fatalf("a full sandbox reached another machine at %s: %q", other, out)
+				}
+			} else {
+				gw, err = exec.Command(prov, "inspect", "--format", "{{range .NetworkSettings.Networks}}{{.Gateway}} {{end}}", "agentd-"+open.ID).Output()
+			}
 			if err != nil || net.ParseIP(strings.Fields(string(gw) + " x")[0]) == nil {
 				t.Fatalf("the bridge gateway: %v %q", err, gw)
 			}
@@ -285,8 +316,13 @@ func TestFullModeFiltered(t *testing.T) {
 			})
 			for _, m := range []ComputerInfo{open, denied} {
 				e.call("DELETE", "/v1/computers/"+m.ID, nil, 204, nil)
-				if out, _ := exec.Command("iptables", "-w", "-S").Output(); strings.Contains(string(out), "agentd:"+m.ID) {
-					t.Fatalf("the rules of %s outlived it", m.ID)
+				for _, table := range []string{"filter", "nat"} {
+					if out, _ := exec.Command("iptables", "-w", "-t", table, "-S").Output(); strings.Contains(string(out), "agentd:"+m.ID) {
+						t.Fatalf("the %s rules of %s outlived it", table, m.ID)
+					}
+				}
+				if out, _ := exec.Command("ip", "netns", "list").Output(); strings.Contains(string(out), m.ID) {
+					t.Fatalf("the network namespace of %s outlived it", m.ID)
 				}
 			}
 		})

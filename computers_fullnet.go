@@ -115,16 +115,23 @@ func (e *engineProvider) unfilterFull(ctx context.Context, m *ComputerInfo) {
 	if m.Spec.Network.Mode != "full" || !fullFilterable() {
 		return
 	}
-	out, err := exec.CommandContext(ctx, "iptables", "-w", "-S").Output()
-	if err != nil {
-		return
-	}
-	for _, line := range strings.Split(string(out), "\n") {
-		f := strings.Fields(strings.ReplaceAll(line, `"`, "")) // iptables -S quotes comments
-		if len(f) < 2 || f[0] != "-A" || !slices.Contains(f, fullComment(m)) {
+	removeTaggedRules(ctx, fullComment(m), "filter")
+}
+
+// removeTaggedRules deletes, in each table, every rule whose comment is tag.
+func removeTaggedRules(ctx context.Context, tag string, tables ...string) {
+	for _, table := range tables {
+		out, err := exec.CommandContext(ctx, "iptables", "-w", "-t", table, "-S").Output()
+		if err != nil {
 			continue
 		}
-		f[0] = "-D"
-		exec.CommandContext(ctx, "iptables", append([]string{"-w"}, f...)...).Run()
+		for _, line := range strings.Split(string(out), "\n") {
+			f := strings.Fields(strings.ReplaceAll(line, `"`, "")) // iptables -S quotes comments
+			if len(f) < 2 || f[0] != "-A" || !slices.Contains(f, tag) {
+				continue
+			}
+			f[0] = "-D"
+			exec.CommandContext(ctx, "iptables", append([]string{"-w", "-t", table}, f...)...).Run()
+		}
 	}
 }

@@ -8,7 +8,9 @@
 // channel on bwrap's stdin and stdout (computers_channel.go): every exec and file operation enters the
 // same namespaces, so a server started by one exec is reachable by the next. The bwrap runs with new
 // user, mount, pid, ipc and uts namespaces (and network with `network.mode` none and egress, whose one
-// way out is agentd's proxy over the channel, computers_egress.go; full shares the host's), uid/gid 1000, every capability dropped, no new privileges, --die-with-parent and
+// way out is agentd's proxy over the channel, computers_egress.go; full gets a filtered namespace of its own
+// when agentd is root, computers_sandboxnet.go, and shares the host's otherwise), uid/gid 1000, every
+// capability dropped, no new privileges, --die-with-parent and
 // --new-session. Its root is an empty read-only tmpfs holding the host's /usr, /bin, /sbin, /lib* and the
 // few /etc files a program needs, read-only; a synthesized passwd and group; the workspace at /work and a
 // private /tmp (host directories under the machine's, so they survive what local's survive); new /proc and
@@ -59,10 +61,13 @@ type sandboxProvider struct {
 	mu      sync.Mutex
 	bwrap   string // the bwrap binary, found by probe
 	newOpts bool   // bwrap ≥ 0.7 (--disable-userns, --size)
+
+	netMu         sync.Mutex  // orders this server's full machines' network setups (computers_sandboxnet.go)
+	netFilterable func() bool // can full machines get a filtered network here (sandboxNetFilterable; tests swap it)
 }
 
 func newSandboxProvider(c *computerService) *sandboxProvider {
-	return &sandboxProvider{c: c, root: filepath.Join(c.home, "sandboxes")}
+	return &sandboxProvider{c: c, root: filepath.Join(c.home, "sandboxes"), netFilterable: sandboxNetFilterable}
 }
 
 func (s *sandboxProvider) meta() providerMeta {
@@ -129,9 +134,9 @@ func (s *sandboxProvider) supports(sp ComputerSpec) error {
 		return refuse("user", "the sandbox has one user, 1000:1000; omit user")
 	case sp.Workdir != "/work" && !strings.HasPrefix(sp.Workdir, "/work/") && sp.Workdir != "/tmp" && !strings.HasPrefix(sp.Workdir, "/tmp/"):
 		return refuse("a workdir outside /work and /tmp", "use a workdir under /work")
-	case sp.Network.Mode == "full" && len(sp.Network.Deny) > 0:
-		// full is the host's own network here, with nothing in between to drop what deny names.
-		return refuse("network.deny in mode full", "use mode egress (deny is enforced by agentd's proxy there), or provider docker or podman")
+	case sp.Network.Mode == "full" && len(sp.Network.Deny) > 0 && !s.netFilterable():
+		// Without root, full is the host's own network, with nothing in between to drop what deny names.
+		return refuse("network.deny in mode full without root", "use mode egress (deny is enforced by agentd's proxy there), run agentd as root with iptables, or use provider docker or podman")
 	}
 	return nil
 }
@@ -189,6 +194,11 @@ func (s *sandboxProvider) systemArgs() []string {
 func (s *sandboxProvider) bwrapArgs(m *ComputerInfo) []string {
 	sp, dir := m.Spec, s.dir(m)
 	a := append(s.nsArgs(sp), s.systemArgs()...)
+	if s.filteredFull(sp) {
+		if r := sandboxResolvConf(); r != "" {
+			a = append(a, "--ro-bind", r, "/etc/resolv.conf")
+		}
+	}
 	a = append(a, "--ro-bind", filepath.Join(dir, "etc", "passwd"), "/etc/passwd", "--ro-bind", filepath.Join(dir, "etc", "group"), "/etc/group",
 		"--bind", filepath.Join(dir, "work"), "/work", "--bind", filepath.Join(dir, "tmp"), "/tmp",
 		"--dir", "/var", "--symlink", "../tmp", "/var/tmp", "--proc", "/proc", "--dev", "/dev")
@@ -237,8 +247,18 @@ func (s *sandboxProvider) helperCmd(ctx context.Context, m *ComputerInfo) *exec.
 	if bw == "" {
 		bw = "bwrap"
 	}
-	cmd := exec.CommandContext(ctx, bw, s.bwrapArgs(m)...)
+	if !s.filteredFull(m.Spec) {
+		cmd := exec.CommandContext(ctx, bw, s.bwrapArgs(m)...)
+		cmd.Env = s.env(m)
+		return cmd
+	}
+	// nsenter joins the machine's namespace and execs bwrap, which stays the channel's process.
+	nsPath, err := s.netUp(ctx, m)
+	cmd := exec.CommandContext(ctx, "nsenter", append([]string{"--net=" + nsPath, "--", bw}, s.bwrapArgs(m)...)...)
 	cmd.Env = s.env(m)
+	if err != nil {
+		cmd.Err = fmt.Errorf("cannot give the machine its filtered network: %v", err) // Start fails with it
+	}
 	return cmd
 }
 
@@ -318,11 +338,13 @@ func (s *sandboxProvider) closeMachine(m *ComputerInfo) {
 
 func (s *sandboxProvider) stop(ctx context.Context, m *ComputerInfo) error {
 	s.closeMachine(m)
+	s.netDown(ctx, m.ID)
 	return nil
 }
 
 func (s *sandboxProvider) destroy(ctx context.Context, m *ComputerInfo) error {
 	s.closeMachine(m)
+	s.netDown(ctx, m.ID)
 	if err := os.RemoveAll(s.dir(m)); err != nil {
 		return errorf(codeComputerFailed, "cannot remove the sandbox's directory: %v", err)
 	}
@@ -341,7 +363,11 @@ func (s *sandboxProvider) status(ctx context.Context, m *ComputerInfo) (string, 
 
 // owned lists the machines' directories; one is "running" unless its record says stopped.
 func (s *sandboxProvider) owned(ctx context.Context) (map[string]bool, error) {
-	return machineDirs(s.root)
+	dirs, err := machineDirs(s.root)
+	if err == nil {
+		s.sweepNets(ctx, dirs)
+	}
+	return dirs, err
 }
 
 func (s *sandboxProvider) command(ctx context.Context, m *ComputerInfo, p *procSpec) (*procHandle, error) {
@@ -365,10 +391,20 @@ func (s *sandboxProvider) command(ctx context.Context, m *ComputerInfo, p *procS
 
 func (s *sandboxProvider) fs(m *ComputerInfo) machineFS { return &engineFS{c: s.c, host: s, m: m} }
 
-// hostNetwork: a sandbox shares the host's network only in mode full; none and egress get an empty one.
-func (s *sandboxProvider) hostNetwork(m *ComputerInfo) bool { return !noRoute(m.Spec) }
+// hostNetwork: a sandbox shares the host's network only in mode full without root; none and egress get
+// an empty one, and a filtered full one of its own.
+func (s *sandboxProvider) hostNetwork(m *ComputerInfo) bool {
+	return !noRoute(m.Spec) && !s.filteredFull(m.Spec)
+}
 
 func (s *sandboxProvider) guestAddr(ctx context.Context, m *ComputerInfo, port int) (string, error) {
+	if s.filteredFull(m.Spec) {
+		addr := s.guestNetAddr(ctx, m)
+		if addr == "" {
+			return "", errorf(codeComputerFailed, "computer %s has no network address yet", m.ID).withHint("run a command in it first, or start it")
+		}
+		return net.JoinHostPort(addr, strconv.Itoa(port)), nil
+	}
 	if !s.hostNetwork(m) {
 		return "", errorf(codeComputerFailed, "computer %s has network mode %s, so no port can be reached", m.ID, m.Spec.Network.Mode).
 			withHint("create the computer with network.mode egress or full")

@@ -180,10 +180,16 @@ func TestSandboxNetwork(t *testing.T) {
 	if _, err := e.s.computers.ExposePort(context.Background(), none.ID, port); asAPIError(err).Code != codeComputerFailed {
 		t.Fatalf("expose on network none: %v", err)
 	}
-	// full is the host's network: a deny list there could not be honoured, so it is refused, not ignored.
+	// Without root, full is the host's network: a deny list there could not be honoured, so it is
+	// refused, not ignored (as root it is filtered: TestFullModeFiltered/sandbox).
 	body := map[string]any{"provider": "sandbox", "network": map[string]any{"mode": "full", "deny": []string{"169.254.169.254"}}}
+	sb := e.s.computers.providerByName("sandbox").(*sandboxProvider)
+	sb.netFilterable = func() bool { return false } // as without root
 	if msg := e.wantError("POST", "/v1/computers", body, 501, codeNotImplemented)["message"].(string); !strings.Contains(msg, "network.deny") {
 		t.Fatalf("deny in full on the sandbox: %s", msg)
+	}
+	if full := e.create(map[string]any{"provider": "sandbox", "network": map[string]any{"mode": "full"}}); !sb.hostNetwork(&full) {
+		t.Fatal("without root, a full sandbox should share the host's network")
 	}
 }
 

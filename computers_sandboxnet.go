@@ -1,0 +1,249 @@
+// computers_sandboxnet.go — network.mode full on the sandbox, filtered the way docker's full mode is.
+//
+// Entry points: sandboxProvider.filteredFull (does this machine get its own network), netUp (before its
+// bwrap starts), netDown (stop, destroy, orphans), sweepNets (reconcile).
+//
+// Rules: when agentd runs as root with iptables, `ip` and `nsenter`, a full machine's bwrap starts inside
+// a network namespace of its own, agentd-<owner>-<id>, joined to the host by a veth pair in
+// 10.233.0.0/16 (one /30 per machine: the host .1, the machine .2) and masqueraded out. The namespace is
+// owned by the host's user namespace, so the machine (uid 1000, no capabilities) cannot change its
+// addresses or routes. The iptables rules are docker's full-mode rules (computers_fullnet.go, tagged
+// agentd:<id>): no new connection from the machine to the host itself (agentd and the host's services),
+// to link-local 169.254.0.0/16 (cloud metadata), to the other sandboxes (10.233.0.0/16) or to what
+// `deny` names; the host's 127.0.0.1 is not the machine's. Ports are reached at the machine's address.
+// The namespace and the rules are rebuilt whenever the bwrap starts, and removed at stop and destroy; a
+// namespace of this owner without a machine directory is swept at reconcile. Without root the machine
+// shares the host's network, unfiltered, and a `deny` list is refused (README, "what each provider
+// stops"). IPv6 is not routed into the namespace, so there is no unfiltered v6 path.
+package main
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+const (
+	sandboxNetCIDR   = "10.233.0.0/16"
+	sandboxNetSlots  = 1 << 14 // /30s in the /16
+	sandboxNetPrefix = "agsb"  // host-side veth names: agsb<slot> (at most 15 bytes)
+)
+
+// sandboxNetFilterable says whether this host can give full sandboxes a filtered network.
+func sandboxNetFilterable() bool {
+	if !fullFilterable() {
+		return false
+	}
+	for _, bin := range []string{"ip", "nsenter", "iptables-restore"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// filteredFull: this machine runs in a namespace of its own behind the full-mode rules.
+func (s *sandboxProvider) filteredFull(sp ComputerSpec) bool {
+	return sp.Network.Mode == "full" && s.netFilterable()
+}
+
+func (s *sandboxProvider) netns(id string) string { return "agentd-" + s.c.owner + "-" + id }
+
+// netUp makes the machine's namespace, link, addresses and rules from scratch and returns the
+// namespace's path for nsenter.
+func (s *sandboxProvider) netUp(ctx context.Context, m *ComputerInfo) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	ns, nsPath := s.netns(m.ID), filepath.Join("/run/netns", s.netns(m.ID))
+	if _, err := os.Stat(nsPath); err == nil { // left by the bwrap before this one, or a crash
+		s.netDown(ctx, m.ID)
+	}
+	s.netMu.Lock()
+	defer s.netMu.Unlock()
+	// The host's end of the veth pair is named after its slot: the kernel refuses a second link of one
+	// name, which makes taking a slot atomic across the servers of this host (netMu only orders this
+	// one's). A slot taken meanwhile is "File exists": try the next.
+	var host, guest string
+	tried := map[int]bool{}
+	for first := true; ; first = false {
+		slot, err := freeSandboxSlot(tried)
+		if err != nil {
+			s.netDown(context.WithoutCancel(ctx), m.ID)
+			return "", err
+		}
+		tried[slot] = true
+		host, guest = sandboxSlotAddrs(slot)
+		link := fmt.Sprintf("%s%d", sandboxNetPrefix, slot)
+		batch := fmt.Sprintf("link add %s type veth peer name eth0 netns %s\naddr add %s/30 dev %s\nlink set %s up\n", link, ns, host, link, link)
+		if first {
+			batch = "netns add " + ns + "\n" + batch
+		}
+		err = runQuiet(ctx, batch, "ip", "-batch", "-")
+		if err == nil {
+			break
+		}
+		if !strings.Contains(err.Error(), "File exists") || len(tried) >= 64 {
+			s.netDown(context.WithoutCancel(ctx), m.ID)
+			return "", err
+		}
+	}
+	inside := fmt.Sprintf("addr add %s/30 dev eth0\nlink set eth0 up\nlink set lo up\nroute add default via %s\n", guest, host)
+	if err := runQuiet(ctx, inside, "ip", "-n", ns, "-batch", "-"); err != nil {
+		s.netDown(context.WithoutCancel(ctx), m.ID)
+		return "", err
+	}
+	if err := enableForwarding(); err != nil {
+		s.netDown(context.WithoutCancel(ctx), m.ID)
+		return "", err
+	}
+	if err := runQuiet(ctx, sandboxNetRules(m, guest), "iptables-restore", "-w", "5", "--noflush"); err != nil {
+		s.netDown(context.WithoutCancel(ctx), m.ID)
+		return "", err
+	}
+	return nsPath, nil
+}
+
+// sandboxNetRules is the machine's rules as iptables-restore input. Each -I goes to the top of its
+// chain, so the accepts are written first and the drops land above them.
+func sandboxNetRules(m *ComputerInfo, guest string) string {
+	tag := "-m comment --comment " + fullComment(m)
+	var b strings.Builder
+	fmt.Fprintf(&b, "*nat\n-I POSTROUTING -s %s/32 ! -d %s -j MASQUERADE %s\nCOMMIT\n", guest, sandboxNetCIDR, tag)
+	fmt.Fprintf(&b, "*filter\n-I FORWARD -s %s/32 -j ACCEPT %s\n", guest, tag)
+	fmt.Fprintf(&b, "-I FORWARD -d %s/32 -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT %s\n", guest, tag)
+	lookup := func(name string) []string {
+		lctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		ips, _ := net.DefaultResolver.LookupHost(lctx, name)
+		return ips
+	}
+	for _, r := range fullRules(m, guest, sandboxNetCIDR, lookup) {
+		fmt.Fprintf(&b, "-I %s\n", strings.Join(r, " "))
+	}
+	b.WriteString("COMMIT\n")
+	return b.String()
+}
+
+// netDown removes the machine's namespace (its veth pair goes with it) and its rules; a no-op when
+// there is neither.
+func (s *sandboxProvider) netDown(ctx context.Context, id string) {
+	if !sandboxNetFilterable() {
+		return
+	}
+	ns := s.netns(id)
+	if _, err := os.Stat(filepath.Join("/run/netns", ns)); err == nil {
+		runQuiet(ctx, "", "ip", "netns", "del", ns)
+	}
+	removeTaggedRules(ctx, "agentd:"+id, "filter", "nat")
+}
+
+// sweepNets removes this owner's namespaces whose machine directory is gone (a crash between the two).
+func (s *sandboxProvider) sweepNets(ctx context.Context, dirs map[string]bool) {
+	if !sandboxNetFilterable() {
+		return
+	}
+	ents, _ := os.ReadDir("/run/netns")
+	prefix := "agentd-" + s.c.owner + "-"
+	for _, e := range ents {
+		if id, ok := strings.CutPrefix(e.Name(), prefix); ok && !dirs[id] {
+			s.netDown(ctx, id)
+		}
+	}
+}
+
+// guestNetAddr is the machine's address in its namespace ("" when it has none).
+func (s *sandboxProvider) guestNetAddr(ctx context.Context, m *ComputerInfo) string {
+	out, err := exec.CommandContext(ctx, "ip", "-n", s.netns(m.ID), "-o", "-4", "addr", "show", "dev", "eth0").Output()
+	if err != nil {
+		return ""
+	}
+	for _, f := range strings.Fields(string(out)) {
+		if ip, _, err := net.ParseCIDR(f); err == nil {
+			return ip.String()
+		}
+	}
+	return ""
+}
+
+// freeSandboxSlot is the lowest /30 of 10.233.0.0/16 that no host address is in and was not tried.
+func freeSandboxSlot(tried map[int]bool) (int, error) {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return 0, fmt.Errorf("cannot list the host's addresses: %v", err)
+	}
+	_, cidr, _ := net.ParseCIDR(sandboxNetCIDR)
+	used := map[int]bool{}
+	maps.Copy(used, tried)
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && cidr.Contains(n.IP) {
+			v := n.IP.To4()
+			used[(int(v[2])<<8|int(v[3]))/4] = true
+		}
+	}
+	for i := 0; i < sandboxNetSlots; i++ {
+		if !used[i] {
+			return i, nil
+		}
+	}
+	return 0, fmt.Errorf("every address of %s is taken", sandboxNetCIDR)
+}
+
+// sandboxSlotAddrs are the host's and the machine's addresses of a slot.
+func sandboxSlotAddrs(slot int) (host, guest string) {
+	n := slot * 4
+	return fmt.Sprintf("10.233.%d.%d", n>>8, n&255+1), fmt.Sprintf("10.233.%d.%d", n>>8, n&255+2)
+}
+
+// enableForwarding turns on IPv4 forwarding, as docker and podman do for their bridges.
+func enableForwarding() error {
+	const p = "/proc/sys/net/ipv4/ip_forward"
+	if b, err := os.ReadFile(p); err == nil && strings.TrimSpace(string(b)) == "1" {
+		return nil
+	}
+	if err := os.WriteFile(p, []byte("1\n"), 0o644); err != nil {
+		return fmt.Errorf("cannot enable IPv4 forwarding: %v", err)
+	}
+	return nil
+}
+
+// runQuiet runs one short host command, stdin from in, and carries its output into the error.
+func runQuiet(ctx context.Context, in, name string, args ...string) error {
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.WaitDelay = 2 * time.Second
+	if in != "" {
+		cmd.Stdin = strings.NewReader(in)
+	}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("%s %s: %v: %s", name, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// sandboxResolvConf is the resolv.conf to bind into a namespaced machine when the host's names only
+// loopback resolvers (systemd-resolved's 127.0.0.53 is the host's loopback, not the machine's): the
+// upstream list systemd-resolved keeps. "" keeps the host's file.
+func sandboxResolvConf() string {
+	const upstream = "/run/systemd/resolve/resolv.conf"
+	b, err := os.ReadFile("/etc/resolv.conf")
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 2 && f[0] == "nameserver" {
+			if ip := net.ParseIP(f[1]); ip == nil || !ip.IsLoopback() {
+				return ""
+			}
+		}
+	}
+	if _, err := os.Stat(upstream); err != nil {
+		return ""
+	}
+	return upstream
+}
