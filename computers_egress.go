@@ -11,7 +11,9 @@
 // (computers_netpolicy.go: checkHost on the name from CONNECT or the absolute URI, then netPolicy.dial,
 // which checks deny against the name and every resolved address, refuses private, loopback and
 // link-local addresses unless allowed, and connects only to the address it checked). One request per
-// plain-HTTP connection (sent upstream with Connection: close); CONNECT tunnels any TLS. Every refusal is
+// plain-HTTP connection (sent upstream with Connection: close); CONNECT tunnels anything, but a TLS
+// ClientHello in the tunnel is held until its server name (SNI) is the CONNECT host or passes checkHost
+// too, so an allowed host cannot front for a refused one (helloGate, clientHelloSNI). Every refusal is
 // an `egress_refused` event on the computers topic, for the client a 403 whose body says why, and a line
 // at the end of the stderr of each exec of that machine that was running meanwhile. Without
 // the exec channel an egress machine has no proxy: it fails closed, with no network at all.
@@ -114,11 +116,26 @@ func (c *computerService) serveEgress(ctx context.Context, machine string, np ne
 			uc.Close()
 			return
 		}
+		// What the client sends first is held until its TLS ClientHello shows the name it asks for:
+		// a CONNECT to an allowed host must not carry a TLS session for another (domain fronting).
+		gate := &helloGate{halfConn: uc, check: func(sni string) error {
+			if strings.EqualFold(strings.TrimSuffix(sni, "."), host) {
+				return nil
+			}
+			if err := np.checkHost(sni); err != nil {
+				c.noteRefusal(machine, host, port, fmt.Sprintf("the TLS server name %q: %s", sni, errText(err)))
+				return err
+			}
+			return nil
+		}}
 		if n := br.Buffered(); n > 0 { // bytes the client sent after the CONNECT (a TLS hello, early)
 			b, _ := br.Peek(n)
-			uc.Write(b)
+			if _, err := gate.Write(b); err != nil {
+				uc.Close()
+				return
+			}
 		}
-		splice(st, uc)
+		splice(st, gate)
 		return
 	}
 	// Plain HTTP: the request in origin form, one per connection, then the answer as it comes.
@@ -139,12 +156,188 @@ func (c *computerService) serveEgress(ctx context.Context, machine string, np ne
 
 // egressRefused answers a refused request with why, and publishes the refusal.
 func (c *computerService) egressRefused(st *chanStream, machine, host, port, why string, status int) {
+	c.noteRefusal(machine, host, port, why)
+	writeProxyAnswer(st, status, "agentd egress proxy: "+why)
+}
+
+// noteRefusal publishes a refusal and keeps its line for the machine's running execs' stderr.
+func (c *computerService) noteRefusal(machine, host, port, why string) {
 	c.hub.publish("computers", "egress_refused", map[string]any{"computerId": machine, "host": host, "port": port, "reason": why})
 	rt := c.runtime(machine)
 	c.mu.Lock()
 	rt.refused.add(fmt.Sprintf("agentd: the egress proxy refused %s: %s\n", net.JoinHostPort(host, port), why))
 	c.mu.Unlock()
-	writeProxyAnswer(st, status, "agentd egress proxy: "+why)
+}
+
+// helloGate is the upstream side of a CONNECT tunnel that holds the client's first bytes until they
+// are known not to be TLS, or are a whole ClientHello whose server name check allows. A refusal (or a
+// handshake that cannot be read) closes the upstream, which ends the tunnel. Bytes from the upstream
+// flow meanwhile, so protocols whose server speaks first are not held up.
+type helloGate struct {
+	halfConn
+	check   func(sni string) error
+	buf     []byte
+	decided bool
+}
+
+const maxHelloBytes = 64 << 10
+
+func (g *helloGate) Write(p []byte) (int, error) {
+	if g.decided {
+		return g.halfConn.Write(p)
+	}
+	g.buf = append(g.buf, p...)
+	if g.buf[0] != tlsRecordHandshake { // not TLS: nothing names a server here
+		return g.release(len(p))
+	}
+	sni, complete, err := clientHelloSNI(g.buf)
+	switch {
+	case err == nil && !complete && len(g.buf) < maxHelloBytes:
+		return len(p), nil // wait for the rest of the hello
+	case err == nil && !complete:
+		err = errors.New("a TLS ClientHello larger than 64 KiB")
+	case err == nil && sni != "":
+		err = g.check(sni)
+	}
+	if err != nil {
+		g.halfConn.Close()
+		return 0, err
+	}
+	return g.release(len(p))
+}
+
+// release forwards what was held; from then on the gate is a plain connection.
+func (g *helloGate) release(n int) (int, error) {
+	g.decided = true
+	b := g.buf
+	g.buf = nil
+	if _, err := g.halfConn.Write(b); err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+const (
+	tlsRecordHandshake = 22
+	tlsClientHello     = 1
+	tlsExtServerName   = 0
+)
+
+// clientHelloSNI reads the server name of the TLS ClientHello at the start of b, which may span
+// several records. complete is false while more bytes are needed; a ClientHello without the extension
+// has no name (""). Anything else than a ClientHello is an error.
+func clientHelloSNI(b []byte) (sni string, complete bool, err error) {
+	var hs []byte // the handshake messages, reassembled from the records' fragments
+	for {
+		if len(hs) >= 4 {
+			if hs[0] != tlsClientHello {
+				return "", false, errors.New("the first TLS handshake message is not a ClientHello")
+			}
+			n := int(hs[1])<<16 | int(hs[2])<<8 | int(hs[3])
+			if n > maxHelloBytes {
+				return "", false, errors.New("a TLS ClientHello larger than 64 KiB")
+			}
+			if len(hs) >= 4+n {
+				sni, err := helloServerName(hs[4 : 4+n])
+				return sni, err == nil, err
+			}
+		}
+		if len(b) < 5 {
+			return "", false, nil
+		}
+		if b[0] != tlsRecordHandshake {
+			return "", false, errors.New("a TLS record that is not a handshake came before the ClientHello ended")
+		}
+		n := int(b[3])<<8 | int(b[4])
+		if n == 0 || n > 1<<14 {
+			return "", false, errors.New("a TLS handshake record of an invalid length")
+		}
+		if len(b) < 5+n {
+			return "", false, nil
+		}
+		hs = append(hs, b[5:5+n]...)
+		b = b[5+n:]
+	}
+}
+
+// helloServerName is the host_name of a ClientHello body's server_name extension (RFC 8446 4.1.2,
+// RFC 6066 3).
+func helloServerName(h []byte) (string, error) {
+	bad := errors.New("a malformed TLS ClientHello")
+	skip := func(n int) bool {
+		if n > len(h) {
+			return false
+		}
+		h = h[n:]
+		return true
+	}
+	vec := func(lenBytes int) ([]byte, bool) {
+		if len(h) < lenBytes {
+			return nil, false
+		}
+		n := 0
+		for _, c := range h[:lenBytes] {
+			n = n<<8 | int(c)
+		}
+		if len(h) < lenBytes+n {
+			return nil, false
+		}
+		v := h[lenBytes : lenBytes+n]
+		h = h[lenBytes+n:]
+		return v, true
+	}
+	if !skip(2 + 32) { // legacy_version, random
+		return "", bad
+	}
+	for _, lb := range []int{1, 2, 1} { // session id, cipher suites, compression methods
+		if _, ok := vec(lb); !ok {
+			return "", bad
+		}
+	}
+	if len(h) == 0 {
+		return "", nil // no extensions
+	}
+	exts, ok := vec(2)
+	if !ok {
+		return "", bad
+	}
+	h = exts
+	for len(h) > 0 {
+		if len(h) < 2 {
+			return "", bad
+		}
+		typ := int(h[0])<<8 | int(h[1])
+		h = h[2:]
+		data, ok := vec(2)
+		if !ok {
+			return "", bad
+		}
+		if typ != tlsExtServerName {
+			continue
+		}
+		h = data
+		list, ok := vec(2)
+		if !ok {
+			return "", bad
+		}
+		h = list
+		for len(h) > 0 {
+			if len(h) < 1 {
+				return "", bad
+			}
+			kind := h[0]
+			h = h[1:]
+			name, ok := vec(2)
+			if !ok {
+				return "", bad
+			}
+			if kind == 0 {
+				return string(name), nil
+			}
+		}
+		return "", nil
+	}
+	return "", nil
 }
 
 // refusalLog keeps a machine's last refusals, numbered, so an exec's stderr can end with those made while

@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // The "outside" host of the egress tests: a network namespace this test makes, joined to the host by a
@@ -205,6 +207,59 @@ func TestEgressEnforced(t *testing.T) {
 	t.Cleanup(func() { checkNoLeaks(t) })
 }
 
+// tlsThroughProxyPy opens a CONNECT tunnel to host:port through the machine's proxy and starts TLS in
+// it with the given server name; it prints how the handshake ended.
+const tlsThroughProxyPy = `import sys, socket, ssl
+h, p, name = sys.argv[1], sys.argv[2], sys.argv[3]
+s = socket.create_connection(("127.0.0.1", 3128), timeout=10)
+s.sendall(("CONNECT %s:%s HTTP/1.1\r\nHost: %s:%s\r\n\r\n" % (h, p, h, p)).encode())
+r = s.recv(4096)
+if not r.startswith(b"HTTP/1.1 200"):
+    print("NOCONNECT", r[:60]); sys.exit()
+ctx = ssl.create_default_context(); ctx.check_hostname = False; ctx.verify_mode = ssl.CERT_NONE
+try:
+    ctx.wrap_socket(s, server_hostname=name or None); print("HANDSHAKE")
+except ssl.SSLError as e:
+    print("SSL", e.reason)
+except Exception as e:
+    print("ERR", type(e).__name__)`
+
+// TestEgressSNIChecked: a CONNECT to an allowed host cannot carry a TLS session for a name the policy
+// refuses (domain fronting): the tunnel ends before the hello reaches the upstream, with an event. A
+// hello without a name, or not TLS at all, passes.
+func TestEgressSNIChecked(t *testing.T) {
+	port := outsideServer(t) // plain HTTP: a hello that reaches it gets an HTTP 400, "wrong version number"
+	for _, prov := range []string{"docker", "sandbox"} {
+		t.Run(prov, func(t *testing.T) {
+			t.Parallel()
+			requireProvider(t, prov)
+			if os.Getenv("AGENT_TEST_CHANNEL") == "0" {
+				t.Skip("egress goes through the exec channel, off here (AGENT_TEST_CHANNEL=0)")
+			}
+			e := newTestServer(t, withHostEnv)
+			m := e.create(map[string]any{"provider": prov, "network": map[string]any{"mode": "egress", "allow": []string{outsideIP}}})
+			if out := pyRun(e, m.ID, tlsThroughProxyPy, outsideIP, fmt.Sprint(port), ""); !strings.Contains(out, "WRONG_VERSION_NUMBER") && !strings.Contains(out, "RECORD_LAYER") {
+				t.Fatalf("a hello without a name did not reach the allowed host: %q", out)
+			}
+			out := pyRun(e, m.ID, tlsThroughProxyPy, outsideIP, fmt.Sprint(port), "evil.example")
+			if strings.Contains(out, "WRONG_VERSION_NUMBER") || strings.Contains(out, "HANDSHAKE") {
+				t.Fatalf("a hello for a refused name reached the upstream: %q", out)
+			}
+			eventually(t, "the egress_refused event naming the TLS server name", func() bool {
+				evs, _ := e.s.hub.history()
+				for _, ev := range evs {
+					if p, ok := ev.Payload.(map[string]any); ok && ev.Type == "egress_refused" && p["computerId"] == m.ID &&
+						strings.Contains(fmt.Sprint(p["reason"]), `TLS server name "evil.example"`) {
+						return true
+					}
+				}
+				return false
+			})
+			e.call("DELETE", "/v1/computers/"+m.ID, nil, 204, nil)
+		})
+	}
+}
+
 // TestEgressFailsClosed: with the exec channel off, an egress machine on docker or podman has no proxy
 // and no network at all, and its ports answer why.
 func TestEgressFailsClosed(t *testing.T) {
@@ -327,4 +382,76 @@ func TestFullModeFiltered(t *testing.T) {
 			}
 		})
 	}
+}
+
+// helloBytes is the ClientHello crypto/tls sends for serverName (its first flight, as written).
+func helloBytes(t testing.TB, serverName string) []byte {
+	t.Helper()
+	a, b := net.Pipe()
+	go func() {
+		tls.Client(a, &tls.Config{ServerName: serverName, InsecureSkipVerify: serverName == ""}).Handshake()
+		a.Close()
+	}()
+	b.SetReadDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 64<<10)
+	var got []byte
+	for {
+		n, err := b.Read(buf)
+		got = append(got, buf[:n]...)
+		if _, complete, perr := clientHelloSNI(got); complete || perr != nil || err != nil {
+			break
+		}
+	}
+	b.Close()
+	return got
+}
+
+// TestClientHelloSNI: the name crypto/tls's own ClientHello carries is read whole, fed in any pieces and
+// in records split as a middlebox may split them; a hello without a name has none; non-hellos are errors.
+func TestClientHelloSNI(t *testing.T) {
+	for _, name := range []string{"example.com", "a.very.long.name.of.some.host.example.org", ""} {
+		hello := helloBytes(t, name)
+		if sni, complete, err := clientHelloSNI(hello); !complete || err != nil || sni != name {
+			t.Fatalf("%q: got %q complete=%v err=%v", name, sni, complete, err)
+		}
+		for i := 0; i < len(hello); i++ { // every prefix is "more, please"
+			if _, complete, err := clientHelloSNI(hello[:i]); complete || err != nil {
+				t.Fatalf("%q: the %d-byte prefix: complete=%v err=%v", name, i, complete, err)
+			}
+		}
+		// The same handshake in records of 7 bytes each.
+		body := hello[5:]
+		var split []byte
+		for len(body) > 0 {
+			n := min(7, len(body))
+			split = append(split, tlsRecordHandshake, hello[1], hello[2], 0, byte(n))
+			split = append(split, body[:n]...)
+			body = body[n:]
+		}
+		if sni, complete, err := clientHelloSNI(split); !complete || err != nil || sni != name {
+			t.Fatalf("%q in 7-byte records: got %q complete=%v err=%v", name, sni, complete, err)
+		}
+	}
+	for _, b := range [][]byte{[]byte("GET / HTTP/1.1\r\n"), {22, 3, 1, 0, 4, 2, 0, 0, 0}, {22, 3, 1, 0, 0}} {
+		if _, _, err := clientHelloSNI(b); err == nil {
+			t.Fatalf("%q: no error", b)
+		}
+	}
+}
+
+func FuzzClientHelloSNI(f *testing.F) {
+	f.Add(helloBytes(f, "example.com"))
+	f.Add(helloBytes(f, ""))
+	f.Add([]byte{22, 3, 1, 0, 5, 1, 0, 0, 1, 3})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		sni, complete, err := clientHelloSNI(b)
+		if err != nil && (complete || sni != "") {
+			t.Fatalf("an error with a result: %q %v %v", sni, complete, err)
+		}
+		if complete && err == nil { // more bytes after a whole hello change nothing
+			if sni2, complete2, err2 := clientHelloSNI(append(b[:len(b):len(b)], 0x17, 3, 3, 0, 1, 0)); sni2 != sni || !complete2 || err2 != nil {
+				t.Fatalf("trailing bytes changed the answer: %q/%q %v %v", sni, sni2, complete2, err2)
+			}
+		}
+	})
 }
