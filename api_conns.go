@@ -37,7 +37,7 @@ func raiseFileLimit() uint64 {
 		syscall.Setrlimit(syscall.RLIMIT_NOFILE, &rl)
 		syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl)
 	}
-	return rl.Cur
+	return uint64(rl.Cur) // int64 on the BSDs
 }
 
 // connCap is the cap for a descriptor limit: what is left after the store, engines' pipes, machines'
