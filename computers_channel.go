@@ -17,7 +17,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"debug/elf"
@@ -26,6 +25,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"runtime"
@@ -145,8 +146,9 @@ type execChannel struct {
 	machine string
 	cmd     interface{ Wait() error }
 	kill    context.CancelFunc
-	stdin   io.WriteCloser
+	stdin   io.WriteCloser // the helper's stdin: frames until an upgrade, then only its tether
 	wmu     sync.Mutex
+	w       io.Writer // where frames go: stdin, or the socket after an upgrade (computers_channel_sock.go)
 
 	ctx      context.Context // ends with the channel (dials for its streams)
 	mu       sync.Mutex
@@ -156,8 +158,18 @@ type execChannel struct {
 	handlers sync.WaitGroup         // the accept handlers, waited for by close
 	serving  int                    // accept handlers running (at most maxAcceptedStreams)
 	next     uint32
+	sock     net.Conn      // the upgraded connection, nil on stdio
 	err      error         // why the channel broke; nil while it is up
-	done     chan struct{} // closed when the reader has ended and every request was failed
+	done     chan struct{} // closed when the channel has ended and every request was failed
+	endOnce  sync.Once
+
+	upgradeNack chan string // why the helper could not move to the socket (said on stdio)
+}
+
+// newExecChannel is a channel whose frames go to stdin until an upgrade; its reader is started by the caller.
+func newExecChannel(ctx context.Context, machine string, cmd interface{ Wait() error }, kill context.CancelFunc, stdin io.WriteCloser) *execChannel {
+	return &execChannel{machine: machine, cmd: cmd, kill: kill, ctx: ctx, stdin: stdin, w: stdin, procs: map[uint32]*chanProc{},
+		streams: map[uint32]*chanStream{}, done: make(chan struct{}), upgradeNack: make(chan string, 1)}
 }
 
 func openChannel(parent context.Context, host channelHost, m *ComputerInfo) (*execChannel, error) {
@@ -176,9 +188,8 @@ func openChannel(parent context.Context, host channelHost, m *ComputerInfo) (*ex
 		kill()
 		return nil, err
 	}
-	ch := &execChannel{machine: m.ID, cmd: cmd, kill: kill, ctx: ctx, stdin: stdin, procs: map[uint32]*chanProc{},
-		streams: map[uint32]*chanStream{}, done: make(chan struct{})}
-	in := bufio.NewReaderSize(stdout, 256<<10)
+	ch := newExecChannel(ctx, m.ID, cmd, kill, stdin)
+	in := newFrameReader(stdout)
 	hello := make(chan error, 1)
 	var early bytes.Buffer // what came instead of a hello: the engine prints its exec errors on stdout
 	go func() {
@@ -197,6 +208,13 @@ func openChannel(parent context.Context, host channelHost, m *ComputerInfo) (*ex
 	select {
 	case err := <-hello:
 		if err == nil {
+			if sh, ok := host.(socketHost); ok {
+				if dir := sh.channelSocket(m); dir != "" {
+					if err := ch.upgrade(dir, chanSockInMachine); err != nil {
+						slog.Debug("computers: exec channel stays on the engine's stdio", "computer", m.ID, "err", err)
+					}
+				}
+			}
 			return ch, nil
 		}
 		kill()
@@ -217,63 +235,92 @@ func openChannel(parent context.Context, host channelHost, m *ComputerInfo) (*ex
 	}
 }
 
-// read dispatches the helper's frames until the channel ends, then fails what is still in flight.
+// socketHost is a channelHost whose machines can carry the channel over a socket (docker, podman):
+// channelSocket is the machine's socket directory on the host, or "" when it has none.
+type socketHost interface {
+	channelSocket(m *ComputerInfo) string
+}
+
+// read dispatches the frames of one connection (stdio, or the upgraded socket) until it ends, then ends
+// the channel.
 func (ch *execChannel) read(in io.Reader) {
-	err := eachFrame(in, func(id uint32, kind byte, payload []byte) {
-		if kind == frameAccept {
-			ch.accepted(id)
-			return
+	ch.end(eachFrame(in, ch.frame))
+}
+
+func (ch *execChannel) frame(id uint32, kind byte, payload []byte) {
+	if kind == frameAccept {
+		ch.accepted(id)
+		return
+	}
+	if kind == frameUpgrade && id == 0 { // the helper could not move to the socket
+		select {
+		case ch.upgradeNack <- string(payload):
+		default:
 		}
-		ch.mu.Lock()
-		if st := ch.streams[id]; st != nil {
-			ch.mu.Unlock()
-			st.frame(kind, payload)
-			return
-		}
-		p := ch.procs[id]
-		if kind == frameExit {
-			delete(ch.procs, id)
-		}
-		ch.mu.Unlock()
-		if p == nil {
-			return // a late frame for a request that is over
-		}
-		switch kind {
-		case frameStdout, frameStderr:
-			p.push(chanItem{kind: kind, data: payload})
-		case frameExit:
-			var x chanExit
-			if json.Unmarshal(payload, &x) != nil {
-				x = chanExit{Code: -1, Error: "an unreadable exit frame"}
-			}
-			p.push(chanItem{kind: frameExit, exit: &x})
-		case frameAck:
-			if len(payload) == 4 {
-				p.stdinAcked(int(binary.BigEndian.Uint32(payload)))
-			}
-		}
-	})
-	ch.kill()
-	werr := ch.cmd.Wait()
-	if errors.Is(err, io.EOF) {
-		err = errors.New("the helper's connection closed")
-		if werr != nil {
-			err = fmt.Errorf("the helper's connection closed (%v)", werr)
-		}
+		return
 	}
 	ch.mu.Lock()
-	ch.err = err
-	procs, streams := ch.procs, ch.streams
-	ch.procs, ch.streams = map[uint32]*chanProc{}, map[uint32]*chanStream{}
+	if st := ch.streams[id]; st != nil {
+		ch.mu.Unlock()
+		st.frame(kind, payload)
+		return
+	}
+	p := ch.procs[id]
+	if kind == frameExit {
+		delete(ch.procs, id)
+	}
 	ch.mu.Unlock()
-	for _, p := range procs {
-		p.push(chanItem{kind: frameExit, broken: err})
+	if p == nil {
+		return // a late frame for a request that is over
 	}
-	for _, st := range streams {
-		st.broken(err.Error())
+	switch kind {
+	case frameStdout, frameStderr:
+		p.push(chanItem{kind: kind, data: payload})
+	case frameExit:
+		var x chanExit
+		if json.Unmarshal(payload, &x) != nil {
+			x = chanExit{Code: -1, Error: "an unreadable exit frame"}
+		}
+		p.push(chanItem{kind: frameExit, exit: &x})
+	case frameAck:
+		if len(payload) == 4 {
+			p.stdinAcked(int(binary.BigEndian.Uint32(payload)))
+		}
 	}
-	ch.handlers.Wait()
-	close(ch.done)
+}
+
+// end breaks the channel once, for the first connection that ended: the helper's process is stopped,
+// the other connection closed, and what is still in flight fails with err.
+func (ch *execChannel) end(err error) {
+	ch.endOnce.Do(func() {
+		ch.kill()
+		ch.mu.Lock()
+		sock := ch.sock
+		ch.mu.Unlock()
+		if sock != nil {
+			sock.Close()
+		}
+		werr := ch.cmd.Wait()
+		if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
+			err = errors.New("the helper's connection closed")
+			if werr != nil {
+				err = fmt.Errorf("the helper's connection closed (%v)", werr)
+			}
+		}
+		ch.mu.Lock()
+		ch.err = err
+		procs, streams := ch.procs, ch.streams
+		ch.procs, ch.streams = map[uint32]*chanProc{}, map[uint32]*chanStream{}
+		ch.mu.Unlock()
+		for _, p := range procs {
+			p.push(chanItem{kind: frameExit, broken: err})
+		}
+		for _, st := range streams {
+			st.broken(err.Error())
+		}
+		ch.handlers.Wait()
+		close(ch.done)
+	})
 }
 
 // maxAcceptedStreams bounds the connections one machine has open through the egress proxy at once.
@@ -378,7 +425,7 @@ func (ch *execChannel) alive() bool {
 func (ch *execChannel) send(id uint32, kind byte, payload []byte) error {
 	ch.wmu.Lock()
 	defer ch.wmu.Unlock()
-	return writeFrame(ch.stdin, id, kind, payload)
+	return writeFrame(ch.w, id, kind, payload)
 }
 
 // close ends the channel and waits for its reader; the helper sees EOF and kills its processes.
@@ -476,13 +523,11 @@ func (p *chanProc) deliver() {
 				w.Write(it.data)
 			}
 			p.wmu.Unlock()
-			// Acks are coalesced: one per quarter window, or when nothing else is queued (each is a
-			// write through the engine's stdin stream, which is slow next to the output stream).
+			// Acks are coalesced, one per quarter window: the helper waits only with a whole window
+			// unacknowledged, so what is held back here (under a quarter) never stalls it, and a small
+			// command's output costs no ack at all.
 			unacked += len(it.data)
-			p.mu.Lock()
-			idle := len(p.queue) == 0
-			p.mu.Unlock()
-			if unacked >= chanWindow/4 || idle {
+			if unacked >= chanWindow/4 {
 				var n [4]byte
 				binary.BigEndian.PutUint32(n[:], uint32(unacked))
 				p.ch.send(p.id, frameAck, n[:])

@@ -27,6 +27,19 @@ func channelUp(e *testServer, id string) bool {
 	return rt.ch != nil && rt.ch.alive()
 }
 
+// channelOnSocket reports whether the machine's open channel moved to its socket (computers_channel_sock.go).
+func channelOnSocket(e *testServer, id string) bool {
+	rt := e.s.computers.runtime(id)
+	rt.chMu.Lock()
+	defer rt.chMu.Unlock()
+	if rt.ch == nil {
+		return false
+	}
+	rt.ch.mu.Lock()
+	defer rt.ch.mu.Unlock()
+	return rt.ch.sock != nil
+}
+
 // helperPid finds the helper's pid inside the machine (from the host: the engine's exec as root).
 func helperPid(t *testing.T, prov, ctr string) string {
 	t.Helper()
@@ -57,6 +70,13 @@ func TestExecChannel(t *testing.T) {
 			}
 			if pid := helperPid(t, prov, "agentd-"+m.ID); pid == "" {
 				t.Fatal("no machine-helper process inside the machine")
+			}
+			// The frames moved to the socket; the machine sees an empty, read-only directory.
+			if !channelOnSocket(e, m.ID) {
+				t.Fatal("the channel stayed on the engine's stdio")
+			}
+			if got := e.sh(m.ID, "ls -A /.agentd/chan; touch /.agentd/chan/x 2>/dev/null && echo writable; true"); got != "" {
+				t.Fatalf("the socket directory in the machine: %q", got)
 			}
 			var doc map[string]any
 			e.call("GET", "/v1/doctor", nil, 200, &doc)
@@ -152,8 +172,13 @@ func TestExecChannel(t *testing.T) {
 				t.Fatal("the channel outlived the stop")
 			}
 			e.call("POST", "/v1/computers/"+m.ID+"/start", nil, 200, nil)
-			if got := e.sh(m.ID, "echo again"); got != "again\n" || !channelUp(e, m.ID) {
-				t.Fatalf("after start: %q, channel up %v", got, channelUp(e, m.ID))
+			if got := e.sh(m.ID, "echo again"); got != "again\n" || !channelUp(e, m.ID) || !channelOnSocket(e, m.ID) {
+				t.Fatalf("after start: %q, channel up %v, on its socket %v", got, channelUp(e, m.ID), channelOnSocket(e, m.ID))
+			}
+			// Destroy removes the socket directory.
+			e.call("DELETE", "/v1/computers/"+m.ID, nil, 204, nil)
+			if _, err := os.Stat(e.s.computers.channelSockDir(m.ID)); err == nil {
+				t.Fatal("the socket directory outlived the machine")
 			}
 		})
 	}

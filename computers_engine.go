@@ -216,7 +216,7 @@ func (e *engineProvider) runArgs(m *ComputerInfo) []string {
 		a = append(a, "--network", "none")
 	}
 	if hm := e.c.helperMount(); hm != "" {
-		a = append(a, "-v", hm)
+		a = append(a, "-v", hm, "-v", e.c.channelSockDir(m.ID)+":"+chanSockInMachine+":ro")
 	}
 	return append(a, m.Image, "sleep", "infinity")
 }
@@ -224,6 +224,7 @@ func (e *engineProvider) runArgs(m *ComputerInfo) []string {
 // create is one `run -d` (the engine pulls a missing image itself). Only when that fails for want of the
 // image does it pull explicitly (the one that explains itself), then run again: no inspect before.
 func (e *engineProvider) create(ctx context.Context, m *ComputerInfo) error {
+	e.c.makeChannelSockDir(m.ID)
 	_, err := e.call(ctx, nil, e.runArgs(m)...)
 	if err != nil && e.missingImage(ctx, err, m.Image) {
 		if _, perr := e.call(ctx, nil, "pull", m.Image); perr != nil {
@@ -313,6 +314,7 @@ func (e *engineProvider) destroy(ctx context.Context, m *ComputerInfo) error {
 	if m.Spec.Persist {
 		e.call(ctx, nil, "volume", "rm", "-f", e.volume(m))
 	}
+	os.RemoveAll(e.c.channelSockDir(m.ID))
 	return nil
 }
 
@@ -420,6 +422,15 @@ func (e *engineProvider) command(ctx context.Context, m *ComputerInfo, p *procSp
 	}
 	cmd.WaitDelay = execPipeGrace
 	return &procHandle{cmd: cmd, endMarker: true}, nil
+}
+
+// channelSocket: a machine made with the socket directory mounted moves its channel there.
+func (e *engineProvider) channelSocket(m *ComputerInfo) string {
+	dir := e.c.channelSockDir(m.ID)
+	if _, err := os.Stat(dir); err != nil {
+		return ""
+	}
+	return dir
 }
 
 // helperCmd is the channel's process: one long `docker exec -i` into the mounted helper.

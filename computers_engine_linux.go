@@ -53,3 +53,13 @@ func readNow(r *os.File, buf []byte) (int, error) {
 	}
 	return n, nil
 }
+
+// growPipe asks for a 1 MiB pipe buffer (F_SETPIPE_SZ; the unprivileged ceiling, fs.pipe-max-size, is
+// 1 MiB by default): a fast writer runs further ahead and each read takes more, so output moves in fewer,
+// larger frames. A refusal keeps the default 64 KiB.
+func growPipe(f *os.File) {
+	const fSetPipeSz = 1031
+	if rc, err := f.SyscallConn(); err == nil {
+		rc.Control(func(fd uintptr) { syscall.Syscall(syscall.SYS_FCNTL, fd, fSetPipeSz, 1<<20) })
+	}
+}

@@ -697,7 +697,7 @@ func (s *server) handleExecStream(w http.ResponseWriter, r *http.Request) error 
 // per pipe read. Order across stdout and stderr is kept. Chunks arrive at UTF-8 boundaries, so merged
 // frames stay valid text.
 type outputBatcher struct {
-	send       func(stream, data string) error
+	send       func(stream string, data []byte) error // data is the sender's only until it returns
 	maxFrame   int
 	maxPending int
 	minFrame   int           // below this, the sender lingers for more
@@ -718,7 +718,7 @@ type outputChunk struct {
 	data   []byte
 }
 
-func newOutputBatcher(send func(stream, data string) error) *outputBatcher {
+func newOutputBatcher(send func(stream string, data []byte) error) *outputBatcher {
 	b := &outputBatcher{send: send, maxFrame: 1 << 20, maxPending: 4 << 20, minFrame: 64 << 10, linger: time.Millisecond, done: make(chan struct{})}
 	b.cond = sync.NewCond(&b.mu)
 	go b.run()
@@ -767,7 +767,7 @@ func (b *outputBatcher) run() {
 		b.cond.Broadcast()
 		b.mu.Unlock()
 		for _, c := range batch {
-			if err := b.send(c.stream, string(c.data)); err != nil {
+			if err := b.send(c.stream, c.data); err != nil {
 				b.mu.Lock()
 				b.failed = true
 				b.cond.Broadcast()

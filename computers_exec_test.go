@@ -16,13 +16,13 @@ type recordingSink struct {
 	err    error
 }
 
-func (r *recordingSink) send(stream, data string) error {
+func (r *recordingSink) send(stream string, data []byte) error {
 	if r.block != nil {
 		<-r.block
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.frames = append(r.frames, outputChunk{stream: stream, data: []byte(data)})
+	r.frames = append(r.frames, outputChunk{stream: stream, data: append([]byte(nil), data...)})
 	return r.err
 }
 

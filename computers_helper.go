@@ -52,9 +52,10 @@ const (
 	frameStderr   = 'R' // helper → host
 	frameExit     = 'X' // helper → host: the request is over (JSON chanExit)
 
-	maxFrame   = 1 << 20 // the largest payload either side accepts
-	chanWindow = 4 << 20 // output bytes per request in flight before the helper waits for an ack
-	chanChunk  = 64 << 10
+	maxFrame     = 1 << 20   // the largest payload either side accepts
+	chanWindow   = 4 << 20   // output bytes per request in flight before the helper waits for an ack
+	chanChunk    = 64 << 10  // stdin frames
+	chanOutChunk = 256 << 10 // the most one output frame carries (one read of a grown pipe)
 )
 
 // chanStart asks the helper to run one process.
@@ -99,6 +100,9 @@ func eachFrame(r io.Reader, f func(id uint32, kind byte, payload []byte)) error 
 	}
 }
 
+// newFrameReader buffers a connection for readFrame: output frames are up to 1 MiB.
+func newFrameReader(r io.Reader) *bufio.Reader { return bufio.NewReaderSize(r, 256<<10) }
+
 func readFrame(r io.Reader) (id uint32, kind byte, payload []byte, err error) {
 	var h [9]byte
 	if _, err = io.ReadFull(r, h[:]); err != nil {
@@ -127,6 +131,8 @@ type helper struct {
 	nextSt   uint32
 	ln       net.Listener // the egress proxy's port, after frameListen
 	closing  bool         // stdin ended: no new streams
+	sock     net.Conn     // the upgraded connection (computers_channel_sock.go), nil on stdio
+	ended    chan error   // the first connection to end ends the helper
 }
 
 type helperProc struct {
@@ -166,12 +172,18 @@ func serveHelper(stdin io.Reader, stdout io.Writer, pidFiles string) error {
 			os.Remove(f)
 		}
 	}
-	h := &helper{out: stdout, procs: map[uint32]*helperProc{}, pidFiles: pidFiles, streams: map[uint32]*chanStream{}}
+	h := &helper{out: stdout, procs: map[uint32]*helperProc{}, pidFiles: pidFiles, streams: map[uint32]*chanStream{}, ended: make(chan error, 2)}
 	if err := h.send(0, frameHello, fmt.Appendf(nil, `{"pid":%d}`, os.Getpid())); err != nil {
 		return err
 	}
-	err := eachFrame(bufio.NewReaderSize(stdin, 256<<10), h.dispatch)
+	// stdin is the tether: its end is the host's goodbye even after an upgrade moved the frames to the
+	// socket, whose end is one too. A reader still blocked then ends with the process.
+	go func() { h.ended <- eachFrame(newFrameReader(stdin), h.dispatch) }()
+	err := <-h.ended
 	h.mu.Lock()
+	if h.sock != nil {
+		h.sock.Close()
+	}
 	h.closing = true
 	if h.ln != nil {
 		h.ln.Close()
@@ -211,6 +223,9 @@ func (h *helper) dispatch(id uint32, kind byte, payload []byte) {
 		return
 	case frameListen:
 		h.listen(payload)
+		return
+	case frameUpgrade:
+		h.upgrade(payload)
 		return
 	}
 	h.mu.Lock()
@@ -431,6 +446,7 @@ func (h *helper) runProcess(p *helperProc, req chanStart, stdinQ chan []byte) (i
 	if err := errors.Join(err1, err2); err != nil {
 		return 0, "cannot make a pipe: " + err.Error()
 	}
+	growPipe(outR)
 	ours, theirs = append(ours, outR, errR), append(theirs, outW, errW)
 	cmd.Stdout, cmd.Stderr = outW, errW
 	if err := cmd.Start(); err != nil {
@@ -479,7 +495,7 @@ func (h *helper) runProcess(p *helperProc, req chanStart, stdinQ chan []byte) (i
 
 // pump sends one output pipe as frames, waiting for acks when a window is in flight.
 func (h *helper) pump(p *helperProc, r *os.File, kind byte) {
-	buf := make([]byte, chanChunk)
+	buf := make([]byte, chanOutChunk)
 	for {
 		p.mu.Lock()
 		for p.unack >= chanWindow {

@@ -29,8 +29,7 @@ func inProcessChannel(t testing.TB) *execChannel {
 	dir := t.TempDir()
 	go func() { served <- serveHelper(toHelper, fromHelper, dir+"/pid-"); fromHelper.Close() }()
 	ctx, kill := context.WithCancel(context.Background())
-	ch := &execChannel{machine: "cmp_test", cmd: noWait{}, kill: kill, ctx: ctx, stdin: in, procs: map[uint32]*chanProc{},
-		streams: map[uint32]*chanStream{}, done: make(chan struct{})}
+	ch := newExecChannel(ctx, "cmp_test", noWait{}, kill, in)
 	br := bufio.NewReader(out)
 	if _, kind, _, err := readFrame(br); err != nil || kind != frameHello {
 		t.Fatalf("hello: %c %v", kind, err)

@@ -127,7 +127,7 @@ func (s *sseWriter) send(v any) error {
 
 // sendOutput writes one `{"data": data, "type": stream}` event, encoded by hand into a reused buffer:
 // bulk command output is the one stream where encoding/json's allocations and copies cost throughput.
-func (s *sseWriter) sendOutput(stream, data string) error {
+func (s *sseWriter) sendOutput(stream string, data []byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.seq++
@@ -144,14 +144,21 @@ func (s *sseWriter) sendOutput(stream, data string) error {
 	return s.writeLocked(b)
 }
 
-// appendJSONString appends s as a JSON string. Runs of plain bytes are copied whole; control
-// characters, quotes, backslashes, U+2028/U+2029 and invalid UTF-8 (as U+FFFD) are escaped the way
-// encoding/json escapes them.
-func appendJSONString(dst []byte, s string) []byte {
+// appendJSONString appends s as a JSON string. Runs of plain bytes are copied whole, found eight at a
+// time; control characters, quotes, backslashes, U+2028/U+2029 and invalid UTF-8 (as U+FFFD) are
+// escaped the way encoding/json escapes them.
+func appendJSONString[T string | []byte](dst []byte, s T) []byte {
 	const hex = "0123456789abcdef"
 	dst = append(dst, '"')
 	start := 0
 	for i := 0; i < len(s); {
+		for i+8 <= len(s) && plainJSON8(uint64(s[i])|uint64(s[i+1])<<8|uint64(s[i+2])<<16|uint64(s[i+3])<<24|
+			uint64(s[i+4])<<32|uint64(s[i+5])<<40|uint64(s[i+6])<<48|uint64(s[i+7])<<56) {
+			i += 8
+		}
+		if i >= len(s) {
+			break
+		}
 		c := s[i]
 		if c < utf8.RuneSelf {
 			if c >= 0x20 && c != '"' && c != '\\' {
@@ -175,7 +182,7 @@ func appendJSONString(dst []byte, s string) []byte {
 			start = i
 			continue
 		}
-		r, size := utf8.DecodeRuneInString(s[i:])
+		r, size := utf8.DecodeRuneInString(string(s[i:min(i+utf8.UTFMax, len(s))])) // no copy: small, not kept
 		if r == utf8.RuneError && size == 1 {
 			dst = append(dst, s[start:i]...)
 			dst = append(dst, `\ufffd`...)
@@ -194,6 +201,15 @@ func appendJSONString(dst []byte, s string) []byte {
 	}
 	dst = append(dst, s[start:]...)
 	return append(dst, '"')
+}
+
+// plainJSON8 says whether the eight bytes packed in w all go into a JSON string as they are: ASCII, no
+// control character, no quote, no backslash (the classic has-less and has-zero byte tricks).
+func plainJSON8(w uint64) bool {
+	const lo, hi = 0x0101010101010101, 0x8080808080808080
+	below := (w - 0x20*lo) &^ w
+	quote, bslash := w^('"'*lo), w^('\\'*lo)
+	return (w|below|((quote-lo)&^quote)|((bslash-lo)&^bslash))&hi == 0
 }
 
 // fail writes an `event: error` frame carrying the contract's envelope.

@@ -202,5 +202,23 @@ func FuzzAppendJSONString(f *testing.F) {
 		if got != want {
 			t.Fatalf("%q decodes to %q, encoding/json's to %q", s, got, want)
 		}
+		if b := appendJSONString([]byte("x"), []byte(s))[1:]; string(b) != string(enc) {
+			t.Fatalf("%q as bytes encodes to %q, as a string to %q", s, b, enc)
+		}
 	})
+}
+
+// BenchmarkAppendJSONString: the bulk output encoder on plain text (the fast path) and on text with
+// escapes and multi-byte characters every few bytes.
+func BenchmarkAppendJSONString(b *testing.B) {
+	for _, c := range []struct{ name, unit string }{{"plain", "abcdefghij"}, {"mixed", "tab\t\"q\" ✓\n"}} {
+		s := []byte(strings.Repeat(c.unit, (1<<20)/len(c.unit)))
+		b.Run(c.name, func(b *testing.B) {
+			b.SetBytes(int64(len(s)))
+			buf := make([]byte, 0, 4<<20)
+			for b.Loop() {
+				buf = appendJSONString(buf[:0], s)
+			}
+		})
+	}
 }
