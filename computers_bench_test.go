@@ -235,6 +235,7 @@ func streamExecCount(e *testServer, id, cmd string) (frames int, stdout int64, d
 			}
 			stdout += int64(len(body) - len(tail))
 			frames++
+		case done: // the data line of `event: done`
 		case bytes.HasPrefix(line, []byte("data: ")):
 			var f struct {
 				Type   string      `json:"type"`

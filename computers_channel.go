@@ -25,7 +25,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -120,6 +119,13 @@ func (c *computerService) channelErr(ctx context.Context, host channelHost, m *C
 		c.log.Debug("computers: exec channel not opened", "computer", m.ID, "err", err)
 		return nil, err
 	}
+	if sh, ok := host.(socketHost); ok && ch.canUpgrade {
+		if dir := sh.channelSocket(m); dir != "" {
+			if err := ch.upgrade(dir, chanSockInMachine); err != nil {
+				c.log.Debug("computers: exec channel stays on the engine's stdio", "computer", m.ID, "err", err)
+			}
+		}
+	}
 	rt.ch = ch
 	c.startEgress(ch, m)
 	return ch, nil
@@ -163,6 +169,7 @@ type execChannel struct {
 	done     chan struct{} // closed when the channel has ended and every request was failed
 	endOnce  sync.Once
 
+	canUpgrade  bool        // the helper's hello says it can move to a socket
 	upgradeNack chan string // why the helper could not move to the socket (said on stdio)
 }
 
@@ -193,10 +200,13 @@ func openChannel(parent context.Context, host channelHost, m *ComputerInfo) (*ex
 	hello := make(chan error, 1)
 	var early bytes.Buffer // what came instead of a hello: the engine prints its exec errors on stdout
 	go func() {
-		_, kind, _, err := readFrame(io.TeeReader(in, &limitedBuffer{b: &early, max: 4096}))
+		_, kind, payload, err := readFrame(io.TeeReader(in, &limitedBuffer{b: &early, max: 4096}))
 		if err == nil && kind != frameHello {
 			err = fmt.Errorf("the helper said %q before hello", kind)
 		}
+		var h helperHello
+		json.Unmarshal(payload, &h)
+		ch.canUpgrade = h.Sock
 		if err != nil {
 			io.Copy(&limitedBuffer{b: &early, max: 4096}, in)
 		}
@@ -208,13 +218,6 @@ func openChannel(parent context.Context, host channelHost, m *ComputerInfo) (*ex
 	select {
 	case err := <-hello:
 		if err == nil {
-			if sh, ok := host.(socketHost); ok {
-				if dir := sh.channelSocket(m); dir != "" {
-					if err := ch.upgrade(dir, chanSockInMachine); err != nil {
-						slog.Debug("computers: exec channel stays on the engine's stdio", "computer", m.ID, "err", err)
-					}
-				}
-			}
 			return ch, nil
 		}
 		kill()

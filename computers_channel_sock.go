@@ -104,6 +104,12 @@ func (ch *execChannel) upgrade(hostDir, guestDir string) error {
 			a.conn.Close()
 		}
 		return errors.New("the helper could not connect: " + why)
+	case <-ch.done: // the helper went away meanwhile
+		ln.Close()
+		if a := <-got; a.conn != nil {
+			a.conn.Close()
+		}
+		return errors.New("the channel ended during the upgrade")
 	}
 }
 

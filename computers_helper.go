@@ -42,7 +42,7 @@ import (
 )
 
 const (
-	frameHello    = 'H' // helper → host, id 0: ready (JSON {pid})
+	frameHello    = 'H' // helper → host, id 0: ready (JSON helperHello)
 	frameStart    = 'S' // host → helper: start a process (JSON chanStart)
 	frameStdin    = 'I' // host → helper: bytes for the process's stdin
 	frameStdinEOF = 'E' // host → helper: close the process's stdin
@@ -57,6 +57,13 @@ const (
 	chanChunk    = 64 << 10  // stdin frames
 	chanOutChunk = 256 << 10 // the most one output frame carries (one read of a grown pipe)
 )
+
+// helperHello is the helper's first frame: its pid, and what it can do beyond the first protocol (a
+// helper of an older agentd, still mounted in a machine made before an upgrade, says less).
+type helperHello struct {
+	Pid  int  `json:"pid"`
+	Sock bool `json:"sock"` // it moves to a socket on frameUpgrade (computers_channel_sock.go)
+}
 
 // chanStart asks the helper to run one process.
 type chanStart struct {
@@ -173,7 +180,7 @@ func serveHelper(stdin io.Reader, stdout io.Writer, pidFiles string) error {
 		}
 	}
 	h := &helper{out: stdout, procs: map[uint32]*helperProc{}, pidFiles: pidFiles, streams: map[uint32]*chanStream{}, ended: make(chan error, 2)}
-	if err := h.send(0, frameHello, fmt.Appendf(nil, `{"pid":%d}`, os.Getpid())); err != nil {
+	if err := h.send(0, frameHello, fmt.Appendf(nil, `{"pid":%d,"sock":true}`, os.Getpid())); err != nil {
 		return err
 	}
 	// stdin is the tether: its end is the host's goodbye even after an upgrade moved the frames to the
