@@ -565,6 +565,9 @@ func (c *computerService) create(ctx context.Context, sp ComputerSpec) (*Compute
 	if err != nil {
 		return nil, err
 	}
+	if err := checkHostCPUs(sp, p); err != nil {
+		return nil, err
+	}
 	if err := p.supports(sp); err != nil {
 		return nil, err
 	}

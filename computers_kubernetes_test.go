@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -307,4 +308,41 @@ func TestKubernetesKill9Adopts(t *testing.T) {
 	}
 	b.call("DELETE", "/v1/computers/"+m.ID, nil, 204, nil)
 	checkNoKubeLeaks(t)
+}
+
+// TestKubernetesAutoCPUs: with auto selecting kubernetes, a spec's cpus above this host's are the node's
+// to judge (the create reaches the cluster), while docker still refuses them with a 422. No cluster needed:
+// the kubeconfig points nowhere, and the probes are set.
+func TestKubernetesAutoCPUs(t *testing.T) {
+	if _, err := exec.LookPath("kubectl"); err != nil {
+		t.Skip("kubectl is not installed")
+	}
+	bad := t.TempDir() + "/kubeconfig"
+	os.WriteFile(bad, []byte("apiVersion: v1\nkind: Config\nclusters:\n- name: x\n  cluster: {server: \"https://127.0.0.1:1\"}\nusers:\n- name: u\n  user: {token: t}\ncontexts:\n- name: x\n  context: {cluster: x, user: u}\ncurrent-context: x\n"), 0o600)
+	e := newTestServer(t, func(c *testSetup) { c.Kubernetes = &kubeConfig{Kubeconfig: bad} })
+	c := e.s.computers
+	eventually(t, "the start's background probes", func() bool { // so none overwrites what the test sets
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		_, done := c.probes["local"] // the last provider the background reconcile probes
+		return done
+	})
+	set := func(avail map[string]bool) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for name, ok := range avail {
+			c.probes[name] = probeResult{available: ok, reason: "set by the test", at: time.Now()}
+		}
+	}
+	many := runtime.NumCPU() + 1
+	set(map[string]bool{"docker": false, "podman": false, "kubernetes": true})
+	env := e.wantError("POST", "/v1/computers", map[string]any{"cpus": many}, 500, codeComputerFailed)
+	if msg := env["message"].(string); !strings.Contains(msg, "kubectl could not") {
+		t.Fatalf("auto on kubernetes: %v", env)
+	}
+	set(map[string]bool{"docker": true})
+	env = e.wantError("POST", "/v1/computers", map[string]any{"cpus": many}, 422, codeSpecInvalid)
+	if !strings.Contains(env["message"].(string), "this host's") {
+		t.Fatalf("auto on docker: %v", env)
+	}
 }
