@@ -260,8 +260,8 @@ func TestKubernetesProbeReasons(t *testing.T) {
 	}
 }
 
-// TestKubernetesFaults: create failures carry the pod's events; a pod deleted behind agentd's back
-// leaves the computer stopped with an event, and start brings it back.
+// TestKubernetesFaults: create failures carry the pod's (or the claim's) events; a pod deleted behind
+// agentd's back is noticed without a use (the computer stopped, with an event), and start brings it back.
 func TestKubernetesFaults(t *testing.T) {
 	requireKubernetes(t)
 	t.Run("missing-image", func(t *testing.T) {
@@ -281,6 +281,16 @@ func TestKubernetesFaults(t *testing.T) {
 		env := e.wantError("POST", "/v1/computers", map[string]any{"provider": "kubernetes", "cpus": 64}, 500, codeComputerFailed)
 		if msg := env["message"].(string); !strings.Contains(msg, "Unschedulable") || !strings.Contains(msg, "Insufficient cpu") {
 			t.Fatalf("unschedulable: %v", env)
+		}
+	})
+	t.Run("no-such-storage-class", func(t *testing.T) {
+		t.Parallel()
+		e := newTestServer(t, withHostEnv, func(c *testSetup) {
+			c.Kubernetes = &kubeConfig{Kubeconfig: os.Getenv("KUBECONFIG"), StorageClassName: "agentd-no-such-class"}
+		})
+		env := e.wantError("POST", "/v1/computers", map[string]any{"provider": "kubernetes", "persist": true}, 500, codeComputerFailed)
+		if msg := env["message"].(string); !strings.Contains(msg, "agentd-no-such-class") || !strings.Contains(env["hint"].(string), "storageClassName") {
+			t.Fatalf("a claim of a class that does not exist: %v", env)
 		}
 	})
 	t.Run("pod-deleted", func(t *testing.T) {

@@ -15,10 +15,10 @@
 // while no watch ran is caught too.
 //
 // Trade-off against a periodic list in the reaper's sweep: the watch notices within about a second and
-// costs the API server one watch and agentd one long-lived kubectl process (its RSS, ~40 MB here, is
-// outside agentd's); a list every sweep would notice only at the next sweep and parse every pod's JSON
-// each time (with 200 pods, a few MB per pass). The watch is started lazily, so a server configured for
-// a cluster it never uses runs no kubectl at all.
+// costs the API server one watch and agentd one long-lived kubectl process (outside agentd's RSS: ~100
+// MB with the test cluster's all-in-one binary as kubectl, BENCHMARKS.md); a list every sweep would notice
+// only at the next sweep and parse every pod's JSON each time (with 200 pods, a few MB per pass). The
+// watch is started lazily, so a server configured for a cluster it never uses runs no kubectl at all.
 package main
 
 import (
