@@ -394,12 +394,18 @@ func TestWarmPoolKubernetes(t *testing.T) {
 		out, _ := kubectlTest(t, "get", "pod", k.pod(&ComputerInfo{ID: id}), "--ignore-not-found", "-o", `jsonpath={.metadata.labels.agentd\.pool}`)
 		return strings.TrimSpace(out)
 	}
-	eventually(t, "the pool to fill", func() bool { return a.poolReady("base") == 1 })
+	// The pool's view without GET /v1/doctor, which would start the network-policy check's pods too.
+	ready := func(ts *testServer) int {
+		d, _ := ts.s.computers.poolDoctor(context.Background())
+		if len(d.Flavors) == 0 {
+			return -1
+		}
+		return d.Flavors[0].Ready
+	}
+	eventually(t, "the pool to fill", func() bool { return ready(a) == 1 })
 	pooled := a.pooledIDs()
-	var rep DoctorReport
-	a.call("GET", "/v1/doctor", nil, 200, &rep)
-	if !rep.Pool.Enabled || rep.Pool.Provider != "kubernetes" || len(pooled) != 1 || podLabel(pooled[0]) != "base" {
-		t.Fatalf("doctor pool: %+v; pooled %v, pod label %q", rep.Pool, pooled, podLabel(pooled[0]))
+	if d, _ := a.s.computers.poolDoctor(context.Background()); !d.Enabled || d.Provider != "kubernetes" || len(pooled) != 1 || podLabel(pooled[0]) != "base" {
+		t.Fatalf("doctor pool: %+v; pooled %v, pod label %q", d, pooled, podLabel(pooled[0]))
 	}
 	if ids := a.listIDs(true); len(ids) != 0 {
 		t.Fatalf("pool machines listed: %v", ids)
@@ -417,7 +423,7 @@ func TestWarmPoolKubernetes(t *testing.T) {
 	if out := a.sh(m.ID, "echo hi; id -u; pwd"); out != "hi\n1000\n/work\n" {
 		t.Fatalf("exec on the taken machine: %q", out)
 	}
-	eventually(t, "the pool to refill", func() bool { return a.poolReady("base") == 1 })
+	eventually(t, "the pool to refill", func() bool { return ready(a) == 1 })
 	refilled := a.pooledIDs()
 	if len(refilled) != 1 || refilled[0] == m.ID {
 		t.Fatalf("refilled pool %v (taken %s)", refilled, m.ID)
@@ -429,7 +435,7 @@ func TestWarmPoolKubernetes(t *testing.T) {
 	}
 	eventually(t, "the deleted pool pod replaced", func() bool {
 		ids := a.pooledIDs()
-		return len(ids) == 1 && ids[0] != refilled[0] && a.poolReady("base") == 1
+		return len(ids) == 1 && ids[0] != refilled[0] && ready(a) == 1
 	})
 	replaced := a.pooledIDs()
 
@@ -437,7 +443,7 @@ func TestWarmPoolKubernetes(t *testing.T) {
 	a.keep = true
 	a.close()
 	b := newTestServer(t, withHostEnv, withHome(home), withWarmPool(map[string]int{"base": 1}), setup)
-	eventually(t, "the adopted pool", func() bool { return b.poolReady("base") == 1 })
+	eventually(t, "the adopted pool", func() bool { return ready(b) == 1 })
 	if got := b.pooledIDs(); !slices.Equal(got, replaced) {
 		t.Fatalf("after restart the pool is %v, was %v", got, replaced)
 	}
@@ -448,7 +454,7 @@ func TestWarmPoolKubernetes(t *testing.T) {
 	if out := b.sh(again.ID, "echo adopted"); out != "adopted\n" {
 		t.Fatalf("exec on the adopted machine: %q", out)
 	}
-	eventually(t, "the pool to refill", func() bool { return b.poolReady("base") == 1 })
+	eventually(t, "the pool to refill", func() bool { return ready(b) == 1 })
 	last := b.pooledIDs()
 	b.keep = true
 	b.close()
