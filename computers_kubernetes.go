@@ -76,8 +76,9 @@ type kubeProvider struct {
 	mu  sync.Mutex
 	fwd map[string]map[int]*kubeForward // machine id → guest port → its kubectl port-forward
 
-	watch kubeWatcher  // the owner's pod watch (computers_kubernetes_watch.go)
-	net   kubeNetCheck // whether the cluster enforces NetworkPolicies (computers_kubernetes_netcheck.go)
+	stopMu sync.Mutex   // markStopped, once per machine
+	watch  kubeWatcher  // the owner's pod watch (computers_kubernetes_watch.go)
+	net    kubeNetCheck // whether the cluster enforces NetworkPolicies (computers_kubernetes_netcheck.go)
 }
 
 // kubeForward is one `kubectl port-forward` process listening on 127.0.0.1:local; done closes when it
@@ -659,8 +660,15 @@ func (k *kubeProvider) status(ctx context.Context, m *ComputerInfo) (string, err
 	return "stopped", nil
 }
 
-// markStopped records that a running machine's pod is gone (or ended) behind agentd's back.
+// markStopped records that a running machine's pod is gone (or ended) behind agentd's back. The pod
+// watch and a failed exec may both find it: stopMu and the record read again make it happen once.
 func (k *kubeProvider) markStopped(ctx context.Context, m *ComputerInfo, p *kubePod) {
+	k.stopMu.Lock()
+	defer k.stopMu.Unlock()
+	if cur, err := k.c.store.GetComputer(ctx, m.ID); err == nil && cur.State != stateRunning {
+		m.State, m.Ports, m.Error = cur.State, cur.Ports, cur.Error
+		return
+	}
 	reason, msg := kubeStoppedReason, "the machine's pod was deleted outside agentd"
 	if p != nil { // an ended (or terminating) pod cannot be restarted: remove it so start can apply it again
 		if p.Metadata.DeletionTimestamp == "" {
