@@ -389,6 +389,12 @@ func (c *computerService) doctor(ctx context.Context) (providers []doctorProvide
 				dp.ExecChannel.Reason += "; without it, machines in network.mode egress have no network at all (they fail closed) and no ports: turn execChannel on, or use mode full"
 			}
 		}
+		if k, ok := p.(*kubeProvider); ok && pr.available {
+			var w string
+			if dp.NetworkPolicies, w = k.netDoctor(); w != "" {
+				warnings = append(warnings, w)
+			}
+		}
 		providers = append(providers, dp)
 	}
 	p, err := c.selectProvider(ctx, "")
@@ -563,6 +569,9 @@ func (c *computerService) create(ctx context.Context, sp ComputerSpec) (*Compute
 	}
 	p, err := c.selectProvider(ctx, sp.Provider)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkHostCPUs(sp, p); err != nil {
 		return nil, err
 	}
 	if err := p.supports(sp); err != nil {

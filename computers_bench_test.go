@@ -6,9 +6,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -48,11 +50,160 @@ func TestComputerBenchReport(t *testing.T) {
 			}
 		}
 		benchProvider(t, prov, &report)
+		if prov != "local" && os.Getenv("AGENT_BENCH_POOL") != "0" {
+			benchPool(t, prov, &report)
+		}
 		if prov != "local" && prov != "sandbox" && os.Getenv("AGENT_TEST_CHANNEL") != "0" && os.Getenv("AGENT_BENCH_PERCALL") != "0" {
 			benchProvider(t, prov, &report, func(c *testSetup) { c.ExecChannel, c.helperBinary = new(bool), "" })
 		}
 	}
+	// AGENT_BENCH_RSS=200: agentd's RSS serving that many machines on docker and on kubernetes.
+	if n, _ := strconv.Atoi(os.Getenv("AGENT_BENCH_RSS")); n > 0 {
+		for _, prov := range provs {
+			if prov == "docker" || prov == "kubernetes" {
+				benchRSS(t, prov, n, &report)
+			}
+		}
+	}
 	t.Log("\n" + report.String())
+}
+
+// benchPool times create → first exec when the create takes a warm-pool machine (the pool of one is full
+// when the timer starts; its refill after each take is not timed).
+func benchPool(t *testing.T, prov string, out *strings.Builder) {
+	e := newTestServer(t, withHostEnv, func(c *testSetup) {
+		c.ComputerProvider, c.MaxComputers, c.WarmPool = prov, 8, map[string]int{"base": 1}
+	})
+	var creates, firsts []time.Duration
+	for i := 0; i < 5; i++ {
+		eventually(t, "the pool to refill", func() bool { // not GET /v1/doctor: it would start kubernetes' network check
+			d, _ := e.s.computers.poolDoctor(context.Background())
+			return len(d.Flavors) == 1 && d.Flavors[0].Ready == 1
+		})
+		pooled := e.pooledIDs()
+		start := time.Now()
+		m := e.create(map[string]any{})
+		creates = append(creates, time.Since(start))
+		if r := e.exec(m.ID, map[string]any{"cmd": "echo hi"}); r.Stdout != "hi\n" {
+			t.Fatalf("exec: %+v", r)
+		}
+		firsts = append(firsts, time.Since(start))
+		if !slices.Contains(pooled, m.ID) {
+			t.Fatalf("%s: the create did not take the pool machine %v", prov, pooled)
+		}
+		e.call("DELETE", "/v1/computers/"+m.ID, nil, 204, nil)
+	}
+	fmt.Fprintf(out, "- %s from the warm pool: create p50 %s, create → first exec p50 %s (n=5)\n\n", prov, ms(pct(creates, 0.5)), ms(pct(firsts, 0.5)))
+}
+
+// benchRSS starts a real agentd (the static build the machines' helper is) on prov with the exec channel
+// off (no helper copied into each machine; a channel is one more kubectl or docker exec per machine in
+// use), creates n small machines 10 at a time, lists them, and reads agentd's RSS and that of its children
+// (on kubernetes the pod watch's kubectl).
+func benchRSS(t *testing.T, prov string, n int, out *strings.Builder) {
+	home := t.TempDir()
+	os.WriteFile(home+"/instance-id", []byte(testOwnerPrefix()+randomChars(4)+"\n"), 0o600)
+	cfg := fmt.Sprintf("computerProvider: %s\nexecChannel: false\nmaxComputers: %d\nimages: {base: %s}\n", prov, n+8, testImage)
+	if prov == "kubernetes" {
+		cfg += "kubernetes: {kubeconfig: \"" + os.Getenv("KUBECONFIG") + "\"}\n"
+	}
+	if err := os.WriteFile(home+"/config.yaml", []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(cliBinary(t), "serve", "--port", "0")
+	cmd.Env = append(os.Environ(), "AGENT_HOME="+home, "AGENT_TOKEN=")
+	stderr, _ := cmd.StderrPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	sc := bufio.NewScanner(stderr)
+	addr := ""
+	for addr == "" && sc.Scan() {
+		addr, _ = listeningAddr(sc.Text() + "\n")
+	}
+	if addr == "" {
+		t.Fatal("agentd did not start")
+	}
+	go io.Copy(io.Discard, stderr)
+	e := &testServer{t: t, url: "http://" + addr}
+	rss := func(pid int) (cur, peak int) {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		for _, line := range strings.Split(string(b), "\n") {
+			f := strings.Fields(line)
+			if len(f) >= 2 && f[0] == "VmRSS:" {
+				cur, _ = strconv.Atoi(f[1])
+			}
+			if len(f) >= 2 && f[0] == "VmHWM:" {
+				peak, _ = strconv.Atoi(f[1])
+			}
+		}
+		return cur / 1024, peak / 1024
+	}
+	children := func() (names []string, total int) {
+		tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", cmd.Process.Pid))
+		for _, f := range tasks {
+			b, _ := os.ReadFile(f)
+			for _, p := range strings.Fields(string(b)) {
+				pid, _ := strconv.Atoi(p)
+				b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+				argv := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+				r, _ := rss(pid)
+				total += r
+				names = append(names, fmt.Sprintf("%s (%d MB)", strings.Join(argv[:min(6, len(argv))], " "), r))
+			}
+		}
+		return names, total
+	}
+	idle, _ := rss(cmd.Process.Pid)
+	ids := make([]string, n)
+	work := make(chan int)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for w := 0; w < 10; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				ids[i] = e.create(map[string]any{"cpus": 0.05, "memoryMb": 64, "diskMb": 64, "idleTimeoutSec": 0}).ID
+			}
+		}()
+	}
+	for i := range n {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	made := time.Since(start)
+	var list []time.Duration
+	for i := 0; i < 20; i++ {
+		s := time.Now()
+		var got struct{ Computers []ComputerInfo }
+		e.call("GET", "/v1/computers?all=true", nil, 200, &got)
+		list = append(list, time.Since(s))
+		if len(got.Computers) != n {
+			t.Fatalf("listed %d of %d", len(got.Computers), n)
+		}
+	}
+	cur, peak := rss(cmd.Process.Pid)
+	kids, kidsRSS := children()
+	fmt.Fprintf(out, "- %s, %d machines (cpus 0.05, 64 MB; channel off), made 10 at a time in %s: agentd's RSS %d MB (idle at start %d MB, peak %d MB); GET /v1/computers?all=true p50 %s; its children: %d MB %v\n",
+		prov, n, made.Round(time.Second), cur, idle, peak, ms(pct(list, 0.5)), kidsRSS, kids)
+	work = make(chan int)
+	for w := 0; w < 10; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				e.call("DELETE", "/v1/computers/"+ids[i], nil, 204, nil)
+			}
+		}()
+	}
+	for i := range n {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
 }
 
 func pct(ds []time.Duration, p float64) time.Duration {
@@ -123,7 +274,11 @@ func benchProvider(t *testing.T, prov string, out *strings.Builder, opts ...test
 			}
 			raw = append(raw, time.Since(start))
 		}
-		fmt.Fprintf(out, "- raw `%s exec <ctr> echo hi`: p50 %s, p99 %s (n=%d) → API/raw p50 = %.2f×\n", prov,
+		raw0 := prov + " exec <ctr>"
+		if prov == "kubernetes" {
+			raw0 = "kubectl exec <pod> --"
+		}
+		fmt.Fprintf(out, "- raw `%s echo hi`: p50 %s, p99 %s (n=%d) → API/raw p50 = %.2f×\n", raw0,
 			ms(pct(raw, 0.5)), ms(pct(raw, 0.99)), n, float64(pct(api, 0.5))/float64(pct(raw, 0.5)))
 	}
 
@@ -192,18 +347,23 @@ func benchProvider(t *testing.T, prov string, out *strings.Builder, opts ...test
 		ms(time.Since(start)), ms(pct(lat, 0.5)), ms(pct(lat, 1)))
 	e.call("DELETE", "/v1/computers/"+m.ID, nil, 204, nil)
 
-	// 8 machines created in parallel.
-	ids := make([]string, 8)
+	// Machines created in parallel (20, or AGENT_BENCH_PARALLEL), small enough that 20 pods' requests fit
+	// on one 2-core node.
+	par := 20
+	if v, err := strconv.Atoi(os.Getenv("AGENT_BENCH_PARALLEL")); err == nil && v > 0 {
+		par = v
+	}
+	ids := make([]string, par)
 	start = time.Now()
 	for i := range ids {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ids[i] = e.create(map[string]any{"provider": prov}).ID
+			ids[i] = e.create(map[string]any{"provider": prov, "cpus": 0.5, "memoryMb": 256}).ID
 		}()
 	}
 	wg.Wait()
-	fmt.Fprintf(out, "- 8 machines created in parallel: %s wall\n\n", ms(time.Since(start)))
+	fmt.Fprintf(out, "- %d machines (cpus 0.5, 256 MB) created in parallel: %s wall\n\n", par, ms(time.Since(start)))
 	for _, id := range ids {
 		e.call("DELETE", "/v1/computers/"+id, nil, 204, nil)
 	}

@@ -10,16 +10,21 @@
 // agentd.owner / agentd.provider; it runs as uid 1000 (runAsNonRoot), no privilege escalation, every
 // capability dropped, RuntimeDefault seccomp, a read-only root with emptyDirs for /work, /tmp and the
 // helper (/.agentd), no service-account token, limits from cpus/memoryMb/diskMb and requests a tenth of
-// them (machines pack onto nodes the way containers share a docker host). `network.mode: none` adds a
-// deny-all NetworkPolicy. create waits for Ready (`kubectl wait`) and fails with the pod's events when it
-// cannot get there (image missing, unschedulable). stop deletes the pod, start applies it again (a fresh
-// /work, as docker's tmpfs), destroy removes the pod and its policy. A pod deleted behind agentd's back
-// turns the computer stopped with a computer_stopped event (reason "pod_deleted") when it is next used.
-// Exec, files and the terminal go over the warm exec channel (one long `kubectl exec -i` into agentd's
-// helper, copied into the pod over exec at create and start: no bind mount crosses nodes), else one
-// `kubectl exec` per call; ports through `kubectl port-forward --address 127.0.0.1`. Refused, not
-// ignored: packages and another user (runAsNonRoot, no exec user in Kubernetes), persist (no claim yet),
-// host mounts (the pod's node is not this host).
+// them (machines pack onto nodes the way containers share a docker host). `network.mode: none` and
+// `egress` add a deny-all NetworkPolicy (whether the cluster enforces it: computers_kubernetes_netcheck.go).
+// `persist` makes /work a PersistentVolumeClaim of diskMb (kubernetes.storageClassName, else the
+// cluster's default class), created before the pod, kept by stop, checked by start, removed by destroy;
+// a restart finds a stopped persist machine by its claim, and an unrecorded claim of this owner is an
+// orphan. create waits for Ready (`kubectl wait`) and fails with the pod's (or the claim's) events when
+// it cannot get there (image missing, unschedulable, no class or provisioner). stop deletes the pod,
+// start applies it again (without persist a fresh /work, as docker's tmpfs), destroy removes pod, policy
+// and claim in one call. A pod deleted or ended behind agentd's back turns the computer stopped with a
+// computer_stopped event, noticed by the owner's pod watch (computers_kubernetes_watch.go) or at the next
+// use, whichever comes first. Exec, files and the terminal go over the warm exec channel (one long
+// `kubectl exec -i` into agentd's helper, copied into the pod over exec at create and start: no bind
+// mount crosses nodes), else one `kubectl exec` per call; ports through `kubectl port-forward --address
+// 127.0.0.1`. The warm pool keeps pods too (computers_pool.go). Refused, not ignored: packages and
+// another user (runAsNonRoot, no exec user in Kubernetes), host mounts (the pod's node is not this host).
 package main
 
 import (
@@ -46,6 +51,8 @@ type kubeConfig struct {
 	RuntimeClassName string            `yaml:"runtimeClassName"`
 	NodeSelector     map[string]string `yaml:"nodeSelector"`
 	Tolerations      []map[string]any  `yaml:"tolerations"` // Kubernetes' own toleration objects, passed through
+	// StorageClassName is the class of a persist machine's /work claim; empty: the cluster's default class.
+	StorageClassName string `yaml:"storageClassName"`
 }
 
 const (
@@ -59,6 +66,7 @@ const (
 	kubeStoppedReason  = "pod_deleted"
 	kubeDeleteTimeout  = "60s"
 	kubeWaitStepSecond = 2
+	kubeClaimGrace     = 10 * time.Second // a claim whose binding or provisioning failed gets this long
 )
 
 type kubeProvider struct {
@@ -67,6 +75,10 @@ type kubeProvider struct {
 
 	mu  sync.Mutex
 	fwd map[string]map[int]*kubeForward // machine id → guest port → its kubectl port-forward
+
+	stopMu sync.Mutex   // markStopped, once per machine
+	watch  kubeWatcher  // the owner's pod watch (computers_kubernetes_watch.go)
+	net    kubeNetCheck // whether the cluster enforces NetworkPolicies (computers_kubernetes_netcheck.go)
 }
 
 // kubeForward is one `kubectl port-forward` process listening on 127.0.0.1:local; done closes when it
@@ -137,6 +149,7 @@ var kubeVerbs = [][2]string{
 	{"create", "pods"}, {"get", "pods"}, {"list", "pods"}, {"watch", "pods"}, {"patch", "pods"}, {"delete", "pods"},
 	{"create", "pods/exec"}, {"create", "pods/portforward"}, {"list", "events"},
 	{"get", "networkpolicies"}, {"create", "networkpolicies"}, {"patch", "networkpolicies"}, {"delete", "networkpolicies"},
+	{"create", "persistentvolumeclaims"}, {"get", "persistentvolumeclaims"}, {"list", "persistentvolumeclaims"}, {"delete", "persistentvolumeclaims"},
 }
 
 func (k *kubeProvider) probe(ctx context.Context) probeResult {
@@ -234,8 +247,6 @@ func (k *kubeProvider) supports(sp ComputerSpec) error {
 		return refuse("packages", "pods run as a non-root user on a read-only root: build an image with them and set images: {<flavor>: <image>} in config.yaml")
 	case sp.User != "" && sp.User != "1000:1000" && sp.User != "1000":
 		return refuse("user", "pods run as 1000:1000 (runAsNonRoot); omit user")
-	case sp.Persist:
-		return refuse("persist", "a persistent /work (a PersistentVolumeClaim) is not implemented yet; use provider docker or podman")
 	case len(sp.Mounts) > 0:
 		return refuse("mounts", "a pod's node is not this host; upload files with the upload endpoint instead")
 	}
@@ -246,14 +257,20 @@ func (k *kubeProvider) supports(sp ComputerSpec) error {
 
 // podJSON is the machine's Pod.
 func (k *kubeProvider) podJSON(m *ComputerInfo) ([]byte, error) {
-	sp := m.Spec
 	labels := map[string]string{"agentd.id": m.ID, "agentd.owner": k.c.owner, "agentd.provider": "kubernetes", "app.kubernetes.io/managed-by": "agentd"}
-	for key, v := range sp.Labels {
+	for key, v := range m.Spec.Labels {
 		labels["agentd.label."+key] = v
 	}
 	if m.State == statePooled {
-		labels["agentd.pool"] = sp.Flavor
+		labels["agentd.pool"] = m.Spec.Flavor
 	}
+	return k.podDoc(k.pod(m), labels, m)
+}
+
+// podDoc is a Pod named name running m's image and spec with agentd's hardening (machines, and the
+// network-policy probe's pods). A persist machine's /work is its claim (claimJSON), else an emptyDir.
+func (k *kubeProvider) podDoc(name string, labels map[string]string, m *ComputerInfo) ([]byte, error) {
+	sp := m.Spec
 	env := []map[string]string{}
 	if _, ok := sp.Env["HOME"]; !ok {
 		env = append(env, map[string]string{"name": "HOME", "value": "/work"})
@@ -289,6 +306,9 @@ func (k *kubeProvider) podJSON(m *ComputerInfo) ([]byte, error) {
 		}},
 		"volumes": []any{empty("work", sp.DiskMB), empty("tmp", kubeTmpSizeMB), empty("agentd", kubeHelperSizeMB)},
 	}
+	if sp.Persist {
+		spec["volumes"].([]any)[0] = map[string]any{"name": "work", "persistentVolumeClaim": map[string]any{"claimName": k.pod(m)}}
+	}
 	if k.cfg.RuntimeClassName != "" {
 		spec["runtimeClassName"] = k.cfg.RuntimeClassName
 	}
@@ -299,28 +319,57 @@ func (k *kubeProvider) podJSON(m *ComputerInfo) ([]byte, error) {
 		spec["tolerations"] = k.cfg.Tolerations
 	}
 	return json.Marshal(map[string]any{"apiVersion": "v1", "kind": "Pod",
-		"metadata": map[string]any{"name": k.pod(m), "namespace": k.cfg.Namespace, "labels": labels}, "spec": spec})
+		"metadata": map[string]any{"name": name, "namespace": k.cfg.Namespace, "labels": labels}, "spec": spec})
+}
+
+// claimJSON is a persist machine's PersistentVolumeClaim for /work: diskMb of the configured class (or
+// the cluster's default one), named and labelled like its pod, so a restart finds it by owner and it
+// outlives the pod (stop) until destroy.
+func (k *kubeProvider) claimJSON(m *ComputerInfo) ([]byte, error) {
+	spec := map[string]any{"accessModes": []string{"ReadWriteOnce"},
+		"resources": map[string]any{"requests": map[string]string{"storage": strconv.Itoa(m.Spec.DiskMB) + "Mi"}}}
+	if k.cfg.StorageClassName != "" {
+		spec["storageClassName"] = k.cfg.StorageClassName
+	}
+	return json.Marshal(map[string]any{"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+		"metadata": map[string]any{"name": k.pod(m), "namespace": k.cfg.Namespace,
+			"labels": map[string]string{"agentd.id": m.ID, "agentd.owner": k.c.owner, "agentd.provider": "kubernetes", "app.kubernetes.io/managed-by": "agentd"}},
+		"spec": spec})
 }
 
 // policyJSON is the deny-all NetworkPolicy of a machine with no route of its own (`none`, and `egress`,
 // whose one way out is agentd's proxy over the exec channel: kubectl exec, not the pod network).
 func (k *kubeProvider) policyJSON(m *ComputerInfo) ([]byte, error) {
-	return json.Marshal(map[string]any{"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
-		"metadata": map[string]any{"name": k.pod(m), "namespace": k.cfg.Namespace,
-			"labels": map[string]string{"agentd.id": m.ID, "agentd.owner": k.c.owner}},
-		"spec": map[string]any{"podSelector": map[string]any{"matchLabels": map[string]string{"agentd.id": m.ID}},
-			"policyTypes": []string{"Ingress", "Egress"}}})
+	return k.policyDoc(k.pod(m), map[string]string{"agentd.id": m.ID, "agentd.owner": k.c.owner}, map[string]string{"agentd.id": m.ID})
 }
 
 func (k *kubeProvider) create(ctx context.Context, m *ComputerInfo) error {
-	if noRoute(m.Spec) {
-		doc, _ := k.policyJSON(m)
-		if _, err := k.call(ctx, bytes.NewReader(doc), "apply", "-f", "-"); err != nil {
-			return errorf(codeComputerFailed, "kubectl could not apply the machine's NetworkPolicy: %s", err.Error()).
-				withHint("check the networkpolicies verbs of agentd's Role")
+	k.ensureWatch()
+	if m.Spec.Persist {
+		doc, _ := k.claimJSON(m)
+		if _, err := k.call(ctx, bytes.NewReader(doc), "create", "-f", "-"); err != nil {
+			return errorf(codeComputerFailed, "kubectl could not create the machine's PersistentVolumeClaim: %s", err.Error()).
+				withHint("check the persistentvolumeclaims verbs of agentd's Role and the namespace's storage quota")
 		}
 	}
+	if err := k.applyPolicy(ctx, m); err != nil {
+		return err
+	}
 	return k.run(ctx, m)
+}
+
+// applyPolicy applies the deny-all NetworkPolicy of a machine with no route of its own; it must exist
+// before the pod does.
+func (k *kubeProvider) applyPolicy(ctx context.Context, m *ComputerInfo) error {
+	if !noRoute(m.Spec) {
+		return nil
+	}
+	doc, _ := k.policyJSON(m)
+	if _, err := k.call(ctx, bytes.NewReader(doc), "apply", "-f", "-"); err != nil {
+		return errorf(codeComputerFailed, "kubectl could not apply the machine's NetworkPolicy: %s", err.Error()).
+			withHint("check the networkpolicies verbs of agentd's Role")
+	}
+	return nil
 }
 
 // run applies the pod, waits for it to be Ready, and brings in the helper and the workdir.
@@ -339,6 +388,12 @@ func (k *kubeProvider) run(ctx context.Context, m *ComputerInfo) error {
 	if err := k.copyHelper(ctx, m); err != nil {
 		return err
 	}
+	if m.Spec.Persist { // a claim's volume is writable by uid 1000 only where its driver applies fsGroup
+		if out, err := k.call(ctx, nil, "exec", k.pod(m), "-c", kubeContainer, "--", "/bin/sh", "-c", `test -w /work || { ls -ldn /work; exit 3; }`); err != nil {
+			return errorf(codeComputerFailed, "the machine's /work (its PersistentVolumeClaim) is not writable by uid 1000 (%s): %s", strings.TrimSpace(out), err.Error()).
+				withHint("use a StorageClass whose volumes honour the pod's fsGroup (most CSI block drivers do; hostPath and many NFS setups do not): kubernetes.storageClassName in config.yaml")
+		}
+	}
 	if m.Workdir != "/work" && m.Workdir != "/tmp" {
 		if _, err := k.call(ctx, nil, "exec", k.pod(m), "-c", kubeContainer, "--", "mkdir", "-p", "--", m.Workdir); err != nil {
 			return errorf(codeComputerFailed, "cannot create the workdir %s: %s", m.Workdir, err.Error()).withHint("use a workdir under /work or /tmp")
@@ -347,8 +402,9 @@ func (k *kubeProvider) run(ctx context.Context, m *ComputerInfo) error {
 	return nil
 }
 
-// kubePod is the part of a Pod's status agentd reads.
+// kubePod is the part of a Pod's status agentd reads (and of a claim's, in owned's mixed list).
 type kubePod struct {
+	Kind     string `json:"kind"`
 	Metadata struct {
 		Name              string            `json:"name"`
 		Labels            map[string]string `json:"labels"`
@@ -384,21 +440,26 @@ var kubeFatalWaits = []string{"ErrImagePull", "ImagePullBackOff", "ErrImageNever
 // waitReady waits with `kubectl wait` in short steps and, between them, reads the pod: a fatal container
 // state, or a pod unschedulable past kubeScheduleGrace, fails at once with the pod's events.
 func (k *kubeProvider) waitReady(ctx context.Context, m *ComputerInfo) error {
+	return k.waitReadyPod(ctx, k.pod(m), m)
+}
+
+// waitReadyPod is waitReady for pod name running m's image and spec (a machine's, or a probe pod's).
+func (k *kubeProvider) waitReadyPod(ctx context.Context, name string, m *ComputerInfo) error {
 	t0 := time.Now()
 	for {
-		_, err := k.call(ctx, nil, "wait", "--for=condition=Ready", "pod/"+k.pod(m), fmt.Sprintf("--timeout=%ds", kubeWaitStepSecond))
+		_, err := k.call(ctx, nil, "wait", "--for=condition=Ready", "pod/"+name, fmt.Sprintf("--timeout=%ds", kubeWaitStepSecond))
 		if err == nil {
 			return nil
 		}
 		if ctx.Err() != nil {
-			return errorf(codeComputerFailed, "the machine's pod was not Ready in time: %s", k.events(context.WithoutCancel(ctx), m)).
-				withHint("kubectl describe pod " + k.pod(m) + " -n " + k.cfg.Namespace)
+			return errorf(codeComputerFailed, "the machine's pod was not Ready in time: %s", firstNonEmpty(k.eventsOf(context.WithoutCancel(ctx), "Pod", name, false), "(none)")).
+				withHint("kubectl describe pod " + name + " -n " + k.cfg.Namespace)
 		}
 		if !strings.Contains(err.Error(), "timed out") { // not the step's timeout: kubectl itself failed
 			return errorf(codeComputerFailed, "kubectl wait for the machine's pod failed: %s", err.Error()).
 				withHint("check the watch verb on pods of agentd's Role")
 		}
-		out, gerr := k.call(ctx, nil, "get", "pod", k.pod(m), "-o", "json")
+		out, gerr := k.call(ctx, nil, "get", "pod", name, "-o", "json")
 		var p kubePod
 		if gerr != nil || json.Unmarshal([]byte(out), &p) != nil {
 			continue
@@ -413,8 +474,17 @@ func (k *kubeProvider) waitReady(ctx context.Context, m *ComputerInfo) error {
 			}
 		}
 		for _, cnd := range p.Status.Conditions {
-			if cnd.Type == "PodScheduled" && cnd.Status == "False" && cnd.Reason == "Unschedulable" && time.Since(t0) > kubeScheduleGrace {
+			// An unbound claim (Immediate binding) is judged by the claim's own events below: a provisioner
+			// may take longer than the grace.
+			if cnd.Type == "PodScheduled" && cnd.Status == "False" && cnd.Reason == "Unschedulable" && time.Since(t0) > kubeScheduleGrace &&
+				!strings.Contains(cnd.Message, "PersistentVolumeClaim") {
 				why = "Unschedulable: " + cnd.Message
+			}
+		}
+		claim := ""
+		if why == "" && m.Spec.Persist && time.Since(t0) > kubeClaimGrace {
+			if claim = k.eventsOf(ctx, "PersistentVolumeClaim", name, true); claim != "" {
+				why = "its PersistentVolumeClaim " + name + " was not bound: " + claim
 			}
 		}
 		if p.Status.Phase == "Failed" && why == "" {
@@ -426,23 +496,35 @@ func (k *kubeProvider) waitReady(ctx context.Context, m *ComputerInfo) error {
 		if why == "" {
 			why = "not Ready after " + kubeReadyTimeout.String()
 		}
-		hint := "kubectl describe pod " + k.pod(m) + " -n " + k.cfg.Namespace
+		hint := "kubectl describe pod " + name + " -n " + k.cfg.Namespace
 		switch {
+		case claim != "":
+			hint = "set kubernetes.storageClassName in config.yaml to a StorageClass of the cluster (kubectl get storageclass) or mark one the default; kubectl describe pvc " + name + " -n " + k.cfg.Namespace
 		case strings.Contains(why, "Image") || strings.Contains(why, "image"):
 			hint = fmt.Sprintf("make the image %s pullable by the cluster's nodes (or present on them), or point the flavor at one in config.yaml: images: {%s: <image>}", m.Image, firstNonEmpty(m.Spec.Flavor, "base"))
 		case strings.HasPrefix(why, "Unschedulable"):
 			hint = "ask for fewer cpus or less memory (requests are a tenth of them), or add nodes; check kubernetes.nodeSelector and tolerations"
 		}
-		return errorf(codeComputerFailed, "the machine's pod did not become Ready: %s; events: %s", why, k.events(context.WithoutCancel(ctx), m)).
-			withHint(hint).withDetail("pod", k.pod(m))
+		return errorf(codeComputerFailed, "the machine's pod did not become Ready: %s; events: %s", why, firstNonEmpty(k.eventsOf(context.WithoutCancel(ctx), "Pod", name, false), "(none)")).
+			withHint(hint).withDetail("pod", name)
 	}
 }
 
 // events are the pod's last events, "Reason: message; ...".
 func (k *kubeProvider) events(ctx context.Context, m *ComputerInfo) string {
+	return firstNonEmpty(k.eventsOf(ctx, "Pod", k.pod(m), false), "(none)")
+}
+
+// eventsOf are an object's last events (only its warnings with warnings set), "Reason: message; ...";
+// "" when there are none.
+func (k *kubeProvider) eventsOf(ctx context.Context, kind, name string, warnings bool) string {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	out, err := k.call(ctx, nil, "get", "events", "--field-selector", "involvedObject.kind=Pod,involvedObject.name="+k.pod(m), "-o", "json")
+	sel := "involvedObject.kind=" + kind + ",involvedObject.name=" + name
+	if warnings {
+		sel += ",type=Warning"
+	}
+	out, err := k.call(ctx, nil, "get", "events", "--field-selector", sel, "-o", "json")
 	var list struct {
 		Items []struct {
 			Reason  string `json:"reason"`
@@ -450,7 +532,10 @@ func (k *kubeProvider) events(ctx context.Context, m *ComputerInfo) string {
 		} `json:"items"`
 	}
 	if err != nil || json.Unmarshal([]byte(out), &list) != nil {
-		return "(the pod's events could not be read)"
+		if warnings { // not a reason to fail anything
+			return ""
+		}
+		return "(the " + strings.ToLower(kind) + "'s events could not be read)"
 	}
 	var s []string
 	for _, it := range list.Items {
@@ -462,9 +547,6 @@ func (k *kubeProvider) events(ctx context.Context, m *ComputerInfo) string {
 	if len(s) > 6 {
 		s = s[len(s)-6:]
 	}
-	if len(s) == 0 {
-		return "(none)"
-	}
 	return strings.Join(s, "; ")
 }
 
@@ -474,26 +556,39 @@ func (k *kubeProvider) copyHelper(ctx context.Context, m *ComputerInfo) error {
 	if k.c.helper == "" {
 		return nil
 	}
-	f, err := os.Open(k.c.helper)
-	if err != nil {
-		return errorf(codeComputerFailed, "cannot read agentd's helper binary: %v", err)
-	}
-	defer f.Close()
-	tmp := helperInMachine + ".part"
-	_, err = k.call(ctx, f, "exec", "-i", k.pod(m), "-c", kubeContainer, "--", "/bin/sh", "-c",
-		`cat > `+tmp+` && chmod 755 `+tmp+` && mv -f `+tmp+` `+helperInMachine)
-	if err != nil { // the per-call path still works: the machine runs, without its channel
+	if err := k.copyHelperTo(ctx, k.pod(m)); err != nil { // the per-call path still works: the machine runs, without its channel
 		k.c.log.Warn("computers: cannot copy the helper into the pod", "computer", m.ID, "err", err)
 	}
 	return nil
 }
 
+// copyHelperTo writes the helper into pod name's /.agentd.
+func (k *kubeProvider) copyHelperTo(ctx context.Context, name string) error {
+	f, err := os.Open(k.c.helper)
+	if err != nil {
+		return fmt.Errorf("cannot read agentd's helper binary: %v", err)
+	}
+	defer f.Close()
+	tmp := helperInMachine + ".part"
+	_, err = k.call(ctx, f, "exec", "-i", name, "-c", kubeContainer, "--", "/bin/sh", "-c",
+		`cat > `+tmp+` && chmod 755 `+tmp+` && mv -f `+tmp+` `+helperInMachine)
+	return err
+}
+
 func (k *kubeProvider) start(ctx context.Context, m *ComputerInfo) error {
-	if noRoute(m.Spec) { // the policy must be there before the pod
-		doc, _ := k.policyJSON(m)
-		if _, err := k.call(ctx, bytes.NewReader(doc), "apply", "-f", "-"); err != nil {
-			return errorf(codeComputerFailed, "kubectl could not apply the machine's NetworkPolicy: %s", err.Error()).withHint("check agentd's Role")
+	k.ensureWatch()
+	if m.Spec.Persist { // a pod on a missing claim would wait for it forever
+		out, err := k.call(ctx, nil, "get", "pvc", k.pod(m), "--ignore-not-found", "-o", "name")
+		if err != nil {
+			return errorf(codeComputerFailed, "kubectl could not read the machine's PersistentVolumeClaim: %s", err.Error()).withHint("check the cluster")
 		}
+		if strings.TrimSpace(out) == "" {
+			return errorf(codeComputerFailed, "the machine's PersistentVolumeClaim %s was deleted outside agentd: its /work is gone", k.pod(m)).
+				withHint("delete this computer and create a new one")
+		}
+	}
+	if err := k.applyPolicy(ctx, m); err != nil {
+		return err
 	}
 	if err := k.run(ctx, m); err != nil {
 		k.deletePod(context.WithoutCancel(ctx), m)
@@ -515,12 +610,14 @@ func (k *kubeProvider) stop(ctx context.Context, m *ComputerInfo) error {
 	return nil
 }
 
+// destroy removes the pod, its NetworkPolicy and its claim (whichever exist: an orphan's spec is not
+// known) in one kubectl call, and waits until they are gone.
 func (k *kubeProvider) destroy(ctx context.Context, m *ComputerInfo) error {
-	if err := k.deletePod(ctx, m); err != nil {
-		return errorf(codeComputerFailed, "kubectl could not delete the machine's pod: %s", err.Error()).withHint("check the cluster")
-	}
-	if noRoute(m.Spec) {
-		k.call(ctx, nil, "delete", "networkpolicy", k.pod(m), "--ignore-not-found")
+	k.closeForwards(m.ID)
+	n := k.pod(m)
+	_, err := k.call(ctx, nil, "delete", "pod/"+n, "networkpolicy/"+n, "pvc/"+n, "--ignore-not-found", "--wait=true", "--grace-period=1", "--timeout="+kubeDeleteTimeout)
+	if err != nil {
+		return errorf(codeComputerFailed, "kubectl could not delete the machine's pod, policy or claim: %s", err.Error()).withHint("check the cluster")
 	}
 	return nil
 }
@@ -563,9 +660,20 @@ func (k *kubeProvider) status(ctx context.Context, m *ComputerInfo) (string, err
 	return "stopped", nil
 }
 
-// markStopped records that a running machine's pod is gone (or ended) behind agentd's back.
+// markStopped records that a running machine's pod is gone (or ended) behind agentd's back. The pod
+// watch and a failed exec may both find it: stopMu and the record read again make it happen once.
 func (k *kubeProvider) markStopped(ctx context.Context, m *ComputerInfo, p *kubePod) {
-	if p != nil { // an ended pod cannot be restarted: remove it so start can apply it again
+	k.stopMu.Lock()
+	defer k.stopMu.Unlock()
+	if cur, err := k.c.store.GetComputer(ctx, m.ID); err == nil && cur.State != stateRunning {
+		m.State, m.Ports, m.Error = cur.State, cur.Ports, cur.Error
+		return
+	}
+	reason, msg := kubeStoppedReason, "the machine's pod was deleted outside agentd"
+	if p != nil { // an ended (or terminating) pod cannot be restarted: remove it so start can apply it again
+		if p.Metadata.DeletionTimestamp == "" {
+			reason, msg = kubeEndedReason, "the machine's pod ended outside agentd (phase "+p.Status.Phase+")"
+		}
 		k.deletePod(context.WithoutCancel(ctx), m)
 	} else {
 		k.closeForwards(m.ID)
@@ -573,27 +681,37 @@ func (k *kubeProvider) markStopped(ctx context.Context, m *ComputerInfo, p *kube
 	rt := k.c.runtime(m.ID)
 	k.c.closePorts(rt)
 	k.c.closeChannel(rt)
-	m.State, m.Ports, m.Error = stateStopped, map[string]PortBinding{}, "the machine's pod was deleted outside agentd"
+	m.State, m.Ports, m.Error = stateStopped, map[string]PortBinding{}, msg
 	k.c.save(ctx, m)
-	k.c.log.Warn("computers: pod deleted behind agentd's back", "computer", m.ID, "pod", k.pod(m))
-	k.c.hub.publish("computers", "computer_stopped", map[string]any{"id": m.ID, "computerId": m.ID, "name": m.Name, "reason": kubeStoppedReason})
+	k.c.log.Warn("computers: "+msg, "computer", m.ID, "pod", k.pod(m))
+	k.c.hub.publish("computers", "computer_stopped", map[string]any{"id": m.ID, "computerId": m.ID, "name": m.Name, "reason": reason})
 }
 
-// owned lists this owner's pods (id → running) and, since a stopped machine has no pod, the stopped
-// kubernetes records (their machine is the record).
+// owned lists this owner's pods (id → running) and claims (a stopped persist machine is its claim) and,
+// since a machine without persist has nothing in the cluster once its pod is gone, its running or stopped
+// record (a running one whose pod went while agentd was down is then stopped, as a pod deleted behind
+// agentd's back is while it runs).
 func (k *kubeProvider) owned(ctx context.Context) (map[string]bool, error) {
-	out, err := k.call(ctx, nil, "get", "pods", "-l", "agentd.owner="+k.c.owner, "-o", "json")
+	k.ensureWatch()
+	out, err := k.call(ctx, nil, "get", "pods,pvc", "-l", "agentd.owner="+k.c.owner, "-o", "json")
 	if err != nil {
 		return nil, err
 	}
 	var list struct{ Items []kubePod }
 	if err := json.Unmarshal([]byte(out), &list); err != nil {
-		return nil, fmt.Errorf("kubectl get pods: %v", err)
+		return nil, fmt.Errorf("kubectl get pods,pvc: %v", err)
 	}
 	res := map[string]bool{}
 	for _, p := range list.Items {
-		if id := p.Metadata.Labels["agentd.id"]; id != "" {
+		id := p.Metadata.Labels["agentd.id"]
+		switch {
+		case id == "": // the network-policy probe's pods: not machines
+		case p.Kind == "Pod":
 			res[id] = p.Status.Phase == "Running" && p.Metadata.DeletionTimestamp == ""
+		default: // a claim: the machine exists, stopped unless its pod runs
+			if _, ok := res[id]; !ok {
+				res[id] = false
+			}
 		}
 	}
 	recs, err := k.c.store.ListComputers(ctx)
@@ -601,7 +719,7 @@ func (k *kubeProvider) owned(ctx context.Context) (map[string]bool, error) {
 		return nil, err
 	}
 	for _, m := range recs {
-		if _, ok := res[m.ID]; !ok && m.Provider == "kubernetes" && m.State == stateStopped {
+		if _, ok := res[m.ID]; !ok && m.Provider == "kubernetes" && (m.State == stateStopped || m.State == stateRunning) && !m.Spec.Persist {
 			res[m.ID] = false
 		}
 	}
@@ -779,8 +897,10 @@ func (k *kubeProvider) closeForwards(id string) {
 	}
 }
 
-// close ends every port-forward (the service's Close).
+// close ends the pod watch, the network-policy check and every port-forward (the service's Close).
 func (k *kubeProvider) close() {
+	k.stopWatch()
+	k.stopNetCheck()
 	k.mu.Lock()
 	ids := make([]string, 0, len(k.fwd))
 	for id := range k.fwd {

@@ -3,8 +3,11 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -37,19 +40,21 @@ func kubectlTest(t *testing.T, args ...string) (string, error) {
 	return string(out), err
 }
 
-// checkNoKubeLeaks: after the suite no pod of this test process's owners is left in the cluster.
+// checkNoKubeLeaks: after the suite no pod (a machine's or the network check's) and no claim of this
+// test process's owners is left in the cluster. (The tests' Role may not list NetworkPolicies; a
+// machine's policy is deleted in the same kubectl call as its pod and claim.)
 func checkNoKubeLeaks(t *testing.T) {
 	if os.Getenv("AGENT_TEST_K8S") != "1" {
 		return
 	}
-	out, err := kubectlTest(t, "get", "pods", "-l", "agentd.id", "-o", `jsonpath={range .items[*]}{.metadata.name} {.metadata.labels.agentd\.owner}{"\n"}{end}`)
+	out, err := kubectlTest(t, "get", "pods,pvc", "-l", "agentd.owner", "-o", `jsonpath={range .items[*]}{.kind}/{.metadata.name} {.metadata.labels.agentd\.owner}{"\n"}{end}`)
 	if err != nil {
-		t.Errorf("kubectl get pods: %v: %s", err, out)
+		t.Errorf("kubectl get pods,pvc: %v: %s", err, out)
 		return
 	}
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
 		if f := strings.Fields(line); len(f) == 2 && strings.HasPrefix(f[1], testOwnerPrefix()) {
-			t.Errorf("kubernetes: leaked pod: %s", line)
+			t.Errorf("kubernetes: leaked %s", line)
 		}
 	}
 }
@@ -140,10 +145,53 @@ func TestKubernetesPodSpec(t *testing.T) {
 	if mounts["/work"] != "work" || mounts["/tmp"] != "tmp" || mounts["/.agentd"] != "agentd" || sizes["work"] != "4096Mi" || sizes["tmp"] == "" {
 		t.Fatalf("volumes: %v %v", mounts, sizes)
 	}
-	for _, sp := range []ComputerSpec{{Packages: []string{"jq"}}, {User: "0:0"}, {Persist: true}, {Mounts: []Mount{{Source: "/srv", Target: "/data"}}}} {
+	for _, sp := range []ComputerSpec{{Packages: []string{"jq"}}, {User: "0:0"}, {Mounts: []Mount{{Source: "/srv", Target: "/data"}}}} {
 		if err := k.supports(sp); err == nil || asAPIError(err).Code != codeNotImplemented {
 			t.Fatalf("%+v: %v", sp, err)
 		}
+	}
+
+	// persist: /work is the machine's claim, diskMb of the configured class.
+	if err := k.supports(ComputerSpec{Persist: true}); err != nil {
+		t.Fatalf("persist refused: %v", err)
+	}
+	m.Spec.Persist, k.cfg.StorageClassName = true, "fast-ssd"
+	doc, _ = k.podJSON(m)
+	var vols struct {
+		Spec struct {
+			Volumes []struct {
+				Name                  string
+				EmptyDir              *struct{}
+				PersistentVolumeClaim *struct{ ClaimName string }
+			}
+		}
+	}
+	json.Unmarshal(doc, &vols)
+	if v := vols.Spec.Volumes[0]; v.Name != "work" || v.EmptyDir != nil || v.PersistentVolumeClaim == nil || v.PersistentVolumeClaim.ClaimName != "agentd-cmp-abc123" {
+		t.Fatalf("persist /work volume: %s", doc)
+	}
+	doc, _ = k.claimJSON(m)
+	var claim struct {
+		Kind     string
+		Metadata struct {
+			Name   string
+			Labels map[string]string
+		}
+		Spec struct {
+			AccessModes      []string
+			StorageClassName string
+			Resources        struct{ Requests map[string]string }
+		}
+	}
+	json.Unmarshal(doc, &claim)
+	if claim.Kind != "PersistentVolumeClaim" || claim.Metadata.Name != "agentd-cmp-abc123" || claim.Metadata.Labels["agentd.id"] != m.ID ||
+		claim.Metadata.Labels["agentd.owner"] != e.s.computers.owner || claim.Spec.StorageClassName != "fast-ssd" ||
+		claim.Spec.Resources.Requests["storage"] != "4096Mi" || strings.Join(claim.Spec.AccessModes, ",") != "ReadWriteOnce" {
+		t.Fatalf("claim: %s", doc)
+	}
+	k.cfg.StorageClassName = ""
+	if doc, _ = k.claimJSON(m); strings.Contains(string(doc), "storageClassName") {
+		t.Fatalf("no class configured, yet the claim names one (the cluster's default must apply): %s", doc)
 	}
 }
 
@@ -212,8 +260,8 @@ func TestKubernetesProbeReasons(t *testing.T) {
 	}
 }
 
-// TestKubernetesFaults: create failures carry the pod's events; a pod deleted behind agentd's back
-// leaves the computer stopped with an event, and start brings it back.
+// TestKubernetesFaults: create failures carry the pod's (or the claim's) events; a pod deleted behind
+// agentd's back is noticed without a use (the computer stopped, with an event), and start brings it back.
 func TestKubernetesFaults(t *testing.T) {
 	requireKubernetes(t)
 	t.Run("missing-image", func(t *testing.T) {
@@ -235,6 +283,16 @@ func TestKubernetesFaults(t *testing.T) {
 			t.Fatalf("unschedulable: %v", env)
 		}
 	})
+	t.Run("no-such-storage-class", func(t *testing.T) {
+		t.Parallel()
+		e := newTestServer(t, withHostEnv, func(c *testSetup) {
+			c.Kubernetes = &kubeConfig{Kubeconfig: os.Getenv("KUBECONFIG"), StorageClassName: "agentd-no-such-class"}
+		})
+		env := e.wantError("POST", "/v1/computers", map[string]any{"provider": "kubernetes", "persist": true}, 500, codeComputerFailed)
+		if msg := env["message"].(string); !strings.Contains(msg, "agentd-no-such-class") || !strings.Contains(env["hint"].(string), "storageClassName") {
+			t.Fatalf("a claim of a class that does not exist: %v", env)
+		}
+	})
 	t.Run("pod-deleted", func(t *testing.T) {
 		t.Parallel()
 		e := newTestServer(t, withHostEnv)
@@ -248,21 +306,25 @@ func TestKubernetesFaults(t *testing.T) {
 		if out, err := kubectlTest(t, "delete", "pod", k.pod(&m), "--wait=true", "--grace-period=1"); err != nil {
 			t.Fatalf("kubectl delete: %v: %s", err, out)
 		}
-		e.wantError("POST", "/v1/computers/"+m.ID+"/exec", map[string]any{"cmd": "true"}, 500, codeExecFailed)
+		// Noticed without a use: the pod watch stops the computer and says so on `computers`.
+		var events []string
+		eventually(t, "an event from the pod watch", func() bool {
+			for len(sub.ch) > 0 {
+				if ev := <-sub.ch; ev.Topic == "computers" {
+					p, _ := ev.Payload.(map[string]any)
+					events = append(events, fmt.Sprint(ev.Type, " ", p["computerId"], " ", p["reason"]))
+				}
+			}
+			return len(events) > 0
+		})
+		if !slices.Equal(events, []string{"computer_stopped " + m.ID + " " + kubeStoppedReason}) {
+			t.Fatalf("computers events after the pod was deleted: %v", events)
+		}
 		var got ComputerInfo
 		if e.call("GET", "/v1/computers/"+m.ID, nil, 200, &got); got.State != "stopped" || !strings.Contains(got.Error, "deleted outside agentd") {
 			t.Fatalf("after kubectl delete pod: %+v", got)
 		}
-		deadline := time.After(10 * time.Second)
-		for seen := false; !seen; {
-			select {
-			case ev := <-sub.ch:
-				p, _ := ev.Payload.(map[string]any)
-				seen = ev.Type == "computer_stopped" && p["computerId"] == m.ID && p["reason"] == kubeStoppedReason
-			case <-deadline:
-				t.Fatal("no computer_stopped event for the deleted pod")
-			}
-		}
+		e.wantError("POST", "/v1/computers/"+m.ID+"/exec", map[string]any{"cmd": "true"}, 500, codeComputerFailed)
 		if e.call("POST", "/v1/computers/"+m.ID+"/start", nil, 200, &got); got.State != "running" {
 			t.Fatalf("start: %+v", got)
 		}
@@ -307,4 +369,187 @@ func TestKubernetesKill9Adopts(t *testing.T) {
 	}
 	b.call("DELETE", "/v1/computers/"+m.ID, nil, 204, nil)
 	checkNoKubeLeaks(t)
+}
+
+// TestKubernetesPersist: persist is a PersistentVolumeClaim for /work (k8s/up.sh's provisioner binds it
+// for real): a file survives stop and start, the stopped machine is adopted by a restarted server through
+// its claim, an unrecorded claim of this owner is an orphan the reaper removes, and destroy removes the
+// claim.
+func TestKubernetesPersist(t *testing.T) {
+	requireKubernetes(t)
+	home := t.TempDir()
+	a := newTestServer(t, withHostEnv, withHome(home))
+	m := a.create(map[string]any{"provider": "kubernetes", "persist": true, "idleTimeoutSec": 0, "diskMb": 64})
+	k := a.s.computers.providerByName("kubernetes").(*kubeProvider)
+	claim := func() string {
+		out, err := kubectlTest(t, "get", "pvc", k.pod(&m), "--ignore-not-found", "-o", "jsonpath={.status.phase} {.spec.resources.requests.storage}")
+		if err != nil {
+			t.Fatalf("kubectl get pvc: %v: %s", err, out)
+		}
+		return strings.TrimSpace(out)
+	}
+	if got := claim(); got != "Bound 64Mi" {
+		t.Fatalf("claim: %q", got)
+	}
+	a.sh(m.ID, "echo kept > /work/f")
+	a.call("POST", "/v1/computers/"+m.ID+"/stop", nil, 200, nil)
+	if out, _ := kubectlTest(t, "get", "pod", k.pod(&m), "--ignore-not-found", "-o", "name"); strings.TrimSpace(out) != "" || claim() != "Bound 64Mi" {
+		t.Fatalf("after stop: pod %q, claim %q", out, claim())
+	}
+	a.keep = true
+	a.close()
+
+	// An unrecorded claim of this owner (its machine's record is gone): an orphan.
+	orphan := "cmp_orphan" + strings.ToLower(randomChars(4))
+	doc, _ := k.claimJSON(&ComputerInfo{ID: orphan, Spec: ComputerSpec{DiskMB: 16}})
+	cmd := exec.Command("kubectl", "-n", kubeDefaultNS, "create", "-f", "-")
+	cmd.Stdin = strings.NewReader(string(doc))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("orphan claim: %v: %s", err, out)
+	}
+	b := newTestServer(t, withHostEnv, withHome(home))
+	var got ComputerInfo
+	if b.call("GET", "/v1/computers/"+m.ID, nil, 200, &got); got.State != "stopped" {
+		t.Fatalf("adopted: %+v", got)
+	}
+	b.call("POST", "/v1/computers/"+m.ID+"/start", nil, 200, nil)
+	if out := b.sh(m.ID, "cat /work/f; id -u"); out != "kept\n1000\n" {
+		t.Fatalf("after stop, restart and start: %q", out)
+	}
+	eventually(t, "the orphan claim in the doctor's warnings", func() bool {
+		_, _, _, warnings := b.s.computers.doctor(context.Background())
+		return slices.ContainsFunc(warnings, func(w string) bool { return strings.Contains(w, orphan) })
+	})
+	if reaped := b.s.computers.sweep(context.Background()); reaped[orphan] != "orphan" {
+		t.Fatalf("orphan claim not reaped: %v", reaped)
+	}
+	b.call("DELETE", "/v1/computers/"+m.ID, nil, 204, nil)
+	if got := claim(); got != "" {
+		t.Fatalf("claim left after delete: %q", got)
+	}
+	checkNoKubeLeaks(t)
+}
+
+// TestKubernetesNetworkPolicyCheck: the doctor's check runs in the background (two probe pods) and, on
+// CI's cluster, whose bridge plugin enforces no NetworkPolicy, ends in a warning naming what that means
+// and the fix; its pods are gone afterwards.
+func TestKubernetesNetworkPolicyCheck(t *testing.T) {
+	requireKubernetes(t)
+	e := newTestServer(t, withHostEnv, func(c *testSetup) { c.ComputerProvider = "kubernetes" })
+	entry := func() (string, []string) {
+		var rep DoctorReport
+		e.call("GET", "/v1/doctor", nil, 200, &rep) // the first one starts the check; none waits for it
+		for _, p := range rep.Providers {
+			if p.Name == "kubernetes" {
+				return p.NetworkPolicies, rep.Warnings
+			}
+		}
+		t.Fatalf("no kubernetes provider in the doctor: %+v", rep.Providers)
+		return "", nil
+	}
+	var state string
+	var warnings []string
+	eventually(t, "the network-policy check to end", func() bool {
+		state, warnings = entry()
+		return state != "" && !strings.HasPrefix(state, "being checked")
+	})
+	if os.Getenv("AGENT_TEST_CHANNEL") == "0" { // no helper to run in the probe pods: said, not guessed
+		if !strings.HasPrefix(state, "not shown") || !slices.ContainsFunc(warnings, func(w string) bool { return strings.Contains(w, "could not be shown to enforce NetworkPolicies") }) {
+			t.Fatalf("channel off: %q %v", state, warnings)
+		}
+	} else {
+		w := warnings[slices.IndexFunc(warnings, func(w string) bool { return strings.HasPrefix(w, "kubernetes:") })]
+		if !strings.HasPrefix(state, "not enforced") || !strings.Contains(w, "does not enforce NetworkPolicies") ||
+			!strings.Contains(w, "network.mode none or egress") || !strings.Contains(w, "Calico") {
+			t.Fatalf("bridge plugin: state %q, warning %q", state, w)
+		}
+	}
+	e.close()
+	checkNoKubeLeaks(t)
+}
+
+// TestKubernetesWatchOwned: the pod watch starts with the first machine (not before) and ends with the
+// server.
+func TestKubernetesWatchOwned(t *testing.T) {
+	requireKubernetes(t)
+	e := newTestServer(t, withHostEnv)
+	k := e.s.computers.providerByName("kubernetes").(*kubeProvider)
+	if k.watching() {
+		t.Fatal("a watch before any kubernetes machine")
+	}
+	m := e.create(map[string]any{"provider": "kubernetes", "network": map[string]any{"mode": "full"}})
+	if !k.watching() {
+		t.Fatal("no watch with a kubernetes machine")
+	}
+	e.call("DELETE", "/v1/computers/"+m.ID, nil, 204, nil)
+	e.close()
+	select {
+	case <-k.watch.done:
+	default:
+		t.Fatal("the watch goroutine outlived the server's Close")
+	}
+	if k.watching() {
+		t.Fatal("watching after Close")
+	}
+}
+
+// TestKubeGone: which watch events are a machine's pod gone behind agentd's back.
+func TestKubeGone(t *testing.T) {
+	ev := func(typ, phase, deleting string) kubeWatchEvent {
+		var e kubeWatchEvent
+		e.Type, e.Object.Status.Phase, e.Object.Metadata.DeletionTimestamp = typ, phase, deleting
+		return e
+	}
+	for _, c := range []struct {
+		ev   kubeWatchEvent
+		gone bool
+	}{
+		{ev("ADDED", "Running", ""), false},
+		{ev("MODIFIED", "Pending", ""), false},
+		{ev("MODIFIED", "Failed", "2026-11-26T11:46:33Z"), false}, // being deleted (by agentd's stop, say)
+		{ev("MODIFIED", "Failed", ""), true},                      // evicted
+		{ev("MODIFIED", "Succeeded", ""), true},
+		{ev("DELETED", "Failed", "2026-11-26T11:46:33Z"), true},
+	} {
+		if got := kubeGone(c.ev); got != c.gone {
+			t.Errorf("%+v: gone %v", c.ev, got)
+		}
+	}
+}
+
+// TestKubernetesAutoCPUs: with auto selecting kubernetes, a spec's cpus above this host's are the node's
+// to judge (the create reaches the cluster), while docker still refuses them with a 422. No cluster needed:
+// the kubeconfig points nowhere, and the probes are set.
+func TestKubernetesAutoCPUs(t *testing.T) {
+	if _, err := exec.LookPath("kubectl"); err != nil {
+		t.Skip("kubectl is not installed")
+	}
+	bad := t.TempDir() + "/kubeconfig"
+	os.WriteFile(bad, []byte("apiVersion: v1\nkind: Config\nclusters:\n- name: x\n  cluster: {server: \"https://127.0.0.1:1\"}\nusers:\n- name: u\n  user: {token: t}\ncontexts:\n- name: x\n  context: {cluster: x, user: u}\ncurrent-context: x\n"), 0o600)
+	e := newTestServer(t, func(c *testSetup) { c.Kubernetes = &kubeConfig{Kubeconfig: bad} })
+	c := e.s.computers
+	eventually(t, "the start's background probes", func() bool { // so none overwrites what the test sets
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		_, done := c.probes["local"] // the last provider the background reconcile probes
+		return done
+	})
+	set := func(avail map[string]bool) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for name, ok := range avail {
+			c.probes[name] = probeResult{available: ok, reason: "set by the test", at: time.Now()}
+		}
+	}
+	many := runtime.NumCPU() + 1
+	set(map[string]bool{"docker": false, "podman": false, "kubernetes": true})
+	env := e.wantError("POST", "/v1/computers", map[string]any{"cpus": many}, 500, codeComputerFailed)
+	if msg := env["message"].(string); !strings.Contains(msg, "kubectl could not") {
+		t.Fatalf("auto on kubernetes: %v", env)
+	}
+	set(map[string]bool{"docker": true})
+	env = e.wantError("POST", "/v1/computers", map[string]any{"cpus": many}, 422, codeSpecInvalid)
+	if !strings.Contains(env["message"].(string), "this host's") {
+		t.Fatalf("auto on docker: %v", env)
+	}
 }

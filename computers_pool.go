@@ -9,8 +9,10 @@
 // Rules:
 //   - config `warmPool: {flavor: count}` (default empty) keeps that many machines of the flavor's default
 //     spec running on the engine the pool uses: the configured computerProvider when it is docker,
-//     podman or sandbox, or the one `auto` selects when that is one of them (poolable). On local the pool
-//     is off and the doctor says why. Each count is 0..maxWarmPoolPerFlavor and their sum is at most maxComputers.
+//     podman, kubernetes or sandbox, or the one `auto` selects when that is one of them (poolable). On
+//     kubernetes the pool's pods live in the cluster (label agentd.pool) and are adopted after a restart
+//     like the others. On local the pool is off and the doctor says why. Each count is
+//     0..maxWarmPoolPerFlavor and their sum is at most maxComputers.
 //   - A pool machine has its final id (cmp_…) from the start, the container label agentd.pool=<flavor>,
 //     and a record in state `pooled`. That state is outside every listing, lookup, quota count and
 //     reaper pass (store.ListComputers leaves it out; Get treats it as not found), so a pool machine is
@@ -141,8 +143,8 @@ func poolSpec(flavor string) ComputerSpec {
 func (c *computerService) poolProvider(ctx context.Context) (p provider, off string, byConfig bool) {
 	switch c.provider {
 	case "local":
-		return nil, "computerProvider is local: the warm pool keeps docker, podman or sandbox machines only", true
-	case "docker", "podman", "sandbox":
+		return nil, "computerProvider is local: the warm pool keeps docker, podman, kubernetes or sandbox machines only", true
+	case "docker", "podman", "kubernetes", "sandbox":
 		p := c.providerByName(c.provider)
 		if pr := c.probe(ctx, p); !pr.available {
 			return nil, fmt.Sprintf("computerProvider %s is unavailable: %s", c.provider, pr.reason), false
@@ -154,7 +156,7 @@ func (c *computerService) poolProvider(ctx context.Context) (p provider, off str
 		return nil, asAPIError(err).Message, false
 	}
 	if !poolable(p) {
-		return nil, fmt.Sprintf("auto selects %s (no docker, podman or sandbox can run): the warm pool keeps docker, podman or sandbox machines only", p.meta().name), false
+		return nil, fmt.Sprintf("auto selects %s (no docker, podman, kubernetes or sandbox can run): the warm pool keeps docker, podman, kubernetes or sandbox machines only", p.meta().name), false
 	}
 	return p, "", false
 }
@@ -307,6 +309,8 @@ func (c *computerService) warm(m *ComputerInfo) {
 		c.channel(c.ctx, p, m) // opened now, so the taker's first exec is a frame, not a docker exec
 	case *sandboxProvider:
 		c.channel(c.ctx, p, m) // after a restart the sandbox's bwrap is started again here
+	case *kubeProvider:
+		c.channel(c.ctx, p, m) // its `kubectl exec -i`, the helper having been copied in at create
 	}
 }
 
@@ -332,11 +336,12 @@ func (c *computerService) poolEvict(ctx context.Context, id, why string) {
 	c.poolKick()
 }
 
-// poolable: the pool keeps machines of docker, podman and sandbox (whose create is a bwrap and a helper
-// start, ~100x its first exec); a local machine is a directory and costs nothing to make.
+// poolable: the pool keeps machines of docker, podman, kubernetes (a pod's create is seconds: apply,
+// schedule, Ready, the helper copied in) and sandbox (a bwrap and a helper start, ~100x its first exec);
+// a local machine is a directory and costs nothing to make.
 func poolable(p provider) bool {
 	switch p.(type) {
-	case *engineProvider, *sandboxProvider:
+	case *engineProvider, *sandboxProvider, *kubeProvider:
 		return true
 	}
 	return false
@@ -356,6 +361,11 @@ func (c *computerService) poolSatisfies(p provider, sp ComputerSpec) bool {
 	def := poolSpec(sp.Flavor)
 	if _, sandbox := p.(*sandboxProvider); sandbox && (sp.Image != "" || sp.CPUs != def.CPUs || sp.MemoryMB != def.MemoryMB) {
 		return false // a sandbox's limits are its helper's rlimits, set when its bwrap starts
+	}
+	// A pod's limits are fixed at its creation for agentd: an in-place resize needs the pods/resize
+	// subresource (another verb in the Role) and a runtime that applies it; a spec with other limits goes cold.
+	if _, pod := p.(*kubeProvider); pod && (sp.CPUs != def.CPUs || sp.MemoryMB != def.MemoryMB) {
+		return false
 	}
 	return c.imageFor(sp) == c.imageFor(def) && sp.User == "" && len(sp.Env) == 0 && len(sp.Mounts) == 0 &&
 		len(sp.Packages) == 0 && sp.Network.Mode == def.Network.Mode && !sp.Persist && sp.DiskMB == def.DiskMB &&

@@ -308,6 +308,12 @@ func TestWarmPoolSatisfies(t *testing.T) {
 	if c.poolSatisfies(newLocalProvider(c), spec(func(*ComputerSpec) {})) {
 		t.Error("local accepted")
 	}
+	// A pod's limits are set at its creation: on kubernetes they must be the flavor's defaults.
+	kube := newKubeProvider(kubeConfig{}, c)
+	if !c.poolSatisfies(kube, spec(func(*ComputerSpec) {})) || c.poolSatisfies(kube, spec(func(sp *ComputerSpec) { sp.CPUs = 1 })) ||
+		c.poolSatisfies(kube, spec(func(sp *ComputerSpec) { sp.MemoryMB = 256 })) || c.poolSatisfies(kube, spec(func(sp *ComputerSpec) { sp.Persist = true })) {
+		t.Error("kubernetes: the default spec only, limits included")
+	}
 }
 
 // TestWarmPoolSandbox: the pool keeps sandbox machines too (a sandbox's create is a bwrap and a helper
@@ -371,4 +377,92 @@ func TestWarmPoolSandbox(t *testing.T) {
 		dirs, _ := os.ReadDir(filepath.Join(home, "sandboxes"))
 		return len(dirs) == 0
 	})
+}
+
+// TestWarmPoolKubernetes: the pool keeps pods in the cluster: it fills (pods labelled agentd.pool), its
+// machines are in no listing and never reaped; a default create takes one whose channel already answers;
+// a pool pod deleted behind agentd's back is noticed by the pod watch and replaced; after a restart the
+// pool pod is adopted and taken as before, and a restart with a smaller pool destroys it. No pod is left.
+func TestWarmPoolKubernetes(t *testing.T) {
+	requireKubernetes(t)
+	t.Cleanup(func() { checkNoKubeLeaks(t) })
+	home := t.TempDir()
+	setup := func(c *testSetup) { c.ComputerProvider, c.MaxComputers = "kubernetes", 4 }
+	a := newTestServer(t, withHostEnv, withHome(home), withWarmPool(map[string]int{"base": 1}), setup)
+	k := a.s.computers.providerByName("kubernetes").(*kubeProvider)
+	podLabel := func(id string) string {
+		out, _ := kubectlTest(t, "get", "pod", k.pod(&ComputerInfo{ID: id}), "--ignore-not-found", "-o", `jsonpath={.metadata.labels.agentd\.pool}`)
+		return strings.TrimSpace(out)
+	}
+	// The pool's view without GET /v1/doctor, which would start the network-policy check's pods too.
+	ready := func(ts *testServer) int {
+		d, _ := ts.s.computers.poolDoctor(context.Background())
+		if len(d.Flavors) == 0 {
+			return -1
+		}
+		return d.Flavors[0].Ready
+	}
+	eventually(t, "the pool to fill", func() bool { return ready(a) == 1 })
+	pooled := a.pooledIDs()
+	if d, _ := a.s.computers.poolDoctor(context.Background()); !d.Enabled || d.Provider != "kubernetes" || len(pooled) != 1 || podLabel(pooled[0]) != "base" {
+		t.Fatalf("doctor pool: %+v; pooled %v, pod label %q", d, pooled, podLabel(pooled[0]))
+	}
+	if ids := a.listIDs(true); len(ids) != 0 {
+		t.Fatalf("pool machines listed: %v", ids)
+	}
+	a.s.computers.setNow(func() time.Time { return time.Now().Add(48 * time.Hour) })
+	if got := a.s.computers.sweep(context.Background()); len(got) != 0 {
+		t.Fatalf("the reaper took %v", got)
+	}
+	a.s.computers.setNow(time.Now)
+
+	m := a.create(map[string]any{"name": "quick"})
+	if m.ID != pooled[0] || m.Provider != "kubernetes" || m.Name != "quick" {
+		t.Fatalf("taken: %+v (pool was %v)", m, pooled)
+	}
+	if out := a.sh(m.ID, "echo hi; id -u; pwd"); out != "hi\n1000\n/work\n" {
+		t.Fatalf("exec on the taken machine: %q", out)
+	}
+	eventually(t, "the pool to refill", func() bool { return ready(a) == 1 })
+	refilled := a.pooledIDs()
+	if len(refilled) != 1 || refilled[0] == m.ID {
+		t.Fatalf("refilled pool %v (taken %s)", refilled, m.ID)
+	}
+
+	// A pool pod deleted behind agentd's back: evicted by the pod watch, and replaced.
+	if out, err := kubectlTest(t, "delete", "pod", k.pod(&ComputerInfo{ID: refilled[0]}), "--wait=true", "--grace-period=1"); err != nil {
+		t.Fatalf("kubectl delete: %v: %s", err, out)
+	}
+	eventually(t, "the deleted pool pod replaced", func() bool {
+		ids := a.pooledIDs()
+		return len(ids) == 1 && ids[0] != refilled[0] && ready(a) == 1
+	})
+	replaced := a.pooledIDs()
+
+	// A restart adopts the pool pod; the next create takes it.
+	a.keep = true
+	a.close()
+	b := newTestServer(t, withHostEnv, withHome(home), withWarmPool(map[string]int{"base": 1}), setup)
+	eventually(t, "the adopted pool", func() bool { return ready(b) == 1 })
+	if got := b.pooledIDs(); !slices.Equal(got, replaced) {
+		t.Fatalf("after restart the pool is %v, was %v", got, replaced)
+	}
+	again := b.create(map[string]any{})
+	if again.ID != replaced[0] {
+		t.Fatalf("after restart a create made %s instead of taking %s", again.ID, replaced[0])
+	}
+	if out := b.sh(again.ID, "echo adopted"); out != "adopted\n" {
+		t.Fatalf("exec on the adopted machine: %q", out)
+	}
+	eventually(t, "the pool to refill", func() bool { return ready(b) == 1 })
+	last := b.pooledIDs()
+	b.keep = true
+	b.close()
+
+	// The pool shrinks to nothing: its pod is destroyed at the next start.
+	c := newTestServer(t, withHostEnv, withHome(home), setup)
+	eventually(t, "the pool machine destroyed", func() bool { return len(c.pooledIDs()) == 0 && podLabel(last[0]) == "" })
+	for _, id := range []string{m.ID, again.ID} {
+		c.call("DELETE", "/v1/computers/"+id, nil, 204, nil)
+	}
 }

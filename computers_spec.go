@@ -1,7 +1,7 @@
 // computers_spec.go — what a machine's spec may ask of this host, checked before anything starts.
 //
 // Entry points: applyComputerDefaults (the contract's defaults), checkEngineArgs (what reaches an engine's
-// argv), imageFor / machineImage (the flavor's image), checkHostLimits (cpus, memory, disk, registries),
+// argv), imageFor / machineImage (the flavor's image), checkHostLimits (memory, disk, registries), checkHostCPUs,
 // checkMountSource (allowedMounts and the never-mountable paths). Every refusal is a 422 naming the field.
 package main
 
@@ -116,12 +116,21 @@ const (
 	maxMachineDiskMB   = 1 << 20 // 1 TB of tmpfs or volume
 )
 
-// checkHostLimits refuses what this host cannot give, and images from registries not allowed.
+// checkHostCPUs refuses more cpus than this host has, on a provider whose machines run on this host:
+// judged after the provider is selected (a spec may name none, and `auto` may select kubernetes, where
+// the node decides: an unschedulable request fails with the pod's events).
+func checkHostCPUs(sp ComputerSpec, p provider) error {
+	if _, cluster := p.(*kubeProvider); cluster || sp.CPUs <= float64(runtime.NumCPU()) {
+		return nil
+	}
+	return errorf(codeSpecInvalid, "cpus: %g is more than this host's %d CPUs", sp.CPUs, runtime.NumCPU()).
+		withHint(fmt.Sprintf("ask for at most %d", runtime.NumCPU())).withDetail("limit", runtime.NumCPU())
+}
+
+// checkHostLimits refuses what this host cannot give whatever the provider, and images from registries
+// not allowed (cpus: checkHostCPUs, once the provider is known).
 func (c *computerService) checkHostLimits(sp ComputerSpec) error {
 	switch {
-	case sp.CPUs > float64(runtime.NumCPU()) && sp.Provider != "kubernetes": // a cluster's nodes are not this host
-		return errorf(codeSpecInvalid, "cpus: %g is more than this host's %d CPUs", sp.CPUs, runtime.NumCPU()).
-			withHint(fmt.Sprintf("ask for at most %d", runtime.NumCPU())).withDetail("limit", runtime.NumCPU())
 	case sp.MemoryMB < minMachineMemoryMB:
 		return errorf(codeSpecInvalid, "memoryMb: %d MB is below the %d MB a machine needs", sp.MemoryMB, minMachineMemoryMB).
 			withHint(fmt.Sprintf("ask for at least %d", minMachineMemoryMB)).withDetail("limit", minMachineMemoryMB)

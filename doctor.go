@@ -72,6 +72,9 @@ type doctorProvider struct {
 	// ExecChannel (addition, docker and podman): whether execs and file operations go over the warm
 	// in-machine channel, and why not (or what limits it).
 	ExecChannel *doctorExecChannel `json:"execChannel,omitempty"`
+	// NetworkPolicies (addition, kubernetes): whether the cluster's network plugin was shown to enforce
+	// them (computers_kubernetes_netcheck.go): "enforced: …", "not enforced: …", "being checked", "not shown: …".
+	NetworkPolicies string `json:"networkPolicies,omitempty"`
 }
 
 // doctorModelProvider is one model provider in the doctor report.
@@ -110,6 +113,7 @@ const (
 func (s *server) handleDoctor(w http.ResponseWriter, r *http.Request) error {
 	ctx, cancel := context.WithTimeout(r.Context(), doctorTimeout)
 	defer cancel()
+	s.computers.startBackgroundChecks(ctx) // what the report says once they end (never waited for here)
 	writeJSON(w, http.StatusOK, s.doctor(ctx))
 	return nil
 }

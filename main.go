@@ -130,6 +130,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return runHelp(args[1:], stdout)
 	case "machine-helper": // hidden: the in-machine end of the exec channel (computers_helper.go)
 		return machineHelperMain(args[1:], os.Stdin, stdout) // computers_sandbox.go: its flags
+	case "netprobe": // hidden: the in-pod half of the kubernetes network-policy check (computers_kubernetes_netcheck.go)
+		return netprobeMain(args[1:], os.Stdin, stdout)
 	}
 	return runCLI(ctx, args, getenv, stdout, stderr)
 }
@@ -461,6 +463,9 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
 	fmt.Fprintf(stderr, "agentd %s listening on http://%s\n", version, ln.Addr())
+	if k, ok := s.computers.providerByName("kubernetes").(*kubeProvider); ok && cfg.ComputerProvider == "kubernetes" {
+		k.startNetCheck() // in the background: the doctor has the answer by the time it is asked
+	}
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- hs.Serve(ln) }()

@@ -27,6 +27,7 @@ if [[ -f $KCFG ]] && kubectl --kubeconfig "$KCFG" get --raw /readyz >/dev/null 2
   kubectl --kubeconfig "$KCFG" delete pods --all --all-namespaces --grace-period=1 --timeout=60s --wait=true >/dev/null 2>&1 || true
 fi
 stop kubelet
+stop hostpath-provisioner
 stop kube-scheduler
 stop kube-controller-manager
 
@@ -60,6 +61,7 @@ for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep '^cni-'); do
   grep -qx "$ns" "$RUN/netns-before" 2>/dev/null || { ip netns delete "$ns" 2>/dev/null && echo "deleted netns $ns"; }
 done
 ip link show k8slocal0 >/dev/null 2>&1 && ip link delete k8slocal0
+while iptables -D FORWARD -i k8slocal0 -o k8slocal0 -m comment --comment agentd-k8s -j ACCEPT 2>/dev/null; do :; done # up.sh's
 for c in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/unified/kubepods; do
   [[ -d $c ]] && find "$c" -depth -type d -exec rmdir {} \; 2>/dev/null
 done

@@ -137,6 +137,11 @@ state = "$RUN/containerd/state"
     bin_dir = "$CNI_BIN"
     conf_dir = "$STATE/cni/net.d"
 EOF
+# Pod-to-pod traffic crosses the bridge; with docker on the host (FORWARD policy DROP) and br_netfilter
+# (bridge-nf-call-iptables=1) it goes through iptables' FORWARD chain and is dropped: let it through.
+if command -v iptables >/dev/null && ! iptables -C FORWARD -i k8slocal0 -o k8slocal0 -m comment --comment agentd-k8s -j ACCEPT 2>/dev/null; then
+  iptables -I FORWARD -i k8slocal0 -o k8slocal0 -m comment --comment agentd-k8s -j ACCEPT
+fi
 start containerd "$CONTAINERD" --config "$STATE/containerd.toml"
 wait_for containerd 30 ctr -a "$CSOCK" version
 for img in "$IMAGES"/*.tar; do
@@ -169,6 +174,10 @@ start kube-controller-manager "$BIN/kube-controller-manager" --kubeconfig="$KCFG
 start kube-scheduler "$BIN/kube-scheduler" --kubeconfig="$KCFG" \
   --authentication-kubeconfig="$KCFG" --authorization-kubeconfig="$KCFG" \
   --bind-address=127.0.0.1 --secure-port=10259 --leader-elect=false --profiling=false
+# Dynamic volumes for PersistentVolumeClaims (agentd's persist): kube/allinone/provisioner.go says why not
+# kube-controller-manager's --enable-hostpath-provisioner (its volumes are root 0750, and a hostPath
+# volume gets no fsGroup: agentd's uid-1000 pods could not write them).
+start hostpath-provisioner "$BIN/k8s-allinone" hostpath-provisioner --kubeconfig="$KCFG" --root="$STATE/volumes"
 
 # ---------- kubelet ----------
 cat > "$STATE/kubelet-config.yaml" <<EOF
@@ -198,6 +207,8 @@ serializeImagePulls: false
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 evictionHard: {memory.available: "100Mi", nodefs.available: "1%", imagefs.available: "1%", nodefs.inodesFree: "1%"}
+# the default 110 pods is below BENCHMARKS' 200-pod row; the pod CIDR (a /24) holds 254
+maxPods: 250
 protectKernelDefaults: false
 makeIPTablesUtilChains: false
 EOF
@@ -207,4 +218,16 @@ wait_for "node Ready" 120 bash -c "kubectl --kubeconfig '$KCFG' get node '$NODE_
 wait_for "default serviceaccount" 60 kubectl --kubeconfig "$KCFG" -n default get serviceaccount default
 # single node: let anything schedule here
 kubectl --kubeconfig "$KCFG" taint node "$NODE_NAME" node-role.kubernetes.io/control-plane- >/dev/null 2>&1 || true
+# The default StorageClass: claims are bound by the provisioner started above, once the scheduler has
+# placed their pod (WaitForFirstConsumer, as on most real clusters); deleting a claim deletes its volume.
+kubectl --kubeconfig "$KCFG" apply -f - >/dev/null <<EOF
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata:
+  name: local-hostpath
+  annotations: {storageclass.kubernetes.io/is-default-class: "true"}
+provisioner: agentd.local/hostpath
+reclaimPolicy: Delete
+volumeBindingMode: WaitForFirstConsumer
+EOF
 log "cluster up; export KUBECONFIG=$KCFG"
