@@ -5,7 +5,9 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -439,6 +441,73 @@ func TestClientHelloSNI(t *testing.T) {
 	}
 }
 
+// recordingConn is the upstream side of a gate in the tests: what reached it, and whether it was closed.
+type recordingConn struct {
+	got    []byte
+	closed bool
+}
+
+func (r *recordingConn) Read([]byte) (int, error)    { return 0, io.EOF }
+func (r *recordingConn) Write(p []byte) (int, error) { r.got = append(r.got, p...); return len(p), nil }
+func (r *recordingConn) Close() error                { r.closed = true; return nil }
+func (r *recordingConn) CloseWrite() error           { return nil }
+
+// TestHelloGate: the gate passes a hello whose name is allowed, and what follows it, untouched; it
+// closes the upstream on a refused name before a byte of the hello reaches it; a hello cut into 1-byte
+// records and fed a byte at a time is decided all the same; what is not TLS passes at once.
+func TestHelloGate(t *testing.T) {
+	tiny := func(hello []byte) []byte { // the hello re-cut into records of one byte each
+		var out []byte
+		for _, c := range hello[5:] {
+			out = append(out, tlsRecordHandshake, hello[1], hello[2], 0, 1, c)
+		}
+		return out
+	}
+	for _, name := range []string{"allowed.example", "evil.example"} {
+		hello := helloBytes(t, name)
+		for _, feed := range []struct {
+			what string
+			b    []byte
+			step int
+		}{{"whole", hello, len(hello)}, {"byte by byte", hello, 1}, {"tiny records, byte by byte", tiny(hello), 1}} {
+			up := &recordingConn{}
+			var checked []string
+			g := &helloGate{halfConn: up, check: func(sni string) error {
+				checked = append(checked, sni)
+				if sni != "allowed.example" {
+					return errors.New("refused")
+				}
+				return nil
+			}}
+			var werr error
+			for b := feed.b; len(b) > 0 && werr == nil; b = b[min(feed.step, len(b)):] {
+				_, werr = g.Write(b[:min(feed.step, len(b))])
+			}
+			if len(checked) != 1 || checked[0] != name {
+				t.Fatalf("%s, %s: checked %q", name, feed.what, checked)
+			}
+			if name == "evil.example" {
+				if werr == nil || !up.closed || len(up.got) != 0 {
+					t.Fatalf("%s, %s: err %v, closed %v, %d bytes upstream", name, feed.what, werr, up.closed, len(up.got))
+				}
+				continue
+			}
+			g.Write([]byte("after"))
+			if werr != nil || up.closed || string(up.got) != string(feed.b)+"after" {
+				t.Fatalf("%s, %s: err %v, closed %v, upstream got %d bytes of %d", name, feed.what, werr, up.closed, len(up.got), len(feed.b)+5)
+			}
+		}
+	}
+	up := &recordingConn{}
+	g := &helloGate{halfConn: up, check: func(string) error { t.Fatal("checked a non-TLS stream"); return nil }}
+	if _, err := g.Write(nil); err != nil || len(up.got) != 0 {
+		t.Fatalf("an empty write: %v %q", err, up.got)
+	}
+	if _, err := g.Write([]byte("SSH-2.0-x\r\n")); err != nil || string(up.got) != "SSH-2.0-x\r\n" {
+		t.Fatalf("not TLS: %v %q", err, up.got)
+	}
+}
+
 func FuzzClientHelloSNI(f *testing.F) {
 	f.Add(helloBytes(f, "example.com"))
 	f.Add(helloBytes(f, ""))
@@ -447,6 +516,19 @@ func FuzzClientHelloSNI(f *testing.F) {
 		sni, complete, err := clientHelloSNI(b)
 		if err != nil && (complete || sni != "") {
 			t.Fatalf("an error with a result: %q %v %v", sni, complete, err)
+		}
+		// Read as it arrives, in pieces, by one reader: the same answer as whole.
+		var r helloReader
+		var sniP string
+		var completeP bool
+		var errP error
+		for k := 1 + len(b)/7; ; k += 1 + len(b)/7 {
+			if sniP, completeP, errP = r.read(b[:min(k, len(b))]); completeP || errP != nil || k >= len(b) {
+				break
+			}
+		}
+		if sniP != sni || completeP != complete || (errP == nil) != (err == nil) {
+			t.Fatalf("in pieces: %q %v %v; whole: %q %v %v", sniP, completeP, errP, sni, complete, err)
 		}
 		if complete && err == nil { // more bytes after a whole hello change nothing
 			if sni2, complete2, err2 := clientHelloSNI(append(b[:len(b):len(b)], 0x17, 3, 3, 0, 1, 0)); sni2 != sni || !complete2 || err2 != nil {
