@@ -359,6 +359,35 @@ func TestFullModeFiltered(t *testing.T) {
 			if out := pyRun(e, open.ID, rawPy, host, hport); !strings.HasPrefix(out, "ERR") {
 				t.Fatalf("a full machine reached the host on its bridge gateway %s: %q", ln.Addr(), out)
 			}
+			// No IPv6 path: the machine has no IPv6 address but loopback's, and the host's addresses,
+			// the link-local ones of the machine's gateway interface included, do not answer on [::].
+			if out := e.sh(open.ID, "grep -v ' lo$' /proc/net/if_inet6 || true"); out != "" {
+				t.Fatalf("a full machine has IPv6 addresses: %q", out)
+			}
+			if targets := hostV6Targets(t, strings.Fields(string(gw))[0]); len(targets) > 0 {
+				port := v6Port(t)
+				for _, a := range targets {
+					if out := pyRun(e, open.ID, rawPy, a, port); !strings.HasPrefix(out, "ERR") {
+						t.Fatalf("a full machine reached the host's [%s]:%s: %q", a, port, out)
+					}
+				}
+			}
+			// Nor another engine's container (a machine of another provider), either way for the sandbox.
+			foreign := map[string]string{"docker": "podman", "podman": "docker", "sandbox": "docker"}[prov]
+			if engineTested(foreign) {
+				fip, stopForeign := foreignServer(t, foreign, prov)
+				defer stopForeign()
+				if out := pyRun(e, open.ID, rawPy, fip, "8000"); !strings.HasPrefix(out, "ERR") {
+					t.Fatalf("a full %s machine reached a %s container at %s: %q", prov, foreign, fip, out)
+				}
+				if prov == "sandbox" {
+					other := e.s.computers.providerByName("sandbox").(*sandboxProvider).guestNetAddr(context.Background(), &denied)
+					out, _ := exec.Command(foreign, "exec", "agentd-foreign-"+testOwnerPrefix()+prov, "python3", "-c", rawPy, other, "8001").CombinedOutput()
+					if !strings.HasPrefix(string(out), "ERR") {
+						t.Fatalf("a %s container reached a full sandbox at %s: %q", foreign, other, out)
+					}
+				}
+			}
 			// A port forward still works: the host opens, the machine only answers.
 			e.sh(open.ID, "mkdir -p www && echo full-ok > www/i && cd www && nohup python3 -m http.server 8000 --bind 0.0.0.0 >/dev/null 2>&1 &")
 			var b PortBinding
@@ -384,6 +413,94 @@ func TestFullModeFiltered(t *testing.T) {
 			}
 		})
 	}
+}
+
+// v6Port is the port of a listener on the host's [::] for the test (closed at its cleanup).
+func v6Port(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp6", "[::]:0")
+	if err != nil {
+		t.Fatalf("the host has IPv6 addresses but cannot listen on [::]: %v", err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	return port
+}
+
+// hostV6Targets are the host's IPv6 addresses a machine behind gw could aim at: the link-local ones of
+// the interface holding gw (scoped to the machine's eth0), and every global one.
+func hostV6Targets(t *testing.T, gw string) []string {
+	t.Helper()
+	ifs, err := net.Interfaces()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, i := range ifs {
+		addrs, _ := i.Addrs()
+		onGW := false
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok && n.IP.String() == gw {
+				onGW = true
+			}
+		}
+		for _, a := range addrs {
+			n, ok := a.(*net.IPNet)
+			switch {
+			case !ok || n.IP.To4() != nil || n.IP.IsLoopback():
+			case n.IP.IsLinkLocalUnicast() && onGW:
+				out = append(out, n.IP.String()+"%eth0")
+			case n.IP.IsGlobalUnicast():
+				out = append(out, n.IP.String())
+			}
+		}
+	}
+	return out
+}
+
+// engineTested says whether an engine's tests run here (without failing or skipping the caller).
+func engineTested(engine string) bool {
+	check := map[string][]string{"docker": {"image", "inspect", testImage}, "podman": {"image", "exists", testImage}}[engine]
+	return os.Getenv("AGENT_TEST_DOCKER") == "1" && check != nil && exec.Command(engine, check...).Run() == nil
+}
+
+// foreignServer runs a plain container of engine (not an agentd machine; one per provider's subtest)
+// serving HTTP on 8000 and returns its address, once the host reaches it, and its removal.
+func foreignServer(t *testing.T, engine, forProv string) (string, func()) {
+	t.Helper()
+	name := "agentd-foreign-" + testOwnerPrefix() + forProv
+	exec.Command(engine, "rm", "-f", name).Run()
+	if out, err := exec.Command(engine, "run", "-d", "--name", name, "--label", "agentd.id=foreign", "--label", "agentd.owner="+testOwnerPrefix()+"foreign",
+		testImage, "python3", "-m", "http.server", "8000").CombinedOutput(); err != nil {
+		t.Fatalf("%s run: %v: %s", engine, err, out)
+	}
+	stop := func() {
+		if engine == "podman" {
+			exec.Command(engine, "rm", "-f", "-t", "0", name).Run()
+		} else {
+			exec.Command(engine, "rm", "-f", name).Run()
+		}
+	}
+	ip, err := exec.Command(engine, "inspect", "--format", "{{range .NetworkSettings.Networks}}{{.IPAddress}} {{end}}", name).Output()
+	if err != nil || len(strings.Fields(string(ip))) == 0 {
+		stop()
+		t.Fatalf("%s inspect: %v %q", engine, err, ip)
+	}
+	addr := strings.Fields(string(ip))[0]
+	eventually(t, "the "+engine+" container's server from the host", func() bool {
+		out, _ := exec.Command("python3", "-c", rawPy, addr, "8000").Output()
+		return strings.TrimSpace(string(out)) == "CONNECTED"
+	})
+	return addr, stop
 }
 
 // helloBytes is the ClientHello crypto/tls sends for serverName (its first flight, as written).

@@ -7,3 +7,5 @@ package main
 func applyHelperLimits(spec string) error          { return nil }
 func watchProcesses(max int, stop <-chan struct{}) {}
 func userNamespacesOff() (reason, hint string)     { return "", "" }
+func inNetns(nsPath string, f func() error) error  { return f() }
+func disableIPv6(ifaces ...string) error           { return nil }

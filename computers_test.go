@@ -132,6 +132,13 @@ func TestComputerConformance(t *testing.T) {
 
 // checkNoLeaks: the suite ends with no agentd container of this process left on any engine.
 func checkNoLeaks(t *testing.T) {
+	if out, err := exec.Command("ip", "netns", "list").Output(); err == nil { // full sandboxes' namespaces
+		for _, line := range strings.Split(string(out), "\n") {
+			if strings.HasPrefix(line, "agentd-"+testOwnerPrefix()) {
+				t.Errorf("leaked network namespace: %s", line)
+			}
+		}
+	}
 	for _, eng := range []string{"docker", "podman"} {
 		if _, err := exec.LookPath(eng); err != nil {
 			continue
