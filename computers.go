@@ -389,6 +389,9 @@ func (c *computerService) doctor(ctx context.Context) (providers []doctorProvide
 				dp.ExecChannel.Reason += "; without it, machines in network.mode egress have no network at all (they fail closed) and no ports: turn execChannel on, or use mode full"
 			}
 		}
+		if l, ok := p.(interface{ limitsNote() string }); ok && pr.available {
+			dp.Limits = l.limitsNote()
+		}
 		providers = append(providers, dp)
 	}
 	p, err := c.selectProvider(ctx, "")

@@ -15,9 +15,11 @@
 // few /etc files a program needs, read-only; a synthesized passwd and group; the workspace at /work and a
 // private /tmp (host directories under the machine's, so they survive what local's survive); new /proc and
 // /dev. No host home, no $AGENT_HOME, no sockets. The environment is built from an allow-list like local's.
-// Limits: the helper sets RLIMIT_DATA (memoryMb), RLIMIT_FSIZE (diskMb), RLIMIT_CPU and RLIMIT_NPROC on
-// itself, so every process inherits them, and kills everything in the machine when its pid namespace
-// holds more than sandboxMaxProcs processes (RLIMIT_NPROC does not bind processes whose host uid is root).
+// Limits: where agentd can write a cgroup for the machine (computers_sandbox_cgroup.go), the bwrap starts
+// in one bounding memoryMb, cpus and sandboxNproc tasks for the whole machine. Always: the helper sets
+// RLIMIT_DATA (memoryMb), RLIMIT_FSIZE (diskMb), RLIMIT_CPU and RLIMIT_NPROC on itself, so every process
+// inherits them, and kills everything in the machine when its pid namespace holds more than
+// sandboxMaxProcs processes (RLIMIT_NPROC does not bind processes whose host uid is root).
 //
 // Lifecycle: the bwrap is the machine's exec channel: opened at create and start, reopened on the next
 // use after it died; closed (the helper kills what it started, the namespaces go) at stop, destroy and
@@ -28,6 +30,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -59,8 +62,9 @@ type sandboxProvider struct {
 	root string // $AGENT_HOME/sandboxes
 
 	mu      sync.Mutex
-	bwrap   string // the bwrap binary, found by probe
-	newOpts bool   // bwrap ≥ 0.7 (--disable-userns, --size)
+	bwrap   string     // the bwrap binary, found by probe
+	newOpts bool       // bwrap ≥ 0.7 (--disable-userns, --size)
+	cg      cgroupHost // where the machines' cgroups go, found by probe (computers_sandbox_cgroup.go)
 
 	netMu         sync.Mutex  // orders this server's full machines' network setups (computers_sandboxnet.go)
 	netFilterable func() bool // can full machines get a filtered network here (sandboxNetFilterable; tests swap it)
@@ -109,8 +113,21 @@ func (s *sandboxProvider) probe(ctx context.Context) probeResult {
 		return probeResult{reason: "bwrap cannot create a sandbox here: " + msg,
 			hint: "user namespaces may be disabled: sysctl -w user.max_user_namespaces=15000 kernel.unprivileged_userns_clone=1; inside a container, run it with --security-opt seccomp=unconfined or use provider docker"}
 	}
+	cg := detectCgroups(hostCgroupEnv(), s.c.owner).tried()
+	s.mu.Lock()
+	s.cg = cg
+	s.mu.Unlock()
 	return probeResult{available: true, version: strings.TrimPrefix(strings.TrimSpace(string(ver)), "bubblewrap ")}
 }
+
+func (s *sandboxProvider) cgroups() cgroupHost {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cg
+}
+
+// limitsNote says, for the doctor, which limits bind a machine here: cgroups or rlimits alone.
+func (s *sandboxProvider) limitsNote() string { return s.cgroups().note() }
 
 // bwrapOutput runs one short bwrap and returns its combined output. WaitDelay bounds the wait for its
 // pipes: a sandboxed descendant that outlives a killed bwrap must not hang the probe (and with it the
@@ -239,7 +256,9 @@ func (s *sandboxProvider) env(m *ComputerInfo) []string {
 	return env
 }
 
-// helperCmd is the machine itself: one bwrap whose first process is the helper.
+// helperCmd is the machine itself: one bwrap whose first process is the helper, started in the
+// machine's cgroup where there is one (through nsenter, in the machine's network namespace, for a
+// filtered full machine).
 func (s *sandboxProvider) helperCmd(ctx context.Context, m *ComputerInfo) *exec.Cmd {
 	s.mu.Lock()
 	bw := s.bwrap
@@ -247,17 +266,25 @@ func (s *sandboxProvider) helperCmd(ctx context.Context, m *ComputerInfo) *exec.
 	if bw == "" {
 		bw = "bwrap"
 	}
-	if !s.filteredFull(m.Spec) {
-		cmd := exec.CommandContext(ctx, bw, s.bwrapArgs(m)...)
-		cmd.Env = s.env(m)
-		return cmd
+	argv := append([]string{bw}, s.bwrapArgs(m)...)
+	var errs []error
+	if s.filteredFull(m.Spec) {
+		// nsenter joins the machine's namespace and execs bwrap, which stays the channel's process.
+		nsPath, err := s.netUp(ctx, m)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("cannot give the machine its filtered network: %v", err))
+		}
+		argv = append([]string{"nsenter", "--net=" + nsPath, "--"}, argv...)
 	}
-	// nsenter joins the machine's namespace and execs bwrap, which stays the channel's process.
-	nsPath, err := s.netUp(ctx, m)
-	cmd := exec.CommandContext(ctx, "nsenter", append([]string{"--net=" + nsPath, "--", bw}, s.bwrapArgs(m)...)...)
-	cmd.Env = s.env(m)
+	procs, err := s.cgroups().create(m.ID, m.Spec.MemoryMB, m.Spec.CPUs, sandboxNproc)
 	if err != nil {
-		cmd.Err = fmt.Errorf("cannot give the machine its filtered network: %v", err) // Start fails with it
+		errs = append(errs, fmt.Errorf("cannot give the machine its cgroup: %v", err))
+	}
+	argv = cgroupWrap(procs, argv)
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Env = s.env(m)
+	if len(errs) > 0 {
+		cmd.Err = errors.Join(errs...) // Start fails with it
 	}
 	return cmd
 }
@@ -339,12 +366,18 @@ func (s *sandboxProvider) closeMachine(m *ComputerInfo) {
 func (s *sandboxProvider) stop(ctx context.Context, m *ComputerInfo) error {
 	s.closeMachine(m)
 	s.netDown(ctx, m.ID)
+	if err := s.cgroups().remove(m.ID); err != nil {
+		return errorf(codeComputerFailed, "%v", err)
+	}
 	return nil
 }
 
 func (s *sandboxProvider) destroy(ctx context.Context, m *ComputerInfo) error {
 	s.closeMachine(m)
 	s.netDown(ctx, m.ID)
+	if err := s.cgroups().remove(m.ID); err != nil {
+		return errorf(codeComputerFailed, "%v", err)
+	}
 	if err := os.RemoveAll(s.dir(m)); err != nil {
 		return errorf(codeComputerFailed, "cannot remove the sandbox's directory: %v", err)
 	}
@@ -366,6 +399,7 @@ func (s *sandboxProvider) owned(ctx context.Context) (map[string]bool, error) {
 	dirs, err := machineDirs(s.root)
 	if err == nil {
 		s.sweepNets(ctx, dirs)
+		s.cgroups().sweep(dirs)
 	}
 	return dirs, err
 }

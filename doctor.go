@@ -72,6 +72,8 @@ type doctorProvider struct {
 	// ExecChannel (addition, docker and podman): whether execs and file operations go over the warm
 	// in-machine channel, and why not (or what limits it).
 	ExecChannel *doctorExecChannel `json:"execChannel,omitempty"`
+	// Limits (addition, sandbox): which limits bind a machine on this host, cgroups or rlimits alone, and why.
+	Limits string `json:"limits,omitempty"`
 }
 
 // doctorModelProvider is one model provider in the doctor report.
