@@ -172,7 +172,11 @@ func openChannel(parent context.Context, host channelHost, m *ComputerInfo) (*ex
 	}
 	var stderr bytes.Buffer
 	cmd.Stderr = &limitedBuffer{b: &stderr, max: 4096}
-	if err := cmd.Start(); err != nil {
+	start := cmd.Start
+	if h, ok := host.(interface{ startHelper(*exec.Cmd) error }); ok { // the sandbox maps its user namespace
+		start = func() error { return h.startHelper(cmd) }
+	}
+	if err := start(); err != nil {
 		kill()
 		return nil, err
 	}

@@ -9,7 +9,8 @@
 // same namespaces, so a server started by one exec is reachable by the next. The bwrap runs with new
 // user, mount, pid, ipc and uts namespaces (and network with `network.mode` none and egress, whose one
 // way out is agentd's proxy over the channel, computers_egress.go; full gets a filtered namespace of its own
-// when agentd is root, computers_sandboxnet.go, and shares the host's otherwise), uid/gid 1000, every
+// when agentd is root, computers_sandboxnet.go, and shares the host's otherwise), uid/gid 1000 (the
+// host's sandboxHostID, not its root, when agentd is root: computers_sandbox_userns.go), every
 // capability dropped, no new privileges, --die-with-parent and
 // --new-session. Its root is an empty read-only tmpfs holding the host's /usr, /bin, /sbin, /lib* and the
 // few /etc files a program needs, read-only; a synthesized passwd and group; the workspace at /work and a
@@ -103,7 +104,7 @@ func (s *sandboxProvider) probe(ctx context.Context) probeResult {
 	s.bwrap, s.newOpts = bw, strings.Contains(string(help), "--disable-userns") && strings.Contains(string(help), "--size")
 	s.mu.Unlock()
 	// A real trial: the namespaces this provider asks for, around /bin/true.
-	trial := append(s.nsArgs(ComputerSpec{Network: NetworkSpec{Mode: "none"}}), s.systemArgs()...)
+	trial := append(s.nsArgs(ComputerSpec{Network: NetworkSpec{Mode: "none"}}, false), s.systemArgs()...)
 	trial = append(trial, "--proc", "/proc", "--dev", "/dev", "--", "/bin/true")
 	if out, err := bwrapOutput(ctx, bw, trial...); err != nil {
 		msg := firstLine(string(out))
@@ -160,15 +161,22 @@ func (s *sandboxProvider) supports(sp ComputerSpec) error {
 
 func (s *sandboxProvider) dir(m *ComputerInfo) string { return filepath.Join(s.root, m.ID) }
 
-// nsArgs are the namespaces and the identity of a machine.
-func (s *sandboxProvider) nsArgs(sp ComputerSpec) []string {
+// nsArgs are the namespaces and the identity of a machine. remap: agentd is root and maps the
+// namespace itself (computers_sandbox_userns.go); the helper starts as 0 with bwrap's capabilities and
+// drops them, and to 1000, before anything else runs.
+func (s *sandboxProvider) nsArgs(sp ComputerSpec, remap bool) []string {
 	a := []string{"--die-with-parent", "--new-session", "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
-		"--unshare-cgroup-try", "--uid", "1000", "--gid", "1000", "--hostname", "sandbox", "--cap-drop", "ALL"}
-	s.mu.Lock()
-	if s.newOpts {
-		a = append(a, "--disable-userns") // no nested user namespace: the kernel surface stays small
+		"--unshare-cgroup-try", "--hostname", "sandbox"}
+	if remap {
+		a = append(a, "--uid", "0", "--gid", "0", "--userns-block-fd", strconv.Itoa(usernsBlockFD), "--info-fd", strconv.Itoa(usernsInfoFD))
+	} else {
+		a = append(a, "--uid", "1000", "--gid", "1000", "--cap-drop", "ALL")
+		s.mu.Lock()
+		if s.newOpts {
+			a = append(a, "--disable-userns") // no nested user namespace: the kernel surface stays small
+		}
+		s.mu.Unlock()
 	}
-	s.mu.Unlock()
 	if noRoute(sp) { // egress reaches out only through the proxy over the channel (computers_egress.go)
 		a = append(a, "--unshare-net")
 	}
@@ -210,7 +218,7 @@ func (s *sandboxProvider) systemArgs() []string {
 // bwrapArgs is the whole machine: namespaces, the filesystem, then the helper with the limits.
 func (s *sandboxProvider) bwrapArgs(m *ComputerInfo) []string {
 	sp, dir := m.Spec, s.dir(m)
-	a := append(s.nsArgs(sp), s.systemArgs()...)
+	a := append(s.nsArgs(sp, s.remapped()), s.systemArgs()...)
 	if s.filteredFull(sp) {
 		if r := sandboxResolvConf(); r != "" {
 			a = append(a, "--ro-bind", r, "/etc/resolv.conf")
@@ -234,8 +242,12 @@ func (s *sandboxProvider) bwrapArgs(m *ComputerInfo) []string {
 	// The helper lives under the same data limit; the Go runtime needs a few hundred MB of it to grow.
 	data := max(int64(sp.MemoryMB), sandboxMinDataMB) << 20
 	limits := fmt.Sprintf("nproc=%d,data=%d,cpu=%d,fsize=%d", sandboxNproc, data, sandboxCPUSecs, int64(sp.DiskMB)<<20)
-	return append(a, "--ro-bind", s.c.helper, helperInMachine, "--chdir", "/", "--remount-ro", "/",
+	a = append(a, "--ro-bind", s.c.helper, helperInMachine, "--chdir", "/", "--remount-ro", "/",
 		"--", helperInMachine, "machine-helper", "--limits", limits, "--max-procs", strconv.Itoa(sandboxMaxProcs))
+	if s.remapped() {
+		a = append(a, "--become", sandboxUser)
+	}
+	return a
 }
 
 // env is the machine's environment: fixed names, the allow-list of local's (no PATH: the host's may
@@ -293,8 +305,14 @@ func (s *sandboxProvider) create(ctx context.Context, m *ComputerInfo) error {
 	if err := s.prepare(m); err != nil {
 		return err
 	}
-	if hp, ok := s.hostPath(m, m.Workdir); ok {
+	if hp, ok := s.hostPath(m, m.Workdir); ok && hp != filepath.Join(s.dir(m), "work") && hp != filepath.Join(s.dir(m), "tmp") {
 		os.MkdirAll(hp, 0o755)
+		top := filepath.Join(s.dir(m), strings.Split(strings.TrimPrefix(path.Clean(m.Workdir), "/"), "/")[0])
+		for d := hp; len(d) > len(top); d = filepath.Dir(d) { // what MkdirAll made, root's until now
+			if err := s.ownForMachine(d); err != nil {
+				return errorf(codeComputerFailed, "cannot give the workdir to the sandbox's user: %v", err)
+			}
+		}
 	}
 	return s.open(ctx, m)
 }
@@ -305,6 +323,11 @@ func (s *sandboxProvider) prepare(m *ComputerInfo) error {
 	for _, d := range []string{"work", "tmp", "etc"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
 			return errorf(codeComputerFailed, "cannot create the sandbox's directories: %v", err).withHint("make AGENT_HOME writable")
+		}
+		if d != "etc" {
+			if err := s.ownForMachine(filepath.Join(dir, d)); err != nil {
+				return errorf(codeComputerFailed, "cannot give the sandbox's /%s to its user: %v", d, err)
+			}
 		}
 	}
 	files := map[string]string{
@@ -456,11 +479,21 @@ func machineHelperMain(args []string, stdin io.Reader, stdout io.Writer) error {
 	fl.SetOutput(io.Discard)
 	limits := fl.String("limits", "", "rlimits to set: nproc=,data=,cpu=,fsize=")
 	maxProcs := fl.Int("max-procs", 0, "kill everything when the pid namespace holds more processes")
+	become := fl.String("become", "", "uid:gid to drop to (from 0, with bwrap's capabilities) before anything runs")
 	if err := fl.Parse(args); err != nil {
 		return errorf(codeSpecInvalid, "machine-helper: %v", err)
 	}
 	if err := applyHelperLimits(*limits); err != nil {
 		return err
+	}
+	if *become != "" { // computers_sandbox_userns.go
+		uid, gid, err := parseBecome(*become)
+		if err != nil {
+			return err
+		}
+		if err := helperBecome(uid, gid); err != nil {
+			return errorf(codeComputerFailed, "machine-helper: %v", err)
+		}
 	}
 	if *maxProcs > 0 {
 		stop := make(chan struct{})

@@ -148,3 +148,51 @@ func disableIPv6(ifaces ...string) error {
 	}
 	return nil
 }
+
+// helperBecome drops the helper, started as the machine's 0 with bwrap's capabilities, to uid:gid for
+// good: the bounding set emptied on every thread (where Go can: not under cgo, where setresuid still
+// clears the capabilities), no supplementary groups, then gid and uid. It checks the result.
+func helperBecome(uid, gid int) error {
+	const prCapbsetDrop = 24
+	last := 63
+	if b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap"); err == nil {
+		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+			last = n
+		}
+	}
+	for c := 0; c <= last; c++ {
+		if _, _, e := syscall.AllThreadsSyscall(syscall.SYS_PRCTL, prCapbsetDrop, uintptr(c), 0); e == syscall.ENOTSUP {
+			break
+		} else if e != 0 && e != syscall.EINVAL {
+			return fmt.Errorf("dropping capability %d from the bounding set: %v", c, e)
+		}
+	}
+	if err := syscall.Setgroups(nil); err != nil {
+		return fmt.Errorf("setgroups: %v", err)
+	}
+	if err := syscall.Setresgid(gid, gid, gid); err != nil {
+		return fmt.Errorf("setresgid %d: %v", gid, err)
+	}
+	if err := syscall.Setresuid(uid, uid, uid); err != nil {
+		return fmt.Errorf("setresuid %d: %v", uid, err)
+	}
+	st, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return err
+	}
+	want := map[string]string{"Uid:": strconv.Itoa(uid), "Gid:": strconv.Itoa(gid), "CapPrm:": "0000000000000000", "CapEff:": "0000000000000000", "CapAmb:": "0000000000000000"}
+	for _, line := range strings.Split(string(st), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		if w, ok := want[f[0]]; ok {
+			for _, v := range f[1:] {
+				if v != w {
+					return fmt.Errorf("after the drop, %s", line)
+				}
+			}
+		}
+	}
+	return nil
+}

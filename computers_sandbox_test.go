@@ -112,6 +112,41 @@ func TestSandboxEscapes(t *testing.T) {
 	}
 }
 
+// TestSandboxNotHostRoot: with agentd as root, a machine's user is the host's sandboxHostID, not its
+// root: it cannot write the host's sysctls (a same-value write, harmless had it passed), open
+// /proc/sysrq-trigger for writing (only asked, never written), read a root-only file in what is bound
+// in, or hold a capability; what it creates is sandboxHostID's on the host. (Before: uid 1000 was the
+// host's root without capabilities, and all of these but the last passed.)
+func TestSandboxNotHostRoot(t *testing.T) {
+	requireProvider(t, "sandbox")
+	if os.Geteuid() != 0 {
+		t.Skip("without root the machine's user is agentd's own uid")
+	}
+	e := newTestServer(t, withHostEnv)
+	m := e.create(map[string]any{"provider": "sandbox"})
+	sb := e.s.computers.providerByName("sandbox").(*sandboxProvider)
+	secret := filepath.Join(sb.dir(&m), "work", "root-only")
+	if err := os.WriteFile(secret, []byte("host root's"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out := e.sh(m.ID, `v=$(cat /proc/sys/vm/overcommit_ratio); (echo "$v" > /proc/sys/vm/overcommit_ratio) 2>/dev/null && echo SYSCTL-WRITTEN
+test -w /proc/sysrq-trigger && echo SYSRQ-WRITABLE
+cat /work/root-only 2>/dev/null && echo ROOT-FILE-READ
+for k in /etc/ssl/private/*; do [ -e "$k" ] && head -c1 "$k" >/dev/null 2>&1 && echo KEY-READ; done
+grep -E '^(CapPrm|CapEff|CapBnd|CapAmb):' /proc/self/status | grep -v '0000000000000000$'
+touch /work/mine; id -u`)
+	if out != "1000\n" {
+		t.Fatalf("inside: %q", out)
+	}
+	fi, err := os.Stat(filepath.Join(sb.dir(&m), "work", "mine"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := fi.Sys().(*syscall.Stat_t); st.Uid != sandboxHostID || st.Gid != sandboxHostID {
+		t.Fatalf("a file the machine made is %d:%d on the host, want %d", st.Uid, st.Gid, sandboxHostID)
+	}
+}
+
 // TestSandboxLimits: a fork bomb and a 10 GB write are bounded, and the machine lives on.
 func TestSandboxLimits(t *testing.T) {
 	requireProvider(t, "sandbox")

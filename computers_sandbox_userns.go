@@ -1,0 +1,130 @@
+// computers_sandbox_userns.go — who a sandbox machine's user is on the host when agentd runs as root.
+//
+// Entry points: sandboxProvider.remapped (is agentd root), startHelper (the channel's start of the
+// machine: writes its user namespace's maps), ownForMachine (gives the machine's files to its user),
+// helperBecome (computers_sandbox_linux.go: the helper's drop to the machine's user).
+//
+// Why: bwrap started by root maps the sandbox's uid 1000 to the caller's, 0, so every machine process
+// was the host's root without capabilities. That is not nothing: the kernel's permission checks that
+// look at the uid alone let it write the host's sysctls (/proc/sys is 0644 root: kernel.core_pattern
+// runs a program as root on the host), open /proc/sysrq-trigger, and read any root-only file in what
+// is bound in (/etc/ssl/private's keys). Rules: as root, bwrap runs with --userns-block-fd and
+// --info-fd, and agentd writes the namespace's maps itself: the host's root as 0 (bwrap needs it to
+// set the machine up, reading $AGENT_HOME as its owner) and the machine's 1000 as sandboxHostID, a host
+// uid and gid no account has. The helper starts as 0 with bwrap's capabilities (no new privileges
+// already set), empties its bounding set, and becomes 1000:1000 for good before it says hello; every
+// command it starts is then the host's sandboxHostID, with nothing of root's. bwrap's
+// --disable-userns cannot be combined with --userns-block-fd, so a machine of a root agentd may create
+// nested user namespaces (as any unprivileged user of the host may). The machine's /work and /tmp are
+// owned by sandboxHostID. Without root, bwrap maps 1000 to agentd's own uid, as before.
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// sandboxHostID is the host uid and gid of every machine's user when agentd is root: 0x70000000, above
+// systemd-nspawn's container range (0x80000–0x6FFFFFFF) and below the kernel's overflow and systemd's
+// reserved ranges at the top of the 32-bit space.
+const sandboxHostID = 0x70000000
+
+// remapped: agentd is root, so the machine's user is sandboxHostID, not the host's root.
+func (s *sandboxProvider) remapped() bool { return os.Geteuid() == 0 }
+
+// The file descriptors bwrap reads its go-ahead from and writes its child's pid to (ExtraFiles 0, 1).
+const (
+	usernsBlockFD = 3
+	usernsInfoFD  = 4
+)
+
+// startHelper starts the machine's process; as root it then maps the machine's user namespace (bwrap
+// waits for it) before letting bwrap go on. A failure kills what was started and says why.
+func (s *sandboxProvider) startHelper(cmd *exec.Cmd) error {
+	if !s.remapped() {
+		return cmd.Start()
+	}
+	blockR, blockW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	defer blockW.Close()
+	infoR, infoW, err := os.Pipe()
+	if err != nil {
+		blockR.Close()
+		return err
+	}
+	defer infoR.Close()
+	cmd.ExtraFiles = []*os.File{blockR, infoW} // usernsBlockFD, usernsInfoFD
+	err = cmd.Start()
+	blockR.Close()
+	infoW.Close()
+	if err != nil {
+		return err
+	}
+	fail := func(err error) error {
+		cmd.Process.Kill()
+		cmd.Wait()
+		return fmt.Errorf("cannot map the machine's user namespace: %v", err)
+	}
+	infoR.SetReadDeadline(time.Now().Add(helperHelloTimeout))
+	var info struct {
+		ChildPid int `json:"child-pid"`
+	}
+	b, err := io.ReadAll(io.LimitReader(infoR, 4096)) // bwrap closes its end once it has written
+	if err != nil {
+		return fail(err)
+	}
+	if err := json.Unmarshal(b, &info); err != nil || info.ChildPid <= 0 {
+		return fail(fmt.Errorf("bwrap said %q instead of its child's pid", b))
+	}
+	maps := fmt.Sprintf("0 0 1\n1000 %d 1\n", sandboxHostID)
+	for _, f := range []string{"uid_map", "gid_map"} {
+		if err := os.WriteFile(fmt.Sprintf("/proc/%d/%s", info.ChildPid, f), []byte(maps), 0); err != nil {
+			return fail(err)
+		}
+	}
+	if _, err := blockW.Write([]byte{1}); err != nil {
+		return fail(err)
+	}
+	return nil
+}
+
+// ownForMachine gives path, and below it what is still the host root's (a machine made before the
+// remap, or a directory agentd made), to the machine's user; nothing to do without root.
+func (s *sandboxProvider) ownForMachine(path string) error {
+	if !s.remapped() {
+		return nil
+	}
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return err
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Uid == sandboxHostID && st.Gid == sandboxHostID {
+		return nil // owned already: what is below was made by the machine's own user
+	}
+	return filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, sandboxHostID, sandboxHostID)
+	})
+}
+
+// parseBecome reads the helper's --become "uid:gid".
+func parseBecome(v string) (uid, gid int, err error) {
+	u, g, ok := strings.Cut(v, ":")
+	if _, e := fmt.Sscanf(u+" "+g, "%d %d", &uid, &gid); !ok || e != nil || uid <= 0 || gid <= 0 {
+		return 0, 0, errors.New("machine-helper: --become takes uid:gid, both above 0")
+	}
+	return uid, gid, nil
+}
