@@ -14,6 +14,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unsafe"
 )
 
 // The rlimit numbers of the generic Linux ABI (amd64, arm64, riscv64, 386, arm, ppc64le, s390x).
@@ -150,9 +151,12 @@ func disableIPv6(ifaces ...string) error {
 }
 
 // helperBecome drops the helper, started as the machine's 0 with bwrap's capabilities, to uid:gid for
-// good: the bounding set emptied on every thread (where Go can: not under cgo, where setresuid still
+// good: no new user namespace from then on (denyUserNamespaces), the bounding set emptied on every thread (where Go can: not under cgo, where setresuid still
 // clears the capabilities), no supplementary groups, then gid and uid. It checks the result.
 func helperBecome(uid, gid int) error {
+	if err := denyUserNamespaces(); err != nil {
+		return err
+	}
 	const prCapbsetDrop = 24
 	last := 63
 	if b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap"); err == nil {
@@ -193,6 +197,72 @@ func helperBecome(uid, gid int) error {
 				}
 			}
 		}
+	}
+	return nil
+}
+
+// seccompArch is, per architecture, what the seccomp filter checks: seccomp(2)'s number, then for the
+// native ABI and its 32-bit compat ABI the audit arch and the numbers of unshare, clone and clone3.
+var seccompArch = map[string]struct {
+	seccomp uint32
+	abi     [2]struct{ audit, unshare, clone, clone3 uint32 }
+}{
+	"amd64": {317, [2]struct{ audit, unshare, clone, clone3 uint32 }{{0xC000003E, 272, 56, 435}, {0x40000003, 310, 120, 435}}},
+	"arm64": {277, [2]struct{ audit, unshare, clone, clone3 uint32 }{{0xC00000B7, 97, 220, 435}, {0x40000028, 337, 120, 435}}},
+}
+
+// denyUserNamespaces installs, on every thread of the helper and so on everything it starts, a seccomp
+// filter refusing a new user namespace: unshare and clone with CLONE_NEWUSER are EPERM, clone3 (whose
+// flags a filter cannot read) is ENOSYS, which glibc and Go answer by using clone; so are x32 calls
+// (numbers from 0x40000000), whose table the filter does not hold. It stands in for bwrap's
+// --disable-userns, which cannot be combined with the mapping a root agentd writes. No new privileges
+// is set already (bwrap). Another architecture keeps nested user namespaces, and says so on stderr.
+func denyUserNamespaces() error {
+	a, ok := seccompArch[runtime.GOARCH]
+	if !ok {
+		fmt.Fprintf(os.Stderr, "agentd machine-helper: no seccomp filter for %s: nested user namespaces stay possible\n", runtime.GOARCH)
+		return nil
+	}
+	const (
+		ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06 // BPF_LD|W|ABS; BPF_JMP|JEQ|JGE|JSET|K; BPF_RET|K
+		allow                   = 0x7fff0000                   // SECCOMP_RET_ALLOW
+		errno                   = 0x00050000                   // SECCOMP_RET_ERRNO
+		cloneNewUser            = 0x10000000
+	)
+	type insn struct {
+		code   uint16
+		jt, jf uint8
+		k      uint32
+	}
+	n, c := a.abi[0], a.abi[1]
+	prog := []insn{ // jumps count from the next instruction
+		{ld, 0, 0, 4},                               // 0: the arch
+		{jeq, 0, 6, n.audit},                        // 1: native, else → 8
+		{ld, 0, 0, 0},                               // 2: the syscall's number
+		{jge, 14, 0, 0x40000000},                    // 3: x32 → 18
+		{jeq, 9, 0, n.unshare},                      // 4: → 14
+		{jeq, 8, 0, n.clone},                        // 5: → 14
+		{jeq, 11, 0, n.clone3},                      // 6: → 18
+		{ret, 0, 0, allow},                          // 7
+		{jeq, 0, 7, c.audit},                        // 8: compat, else → 16
+		{ld, 0, 0, 0},                               // 9
+		{jeq, 3, 0, c.unshare},                      // 10: → 14
+		{jeq, 2, 0, c.clone},                        // 11: → 14
+		{jeq, 5, 0, c.clone3},                       // 12: → 18
+		{ret, 0, 0, allow},                          // 13
+		{ld, 0, 0, 16},                              // 14: args[0]'s low 32 bits (little-endian)
+		{jset, 1, 0, cloneNewUser},                  // 15: → 17
+		{ret, 0, 0, allow},                          // 16
+		{ret, 0, 0, errno | uint32(syscall.EPERM)},  // 17
+		{ret, 0, 0, errno | uint32(syscall.ENOSYS)}, // 18
+	}
+	fprog := struct {
+		n uint16
+		f *insn
+	}{uint16(len(prog)), &prog[0]}
+	const setModeFilter, flagTsync = 1, 1
+	if r, _, e := syscall.RawSyscall(uintptr(a.seccomp), setModeFilter, flagTsync, uintptr(unsafe.Pointer(&fprog))); e != 0 || r != 0 {
+		return fmt.Errorf("seccomp filter against new user namespaces: %v (thread %d)", e, r)
 	}
 	return nil
 }

@@ -115,7 +115,8 @@ func TestSandboxEscapes(t *testing.T) {
 // TestSandboxNotHostRoot: with agentd as root, a machine's user is the host's sandboxHostID, not its
 // root: it cannot write the host's sysctls (a same-value write, harmless had it passed), open
 // /proc/sysrq-trigger for writing (only asked, never written), read a root-only file in what is bound
-// in, or hold a capability; what it creates is sandboxHostID's on the host. (Before: uid 1000 was the
+// in, hold a capability or make a user namespace (threads still start: clone3 is refused, clone is
+// not); what it creates is sandboxHostID's on the host. (Before: uid 1000 was the
 // host's root without capabilities, and all of these but the last passed.)
 func TestSandboxNotHostRoot(t *testing.T) {
 	requireProvider(t, "sandbox")
@@ -134,6 +135,8 @@ test -w /proc/sysrq-trigger && echo SYSRQ-WRITABLE
 cat /work/root-only 2>/dev/null && echo ROOT-FILE-READ
 for k in /etc/ssl/private/*; do [ -e "$k" ] && head -c1 "$k" >/dev/null 2>&1 && echo KEY-READ; done
 grep -E '^(CapPrm|CapEff|CapBnd|CapAmb):' /proc/self/status | grep -v '0000000000000000$'
+unshare -U true 2>/dev/null && echo NESTED-USERNS
+python3 -c 'import threading; t = threading.Thread(target=print); t.start(); t.join()' >/dev/null || echo NO-THREADS
 touch /work/mine; id -u`)
 	if out != "1000\n" {
 		t.Fatalf("inside: %q", out)

@@ -14,9 +14,9 @@
 // uid and gid no account has. The helper starts as 0 with bwrap's capabilities (no new privileges
 // already set), empties its bounding set, and becomes 1000:1000 for good before it says hello; every
 // command it starts is then the host's sandboxHostID, with nothing of root's. bwrap's
-// --disable-userns cannot be combined with --userns-block-fd, so a machine of a root agentd may create
-// nested user namespaces (as any unprivileged user of the host may). The machine's /work and /tmp are
-// owned by sandboxHostID. Without root, bwrap maps 1000 to agentd's own uid, as before.
+// --disable-userns cannot be combined with --userns-block-fd: the helper's seccomp filter refuses new
+// user namespaces instead (denyUserNamespaces). The machine's /work and /tmp are owned by
+// sandboxHostID. Without root, bwrap maps 1000 to agentd's own uid, as before.
 package main
 
 import (
