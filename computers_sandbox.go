@@ -162,13 +162,15 @@ func (s *sandboxProvider) supports(sp ComputerSpec) error {
 func (s *sandboxProvider) dir(m *ComputerInfo) string { return filepath.Join(s.root, m.ID) }
 
 // nsArgs are the namespaces and the identity of a machine. remap: agentd is root and maps the
-// namespace itself (computers_sandbox_userns.go); the helper starts as 0 with bwrap's capabilities and
-// drops them, and to 1000, before anything else runs.
+// namespace itself (computers_sandbox_userns.go); the helper starts as 0 with CAP_SETUID, CAP_SETGID and
+// CAP_SETPCAP alone (bwrap empties the bounding set of the others) and drops them, and to 1000, before
+// anything runs.
 func (s *sandboxProvider) nsArgs(sp ComputerSpec, remap bool) []string {
 	a := []string{"--die-with-parent", "--new-session", "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
 		"--unshare-cgroup-try", "--hostname", "sandbox"}
-	if remap {
-		a = append(a, "--uid", "0", "--gid", "0", "--userns-block-fd", strconv.Itoa(usernsBlockFD), "--info-fd", strconv.Itoa(usernsInfoFD))
+	if remap { // the helper keeps only what it needs to drop to 1000:1000
+		a = append(a, "--uid", "0", "--gid", "0", "--userns-block-fd", strconv.Itoa(usernsBlockFD), "--info-fd", strconv.Itoa(usernsInfoFD),
+			"--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP")
 	} else {
 		a = append(a, "--uid", "1000", "--gid", "1000", "--cap-drop", "ALL")
 		s.mu.Lock()

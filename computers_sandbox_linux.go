@@ -157,17 +157,24 @@ func helperBecome(uid, gid int) error {
 	if err := denyUserNamespaces(); err != nil {
 		return err
 	}
+	// What is left in the bounding set (bwrap left CAP_SETUID, CAP_SETGID, CAP_SETPCAP), dropped on every thread
+	// (each is a stop-the-world: one per capability still there, not one per capability there is).
 	const prCapbsetDrop = 24
-	last := 63
-	if b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap"); err == nil {
-		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
-			last = n
+	bnd := uint64(0)
+	if st, err := os.ReadFile("/proc/self/status"); err == nil {
+		for _, line := range strings.Split(string(st), "\n") {
+			if v, ok := strings.CutPrefix(line, "CapBnd:"); ok {
+				bnd, _ = strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			}
 		}
 	}
-	for c := 0; c <= last; c++ {
+	for c := 0; c < 64; c++ {
+		if bnd&(1<<c) == 0 {
+			continue
+		}
 		if _, _, e := syscall.AllThreadsSyscall(syscall.SYS_PRCTL, prCapbsetDrop, uintptr(c), 0); e == syscall.ENOTSUP {
-			break
-		} else if e != 0 && e != syscall.EINVAL {
+			break // cgo: setresuid below still clears the capabilities, and no new privileges keeps them out
+		} else if e != 0 {
 			return fmt.Errorf("dropping capability %d from the bounding set: %v", c, e)
 		}
 	}
@@ -184,7 +191,7 @@ func helperBecome(uid, gid int) error {
 	if err != nil {
 		return err
 	}
-	want := map[string]string{"Uid:": strconv.Itoa(uid), "Gid:": strconv.Itoa(gid), "CapPrm:": "0000000000000000", "CapEff:": "0000000000000000", "CapAmb:": "0000000000000000"}
+	want := map[string]string{"Uid:": strconv.Itoa(uid), "Gid:": strconv.Itoa(gid), "CapPrm:": "0000000000000000", "CapEff:": "0000000000000000", "CapAmb:": "0000000000000000", "CapBnd:": "0000000000000000"}
 	for _, line := range strings.Split(string(st), "\n") {
 		f := strings.Fields(line)
 		if len(f) < 2 {

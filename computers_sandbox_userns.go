@@ -11,8 +11,9 @@
 // is bound in (/etc/ssl/private's keys). Rules: as root, bwrap runs with --userns-block-fd and
 // --info-fd, and agentd writes the namespace's maps itself: the host's root as 0 (bwrap needs it to
 // set the machine up, reading $AGENT_HOME as its owner) and the machine's 1000 as sandboxHostID, a host
-// uid and gid no account has. The helper starts as 0 with bwrap's capabilities (no new privileges
-// already set), empties its bounding set, and becomes 1000:1000 for good before it says hello; every
+// uid and gid no account has. The helper starts as 0 holding only CAP_SETUID, CAP_SETGID and
+// CAP_SETPCAP (bwrap's --cap-drop/--cap-add; no new privileges already set), refuses new user
+// namespaces, empties its bounding set, and becomes 1000:1000 for good before it says hello; every
 // command it starts is then the host's sandboxHostID, with nothing of root's. bwrap's
 // --disable-userns cannot be combined with --userns-block-fd: the helper's seccomp filter refuses new
 // user namespaces instead (denyUserNamespaces). The machine's /work and /tmp are owned by
