@@ -173,8 +173,10 @@ func openChannel(parent context.Context, host channelHost, m *ComputerInfo) (*ex
 	var stderr bytes.Buffer
 	cmd.Stderr = &limitedBuffer{b: &stderr, max: 4096}
 	start := cmd.Start
-	if h, ok := host.(interface{ startHelper(*exec.Cmd) error }); ok { // the sandbox maps its user namespace
-		start = func() error { return h.startHelper(cmd) }
+	if h, ok := host.(interface {
+		startHelper(*exec.Cmd, *ComputerInfo) error
+	}); ok { // the sandbox: its user namespace's maps, its cgroup (computers_sandbox_userns.go)
+		start = func() error { return h.startHelper(cmd, m) }
 	}
 	if err := start(); err != nil {
 		kill()

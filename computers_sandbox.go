@@ -169,8 +169,7 @@ func (s *sandboxProvider) nsArgs(sp ComputerSpec, remap bool) []string {
 	a := []string{"--die-with-parent", "--new-session", "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
 		"--unshare-cgroup-try", "--hostname", "sandbox"}
 	if remap { // the helper keeps only what it needs to drop to 1000:1000
-		a = append(a, "--uid", "0", "--gid", "0", "--userns-block-fd", strconv.Itoa(usernsBlockFD), "--info-fd", strconv.Itoa(usernsInfoFD),
-			"--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP")
+		a = append(a, "--uid", "0", "--gid", "0", "--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP")
 	} else {
 		a = append(a, "--uid", "1000", "--gid", "1000", "--cap-drop", "ALL")
 		s.mu.Lock()
@@ -270,9 +269,9 @@ func (s *sandboxProvider) env(m *ComputerInfo) []string {
 	return env
 }
 
-// helperCmd is the machine itself: one bwrap whose first process is the helper, started in the
-// machine's cgroup where there is one (through nsenter, in the machine's network namespace, for a
-// filtered full machine).
+// helperCmd is the machine itself: one bwrap whose first process is the helper (through nsenter, in the
+// machine's network namespace, for a filtered full machine). Where agentd maps the machine's user
+// namespace or has a cgroup for it, bwrap also waits for agentd at two points (startHelper).
 func (s *sandboxProvider) helperCmd(ctx context.Context, m *ComputerInfo) *exec.Cmd {
 	s.mu.Lock()
 	bw := s.bwrap
@@ -280,8 +279,12 @@ func (s *sandboxProvider) helperCmd(ctx context.Context, m *ComputerInfo) *exec.
 	if bw == "" {
 		bw = "bwrap"
 	}
-	argv := append([]string{bw}, s.bwrapArgs(m)...)
 	var errs []error
+	procs, err := s.cgroups().create(m.ID, m.Spec.MemoryMB, m.Spec.CPUs, sandboxNproc)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("cannot give the machine its cgroup: %v", err))
+	}
+	argv := append(append([]string{bw}, s.startFlags(s.remapped(), len(procs) > 0)...), s.bwrapArgs(m)...)
 	if s.filteredFull(m.Spec) {
 		// nsenter joins the machine's namespace and execs bwrap, which stays the channel's process.
 		nsPath, err := s.netUp(ctx, m)
@@ -290,11 +293,6 @@ func (s *sandboxProvider) helperCmd(ctx context.Context, m *ComputerInfo) *exec.
 		}
 		argv = append([]string{"nsenter", "--net=" + nsPath, "--"}, argv...)
 	}
-	procs, err := s.cgroups().create(m.ID, m.Spec.MemoryMB, m.Spec.CPUs, sandboxNproc)
-	if err != nil {
-		errs = append(errs, fmt.Errorf("cannot give the machine its cgroup: %v", err))
-	}
-	argv = cgroupWrap(procs, argv)
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Env = s.env(m)
 	if len(errs) > 0 {

@@ -2,7 +2,7 @@
 // memoryMb, cpus and a task bound the kernel enforces for the whole machine, not per process.
 //
 // Entry points: detectCgroups (at probe: which hierarchy, where, or why none), cgroupHost.create (before
-// a machine's bwrap starts: the cgroup.procs files its first process writes itself into),
+// a machine's bwrap starts; startHelper moves bwrap's child into it),
 // cgroupHost.remove (stop, destroy, before a reopen), cgroupHost.sweep (reconcile), cgroupHost.note (the
 // doctor).
 //
@@ -14,8 +14,8 @@
 // for its children (v2's no-internal-processes rule; what systemd's Delegate=yes asks a service to do);
 // the machines are then <own>/agentd-<owner>-<id>. Limits: memory (and memory+swap: no swap beyond it)
 // memoryMb, pids sandboxNproc tasks (threads count), CPU bandwidth cpus × 100 ms per 100 ms. The
-// machine's process is put in its cgroup before it runs anything: bwrap is started through
-// `/bin/sh -c 'echo $$ > <cgroup.procs>...; exec bwrap ...'`, so nothing it forks starts outside. The
+// machine's first process is moved into its cgroup before it forks anything (bwrap's --block-fd:
+// startHelper, computers_sandbox_userns.go), so every process of the machine is born in it. The
 // cgroup is removed (what is left in it killed first) at stop, destroy and before the machine's bwrap
 // starts again; reconcile removes those of this owner whose machine is gone. Anywhere else the sandbox
 // keeps its rlimits and watchdog alone, and the doctor says which applies and why.
@@ -397,15 +397,4 @@ func (h cgroupHost) note() string {
 	}
 	return fmt.Sprintf("cgroup v%d per machine under %s: memoryMb (no swap beyond it), %d tasks, %s; and %s",
 		h.version, strings.Join(where, ", "), sandboxNproc, cpu, per)
-}
-
-// cgroupWrap is argv started inside the cgroups whose cgroup.procs files are procs: a shell writes its
-// own pid into each, then execs argv, so the machine's first process never runs outside them.
-func cgroupWrap(procs, argv []string) []string {
-	if len(procs) == 0 {
-		return argv
-	}
-	const script = `while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"`
-	out := append([]string{"/bin/sh", "-c", script, "agentd-cgroup"}, procs...)
-	return append(append(out, "--"), argv...)
 }

@@ -1,7 +1,7 @@
 // computers_sandbox_userns.go — who a sandbox machine's user is on the host when agentd runs as root.
 //
-// Entry points: sandboxProvider.remapped (is agentd root), startHelper (the channel's start of the
-// machine: writes its user namespace's maps), ownForMachine (gives the machine's files to its user),
+// Entry points: sandboxProvider.remapped (is agentd root), startFlags and startHelper (the channel's
+// start of the machine: writes its user namespace's maps, moves it into its cgroup), ownForMachine (gives the machine's files to its user),
 // helperBecome (computers_sandbox_linux.go: the helper's drop to the machine's user).
 //
 // Why: bwrap started by root maps the sandbox's uid 1000 to the caller's, 0, so every machine process
@@ -29,6 +29,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -42,40 +44,89 @@ const sandboxHostID = 0x70000000
 // remapped: agentd is root, so the machine's user is sandboxHostID, not the host's root.
 func (s *sandboxProvider) remapped() bool { return os.Geteuid() == 0 }
 
-// The file descriptors bwrap reads its go-ahead from and writes its child's pid to (ExtraFiles 0, 1).
+// The file descriptors of bwrap's waits and word (cmd.ExtraFiles 0, 1, 2; an unused one stays closed).
 const (
-	usernsBlockFD = 3
-	usernsInfoFD  = 4
+	usernsBlockFD = 3 // bwrap's monitor waits here, after the clone, for the namespace's maps
+	usernsInfoFD  = 4 // bwrap writes its child's pid here
+	setupBlockFD  = 5 // the child waits here, its setup done, before it forks anything
 )
 
-// startHelper starts the machine's process; as root it then maps the machine's user namespace (bwrap
-// waits for it) before letting bwrap go on. A failure kills what was started and says why.
-func (s *sandboxProvider) startHelper(cmd *exec.Cmd) error {
-	if !s.remapped() {
+// startFlags are bwrap's flags for startHelper's waits: remap, the maps agentd writes; cgroup, the
+// machine's cgroup its first process is moved into before it forks.
+func (s *sandboxProvider) startFlags(remap, cgroup bool) []string {
+	var a []string
+	if remap {
+		a = append(a, "--userns-block-fd", strconv.Itoa(usernsBlockFD))
+	}
+	if remap || cgroup {
+		a = append(a, "--info-fd", strconv.Itoa(usernsInfoFD))
+	}
+	if cgroup {
+		a = append(a, "--block-fd", strconv.Itoa(setupBlockFD))
+	}
+	return a
+}
+
+// startHelper starts the machine's process and, when cmd asks for it (startFlags), does what bwrap
+// waits for: reads its child's pid; writes the namespace's maps and lets bwrap go on; moves the child,
+// which is setting the machine up meanwhile and has forked nothing yet, into the machine's cgroup (the
+// move costs an RCU grace period on cgroup v1, several ms, spent while bwrap mounts); then lets the
+// child fork the machine's processes, born in the cgroup. A failure kills what was started.
+func (s *sandboxProvider) startHelper(cmd *exec.Cmd, m *ComputerInfo) error {
+	remap, cgroup := slices.Contains(cmd.Args, "--userns-block-fd"), slices.Contains(cmd.Args, "--block-fd")
+	if !remap && !cgroup {
 		return cmd.Start()
 	}
-	blockR, blockW, err := os.Pipe()
-	if err != nil {
-		return err
+	extra := make([]*os.File, 3) // bwrap's ends, at usernsBlockFD, usernsInfoFD, setupBlockFD
+	var ours []*os.File
+	defer func() {
+		for _, f := range ours {
+			f.Close()
+		}
+	}()
+	pipe := func(bwrapReads bool, slot int) (*os.File, error) {
+		r, w, err := os.Pipe()
+		if err != nil {
+			return nil, err
+		}
+		if bwrapReads {
+			extra[slot], ours = r, append(ours, w)
+			return w, nil
+		}
+		extra[slot], ours = w, append(ours, r)
+		return r, nil
 	}
-	defer blockW.Close()
-	infoR, infoW, err := os.Pipe()
-	if err != nil {
-		blockR.Close()
-		return err
+	var usernsW, infoR, setupW *os.File
+	var errs [3]error
+	if remap {
+		usernsW, errs[0] = pipe(true, 0)
 	}
-	defer infoR.Close()
-	cmd.ExtraFiles = []*os.File{blockR, infoW} // usernsBlockFD, usernsInfoFD
-	err = cmd.Start()
-	blockR.Close()
-	infoW.Close()
+	infoR, errs[1] = pipe(false, 1)
+	if cgroup {
+		setupW, errs[2] = pipe(true, 2)
+	}
+	if err := errors.Join(errs[:]...); err != nil {
+		for _, f := range extra {
+			if f != nil {
+				f.Close()
+			}
+		}
+		return fmt.Errorf("cannot make the pipes bwrap waits on: %v", err)
+	}
+	cmd.ExtraFiles = extra
+	err := cmd.Start()
+	for _, f := range extra {
+		if f != nil {
+			f.Close() // bwrap's ends: ours to close once it has them
+		}
+	}
 	if err != nil {
 		return err
 	}
 	fail := func(err error) error {
 		cmd.Process.Kill()
 		cmd.Wait()
-		return fmt.Errorf("cannot map the machine's user namespace: %v", err)
+		return fmt.Errorf("cannot start the machine's namespaces: %v", err)
 	}
 	infoR.SetReadDeadline(time.Now().Add(helperHelloTimeout))
 	var info struct {
@@ -88,14 +139,26 @@ func (s *sandboxProvider) startHelper(cmd *exec.Cmd) error {
 	if err := json.Unmarshal(b, &info); err != nil || info.ChildPid <= 0 {
 		return fail(fmt.Errorf("bwrap said %q instead of its child's pid", b))
 	}
-	maps := fmt.Sprintf("0 0 1\n1000 %d 1\n", sandboxHostID)
-	for _, f := range []string{"uid_map", "gid_map"} {
-		if err := os.WriteFile(fmt.Sprintf("/proc/%d/%s", info.ChildPid, f), []byte(maps), 0); err != nil {
+	if remap {
+		maps := fmt.Sprintf("0 0 1\n1000 %d 1\n", sandboxHostID)
+		for _, f := range []string{"uid_map", "gid_map"} {
+			if err := os.WriteFile(fmt.Sprintf("/proc/%d/%s", info.ChildPid, f), []byte(maps), 0); err != nil {
+				return fail(err)
+			}
+		}
+		if _, err := usernsW.Write([]byte{1}); err != nil {
 			return fail(err)
 		}
 	}
-	if _, err := blockW.Write([]byte{1}); err != nil {
-		return fail(err)
+	if cgroup {
+		for _, d := range s.cgroups().dirs(m.ID) {
+			if err := os.WriteFile(filepath.Join(d, "cgroup.procs"), []byte(strconv.Itoa(info.ChildPid)), 0); err != nil {
+				return fail(fmt.Errorf("moving it into its cgroup %s: %v", d, err))
+			}
+		}
+		if _, err := setupW.Write([]byte{1}); err != nil {
+			return fail(err)
+		}
 	}
 	return nil
 }
