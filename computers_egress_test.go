@@ -654,3 +654,39 @@ func FuzzClientHelloSNI(f *testing.F) {
 		}
 	})
 }
+
+// discardHalfConn is an upstream that takes everything and keeps nothing (the gate's benchmark).
+type discardHalfConn struct{}
+
+func (discardHalfConn) Read([]byte) (int, error)    { return 0, io.EOF }
+func (discardHalfConn) Write(p []byte) (int, error) { return len(p), nil }
+func (discardHalfConn) Close() error                { return nil }
+func (discardHalfConn) CloseWrite() error           { return nil }
+
+// BenchmarkHelloGate: the CONNECT tunnel's ClientHello check, a hello of crypto/tls fed whole (as a
+// client writes it), and the same hello cut into 1-byte records fed a byte at a time (what a hostile
+// machine can send: the gate must stay linear in it).
+func BenchmarkHelloGate(b *testing.B) {
+	hello := helloBytes(b, "example.com")
+	var tiny []byte
+	for _, c := range hello[5:] {
+		tiny = append(tiny, 22, hello[1], hello[2], 0, 1, c)
+	}
+	for _, c := range []struct {
+		name string
+		b    []byte
+		step int
+	}{{"whole", hello, len(hello)}, {"1-byte-records-bytewise", tiny, 1}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.SetBytes(int64(len(c.b)))
+			for b.Loop() {
+				g := &helloGate{halfConn: discardHalfConn{}, check: func(string) error { return nil }}
+				for p := c.b; len(p) > 0; p = p[min(c.step, len(p)):] {
+					if _, err := g.Write(p[:min(c.step, len(p))]); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+		})
+	}
+}
