@@ -278,7 +278,7 @@ func (c *computerService) Close() {
 		c.closeChannel(rt)
 		c.flushLastUsed(context.Background(), id)
 	}
-	for _, p := range c.providers { // kubernetes: its kubectl port-forwards
+	for _, p := range c.providers { // kubernetes: its kubectl port-forwards; sandbox: cgroups, namespaces
 		if cl, ok := p.(interface{ close() }); ok {
 			cl.close()
 		}

@@ -24,7 +24,7 @@
 //
 // Lifecycle: the bwrap is the machine's exec channel: opened at create and start, reopened on the next
 // use after it died; closed (the helper kills what it started, the namespaces go) at stop, destroy and
-// server shutdown. A restarted server finds the directories and keeps their records running: the
+// server shutdown, where the machines' cgroups and full-mode networks are removed too (close). A restarted server finds the directories and keeps their records running: the
 // processes of the previous server are gone (they died with it), the files are there, and the first
 // exec starts a new bwrap. Packages, an image, another user and a tty are refused, not ignored.
 package main
@@ -384,6 +384,16 @@ func (s *sandboxProvider) closeMachine(m *ComputerInfo) {
 	if rt != nil {
 		s.c.closeChannel(rt)
 	}
+}
+
+// close runs at server shutdown, after every channel was closed (the machines' bwraps are gone): what
+// they leave on the host, their cgroups and full machines' namespaces and rules, goes too; the next
+// start of a machine makes them again.
+func (s *sandboxProvider) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s.sweepNets(ctx, nil)
+	s.cgroups().sweep(nil)
 }
 
 func (s *sandboxProvider) stop(ctx context.Context, m *ComputerInfo) error {

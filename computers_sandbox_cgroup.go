@@ -16,8 +16,8 @@
 // memoryMb, pids sandboxNproc tasks (threads count), CPU bandwidth cpus × 100 ms per 100 ms. The
 // machine's first process is moved into its cgroup before it forks anything (bwrap's --block-fd:
 // startHelper, computers_sandbox_userns.go), so every process of the machine is born in it. The
-// cgroup is removed (what is left in it killed first) at stop, destroy and before the machine's bwrap
-// starts again; reconcile removes those of this owner whose machine is gone. Anywhere else the sandbox
+// cgroup is removed (what is left in it killed first) at stop, destroy, shutdown and before the
+// machine's bwrap starts again; reconcile removes those of this owner whose machine is gone. Anywhere else the sandbox
 // keeps its rlimits and watchdog alone, and the doctor says which applies and why.
 package main
 

@@ -14,8 +14,8 @@
 // it; the host's 127.0.0.1 is not the machine's. Ports are reached at the machine's address. IPv6 is
 // off in the namespace and on the host's end of the pair (the rules are IPv4; a link-local address
 // there would reach the host's services on [::]). The namespace and the rules are rebuilt whenever the
-// bwrap starts, and removed at stop and destroy; a namespace of this owner without a machine directory
-// is swept at reconcile. Without root the machine shares the host's network, unfiltered, and a `deny`
+// bwrap starts, and removed at stop, destroy and shutdown; a namespace of this owner without a machine
+// directory is swept at reconcile. Without root the machine shares the host's network, unfiltered, and a `deny`
 // list is refused (README, "what each provider stops").
 package main
 
