@@ -219,6 +219,9 @@ func openChannel(parent context.Context, host channelHost, m *ComputerInfo) (*ex
 	case <-time.After(helperHelloTimeout):
 		kill()
 		cmd.Wait()
+		if said := firstLine(stderr.String() + "\n" + early.String()); said != "" {
+			return nil, fmt.Errorf("the helper did not answer within %s (it said %q)", helperHelloTimeout, said)
+		}
 		return nil, fmt.Errorf("the helper did not answer within %s", helperHelloTimeout)
 	}
 }
