@@ -114,10 +114,20 @@ func (s *sandboxProvider) probe(ctx context.Context) probeResult {
 		return probeResult{reason: "bwrap cannot create a sandbox here: " + msg,
 			hint: "user namespaces may be disabled: sysctl -w user.max_user_namespaces=15000 kernel.unprivileged_userns_clone=1; inside a container, run it with --security-opt seccomp=unconfined or use provider docker"}
 	}
-	cg := detectCgroups(hostCgroupEnv(), s.c.owner).tried()
+	// Where the machines' cgroups go is found once: a later probe that failed its trial (another server
+	// removing the shared parent at that moment) must not make this one forget, and so leave, the
+	// cgroups its machines have.
 	s.mu.Lock()
-	s.cg = cg
+	found := s.cg.version != 0
 	s.mu.Unlock()
+	if !found {
+		cg := detectCgroups(hostCgroupEnv(), s.c.owner).tried()
+		s.mu.Lock()
+		if s.cg.version == 0 {
+			s.cg = cg
+		}
+		s.mu.Unlock()
+	}
 	return probeResult{available: true, version: strings.TrimPrefix(strings.TrimSpace(string(ver)), "bubblewrap ")}
 }
 

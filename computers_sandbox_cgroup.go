@@ -314,10 +314,10 @@ func (h cgroupHost) settings(memoryMB int, cpus float64, tasks int) []cgroupSett
 }
 
 // mkdir makes a machine's cgroup directory, and the shared agentd parent when another machine's
-// removal took it (once more if that happened between the two: another server shares the parent).
+// removal took it (again if that happened between the two: other servers share the parent).
 func (h cgroupHost) mkdir(d string) error {
 	var err error
-	for try := 0; try < 2; try++ {
+	for try := 0; try < 10; try++ {
 		parent := filepath.Dir(d)
 		if err = os.MkdirAll(parent, 0o755); err != nil {
 			return err

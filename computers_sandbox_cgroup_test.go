@@ -104,6 +104,17 @@ stop.set(); print(n, why)`
 			t.Errorf("%s outlived its machine", d)
 		}
 	}
+	// Found once: a later probe keeps what the machines' cgroups were made with (it does not detect
+	// again, and so cannot forget them when its own trial fails).
+	marked := cg
+	marked.why = "found by the first probe"
+	sb.mu.Lock()
+	sb.cg = marked
+	sb.mu.Unlock()
+	sb.probe(context.Background())
+	if got := sb.cgroups(); got.why != marked.why || got.version != cg.version {
+		t.Errorf("a later probe replaced the cgroups found: %+v", got)
+	}
 	// The doctor says which limits apply.
 	var doc map[string]any
 	e.call("GET", "/v1/doctor", nil, 200, &doc)
