@@ -278,7 +278,7 @@ func (c *computerService) Close() {
 		c.closeChannel(rt)
 		c.flushLastUsed(context.Background(), id)
 	}
-	for _, p := range c.providers { // kubernetes: its kubectl port-forwards
+	for _, p := range c.providers { // kubernetes: its kubectl port-forwards; sandbox: cgroups, namespaces
 		if cl, ok := p.(interface{ close() }); ok {
 			cl.close()
 		}
@@ -394,6 +394,9 @@ func (c *computerService) doctor(ctx context.Context) (providers []doctorProvide
 			if dp.NetworkPolicies, w = k.netDoctor(); w != "" {
 				warnings = append(warnings, w)
 			}
+		}
+		if l, ok := p.(interface{ limitsNote() string }); ok && pr.available {
+			dp.Limits = l.limitsNote()
 		}
 		providers = append(providers, dp)
 	}

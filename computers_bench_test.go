@@ -565,8 +565,13 @@ func TestSandboxBenchReport(t *testing.T) {
 	}
 	var report strings.Builder
 	fmt.Fprintf(&report, "| | create p50 | create → first exec p50 | exec `echo hi` via API p50 / p99 |\n|---|---|---|---|\n")
-	for _, row := range []string{"local", "sandbox", "sandbox, warm pool", "docker"} {
-		prov, pooled := strings.TrimSuffix(row, ", warm pool"), strings.HasSuffix(row, "warm pool")
+	for _, row := range []string{"local", "sandbox", "sandbox, network full", "sandbox, warm pool", "docker"} {
+		prov, variant, _ := strings.Cut(row, ", ")
+		pooled := variant == "warm pool"
+		body := map[string]any{"provider": prov}
+		if variant == "network full" { // as root: its own namespace, veth and rules (computers_sandboxnet.go)
+			body["network"] = map[string]any{"mode": "full"}
+		}
 		e := newTestServer(t, withHostEnv, func(c *testSetup) {
 			c.MaxComputers = 32
 			if pooled {
@@ -583,13 +588,13 @@ func TestSandboxBenchReport(t *testing.T) {
 				eventually(t, "the pool to refill", func() bool { return e.poolReady("base") == 1 })
 			}
 			start := time.Now()
-			m := e.create(map[string]any{"provider": prov})
+			m := e.create(body)
 			creates = append(creates, time.Since(start))
 			e.exec(m.ID, map[string]any{"cmd": "echo hi"})
 			firsts = append(firsts, time.Since(start))
 			e.call("DELETE", "/v1/computers/"+m.ID, nil, 204, nil)
 		}
-		m := e.create(map[string]any{"provider": prov})
+		m := e.create(body)
 		for i := 0; i < 5; i++ {
 			e.exec(m.ID, map[string]any{"cmd": "echo hi"})
 		}
@@ -610,7 +615,7 @@ func TestSandboxBenchReport(t *testing.T) {
 	// The floor on this host: a process started from Go, and a one-shot bwrap around the same command.
 	var sh, bw []time.Duration
 	sb := newSandboxProvider(&computerService{computerDeps: computerDeps{home: t.TempDir()}})
-	args := append(sb.nsArgs(ComputerSpec{}), sb.systemArgs()...)
+	args := append(sb.nsArgs(ComputerSpec{}, false), sb.systemArgs()...)
 	args = append(args, "--proc", "/proc", "--dev", "/dev", "--", "/bin/sh", "-c", "echo hi")
 	for i := 0; i < 50; i++ {
 		start := time.Now()
@@ -621,5 +626,69 @@ func TestSandboxBenchReport(t *testing.T) {
 		bw = append(bw, time.Since(start))
 	}
 	fmt.Fprintf(&report, "\nfloor: `sh -c 'echo hi'` from Go p50 %s; a one-shot `bwrap … sh -c 'echo hi'` p50 %s\n", ms(pct(sh, 0.5)), ms(pct(bw, 0.5)))
+	// Where a cold create's time goes: the machine's own process (cgroup wrap, bwrap, the helper up to
+	// its hello) against the helper started bare, and bwrap's setup around /bin/true.
+	e := newTestServer(t, withHostEnv)
+	if pr := e.s.computers.probe(context.Background(), e.s.computers.providerByName("sandbox")); pr.available {
+		sp := e.s.computers.providerByName("sandbox").(*sandboxProvider)
+		m := e.create(map[string]any{"provider": "sandbox"})
+		e.s.computers.closeChannel(e.s.computers.runtime(m.ID))
+		full := func(argv []string) func() []string { return func() []string { return argv } }
+		helperBare := []string{e.s.computers.helper, "machine-helper"}
+		machine := func() []string { return sp.helperCmd(context.Background(), &m).Args }
+		noCgroup := append(append([]string{sp.bwrap}, sp.startFlags(sp.remapped(), false)...), sp.bwrapArgs(&m)...)
+		bwTrue := slices.Clone(noCgroup)
+		for i, a := range bwTrue {
+			if a == helperInMachine && i > 0 && bwTrue[i-1] == "--" {
+				bwTrue = append(bwTrue[:i], "/bin/true")
+				break
+			}
+		}
+		var rows []string
+		for _, c := range []struct {
+			what string
+			argv func() []string
+		}{{"the helper alone, started from Go, to its hello", full(helperBare)},
+			{"bwrap with the machine's arguments around /bin/true", full(bwTrue)},
+			{"bwrap + the helper to its hello (no cgroup)", full(noCgroup)},
+			{"the machine as agentd starts it (cgroup, bwrap, helper) to its hello", machine}} {
+			var ds []time.Duration
+			for i := 0; i < 30; i++ {
+				argv := c.argv()
+				start := time.Now()
+				cmd := exec.Command(argv[0], argv[1:]...)
+				cmd.Env = sp.env(&m)
+				run := cmd.Start
+				if argv[0] != e.s.computers.helper { // bwrap: as root, agentd maps its user namespace
+					run = func() error { return sp.startHelper(cmd, &m) }
+				}
+				if strings.HasSuffix(argv[len(argv)-1], "true") {
+					if err := run(); err != nil {
+						t.Fatal(err)
+					}
+					cmd.Wait()
+					ds = append(ds, time.Since(start))
+					continue
+				}
+				in, _ := cmd.StdinPipe()
+				out, _ := cmd.StdoutPipe()
+				if err := run(); err != nil {
+					t.Fatal(err)
+				}
+				if _, kind, _, err := readFrame(out); err != nil || kind != frameHello {
+					t.Fatalf("%s: %v %q", c.what, err, kind)
+				}
+				ds = append(ds, time.Since(start))
+				in.Close()
+				cmd.Process.Kill()
+				cmd.Wait()
+			}
+			rows = append(rows, fmt.Sprintf("| %s | %s |", c.what, ms(pct(ds, 0.5))))
+		}
+		sp.cgroups().remove(m.ID)
+		fmt.Fprintf(&report, "\n| a cold sandbox, part by part | p50 |\n|---|---|\n%s\n", strings.Join(rows, "\n"))
+	}
+	load, _ := os.ReadFile("/proc/loadavg")
+	fmt.Fprintf(&report, "\nload average at the end: %s", load)
 	t.Log("\n" + report.String())
 }

@@ -191,7 +191,13 @@ func openChannel(parent context.Context, host channelHost, m *ComputerInfo) (*ex
 	}
 	var stderr bytes.Buffer
 	cmd.Stderr = &limitedBuffer{b: &stderr, max: 4096}
-	if err := cmd.Start(); err != nil {
+	start := cmd.Start
+	if h, ok := host.(interface {
+		startHelper(*exec.Cmd, *ComputerInfo) error
+	}); ok { // the sandbox: its user namespace's maps, its cgroup (computers_sandbox_userns.go)
+		start = func() error { return h.startHelper(cmd, m) }
+	}
+	if err := start(); err != nil {
 		kill()
 		return nil, err
 	}
@@ -234,6 +240,9 @@ func openChannel(parent context.Context, host channelHost, m *ComputerInfo) (*ex
 	case <-time.After(helperHelloTimeout):
 		kill()
 		cmd.Wait()
+		if said := firstLine(stderr.String() + "\n" + early.String()); said != "" {
+			return nil, fmt.Errorf("the helper did not answer within %s (it said %q)", helperHelloTimeout, said)
+		}
 		return nil, fmt.Errorf("the helper did not answer within %s", helperHelloTimeout)
 	}
 }

@@ -177,6 +177,7 @@ type helloGate struct {
 	halfConn
 	check   func(sni string) error
 	buf     []byte
+	hello   helloReader // reads buf as it grows: each byte once, however the client cuts its writes
 	decided bool
 }
 
@@ -186,11 +187,14 @@ func (g *helloGate) Write(p []byte) (int, error) {
 	if g.decided {
 		return g.halfConn.Write(p)
 	}
+	if len(p) == 0 {
+		return 0, nil
+	}
 	g.buf = append(g.buf, p...)
 	if g.buf[0] != tlsRecordHandshake { // not TLS: nothing names a server here
 		return g.release(len(p))
 	}
-	sni, complete, err := clientHelloSNI(g.buf)
+	sni, complete, err := g.hello.read(g.buf)
 	switch {
 	case err == nil && !complete && len(g.buf) < maxHelloBytes:
 		return len(p), nil // wait for the rest of the hello
@@ -227,36 +231,48 @@ const (
 // several records. complete is false while more bytes are needed; a ClientHello without the extension
 // has no name (""). Anything else than a ClientHello is an error.
 func clientHelloSNI(b []byte) (sni string, complete bool, err error) {
-	var hs []byte // the handshake messages, reassembled from the records' fragments
+	var r helloReader
+	return r.read(b)
+}
+
+// helloReader is clientHelloSNI over a buffer that grows between calls: the records read by one call
+// are not read again by the next (b must start with what the earlier calls saw).
+type helloReader struct {
+	used int    // bytes of b consumed as whole records
+	hs   []byte // the handshake messages, reassembled from those records' fragments
+}
+
+func (r *helloReader) read(b []byte) (sni string, complete bool, err error) {
 	for {
-		if len(hs) >= 4 {
-			if hs[0] != tlsClientHello {
+		if len(r.hs) >= 4 {
+			if r.hs[0] != tlsClientHello {
 				return "", false, errors.New("the first TLS handshake message is not a ClientHello")
 			}
-			n := int(hs[1])<<16 | int(hs[2])<<8 | int(hs[3])
+			n := int(r.hs[1])<<16 | int(r.hs[2])<<8 | int(r.hs[3])
 			if n > maxHelloBytes {
 				return "", false, errors.New("a TLS ClientHello larger than 64 KiB")
 			}
-			if len(hs) >= 4+n {
-				sni, err := helloServerName(hs[4 : 4+n])
+			if len(r.hs) >= 4+n {
+				sni, err := helloServerName(r.hs[4 : 4+n])
 				return sni, err == nil, err
 			}
 		}
-		if len(b) < 5 {
+		rest := b[r.used:]
+		if len(rest) < 5 {
 			return "", false, nil
 		}
-		if b[0] != tlsRecordHandshake {
+		if rest[0] != tlsRecordHandshake {
 			return "", false, errors.New("a TLS record that is not a handshake came before the ClientHello ended")
 		}
-		n := int(b[3])<<8 | int(b[4])
+		n := int(rest[3])<<8 | int(rest[4])
 		if n == 0 || n > 1<<14 {
 			return "", false, errors.New("a TLS handshake record of an invalid length")
 		}
-		if len(b) < 5+n {
+		if len(rest) < 5+n {
 			return "", false, nil
 		}
-		hs = append(hs, b[5:5+n]...)
-		b = b[5+n:]
+		r.hs = append(r.hs, rest[5:5+n]...)
+		r.used += 5 + n
 	}
 }
 

@@ -5,7 +5,9 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -357,6 +359,35 @@ func TestFullModeFiltered(t *testing.T) {
 			if out := pyRun(e, open.ID, rawPy, host, hport); !strings.HasPrefix(out, "ERR") {
 				t.Fatalf("a full machine reached the host on its bridge gateway %s: %q", ln.Addr(), out)
 			}
+			// No IPv6 path: the machine has no IPv6 address but loopback's, and the host's addresses,
+			// the link-local ones of the machine's gateway interface included, do not answer on [::].
+			if out := e.sh(open.ID, "grep -v ' lo$' /proc/net/if_inet6 || true"); out != "" {
+				t.Fatalf("a full machine has IPv6 addresses: %q", out)
+			}
+			if targets := hostV6Targets(t, strings.Fields(string(gw))[0]); len(targets) > 0 {
+				port := v6Port(t)
+				for _, a := range targets {
+					if out := pyRun(e, open.ID, rawPy, a, port); !strings.HasPrefix(out, "ERR") {
+						t.Fatalf("a full machine reached the host's [%s]:%s: %q", a, port, out)
+					}
+				}
+			}
+			// Nor another engine's container (a machine of another provider), either way for the sandbox.
+			foreign := map[string]string{"docker": "podman", "podman": "docker", "sandbox": "docker"}[prov]
+			if engineTested(foreign) {
+				fip, stopForeign := foreignServer(t, foreign, prov)
+				defer stopForeign()
+				if out := pyRun(e, open.ID, rawPy, fip, "8000"); !strings.HasPrefix(out, "ERR") {
+					t.Fatalf("a full %s machine reached a %s container at %s: %q", prov, foreign, fip, out)
+				}
+				if prov == "sandbox" {
+					other := e.s.computers.providerByName("sandbox").(*sandboxProvider).guestNetAddr(context.Background(), &denied)
+					out, _ := exec.Command(foreign, "exec", "agentd-foreign-"+testOwnerPrefix()+prov, "python3", "-c", rawPy, other, "8001").CombinedOutput()
+					if !strings.HasPrefix(string(out), "ERR") {
+						t.Fatalf("a %s container reached a full sandbox at %s: %q", foreign, other, out)
+					}
+				}
+			}
 			// A port forward still works: the host opens, the machine only answers.
 			e.sh(open.ID, "mkdir -p www && echo full-ok > www/i && cd www && nohup python3 -m http.server 8000 --bind 0.0.0.0 >/dev/null 2>&1 &")
 			var b PortBinding
@@ -382,6 +413,94 @@ func TestFullModeFiltered(t *testing.T) {
 			}
 		})
 	}
+}
+
+// v6Port is the port of a listener on the host's [::] for the test (closed at its cleanup).
+func v6Port(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp6", "[::]:0")
+	if err != nil {
+		t.Fatalf("the host has IPv6 addresses but cannot listen on [::]: %v", err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	return port
+}
+
+// hostV6Targets are the host's IPv6 addresses a machine behind gw could aim at: the link-local ones of
+// the interface holding gw (scoped to the machine's eth0), and every global one.
+func hostV6Targets(t *testing.T, gw string) []string {
+	t.Helper()
+	ifs, err := net.Interfaces()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, i := range ifs {
+		addrs, _ := i.Addrs()
+		onGW := false
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok && n.IP.String() == gw {
+				onGW = true
+			}
+		}
+		for _, a := range addrs {
+			n, ok := a.(*net.IPNet)
+			switch {
+			case !ok || n.IP.To4() != nil || n.IP.IsLoopback():
+			case n.IP.IsLinkLocalUnicast() && onGW:
+				out = append(out, n.IP.String()+"%eth0")
+			case n.IP.IsGlobalUnicast():
+				out = append(out, n.IP.String())
+			}
+		}
+	}
+	return out
+}
+
+// engineTested says whether an engine's tests run here (without failing or skipping the caller).
+func engineTested(engine string) bool {
+	check := map[string][]string{"docker": {"image", "inspect", testImage}, "podman": {"image", "exists", testImage}}[engine]
+	return os.Getenv("AGENT_TEST_DOCKER") == "1" && check != nil && exec.Command(engine, check...).Run() == nil
+}
+
+// foreignServer runs a plain container of engine (not an agentd machine; one per provider's subtest)
+// serving HTTP on 8000 and returns its address, once the host reaches it, and its removal.
+func foreignServer(t *testing.T, engine, forProv string) (string, func()) {
+	t.Helper()
+	name := "agentd-foreign-" + testOwnerPrefix() + forProv
+	exec.Command(engine, "rm", "-f", name).Run()
+	if out, err := exec.Command(engine, "run", "-d", "--name", name, "--label", "agentd.id=foreign", "--label", "agentd.owner="+testOwnerPrefix()+"foreign",
+		testImage, "python3", "-m", "http.server", "8000").CombinedOutput(); err != nil {
+		t.Fatalf("%s run: %v: %s", engine, err, out)
+	}
+	stop := func() {
+		if engine == "podman" {
+			exec.Command(engine, "rm", "-f", "-t", "0", name).Run()
+		} else {
+			exec.Command(engine, "rm", "-f", name).Run()
+		}
+	}
+	ip, err := exec.Command(engine, "inspect", "--format", "{{range .NetworkSettings.Networks}}{{.IPAddress}} {{end}}", name).Output()
+	if err != nil || len(strings.Fields(string(ip))) == 0 {
+		stop()
+		t.Fatalf("%s inspect: %v %q", engine, err, ip)
+	}
+	addr := strings.Fields(string(ip))[0]
+	eventually(t, "the "+engine+" container's server from the host", func() bool {
+		out, _ := exec.Command("python3", "-c", rawPy, addr, "8000").Output()
+		return strings.TrimSpace(string(out)) == "CONNECTED"
+	})
+	return addr, stop
 }
 
 // helloBytes is the ClientHello crypto/tls sends for serverName (its first flight, as written).
@@ -439,6 +558,73 @@ func TestClientHelloSNI(t *testing.T) {
 	}
 }
 
+// recordingConn is the upstream side of a gate in the tests: what reached it, and whether it was closed.
+type recordingConn struct {
+	got    []byte
+	closed bool
+}
+
+func (r *recordingConn) Read([]byte) (int, error)    { return 0, io.EOF }
+func (r *recordingConn) Write(p []byte) (int, error) { r.got = append(r.got, p...); return len(p), nil }
+func (r *recordingConn) Close() error                { r.closed = true; return nil }
+func (r *recordingConn) CloseWrite() error           { return nil }
+
+// TestHelloGate: the gate passes a hello whose name is allowed, and what follows it, untouched; it
+// closes the upstream on a refused name before a byte of the hello reaches it; a hello cut into 1-byte
+// records and fed a byte at a time is decided all the same; what is not TLS passes at once.
+func TestHelloGate(t *testing.T) {
+	tiny := func(hello []byte) []byte { // the hello re-cut into records of one byte each
+		var out []byte
+		for _, c := range hello[5:] {
+			out = append(out, tlsRecordHandshake, hello[1], hello[2], 0, 1, c)
+		}
+		return out
+	}
+	for _, name := range []string{"allowed.example", "evil.example"} {
+		hello := helloBytes(t, name)
+		for _, feed := range []struct {
+			what string
+			b    []byte
+			step int
+		}{{"whole", hello, len(hello)}, {"byte by byte", hello, 1}, {"tiny records, byte by byte", tiny(hello), 1}} {
+			up := &recordingConn{}
+			var checked []string
+			g := &helloGate{halfConn: up, check: func(sni string) error {
+				checked = append(checked, sni)
+				if sni != "allowed.example" {
+					return errors.New("refused")
+				}
+				return nil
+			}}
+			var werr error
+			for b := feed.b; len(b) > 0 && werr == nil; b = b[min(feed.step, len(b)):] {
+				_, werr = g.Write(b[:min(feed.step, len(b))])
+			}
+			if len(checked) != 1 || checked[0] != name {
+				t.Fatalf("%s, %s: checked %q", name, feed.what, checked)
+			}
+			if name == "evil.example" {
+				if werr == nil || !up.closed || len(up.got) != 0 {
+					t.Fatalf("%s, %s: err %v, closed %v, %d bytes upstream", name, feed.what, werr, up.closed, len(up.got))
+				}
+				continue
+			}
+			g.Write([]byte("after"))
+			if werr != nil || up.closed || string(up.got) != string(feed.b)+"after" {
+				t.Fatalf("%s, %s: err %v, closed %v, upstream got %d bytes of %d", name, feed.what, werr, up.closed, len(up.got), len(feed.b)+5)
+			}
+		}
+	}
+	up := &recordingConn{}
+	g := &helloGate{halfConn: up, check: func(string) error { t.Fatal("checked a non-TLS stream"); return nil }}
+	if _, err := g.Write(nil); err != nil || len(up.got) != 0 {
+		t.Fatalf("an empty write: %v %q", err, up.got)
+	}
+	if _, err := g.Write([]byte("SSH-2.0-x\r\n")); err != nil || string(up.got) != "SSH-2.0-x\r\n" {
+		t.Fatalf("not TLS: %v %q", err, up.got)
+	}
+}
+
 func FuzzClientHelloSNI(f *testing.F) {
 	f.Add(helloBytes(f, "example.com"))
 	f.Add(helloBytes(f, ""))
@@ -448,10 +634,59 @@ func FuzzClientHelloSNI(f *testing.F) {
 		if err != nil && (complete || sni != "") {
 			t.Fatalf("an error with a result: %q %v %v", sni, complete, err)
 		}
+		// Read as it arrives, in pieces, by one reader: the same answer as whole.
+		var r helloReader
+		var sniP string
+		var completeP bool
+		var errP error
+		for k := 1 + len(b)/7; ; k += 1 + len(b)/7 {
+			if sniP, completeP, errP = r.read(b[:min(k, len(b))]); completeP || errP != nil || k >= len(b) {
+				break
+			}
+		}
+		if sniP != sni || completeP != complete || (errP == nil) != (err == nil) {
+			t.Fatalf("in pieces: %q %v %v; whole: %q %v %v", sniP, completeP, errP, sni, complete, err)
+		}
 		if complete && err == nil { // more bytes after a whole hello change nothing
 			if sni2, complete2, err2 := clientHelloSNI(append(b[:len(b):len(b)], 0x17, 3, 3, 0, 1, 0)); sni2 != sni || !complete2 || err2 != nil {
 				t.Fatalf("trailing bytes changed the answer: %q/%q %v %v", sni, sni2, complete2, err2)
 			}
 		}
 	})
+}
+
+// discardHalfConn is an upstream that takes everything and keeps nothing (the gate's benchmark).
+type discardHalfConn struct{}
+
+func (discardHalfConn) Read([]byte) (int, error)    { return 0, io.EOF }
+func (discardHalfConn) Write(p []byte) (int, error) { return len(p), nil }
+func (discardHalfConn) Close() error                { return nil }
+func (discardHalfConn) CloseWrite() error           { return nil }
+
+// BenchmarkHelloGate: the CONNECT tunnel's ClientHello check, a hello of crypto/tls fed whole (as a
+// client writes it), and the same hello cut into 1-byte records fed a byte at a time (what a hostile
+// machine can send: the gate must stay linear in it).
+func BenchmarkHelloGate(b *testing.B) {
+	hello := helloBytes(b, "example.com")
+	var tiny []byte
+	for _, c := range hello[5:] {
+		tiny = append(tiny, 22, hello[1], hello[2], 0, 1, c)
+	}
+	for _, c := range []struct {
+		name string
+		b    []byte
+		step int
+	}{{"whole", hello, len(hello)}, {"1-byte-records-bytewise", tiny, 1}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.SetBytes(int64(len(c.b)))
+			for b.Loop() {
+				g := &helloGate{halfConn: discardHalfConn{}, check: func(string) error { return nil }}
+				for p := c.b; len(p) > 0; p = p[min(c.step, len(p)):] {
+					if _, err := g.Write(p[:min(c.step, len(p))]); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+		})
+	}
 }

@@ -214,6 +214,8 @@ func (e *engineProvider) runArgs(m *ComputerInfo) []string {
 	}
 	if noRoute(sp) { // egress reaches out only through the proxy over the exec channel (computers_egress.go)
 		a = append(a, "--network", "none")
+	} else if sp.Network.Mode == "full" { // the full-mode rules are IPv4 (computers_fullnet.go)
+		a = append(a, fullV6Off()...)
 	}
 	if hm := e.c.helperMount(); hm != "" {
 		a = append(a, "-v", hm, "-v", e.c.channelSockDir(m.ID)+":"+chanSockInMachine+":ro")

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -55,7 +56,8 @@ func TestPolicyDialDeniesResolvedAddress(t *testing.T) {
 }
 
 // TestFullRules: a full machine's iptables rules: the host, link-local, the other machines, and each
-// deny entry (an address, a CIDR, a name resolved now; a wildcard and IPv6 are not rules).
+// deny entry (an address, a CIDR, a name resolved now; a wildcard and IPv6 are not rules), and out of
+// other machines' bridges.
 func TestFullRules(t *testing.T) {
 	m := &ComputerInfo{ID: "cmp_x", Spec: ComputerSpec{Network: NetworkSpec{Mode: "full",
 		Deny: []string{"10.0.0.9", "192.0.2.0/24", "db.internal", "*.corp.example", "::1"}}}}
@@ -66,7 +68,7 @@ func TestFullRules(t *testing.T) {
 		return nil
 	}
 	var got []string
-	for _, r := range fullRules(m, "172.17.0.5", "172.17.0.0/16", lookup) {
+	for _, r := range fullRules(m, "172.17.0.5", "172.17.0.0/16", []string{"podman+", "k8s0"}, lookup) {
 		got = append(got, strings.Join(r, " "))
 	}
 	tag := " -m comment --comment agentd:cmp_x"
@@ -74,11 +76,29 @@ func TestFullRules(t *testing.T) {
 		"INPUT -s 172.17.0.5 -m conntrack --ctstate NEW -j DROP" + tag,
 		"FORWARD -s 172.17.0.5 -d 169.254.0.0/16 -j DROP" + tag,
 		"FORWARD -s 172.17.0.5 -d 172.17.0.0/16 -j DROP" + tag,
+		"FORWARD -s 172.17.0.5 -o podman+ -j DROP" + tag,
+		"FORWARD -s 172.17.0.5 -o k8s0 -j DROP" + tag,
 		"FORWARD -s 172.17.0.5 -d 10.0.0.9 -j DROP" + tag,
 		"FORWARD -s 172.17.0.5 -d 192.0.2.0/24 -j DROP" + tag,
 		"FORWARD -s 172.17.0.5 -d 10.0.0.7 -j DROP" + tag,
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("rules:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestMachineBridges: the engines' bridge names, made or not, and every bridge present, but never the
+// interface the default route leaves by (a host whose uplink is a bridge keeps its way out).
+func TestMachineBridges(t *testing.T) {
+	bridges := "5: docker0: <NO-CARRIER,BROADCAST,MULTICAST,UP> mtu 1500\n8: k8slocal0: <BROADCAST> mtu 1500\n3: br0: <BROADCAST,UP> mtu 1500\n9: br-1a2b: <BROADCAST> mtu 1500\n"
+	got := machineBridges(bridges, "default via 192.0.2.1 dev br0 proto dhcp\n")
+	want := []string{"docker0", "br-+", "podman+", "cni+", "virbr+", "lxcbr+", "lxdbr+", "agsb+", "k8slocal0"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+	// An uplink a pattern would match: the pattern goes, the other bridges it matched are named instead.
+	got = machineBridges(bridges, "default via 192.0.2.1 dev br-1a2b\ndefault via 192.0.2.9 dev eth1 metric 200\n")
+	if slices.Contains(got, "br-+") || slices.Contains(got, "br-1a2b") || !slices.Contains(got, "br0") || !slices.Contains(got, "docker0") {
+		t.Fatalf("with the uplink br-1a2b: %q", got)
 	}
 }

@@ -9,25 +9,29 @@
 // same namespaces, so a server started by one exec is reachable by the next. The bwrap runs with new
 // user, mount, pid, ipc and uts namespaces (and network with `network.mode` none and egress, whose one
 // way out is agentd's proxy over the channel, computers_egress.go; full gets a filtered namespace of its own
-// when agentd is root, computers_sandboxnet.go, and shares the host's otherwise), uid/gid 1000, every
+// when agentd is root, computers_sandboxnet.go, and shares the host's otherwise), uid/gid 1000 (the
+// host's sandboxHostID, not its root, when agentd is root: computers_sandbox_userns.go), every
 // capability dropped, no new privileges, --die-with-parent and
 // --new-session. Its root is an empty read-only tmpfs holding the host's /usr, /bin, /sbin, /lib* and the
 // few /etc files a program needs, read-only; a synthesized passwd and group; the workspace at /work and a
 // private /tmp (host directories under the machine's, so they survive what local's survive); new /proc and
 // /dev. No host home, no $AGENT_HOME, no sockets. The environment is built from an allow-list like local's.
-// Limits: the helper sets RLIMIT_DATA (memoryMb), RLIMIT_FSIZE (diskMb), RLIMIT_CPU and RLIMIT_NPROC on
-// itself, so every process inherits them, and kills everything in the machine when its pid namespace
-// holds more than sandboxMaxProcs processes (RLIMIT_NPROC does not bind processes whose host uid is root).
+// Limits: where agentd can write a cgroup for the machine (computers_sandbox_cgroup.go), the bwrap starts
+// in one bounding memoryMb, cpus and sandboxNproc tasks for the whole machine. Always: the helper sets
+// RLIMIT_DATA (memoryMb), RLIMIT_FSIZE (diskMb), RLIMIT_CPU and RLIMIT_NPROC on itself, so every process
+// inherits them, and kills everything in the machine when its pid namespace holds more than
+// sandboxMaxProcs processes (RLIMIT_NPROC does not bind processes whose host uid is root).
 //
 // Lifecycle: the bwrap is the machine's exec channel: opened at create and start, reopened on the next
 // use after it died; closed (the helper kills what it started, the namespaces go) at stop, destroy and
-// server shutdown. A restarted server finds the directories and keeps their records running: the
+// server shutdown, where the machines' cgroups and full-mode networks are removed too (close). A restarted server finds the directories and keeps their records running: the
 // processes of the previous server are gone (they died with it), the files are there, and the first
 // exec starts a new bwrap. Packages, an image, another user and a tty are refused, not ignored.
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -59,8 +63,9 @@ type sandboxProvider struct {
 	root string // $AGENT_HOME/sandboxes
 
 	mu      sync.Mutex
-	bwrap   string // the bwrap binary, found by probe
-	newOpts bool   // bwrap ≥ 0.7 (--disable-userns, --size)
+	bwrap   string     // the bwrap binary, found by probe
+	newOpts bool       // bwrap ≥ 0.7 (--disable-userns, --size)
+	cg      cgroupHost // where the machines' cgroups go, found by probe (computers_sandbox_cgroup.go)
 
 	netMu         sync.Mutex  // orders this server's full machines' network setups (computers_sandboxnet.go)
 	netFilterable func() bool // can full machines get a filtered network here (sandboxNetFilterable; tests swap it)
@@ -99,7 +104,7 @@ func (s *sandboxProvider) probe(ctx context.Context) probeResult {
 	s.bwrap, s.newOpts = bw, strings.Contains(string(help), "--disable-userns") && strings.Contains(string(help), "--size")
 	s.mu.Unlock()
 	// A real trial: the namespaces this provider asks for, around /bin/true.
-	trial := append(s.nsArgs(ComputerSpec{Network: NetworkSpec{Mode: "none"}}), s.systemArgs()...)
+	trial := append(s.nsArgs(ComputerSpec{Network: NetworkSpec{Mode: "none"}}, false), s.systemArgs()...)
 	trial = append(trial, "--proc", "/proc", "--dev", "/dev", "--", "/bin/true")
 	if out, err := bwrapOutput(ctx, bw, trial...); err != nil {
 		msg := firstLine(string(out))
@@ -109,8 +114,31 @@ func (s *sandboxProvider) probe(ctx context.Context) probeResult {
 		return probeResult{reason: "bwrap cannot create a sandbox here: " + msg,
 			hint: "user namespaces may be disabled: sysctl -w user.max_user_namespaces=15000 kernel.unprivileged_userns_clone=1; inside a container, run it with --security-opt seccomp=unconfined or use provider docker"}
 	}
+	// Where the machines' cgroups go is found once: a later probe that failed its trial (another server
+	// removing the shared parent at that moment) must not make this one forget, and so leave, the
+	// cgroups its machines have.
+	s.mu.Lock()
+	found := s.cg.version != 0
+	s.mu.Unlock()
+	if !found {
+		cg := detectCgroups(hostCgroupEnv(), s.c.owner).tried()
+		s.mu.Lock()
+		if s.cg.version == 0 {
+			s.cg = cg
+		}
+		s.mu.Unlock()
+	}
 	return probeResult{available: true, version: strings.TrimPrefix(strings.TrimSpace(string(ver)), "bubblewrap ")}
 }
+
+func (s *sandboxProvider) cgroups() cgroupHost {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cg
+}
+
+// limitsNote says, for the doctor, which limits bind a machine here: cgroups or rlimits alone.
+func (s *sandboxProvider) limitsNote() string { return s.cgroups().note() }
 
 // bwrapOutput runs one short bwrap and returns its combined output. WaitDelay bounds the wait for its
 // pipes: a sandboxed descendant that outlives a killed bwrap must not hang the probe (and with it the
@@ -143,15 +171,23 @@ func (s *sandboxProvider) supports(sp ComputerSpec) error {
 
 func (s *sandboxProvider) dir(m *ComputerInfo) string { return filepath.Join(s.root, m.ID) }
 
-// nsArgs are the namespaces and the identity of a machine.
-func (s *sandboxProvider) nsArgs(sp ComputerSpec) []string {
+// nsArgs are the namespaces and the identity of a machine. remap: agentd is root and maps the
+// namespace itself (computers_sandbox_userns.go); the helper starts as 0 with CAP_SETUID, CAP_SETGID and
+// CAP_SETPCAP alone (bwrap empties the bounding set of the others) and drops them, and to 1000, before
+// anything runs.
+func (s *sandboxProvider) nsArgs(sp ComputerSpec, remap bool) []string {
 	a := []string{"--die-with-parent", "--new-session", "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
-		"--unshare-cgroup-try", "--uid", "1000", "--gid", "1000", "--hostname", "sandbox", "--cap-drop", "ALL"}
-	s.mu.Lock()
-	if s.newOpts {
-		a = append(a, "--disable-userns") // no nested user namespace: the kernel surface stays small
+		"--unshare-cgroup-try", "--hostname", "sandbox"}
+	if remap { // the helper keeps only what it needs to drop to 1000:1000
+		a = append(a, "--uid", "0", "--gid", "0", "--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP")
+	} else {
+		a = append(a, "--uid", "1000", "--gid", "1000", "--cap-drop", "ALL")
+		s.mu.Lock()
+		if s.newOpts {
+			a = append(a, "--disable-userns") // no nested user namespace: the kernel surface stays small
+		}
+		s.mu.Unlock()
 	}
-	s.mu.Unlock()
 	if noRoute(sp) { // egress reaches out only through the proxy over the channel (computers_egress.go)
 		a = append(a, "--unshare-net")
 	}
@@ -193,7 +229,7 @@ func (s *sandboxProvider) systemArgs() []string {
 // bwrapArgs is the whole machine: namespaces, the filesystem, then the helper with the limits.
 func (s *sandboxProvider) bwrapArgs(m *ComputerInfo) []string {
 	sp, dir := m.Spec, s.dir(m)
-	a := append(s.nsArgs(sp), s.systemArgs()...)
+	a := append(s.nsArgs(sp, s.remapped()), s.systemArgs()...)
 	if s.filteredFull(sp) {
 		if r := sandboxResolvConf(); r != "" {
 			a = append(a, "--ro-bind", r, "/etc/resolv.conf")
@@ -217,8 +253,12 @@ func (s *sandboxProvider) bwrapArgs(m *ComputerInfo) []string {
 	// The helper lives under the same data limit; the Go runtime needs a few hundred MB of it to grow.
 	data := max(int64(sp.MemoryMB), sandboxMinDataMB) << 20
 	limits := fmt.Sprintf("nproc=%d,data=%d,cpu=%d,fsize=%d", sandboxNproc, data, sandboxCPUSecs, int64(sp.DiskMB)<<20)
-	return append(a, "--ro-bind", s.c.helper, helperInMachine, "--chdir", "/", "--remount-ro", "/",
+	a = append(a, "--ro-bind", s.c.helper, helperInMachine, "--chdir", "/", "--remount-ro", "/",
 		"--", helperInMachine, "machine-helper", "--limits", limits, "--max-procs", strconv.Itoa(sandboxMaxProcs))
+	if s.remapped() {
+		a = append(a, "--become", sandboxUser)
+	}
+	return a
 }
 
 // env is the machine's environment: fixed names, the allow-list of local's (no PATH: the host's may
@@ -239,7 +279,9 @@ func (s *sandboxProvider) env(m *ComputerInfo) []string {
 	return env
 }
 
-// helperCmd is the machine itself: one bwrap whose first process is the helper.
+// helperCmd is the machine itself: one bwrap whose first process is the helper (through nsenter, in the
+// machine's network namespace, for a filtered full machine). Where agentd maps the machine's user
+// namespace or has a cgroup for it, bwrap also waits for agentd at two points (startHelper).
 func (s *sandboxProvider) helperCmd(ctx context.Context, m *ComputerInfo) *exec.Cmd {
 	s.mu.Lock()
 	bw := s.bwrap
@@ -247,17 +289,24 @@ func (s *sandboxProvider) helperCmd(ctx context.Context, m *ComputerInfo) *exec.
 	if bw == "" {
 		bw = "bwrap"
 	}
-	if !s.filteredFull(m.Spec) {
-		cmd := exec.CommandContext(ctx, bw, s.bwrapArgs(m)...)
-		cmd.Env = s.env(m)
-		return cmd
-	}
-	// nsenter joins the machine's namespace and execs bwrap, which stays the channel's process.
-	nsPath, err := s.netUp(ctx, m)
-	cmd := exec.CommandContext(ctx, "nsenter", append([]string{"--net=" + nsPath, "--", bw}, s.bwrapArgs(m)...)...)
-	cmd.Env = s.env(m)
+	var errs []error
+	procs, err := s.cgroups().create(m.ID, m.Spec.MemoryMB, m.Spec.CPUs, sandboxNproc)
 	if err != nil {
-		cmd.Err = fmt.Errorf("cannot give the machine its filtered network: %v", err) // Start fails with it
+		errs = append(errs, fmt.Errorf("cannot give the machine its cgroup: %v", err))
+	}
+	argv := append(append([]string{bw}, s.startFlags(s.remapped(), len(procs) > 0)...), s.bwrapArgs(m)...)
+	if s.filteredFull(m.Spec) {
+		// nsenter joins the machine's namespace and execs bwrap, which stays the channel's process.
+		nsPath, err := s.netUp(ctx, m)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("cannot give the machine its filtered network: %v", err))
+		}
+		argv = append([]string{"nsenter", "--net=" + nsPath, "--"}, argv...)
+	}
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Env = s.env(m)
+	if len(errs) > 0 {
+		cmd.Err = errors.Join(errs...) // Start fails with it
 	}
 	return cmd
 }
@@ -266,8 +315,14 @@ func (s *sandboxProvider) create(ctx context.Context, m *ComputerInfo) error {
 	if err := s.prepare(m); err != nil {
 		return err
 	}
-	if hp, ok := s.hostPath(m, m.Workdir); ok {
+	if hp, ok := s.hostPath(m, m.Workdir); ok && hp != filepath.Join(s.dir(m), "work") && hp != filepath.Join(s.dir(m), "tmp") {
 		os.MkdirAll(hp, 0o755)
+		top := filepath.Join(s.dir(m), strings.Split(strings.TrimPrefix(path.Clean(m.Workdir), "/"), "/")[0])
+		for d := hp; len(d) > len(top); d = filepath.Dir(d) { // what MkdirAll made, root's until now
+			if err := s.ownForMachine(d); err != nil {
+				return errorf(codeComputerFailed, "cannot give the workdir to the sandbox's user: %v", err)
+			}
+		}
 	}
 	return s.open(ctx, m)
 }
@@ -278,6 +333,11 @@ func (s *sandboxProvider) prepare(m *ComputerInfo) error {
 	for _, d := range []string{"work", "tmp", "etc"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
 			return errorf(codeComputerFailed, "cannot create the sandbox's directories: %v", err).withHint("make AGENT_HOME writable")
+		}
+		if d != "etc" {
+			if err := s.ownForMachine(filepath.Join(dir, d)); err != nil {
+				return errorf(codeComputerFailed, "cannot give the sandbox's /%s to its user: %v", d, err)
+			}
 		}
 	}
 	files := map[string]string{
@@ -336,15 +396,31 @@ func (s *sandboxProvider) closeMachine(m *ComputerInfo) {
 	}
 }
 
+// close runs at server shutdown, after every channel was closed (the machines' bwraps are gone): what
+// they leave on the host, their cgroups and full machines' namespaces and rules, goes too; the next
+// start of a machine makes them again.
+func (s *sandboxProvider) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s.sweepNets(ctx, nil)
+	s.cgroups().sweep(nil)
+}
+
 func (s *sandboxProvider) stop(ctx context.Context, m *ComputerInfo) error {
 	s.closeMachine(m)
 	s.netDown(ctx, m.ID)
+	if err := s.cgroups().remove(m.ID); err != nil {
+		return errorf(codeComputerFailed, "%v", err)
+	}
 	return nil
 }
 
 func (s *sandboxProvider) destroy(ctx context.Context, m *ComputerInfo) error {
 	s.closeMachine(m)
 	s.netDown(ctx, m.ID)
+	if err := s.cgroups().remove(m.ID); err != nil {
+		return errorf(codeComputerFailed, "%v", err)
+	}
 	if err := os.RemoveAll(s.dir(m)); err != nil {
 		return errorf(codeComputerFailed, "cannot remove the sandbox's directory: %v", err)
 	}
@@ -366,6 +442,7 @@ func (s *sandboxProvider) owned(ctx context.Context) (map[string]bool, error) {
 	dirs, err := machineDirs(s.root)
 	if err == nil {
 		s.sweepNets(ctx, dirs)
+		s.cgroups().sweep(dirs)
 	}
 	return dirs, err
 }
@@ -422,11 +499,21 @@ func machineHelperMain(args []string, stdin io.Reader, stdout io.Writer) error {
 	fl.SetOutput(io.Discard)
 	limits := fl.String("limits", "", "rlimits to set: nproc=,data=,cpu=,fsize=")
 	maxProcs := fl.Int("max-procs", 0, "kill everything when the pid namespace holds more processes")
+	become := fl.String("become", "", "uid:gid to drop to (from 0, with bwrap's capabilities) before anything runs")
 	if err := fl.Parse(args); err != nil {
 		return errorf(codeSpecInvalid, "machine-helper: %v", err)
 	}
 	if err := applyHelperLimits(*limits); err != nil {
 		return err
+	}
+	if *become != "" { // computers_sandbox_userns.go
+		uid, gid, err := parseBecome(*become)
+		if err != nil {
+			return err
+		}
+		if err := helperBecome(uid, gid); err != nil {
+			return errorf(codeComputerFailed, "machine-helper: %v", err)
+		}
 	}
 	if *maxProcs > 0 {
 		stop := make(chan struct{})

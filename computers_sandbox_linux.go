@@ -2,15 +2,19 @@
 
 // computers_sandbox_linux.go — the Linux-only parts of the sandbox provider (computers_sandbox.go): the
 // helper's resource limits (setrlimit, inherited by every process it starts), the process-count
-// watchdog of its pid namespace, and the probe's look at the kernel's user-namespace switches.
+// watchdog of its pid namespace, the probe's look at the kernel's user-namespace switches, and the
+// network-namespace switches of a full machine's namespace (computers_sandboxnet.go).
 package main
 
 import (
+	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+	"unsafe"
 )
 
 // The rlimit numbers of the generic Linux ABI (amd64, arm64, riscv64, 386, arm, ppc64le, s390x).
@@ -97,4 +101,175 @@ func userNamespacesOff() (reason, hint string) {
 		return "AppArmor restricts unprivileged user namespaces (kernel.apparmor_restrict_unprivileged_userns = 1)", "sysctl -w kernel.apparmor_restrict_unprivileged_userns=0, or give bwrap an AppArmor profile that allows userns"
 	}
 	return "", ""
+}
+
+// sysSetns is setns(2)'s number per architecture (the syscall package has no SYS_SETNS).
+var sysSetns = map[string]uintptr{"amd64": 308, "arm64": 268, "riscv64": 268, "loong64": 268, "386": 346, "arm": 375,
+	"ppc64": 350, "ppc64le": 350, "s390x": 339, "mips": 4344, "mipsle": 4344, "mips64": 5303, "mips64le": 5303}
+
+// inNetns runs f on a thread moved into the network namespace at nsPath (a /run/netns file), so what
+// f reads and writes under /proc/sys/net is that namespace's. The thread is never given back: it ends
+// with its goroutine, and no other goroutine ever runs in the namespace.
+func inNetns(nsPath string, f func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // not unlocked: the thread dies with this goroutine
+		fd, err := syscall.Open(nsPath, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+		if err != nil {
+			errc <- err
+			return
+		}
+		trap, ok := sysSetns[runtime.GOARCH]
+		if !ok {
+			syscall.Close(fd)
+			errc <- fmt.Errorf("setns: no system call number known for %s", runtime.GOARCH)
+			return
+		}
+		_, _, e := syscall.RawSyscall(trap, uintptr(fd), syscall.CLONE_NEWNET, 0)
+		syscall.Close(fd)
+		if e != 0 {
+			errc <- fmt.Errorf("setns %s: %v", nsPath, e)
+			return
+		}
+		errc <- f()
+	}()
+	return <-errc
+}
+
+// disableIPv6 turns IPv6 off on each named interface ("all" and "default" included) of the calling
+// thread's network namespace; a kernel without IPv6 has nothing to turn off.
+func disableIPv6(ifaces ...string) error {
+	if _, err := os.Stat("/proc/sys/net/ipv6"); err != nil {
+		return nil
+	}
+	for _, i := range ifaces {
+		if err := os.WriteFile("/proc/sys/net/ipv6/conf/"+i+"/disable_ipv6", []byte("1\n"), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// helperBecome drops the helper, started as the machine's 0 with bwrap's capabilities, to uid:gid for
+// good: no new user namespace from then on (denyUserNamespaces), the bounding set emptied on every thread (where Go can: not under cgo, where setresuid still
+// clears the capabilities), no supplementary groups, then gid and uid. It checks the result.
+func helperBecome(uid, gid int) error {
+	if err := denyUserNamespaces(); err != nil {
+		return err
+	}
+	// What is left in the bounding set (bwrap left CAP_SETUID, CAP_SETGID, CAP_SETPCAP), dropped on every thread
+	// (each is a stop-the-world: one per capability still there, not one per capability there is).
+	const prCapbsetDrop = 24
+	bnd := uint64(0)
+	if st, err := os.ReadFile("/proc/self/status"); err == nil {
+		for _, line := range strings.Split(string(st), "\n") {
+			if v, ok := strings.CutPrefix(line, "CapBnd:"); ok {
+				bnd, _ = strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			}
+		}
+	}
+	for c := 0; c < 64; c++ {
+		if bnd&(1<<c) == 0 {
+			continue
+		}
+		if _, _, e := syscall.AllThreadsSyscall(syscall.SYS_PRCTL, prCapbsetDrop, uintptr(c), 0); e == syscall.ENOTSUP {
+			break // cgo: setresuid below still clears the capabilities, and no new privileges keeps them out
+		} else if e != 0 {
+			return fmt.Errorf("dropping capability %d from the bounding set: %v", c, e)
+		}
+	}
+	if err := syscall.Setgroups(nil); err != nil {
+		return fmt.Errorf("setgroups: %v", err)
+	}
+	if err := syscall.Setresgid(gid, gid, gid); err != nil {
+		return fmt.Errorf("setresgid %d: %v", gid, err)
+	}
+	if err := syscall.Setresuid(uid, uid, uid); err != nil {
+		return fmt.Errorf("setresuid %d: %v", uid, err)
+	}
+	st, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return err
+	}
+	want := map[string]string{"Uid:": strconv.Itoa(uid), "Gid:": strconv.Itoa(gid), "CapPrm:": "0000000000000000", "CapEff:": "0000000000000000", "CapAmb:": "0000000000000000", "CapBnd:": "0000000000000000"}
+	for _, line := range strings.Split(string(st), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		if w, ok := want[f[0]]; ok {
+			for _, v := range f[1:] {
+				if v != w {
+					return fmt.Errorf("after the drop, %s", line)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// seccompArch is, per architecture, what the seccomp filter checks: seccomp(2)'s number, then for the
+// native ABI and its 32-bit compat ABI the audit arch and the numbers of unshare, clone and clone3.
+var seccompArch = map[string]struct {
+	seccomp uint32
+	abi     [2]struct{ audit, unshare, clone, clone3 uint32 }
+}{
+	"amd64": {317, [2]struct{ audit, unshare, clone, clone3 uint32 }{{0xC000003E, 272, 56, 435}, {0x40000003, 310, 120, 435}}},
+	"arm64": {277, [2]struct{ audit, unshare, clone, clone3 uint32 }{{0xC00000B7, 97, 220, 435}, {0x40000028, 337, 120, 435}}},
+}
+
+// denyUserNamespaces installs, on every thread of the helper and so on everything it starts, a seccomp
+// filter refusing a new user namespace: unshare and clone with CLONE_NEWUSER are EPERM, clone3 (whose
+// flags a filter cannot read) is ENOSYS, which glibc and Go answer by using clone; so are x32 calls
+// (numbers from 0x40000000), whose table the filter does not hold. It stands in for bwrap's
+// --disable-userns, which cannot be combined with the mapping a root agentd writes. No new privileges
+// is set already (bwrap). Another architecture keeps nested user namespaces, and says so on stderr.
+func denyUserNamespaces() error {
+	a, ok := seccompArch[runtime.GOARCH]
+	if !ok {
+		fmt.Fprintf(os.Stderr, "agentd machine-helper: no seccomp filter for %s: nested user namespaces stay possible\n", runtime.GOARCH)
+		return nil
+	}
+	const (
+		ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06 // BPF_LD|W|ABS; BPF_JMP|JEQ|JGE|JSET|K; BPF_RET|K
+		allow                   = 0x7fff0000                   // SECCOMP_RET_ALLOW
+		errno                   = 0x00050000                   // SECCOMP_RET_ERRNO
+		cloneNewUser            = 0x10000000
+	)
+	type insn struct {
+		code   uint16
+		jt, jf uint8
+		k      uint32
+	}
+	n, c := a.abi[0], a.abi[1]
+	prog := []insn{ // jumps count from the next instruction
+		{ld, 0, 0, 4},                               // 0: the arch
+		{jeq, 0, 6, n.audit},                        // 1: native, else → 8
+		{ld, 0, 0, 0},                               // 2: the syscall's number
+		{jge, 14, 0, 0x40000000},                    // 3: x32 → 18
+		{jeq, 9, 0, n.unshare},                      // 4: → 14
+		{jeq, 8, 0, n.clone},                        // 5: → 14
+		{jeq, 11, 0, n.clone3},                      // 6: → 18
+		{ret, 0, 0, allow},                          // 7
+		{jeq, 0, 7, c.audit},                        // 8: compat, else → 16
+		{ld, 0, 0, 0},                               // 9
+		{jeq, 3, 0, c.unshare},                      // 10: → 14
+		{jeq, 2, 0, c.clone},                        // 11: → 14
+		{jeq, 5, 0, c.clone3},                       // 12: → 18
+		{ret, 0, 0, allow},                          // 13
+		{ld, 0, 0, 16},                              // 14: args[0]'s low 32 bits (little-endian)
+		{jset, 1, 0, cloneNewUser},                  // 15: → 17
+		{ret, 0, 0, allow},                          // 16
+		{ret, 0, 0, errno | uint32(syscall.EPERM)},  // 17
+		{ret, 0, 0, errno | uint32(syscall.ENOSYS)}, // 18
+	}
+	fprog := struct {
+		n uint16
+		f *insn
+	}{uint16(len(prog)), &prog[0]}
+	const setModeFilter, flagTsync = 1, 1
+	if r, _, e := syscall.RawSyscall(uintptr(a.seccomp), setModeFilter, flagTsync, uintptr(unsafe.Pointer(&fprog))); e != 0 || r != 0 {
+		return fmt.Errorf("seccomp filter against new user namespaces: %v (thread %d)", e, r)
+	}
+	return nil
 }

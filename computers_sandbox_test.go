@@ -112,11 +112,52 @@ func TestSandboxEscapes(t *testing.T) {
 	}
 }
 
+// TestSandboxNotHostRoot: with agentd as root, a machine's user is the host's sandboxHostID, not its
+// root: it cannot write the host's sysctls (a same-value write, harmless had it passed), open
+// /proc/sysrq-trigger for writing (only asked, never written), read a root-only file in what is bound
+// in, hold a capability or make a user namespace (threads still start: clone3 is refused, clone is
+// not); what it creates is sandboxHostID's on the host. (Before: uid 1000 was the
+// host's root without capabilities, and all of these but the last passed.)
+func TestSandboxNotHostRoot(t *testing.T) {
+	requireProvider(t, "sandbox")
+	if os.Geteuid() != 0 {
+		t.Skip("without root the machine's user is agentd's own uid")
+	}
+	e := newTestServer(t, withHostEnv)
+	m := e.create(map[string]any{"provider": "sandbox"})
+	sb := e.s.computers.providerByName("sandbox").(*sandboxProvider)
+	secret := filepath.Join(sb.dir(&m), "work", "root-only")
+	if err := os.WriteFile(secret, []byte("host root's"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out := e.sh(m.ID, `v=$(cat /proc/sys/vm/overcommit_ratio); (echo "$v" > /proc/sys/vm/overcommit_ratio) 2>/dev/null && echo SYSCTL-WRITTEN
+test -w /proc/sysrq-trigger && echo SYSRQ-WRITABLE
+cat /work/root-only 2>/dev/null && echo ROOT-FILE-READ
+for k in /etc/ssl/private/*; do [ -e "$k" ] && head -c1 "$k" >/dev/null 2>&1 && echo KEY-READ; done
+grep -E '^(CapPrm|CapEff|CapBnd|CapAmb):' /proc/self/status | grep -v '0000000000000000$'
+unshare -U true 2>/dev/null && echo NESTED-USERNS
+python3 -c 'import threading; t = threading.Thread(target=print); t.start(); t.join()' >/dev/null || echo NO-THREADS
+touch /work/mine; id -u`)
+	if out != "1000\n" {
+		t.Fatalf("inside: %q", out)
+	}
+	fi, err := os.Stat(filepath.Join(sb.dir(&m), "work", "mine"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := fi.Sys().(*syscall.Stat_t); st.Uid != sandboxHostID || st.Gid != sandboxHostID {
+		t.Fatalf("a file the machine made is %d:%d on the host, want %d", st.Uid, st.Gid, sandboxHostID)
+	}
+}
+
 // TestSandboxLimits: a fork bomb and a 10 GB write are bounded, and the machine lives on.
 func TestSandboxLimits(t *testing.T) {
 	requireProvider(t, "sandbox")
 	e := newTestServer(t, withHostEnv)
 	m := e.create(map[string]any{"provider": "sandbox", "idleTimeoutSec": 0, "diskMb": 64})
+	// The other subtests run on a machine of their own: the watchdog that killed the bomb goes on
+	// killing every process of its machine for a moment after, and would take theirs too.
+	quiet := e.create(map[string]any{"provider": "sandbox", "idleTimeoutSec": 0, "diskMb": 64})
 	t.Run("fork-bomb", func(t *testing.T) {
 		// From a file, as an attacker past the command policy's fork-bomb rule would run it. A bomb never
 		// ends by itself: that it is gone, and the machine answers, is the watchdog's work.
@@ -136,17 +177,17 @@ func TestSandboxLimits(t *testing.T) {
 		}
 	})
 	t.Run("10GB-write", func(t *testing.T) {
-		r := e.exec(m.ID, map[string]any{"cmd": "head -c 10000000000 /dev/zero > /work/big", "timeoutSec": 300})
+		r := e.exec(quiet.ID, map[string]any{"cmd": "head -c 10000000000 /dev/zero > /work/big", "timeoutSec": 300})
 		if r.ExitCode == 0 {
 			t.Fatalf("a 10 GB write succeeded: %+v", r)
 		}
-		size, _ := strconv.Atoi(strings.TrimSpace(e.sh(m.ID, "wc -c < /work/big; rm -f /work/big")))
+		size, _ := strconv.Atoi(strings.TrimSpace(e.sh(quiet.ID, "wc -c < /work/big; rm -f /work/big")))
 		if size == 0 || size > 64<<20 {
 			t.Fatalf("the write stopped at %d bytes, want at most diskMb (64 MB)", size)
 		}
 	})
 	t.Run("limits-inside", func(t *testing.T) {
-		out := e.sh(m.ID, "ulimit -f; ulimit -d; ulimit -t; grep NoNewPrivs /proc/self/status; id -u; hostname")
+		out := e.sh(quiet.ID, "ulimit -f; ulimit -d; ulimit -t; grep NoNewPrivs /proc/self/status; id -u; hostname")
 		want := fmt.Sprintf("%d\n%d\n%d\nNoNewPrivs:\t1\n1000\nsandbox\n", (64<<20)/512, 2048<<10, sandboxCPUSecs)
 		if out != want {
 			t.Fatalf("inside: %q, want %q", out, want)

@@ -9,12 +9,14 @@
 // owned by the host's user namespace, so the machine (uid 1000, no capabilities) cannot change its
 // addresses or routes. The iptables rules are docker's full-mode rules (computers_fullnet.go, tagged
 // agentd:<id>): no new connection from the machine to the host itself (agentd and the host's services),
-// to link-local 169.254.0.0/16 (cloud metadata), to the other sandboxes (10.233.0.0/16) or to what
-// `deny` names; the host's 127.0.0.1 is not the machine's. Ports are reached at the machine's address.
-// The namespace and the rules are rebuilt whenever the bwrap starts, and removed at stop and destroy; a
-// namespace of this owner without a machine directory is swept at reconcile. Without root the machine
-// shares the host's network, unfiltered, and a `deny` list is refused (README, "what each provider
-// stops"). IPv6 is not routed into the namespace, so there is no unfiltered v6 path.
+// to link-local 169.254.0.0/16 (cloud metadata), to the other sandboxes (10.233.0.0/16), out of the
+// other engines' bridges (their machines) or to what `deny` names; nothing but replies is forwarded to
+// it; the host's 127.0.0.1 is not the machine's. Ports are reached at the machine's address. IPv6 is
+// off in the namespace and on the host's end of the pair (the rules are IPv4; a link-local address
+// there would reach the host's services on [::]). The namespace and the rules are rebuilt whenever the
+// bwrap starts, and removed at stop, destroy and shutdown; a namespace of this owner without a machine
+// directory is swept at reconcile. Without root the machine shares the host's network, unfiltered, and a `deny`
+// list is refused (README, "what each provider stops").
 package main
 
 import (
@@ -61,61 +63,71 @@ func (s *sandboxProvider) netUp(ctx context.Context, m *ComputerInfo) (string, e
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	ns, nsPath := s.netns(m.ID), filepath.Join("/run/netns", s.netns(m.ID))
-	if _, err := os.Stat(nsPath); err == nil { // left by the bwrap before this one, or a crash
-		s.netDown(ctx, m.ID)
+	s.netDown(ctx, m.ID) // what the bwrap before this one, or a crash, left: its namespace and its rules
+	fail := func(err error) (string, error) {
+		s.netDown(context.WithoutCancel(ctx), m.ID)
+		return "", err
+	}
+	if err := runQuiet(ctx, "", "ip", "netns", "add", ns); err != nil {
+		return fail(err)
+	}
+	// No IPv6 in the namespace: the rules are IPv4, and a link-local address on the veth would reach
+	// the host's services listening on [::] past them. The veth's end made in here inherits "default".
+	if err := inNetns(nsPath, func() error {
+		return disableIPv6("all", "default")
+	}); err != nil {
+		return fail(fmt.Errorf("cannot turn IPv6 off in the machine's namespace: %v", err))
 	}
 	s.netMu.Lock()
 	defer s.netMu.Unlock()
 	// The host's end of the veth pair is named after its slot: the kernel refuses a second link of one
 	// name, which makes taking a slot atomic across the servers of this host (netMu only orders this
-	// one's). A slot taken meanwhile is "File exists": try the next.
-	var host, guest string
+	// one's). A slot taken meanwhile is "File exists": try the next. The host's end gets no IPv6
+	// address either (addrgenmode none, then disable_ipv6).
+	var host, guest, link string
 	tried := map[int]bool{}
-	for first := true; ; first = false {
+	for {
 		slot, err := freeSandboxSlot(tried)
 		if err != nil {
-			s.netDown(context.WithoutCancel(ctx), m.ID)
-			return "", err
+			return fail(err)
 		}
 		tried[slot] = true
 		host, guest = sandboxSlotAddrs(slot)
-		link := fmt.Sprintf("%s%d", sandboxNetPrefix, slot)
-		batch := fmt.Sprintf("link add %s type veth peer name eth0 netns %s\naddr add %s/30 dev %s\nlink set %s up\n", link, ns, host, link, link)
-		if first {
-			batch = "netns add " + ns + "\n" + batch
-		}
+		link = fmt.Sprintf("%s%d", sandboxNetPrefix, slot)
+		batch := fmt.Sprintf("link add %s type veth peer name eth0 netns %s\nlink set %s addrgenmode none\naddr add %s/30 dev %s\nlink set %s up\n", link, ns, link, host, link, link)
 		err = runQuiet(ctx, batch, "ip", "-batch", "-")
 		if err == nil {
 			break
 		}
 		if !strings.Contains(err.Error(), "File exists") || len(tried) >= 64 {
-			s.netDown(context.WithoutCancel(ctx), m.ID)
-			return "", err
+			return fail(err)
 		}
+	}
+	if err := disableIPv6(link); err != nil {
+		return fail(fmt.Errorf("cannot turn IPv6 off on %s: %v", link, err))
 	}
 	inside := fmt.Sprintf("addr add %s/30 dev eth0\nlink set eth0 up\nlink set lo up\nroute add default via %s\n", guest, host)
 	if err := runQuiet(ctx, inside, "ip", "-n", ns, "-batch", "-"); err != nil {
-		s.netDown(context.WithoutCancel(ctx), m.ID)
-		return "", err
+		return fail(err)
 	}
 	if err := enableForwarding(); err != nil {
-		s.netDown(context.WithoutCancel(ctx), m.ID)
-		return "", err
+		return fail(err)
 	}
-	if err := runQuiet(ctx, sandboxNetRules(m, guest), "iptables-restore", "-w", "5", "--noflush"); err != nil {
-		s.netDown(context.WithoutCancel(ctx), m.ID)
-		return "", err
+	if err := runQuiet(ctx, sandboxNetRules(m, guest, hostMachineBridges(ctx)), "iptables-restore", "-w", "5", "--noflush"); err != nil {
+		return fail(err)
 	}
 	return nsPath, nil
 }
 
 // sandboxNetRules is the machine's rules as iptables-restore input. Each -I goes to the top of its
-// chain, so the accepts are written first and the drops land above them.
-func sandboxNetRules(m *ComputerInfo, guest string) string {
+// chain, so the accepts are written first and the drops land above them. Nothing opens a connection to
+// the machine through the host (the host's own connections, the port forwards, are not forwarded).
+func sandboxNetRules(m *ComputerInfo, guest string, bridges []string) string {
 	tag := "-m comment --comment " + fullComment(m)
 	var b strings.Builder
 	fmt.Fprintf(&b, "*nat\n-I POSTROUTING -s %s/32 ! -d %s -j MASQUERADE %s\nCOMMIT\n", guest, sandboxNetCIDR, tag)
 	fmt.Fprintf(&b, "*filter\n-I FORWARD -s %s/32 -j ACCEPT %s\n", guest, tag)
+	fmt.Fprintf(&b, "-I FORWARD -d %s/32 -j DROP %s\n", guest, tag)
 	fmt.Fprintf(&b, "-I FORWARD -d %s/32 -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT %s\n", guest, tag)
 	lookup := func(name string) []string {
 		lctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -123,7 +135,7 @@ func sandboxNetRules(m *ComputerInfo, guest string) string {
 		ips, _ := net.DefaultResolver.LookupHost(lctx, name)
 		return ips
 	}
-	for _, r := range fullRules(m, guest, sandboxNetCIDR, lookup) {
+	for _, r := range fullRules(m, guest, sandboxNetCIDR, bridges, lookup) {
 		fmt.Fprintf(&b, "-I %s\n", strings.Join(r, " "))
 	}
 	b.WriteString("COMMIT\n")

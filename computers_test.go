@@ -132,6 +132,20 @@ func TestComputerConformance(t *testing.T) {
 
 // checkNoLeaks: the suite ends with no agentd container of this process left on any engine.
 func checkNoLeaks(t *testing.T) {
+	// The sandboxes' cgroups (computers_sandbox_cgroup.go): agentd/agentd-<owner>-<id> in a hierarchy.
+	if leaked, _ := filepath.Glob("/sys/fs/cgroup/*/agentd/agentd-" + testOwnerPrefix() + "*"); len(leaked) > 0 {
+		t.Errorf("leaked cgroups: %q", leaked)
+	}
+	if leaked, _ := filepath.Glob("/sys/fs/cgroup/agentd/agentd-" + testOwnerPrefix() + "*"); len(leaked) > 0 {
+		t.Errorf("leaked cgroups: %q", leaked)
+	}
+	if out, err := exec.Command("ip", "netns", "list").Output(); err == nil { // full sandboxes' namespaces
+		for _, line := range strings.Split(string(out), "\n") {
+			if strings.HasPrefix(line, "agentd-"+testOwnerPrefix()) {
+				t.Errorf("leaked network namespace: %s", line)
+			}
+		}
+	}
 	for _, eng := range []string{"docker", "podman"} {
 		if _, err := exec.LookPath(eng); err != nil {
 			continue

@@ -75,6 +75,8 @@ type doctorProvider struct {
 	// NetworkPolicies (addition, kubernetes): whether the cluster's network plugin was shown to enforce
 	// them (computers_kubernetes_netcheck.go): "enforced: …", "not enforced: …", "being checked", "not shown: …".
 	NetworkPolicies string `json:"networkPolicies,omitempty"`
+	// Limits (addition, sandbox): which limits bind a machine on this host, cgroups or rlimits alone, and why.
+	Limits string `json:"limits,omitempty"`
 }
 
 // doctorModelProvider is one model provider in the doctor report.
