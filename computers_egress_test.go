@@ -690,3 +690,35 @@ func BenchmarkHelloGate(b *testing.B) {
 		})
 	}
 }
+
+// Where agentd cannot add full mode's rules (not root, no iptables: a rootless engine), a deny list in
+// full is refused with 501 on docker and podman, as on the sandbox, not left to bind only the tools;
+// full without deny is still taken.
+func TestFullDenyRefusedWhereUnfilterable(t *testing.T) {
+	for _, prov := range []string{"docker", "podman"} {
+		t.Run(prov, func(t *testing.T) {
+			e := newTestServer(t, withHostEnv)
+			ep := e.s.computers.providerByName(prov).(*engineProvider)
+			ep.filterable = func() bool { return false }
+			deny := ComputerSpec{Network: NetworkSpec{Mode: "full", Deny: []string{"10.0.0.0/8"}}}
+			if err := ep.supports(deny); asAPIError(err).Code != codeNotImplemented || !strings.Contains(err.Error(), "network.deny") {
+				t.Fatalf("deny in full, unfilterable: %v", err)
+			}
+			for _, ok := range []ComputerSpec{{Network: NetworkSpec{Mode: "full"}}, {Network: NetworkSpec{Mode: "egress", Deny: []string{"10.0.0.0/8"}}}} {
+				if err := ep.supports(ok); err != nil {
+					t.Fatalf("%+v refused: %v", ok.Network, err)
+				}
+			}
+			ep.filterable = func() bool { return true }
+			if err := ep.supports(deny); err != nil {
+				t.Fatalf("deny in full where it is filtered: %v", err)
+			}
+			requireProvider(t, prov)
+			ep.filterable = func() bool { return false }
+			body := map[string]any{"provider": prov, "network": map[string]any{"mode": "full", "deny": []string{"169.254.169.254"}}}
+			if msg := e.wantError("POST", "/v1/computers", body, 501, codeNotImplemented)["message"].(string); !strings.Contains(msg, "network.deny") {
+				t.Fatalf("the API's refusal: %s", msg)
+			}
+		})
+	}
+}

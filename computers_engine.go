@@ -29,13 +29,14 @@ import (
 )
 
 type engineProvider struct {
-	name string // docker | podman
-	prio int
-	c    *computerService
+	name       string // docker | podman
+	prio       int
+	c          *computerService
+	filterable func() bool // can full-mode machines be filtered here (fullFilterable; a test's own)
 }
 
 func newEngineProvider(name string, prio int, c *computerService) *engineProvider {
-	return &engineProvider{name: name, prio: prio, c: c}
+	return &engineProvider{name: name, prio: prio, c: c, filterable: fullFilterable}
 }
 
 func (e *engineProvider) meta() providerMeta {
@@ -155,7 +156,16 @@ func firstLine(s string) string {
 	return s
 }
 
-func (e *engineProvider) supports(sp ComputerSpec) error { return nil }
+// supports refuses only what this host cannot enforce: a deny list in mode full where agentd cannot add
+// the rules that drop it (not root, or no iptables: a rootless engine's machine reaches what its engine's
+// user networking reaches, README), rather than pretending it holds for commands.
+func (e *engineProvider) supports(sp ComputerSpec) error {
+	if sp.Network.Mode == "full" && len(sp.Network.Deny) > 0 && !e.filterable() {
+		return errorf(codeNotImplemented, "%s cannot honour network.deny in mode full here: agentd adds the rules that enforce it only as root with iptables", e.name).
+			withHint("use network.mode egress (deny is enforced by agentd's proxy there), or run agentd as root with iptables")
+	}
+	return nil
+}
 
 // ---- lifecycle ----
 

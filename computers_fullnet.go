@@ -16,7 +16,8 @@
 // opened (port forwards) pass. The rules are IPv4: a full machine has IPv6 turned off (fullV6Off; the
 // engines would otherwise give it a link-local address on the bridge, from which the host's services
 // listening on [::] answer). The rules need root and iptables; where they cannot be added (rootless
-// engines), full stays unfiltered and the README says so. When they can and adding one fails, the
+// engines), full stays unfiltered, the README says so, and a `deny` list in full is refused with 501
+// (engineProvider.supports) instead of binding only agentd's own tools. When they can and adding one fails, the
 // machine is not started (fail closed).
 package main
 
@@ -162,7 +163,7 @@ func fullRestore(rules [][]string) string {
 
 // filterFull adds the machine's rules (again after a start: the address may have changed).
 func (e *engineProvider) filterFull(ctx context.Context, m *ComputerInfo) error {
-	if m.Spec.Network.Mode != "full" || !fullFilterable() {
+	if m.Spec.Network.Mode != "full" || !e.filterable() {
 		return nil
 	}
 	e.unfilterFull(ctx, m)
@@ -197,7 +198,7 @@ func (e *engineProvider) filterFull(ctx context.Context, m *ComputerInfo) error 
 
 // unfilterFull removes every rule carrying the machine's comment.
 func (e *engineProvider) unfilterFull(ctx context.Context, m *ComputerInfo) {
-	if m.Spec.Network.Mode != "full" || !fullFilterable() {
+	if m.Spec.Network.Mode != "full" || !e.filterable() {
 		return
 	}
 	removeTaggedRules(ctx, fullComment(m), "filter")
