@@ -346,15 +346,7 @@ func TestFullModeFiltered(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer ln.Close()
-			go func() {
-				for {
-					c, err := ln.Accept()
-					if err != nil {
-						return
-					}
-					c.Close()
-				}
-			}()
+			closeEach(ln)
 			host, hport, _ := net.SplitHostPort(ln.Addr().String())
 			if out := pyRun(e, open.ID, rawPy, host, hport); !strings.HasPrefix(out, "ERR") {
 				t.Fatalf("a full machine reached the host on its bridge gateway %s: %q", ln.Addr(), out)
@@ -415,14 +407,8 @@ func TestFullModeFiltered(t *testing.T) {
 	}
 }
 
-// v6Port is the port of a listener on the host's [::] for the test (closed at its cleanup).
-func v6Port(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp6", "[::]:0")
-	if err != nil {
-		t.Fatalf("the host has IPv6 addresses but cannot listen on [::]: %v", err)
-	}
-	t.Cleanup(func() { ln.Close() })
+// closeEach accepts ln's connections and closes each at once, until ln is closed.
+func closeEach(ln net.Listener) {
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -432,6 +418,17 @@ func v6Port(t *testing.T) string {
 			c.Close()
 		}
 	}()
+}
+
+// v6Port is the port of a listener on the host's [::] for the test (closed at its cleanup).
+func v6Port(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp6", "[::]:0")
+	if err != nil {
+		t.Fatalf("the host has IPv6 addresses but cannot listen on [::]: %v", err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	closeEach(ln)
 	_, port, _ := net.SplitHostPort(ln.Addr().String())
 	return port
 }

@@ -12,6 +12,10 @@ import (
 	"syscall"
 )
 
+// dieWithParent: the signal comes when the THREAD that forked the child exits, not the process. Go
+// reuses threads, and ends one only when a goroutine exits while locked to it (runtime.LockOSThread with
+// no unlock), so agentd never does that: such an exit would SIGKILL every engine CLI that thread ever
+// started (the exec channels among them).
 func dieWithParent(cmd *exec.Cmd) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 }

@@ -528,12 +528,7 @@ func TestKubernetesAutoCPUs(t *testing.T) {
 	os.WriteFile(bad, []byte("apiVersion: v1\nkind: Config\nclusters:\n- name: x\n  cluster: {server: \"https://127.0.0.1:1\"}\nusers:\n- name: u\n  user: {token: t}\ncontexts:\n- name: x\n  context: {cluster: x, user: u}\ncurrent-context: x\n"), 0o600)
 	e := newTestServer(t, func(c *testSetup) { c.Kubernetes = &kubeConfig{Kubeconfig: bad} })
 	c := e.s.computers
-	eventually(t, "the start's background probes", func() bool { // so none overwrites what the test sets
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		_, done := c.probes["local"] // the last provider the background reconcile probes
-		return done
-	})
+	waitStartProbes(t, c)
 	set := func(avail map[string]bool) {
 		c.mu.Lock()
 		defer c.mu.Unlock()

@@ -103,39 +103,6 @@ func userNamespacesOff() (reason, hint string) {
 	return "", ""
 }
 
-// sysSetns is setns(2)'s number per architecture (the syscall package has no SYS_SETNS).
-var sysSetns = map[string]uintptr{"amd64": 308, "arm64": 268, "riscv64": 268, "loong64": 268, "386": 346, "arm": 375,
-	"ppc64": 350, "ppc64le": 350, "s390x": 339, "mips": 4344, "mipsle": 4344, "mips64": 5303, "mips64le": 5303}
-
-// inNetns runs f on a thread moved into the network namespace at nsPath (a /run/netns file), so what
-// f reads and writes under /proc/sys/net is that namespace's. The thread is never given back: it ends
-// with its goroutine, and no other goroutine ever runs in the namespace.
-func inNetns(nsPath string, f func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // not unlocked: the thread dies with this goroutine
-		fd, err := syscall.Open(nsPath, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
-		if err != nil {
-			errc <- err
-			return
-		}
-		trap, ok := sysSetns[runtime.GOARCH]
-		if !ok {
-			syscall.Close(fd)
-			errc <- fmt.Errorf("setns: no system call number known for %s", runtime.GOARCH)
-			return
-		}
-		_, _, e := syscall.RawSyscall(trap, uintptr(fd), syscall.CLONE_NEWNET, 0)
-		syscall.Close(fd)
-		if e != 0 {
-			errc <- fmt.Errorf("setns %s: %v", nsPath, e)
-			return
-		}
-		errc <- f()
-	}()
-	return <-errc
-}
-
 // disableIPv6 turns IPv6 off on each named interface ("all" and "default" included) of the calling
 // thread's network namespace; a kernel without IPv6 has nothing to turn off.
 func disableIPv6(ifaces ...string) error {

@@ -9,6 +9,5 @@ import "errors"
 func applyHelperLimits(spec string) error          { return nil }
 func watchProcesses(max int, stop <-chan struct{}) {}
 func userNamespacesOff() (reason, hint string)     { return "", "" }
-func inNetns(nsPath string, f func() error) error  { return f() }
 func disableIPv6(ifaces ...string) error           { return nil }
 func helperBecome(uid, gid int) error              { return errors.New("the sandbox needs Linux") }

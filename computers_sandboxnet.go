@@ -73,9 +73,11 @@ func (s *sandboxProvider) netUp(ctx context.Context, m *ComputerInfo) (string, e
 	}
 	// No IPv6 in the namespace: the rules are IPv4, and a link-local address on the veth would reach
 	// the host's services listening on [::] past them. The veth's end made in here inherits "default".
-	if err := inNetns(nsPath, func() error {
-		return disableIPv6("all", "default")
-	}); err != nil {
+	// A shell entered into the namespace writes it (/proc/sys/net is the opener's namespace's): never a
+	// thread of agentd's moved there, since a thread that cannot be given back must exit, and its exit
+	// SIGKILLs every child it forked with a parent-death signal (the engines' exec channels).
+	if err := runQuiet(ctx, "", "nsenter", "--net="+nsPath, "--", "/bin/sh", "-c",
+		`[ -d /proc/sys/net/ipv6 ] || exit 0; for i in all default; do echo 1 > /proc/sys/net/ipv6/conf/$i/disable_ipv6 || exit 1; done`); err != nil {
 		return fail(fmt.Errorf("cannot turn IPv6 off in the machine's namespace: %v", err))
 	}
 	s.netMu.Lock()

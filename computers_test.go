@@ -1014,6 +1014,7 @@ func killScript(word, arg string) string {
 func TestComputerProviderSelection(t *testing.T) {
 	e := newTestServer(t, withHostEnv)
 	c := e.s.computers
+	waitStartProbes(t, c)
 	c.mu.Lock()
 	c.probes["docker"] = probeResult{reason: "the docker daemon is not reachable", hint: "start dockerd", at: time.Now()}
 	c.probes["podman"] = probeResult{reason: "the podman CLI is not installed", hint: "install podman", at: time.Now()}
@@ -1039,6 +1040,18 @@ func TestComputerProviderSelection(t *testing.T) {
 		t.Fatalf("auto: %+v", m)
 	}
 	e.call("DELETE", "/v1/computers/"+m.ID, nil, 204, nil)
+}
+
+// waitStartProbes waits for the probes the start's background reconcile runs, so that none of them
+// overwrites a probe result a test sets.
+func waitStartProbes(t *testing.T, c *computerService) {
+	t.Helper()
+	eventually(t, "the start's background probes", func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		_, done := c.probes["local"] // the last provider the background reconcile probes
+		return done
+	})
 }
 
 // TestEnsureForAgent: one computer per agent, shared by concurrent callers, restarted when stopped.
