@@ -180,7 +180,8 @@ func serveHelper(stdin io.Reader, stdout io.Writer, pidFiles string) error {
 		}
 	}
 	h := &helper{out: stdout, procs: map[uint32]*helperProc{}, pidFiles: pidFiles, streams: map[uint32]*chanStream{}, ended: make(chan error, 2)}
-	if err := h.send(0, frameHello, fmt.Appendf(nil, `{"pid":%d,"sock":true}`, os.Getpid())); err != nil {
+	hello, _ := json.Marshal(helperHello{Pid: os.Getpid(), Sock: true})
+	if err := h.send(0, frameHello, hello); err != nil {
 		return err
 	}
 	// stdin is the tether: its end is the host's goodbye even after an upgrade moved the frames to the

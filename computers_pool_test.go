@@ -355,20 +355,7 @@ func TestWarmPoolSandbox(t *testing.T) {
 	}
 
 	// The bwraps die with the server; the next one adopts the pool machine and starts it again.
-	a.keep = true
-	a.close()
-	b := newTestServer(t, withHostEnv, withHome(home), withWarmPool(map[string]int{"base": 1}), setup)
-	eventually(t, "the adopted pool", func() bool { return b.poolReady("base") == 1 })
-	if got := b.pooledIDs(); !slices.Equal(got, refilled) {
-		t.Fatalf("after restart the pool is %v, was %v", got, refilled)
-	}
-	again := b.create(map[string]any{})
-	if again.ID != refilled[0] {
-		t.Fatalf("after restart a create made %s instead of taking %s", again.ID, refilled[0])
-	}
-	if out := b.sh(again.ID, "echo adopted"); out != "adopted\n" {
-		t.Fatalf("exec on the adopted machine: %q", out)
-	}
+	b, again := restartTakesPool(t, a, home, setup, refilled, func(ts *testServer) int { return ts.poolReady("base") })
 	for _, id := range []string{m.ID, again.ID} {
 		b.call("DELETE", "/v1/computers/"+id, nil, 204, nil)
 	}
@@ -440,20 +427,7 @@ func TestWarmPoolKubernetes(t *testing.T) {
 	replaced := a.pooledIDs()
 
 	// A restart adopts the pool pod; the next create takes it.
-	a.keep = true
-	a.close()
-	b := newTestServer(t, withHostEnv, withHome(home), withWarmPool(map[string]int{"base": 1}), setup)
-	eventually(t, "the adopted pool", func() bool { return ready(b) == 1 })
-	if got := b.pooledIDs(); !slices.Equal(got, replaced) {
-		t.Fatalf("after restart the pool is %v, was %v", got, replaced)
-	}
-	again := b.create(map[string]any{})
-	if again.ID != replaced[0] {
-		t.Fatalf("after restart a create made %s instead of taking %s", again.ID, replaced[0])
-	}
-	if out := b.sh(again.ID, "echo adopted"); out != "adopted\n" {
-		t.Fatalf("exec on the adopted machine: %q", out)
-	}
+	b, again := restartTakesPool(t, a, home, setup, replaced, ready)
 	eventually(t, "the pool to refill", func() bool { return ready(b) == 1 })
 	last := b.pooledIDs()
 	b.keep = true
@@ -465,4 +439,26 @@ func TestWarmPoolKubernetes(t *testing.T) {
 	for _, id := range []string{m.ID, again.ID} {
 		c.call("DELETE", "/v1/computers/"+id, nil, 204, nil)
 	}
+}
+
+// restartTakesPool stops a (keeping its machines), starts a server on the same home with a one-machine
+// base pool, checks it adopted exactly pool (ready counts its ready machines), and takes that machine
+// with a create that must run a command on it.
+func restartTakesPool(t *testing.T, a *testServer, home string, setup testOption, pool []string, ready func(*testServer) int) (*testServer, ComputerInfo) {
+	t.Helper()
+	a.keep = true
+	a.close()
+	b := newTestServer(t, withHostEnv, withHome(home), withWarmPool(map[string]int{"base": 1}), setup)
+	eventually(t, "the adopted pool", func() bool { return ready(b) == 1 })
+	if got := b.pooledIDs(); !slices.Equal(got, pool) {
+		t.Fatalf("after restart the pool is %v, was %v", got, pool)
+	}
+	again := b.create(map[string]any{})
+	if again.ID != pool[0] {
+		t.Fatalf("after restart a create made %s instead of taking %s", again.ID, pool[0])
+	}
+	if out := b.sh(again.ID, "echo adopted"); out != "adopted\n" {
+		t.Fatalf("exec on the adopted machine: %q", out)
+	}
+	return b, again
 }
