@@ -10,7 +10,8 @@
 // Rules: the proxy applies the machine's computer.network policy exactly as the agent's tools do
 // (computers_netpolicy.go: checkHost on the name from CONNECT or the absolute URI, then netPolicy.dial,
 // which checks deny against the name and every resolved address, refuses private, loopback and
-// link-local addresses unless allowed, and connects only to the address it checked). One request per
+// link-local addresses and every address of the host's own unless allowed, and connects only to the
+// address it checked). One request per
 // plain-HTTP connection (sent upstream with Connection: close); CONNECT tunnels anything, but a TLS
 // ClientHello in the tunnel is held until its server name (SNI) is the CONNECT host or passes checkHost
 // too, so an allowed host cannot front for a refused one (helloGate, clientHelloSNI). Every refusal is

@@ -719,3 +719,96 @@ func TestFullDenyRefusedWhereUnfilterable(t *testing.T) {
 		})
 	}
 }
+
+// ownTestIP is the address TestEgressRefusesHostAddresses gives this host, on an interface of its own,
+// for the test's duration: a global unicast address in none of IANA's special-purpose ranges (not
+// private, loopback, link-local, CGNAT, nor documentation or benchmarking: 203.0.114.0/24 is an
+// ordinary allocation, unlike TEST-NET-3 203.0.113.0/24 next to it), so that nothing but its being the
+// host's own can refuse it. A /32 on a veth of the test's: only this host's traffic to that one address
+// stays here meanwhile.
+const ownTestIP = "203.0.114.7"
+
+// ownAddressServer gives the host ownTestIP (a veth pair of the test's, the address on one end) and
+// starts an HTTP server answering "host-own" on 0.0.0.0 (a host service as users run them); it returns
+// the port. It skips without root or `ip`.
+func ownAddressServer(t *testing.T) int {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("this test gives the host an address of its own (a veth pair): it needs root")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skip("this test needs iproute2's `ip` (apt-get install iproute2)")
+	}
+	if privateIP(net.ParseIP(ownTestIP)) {
+		t.Fatalf("%s is refused as private already: the test would prove nothing", ownTestIP)
+	}
+	ifA, ifB := fmt.Sprintf("ago%d", os.Getpid()%100000), fmt.Sprintf("agq%d", os.Getpid()%100000)
+	exec.Command("ip", "link", "del", ifA).Run() // a previous run of this pid's leftovers
+	t.Cleanup(func() { exec.Command("ip", "link", "del", ifA).Run() })
+	for _, args := range [][]string{{"link", "add", ifA, "type", "veth", "peer", "name", ifB},
+		{"addr", "add", ownTestIP + "/32", "dev", ifA}, {"link", "set", ifA, "up"}} {
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	ln, err := net.Listen("tcp4", "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "host-own") })}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	port := ln.Addr().(*net.TCPAddr).Port
+	if out, err := exec.Command("python3", "-c", fetchPy, fmt.Sprintf("http://%s:%d/", ownTestIP, port)).CombinedOutput(); err != nil || !strings.HasPrefix(string(out), "200 host-own") {
+		t.Fatalf("the host itself cannot reach its service on %s: %v %s", ownTestIP, err, out)
+	}
+	return port
+}
+
+// TestEgressRefusesHostAddresses (issue 24 item 2): a service of the host's on an address of the host's
+// that is neither loopback nor private is refused to egress machines (GET and CONNECT through the
+// proxy) and to fetch_url and http_request, unless named in allow. The address is added after the
+// server started: nothing is listed once and kept.
+func TestEgressRefusesHostAddresses(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("this test gives the host an address of its own (a veth pair): it needs root")
+	}
+	e := newTestServer(t, withHostEnv, func(c *testSetup) { c.MaxComputers = 6 })
+	port := ownAddressServer(t)
+	target := fmt.Sprintf("http://%s:%d/", ownTestIP, port)
+	t.Run("tools", func(t *testing.T) {
+		for _, tool := range []string{"fetch_url", "http_request"} {
+			env, _ := toolHarness(t, nil)
+			if out, err := runTool(t, env, tool, map[string]any{"url": target}); asAPIError(err).Code != codeExecDenied || !strings.Contains(err.Error(), "an address of this host") {
+				t.Fatalf("%s reached the host's own address: %q %v", tool, out, err)
+			}
+		}
+		env, _ := toolHarness(t, func(sp *AgentSpec) { sp.Computer.Network.Allow = []string{ownTestIP} })
+		if out, err := runTool(t, env, "fetch_url", map[string]any{"url": target}); err != nil || !strings.Contains(out, "host-own") {
+			t.Fatalf("fetch_url with the address named in allow: %q %v", out, err)
+		}
+	})
+	for _, prov := range []string{"docker", "podman", "sandbox"} {
+		t.Run(prov, func(t *testing.T) {
+			t.Parallel()
+			requireProvider(t, prov)
+			if os.Getenv("AGENT_TEST_CHANNEL") == "0" {
+				t.Skip("egress goes through the exec channel, off here (AGENT_TEST_CHANNEL=0)")
+			}
+			open := e.create(map[string]any{"provider": prov, "network": map[string]any{"mode": "egress"}})
+			allowed := e.create(map[string]any{"provider": prov, "network": map[string]any{"mode": "egress", "allow": []string{ownTestIP}}})
+			if out := pyRun(e, open.ID, fetchPy, target); !strings.HasPrefix(out, "403 ") || !strings.Contains(out, "an address of this host") {
+				t.Fatalf("GET through the proxy to the host's own address: %q", out)
+			}
+			if out := pyRun(e, open.ID, tlsThroughProxyPy, ownTestIP, fmt.Sprint(port), ""); !strings.HasPrefix(out, "NOCONNECT b'HTTP/1.1 403") {
+				t.Fatalf("CONNECT through the proxy to the host's own address: %q", out)
+			}
+			if out := pyRun(e, allowed.ID, fetchPy, target); out != "200 host-own" {
+				t.Fatalf("the host's own address named in allow: %q", out)
+			}
+			for _, m := range []ComputerInfo{open, allowed} {
+				e.call("DELETE", "/v1/computers/"+m.ID, nil, 204, nil)
+			}
+		})
+	}
+}

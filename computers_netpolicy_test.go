@@ -24,6 +24,39 @@ func TestPrivateIPForms(t *testing.T) {
 	}
 }
 
+// TestOwnIPForms: the host's own addresses are recognised in every spelling that reaches them, and a
+// connection whose two ends are one address is the host talking to itself.
+func TestOwnIPForms(t *testing.T) {
+	own := []net.IP{net.ParseIP("203.0.114.7"), net.ParseIP("2a01:4f8::7")}
+	for _, s := range []string{"203.0.114.7", "::ffff:203.0.114.7", "::203.0.114.7", "64:ff9b::cb00:7207", "2002:cb00:7207::1", "2a01:4f8::7"} {
+		if !ownIP(own, net.ParseIP(s)) {
+			t.Errorf("%s is not seen as the host's own", s)
+		}
+	}
+	for _, s := range []string{"203.0.114.8", "2a01:4f8::8", "93.184.216.34"} {
+		if ownIP(own, net.ParseIP(s)) {
+			t.Errorf("%s is seen as the host's own", s)
+		}
+	}
+	ips, err := hostIPs()
+	if err != nil || !slices.ContainsFunc(ips, func(ip net.IP) bool { return ip.IsLoopback() }) {
+		t.Fatalf("the host's addresses %v lack loopback: %v", ips, err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if !selfConnected(c) {
+		t.Fatalf("%s → %s is not seen as the host talking to itself", c.LocalAddr(), c.RemoteAddr())
+	}
+}
+
 func TestHostMatches(t *testing.T) {
 	if !hostMatches("*.example.test", "a.b.example.test") || hostMatches("*.example.test", "example.test") || hostMatches("*.example.test", "badexample.test") {
 		t.Fatal("wildcard matching")

@@ -27,7 +27,8 @@
 //     file tools (only /work and /tmp; then resolved inside the machine, symlinks followed, still inside);
 //     checkArchive and untarTo for uploads (links, specials and bombs refused before a byte is written).
 //  4. computers_netpolicy.go, netPolicy.checkURL and netPolicy.httpClient: which hosts fetch_url and
-//     http_request may reach (private ranges, allow/deny, redirects, the checked address is the dialled one).
+//     http_request may reach, and netPolicy.dial, through which the egress proxy dials too (private
+//     ranges, the host's own addresses, allow/deny, redirects, the checked address is the dialled one).
 //  5. runs_guard.go, newRedactor and (*redactor).redact: secrets out of tool results, events, warnings
 //     and errors; dangerousTools and the approval modes (runs_approvals.go: ask fails closed).
 //  6. computers_engine.go, (*engineProvider).runArgs and checkEngineArgs (computers_spec.go): the container's
