@@ -12,8 +12,11 @@
 // prompt, content, query, else the JSON body itself; none is 422. A trigger's run is an ordinary run
 // (same ceilings, approvals, recording, events) with RunSummary.trigger naming it. A webhook with a
 // secret is verified on its raw body before anything is parsed (GitHub-style sha256=<hex> or Standard
-// Webhooks), in constant time; a delivery id seen in the last 15 minutes is answered from the first
-// delivery and never runs the agent twice. Secrets are never listed, logged or echoed.
+// Webhooks), in constant time, and its prompt is its signed body only (?input, ?text, ?q refused); a
+// delivery id seen in the last 15 minutes is answered from the first delivery and never runs the agent
+// twice; under the GitHub scheme (no timestamp, delivery id unsigned) the body is the delivery: a body
+// seen in the last 15 minutes is refused as a replay unless it carries the first one's delivery id (a
+// retry). Secrets are never listed, logged or echoed.
 package main
 
 import (
@@ -253,15 +256,31 @@ func (s *server) handleWebhookTrigger(w http.ResponseWriter, r *http.Request) er
 	if err != nil {
 		return err
 	}
+	id := firstNonEmpty(r.Header.Get("webhook-id"), r.Header.Get("X-GitHub-Delivery"))
+	key, byBody := id, false // what makes two requests one delivery
 	if tr.Secret != "" {
 		if err := verifyWebhook(tr.Secret, r.Header, body, s.triggers.now()); err != nil {
 			return err
 		}
+		if err := signedPromptOnly(r); err != nil {
+			return err
+		}
+		if hexSigned(r.Header) {
+			// The GitHub scheme signs the body alone (no timestamp, and X-GitHub-Delivery is not
+			// signed): the body is the delivery. A repeat within the window is a sender's retry only
+			// when it carries the first one's delivery id; anything else is a replay, refused.
+			sum := sha256.Sum256(body)
+			key, byBody = "body:"+hex.EncodeToString(sum[:]), true
+		}
 	}
 	var d *delivery
-	if id := firstNonEmpty(r.Header.Get("webhook-id"), r.Header.Get("X-GitHub-Delivery")); id != "" {
+	if key != "" {
 		var first bool
-		if d, first = s.triggers.deliveries.begin(agent + path + "\x00" + id); !first {
+		if d, first = s.triggers.deliveries.begin(agent+path+"\x00"+key, id); !first {
+			if byBody && (id == "" || id != d.sender) {
+				return errorf(codeExecDenied, "refused: this signed body was already delivered in the last 15 minutes (a replay)").
+					withHint("the X-Hub-Signature-256 scheme has no timestamp, so a body is accepted once per 15 minutes; a retry carries the first delivery's X-GitHub-Delivery; put a unique id or time in each body, or sign with Standard Webhooks")
+			}
 			d.retries.Add(1)
 			select {
 			case <-d.done:
@@ -336,6 +355,19 @@ func triggerPrompt(r *http.Request, body []byte) (string, error) {
 	return text, nil // the JSON body itself
 }
 
+// signedPromptOnly refuses, on a signed webhook, the query parameters that would take the prompt's place:
+// the signature covers the body, not the URL, so nothing else may change what the agent is asked.
+func signedPromptOnly(r *http.Request) error {
+	q := r.URL.Query()
+	for _, k := range []string{"input", "text", "q"} {
+		if q.Has(k) {
+			return errorf(codeExecDenied, "refused: ?%s= on a signed webhook: the prompt of a signed webhook is its signed body, and the query string is not signed", k).
+				withHint("put the prompt in the body you sign")
+		}
+	}
+	return nil
+}
+
 // ---- webhook signatures ----
 
 const webhookTolerance = 5 * time.Minute
@@ -348,8 +380,8 @@ func webhookDenied(format string, a ...any) *apiError {
 // verifyWebhook checks the raw body against the secret: GitHub-style `sha256=<hex>` in
 // X-Hub-Signature-256 or X-Agent-Signature, or Standard Webhooks. Every comparison is constant-time.
 func verifyWebhook(secret string, h http.Header, body []byte, now time.Time) error {
-	hexSigs := []string{h.Get("X-Hub-Signature-256"), h.Get("X-Agent-Signature")}
-	if hexSigs[0] != "" || hexSigs[1] != "" {
+	if hexSigned(h) {
+		hexSigs := []string{h.Get("X-Hub-Signature-256"), h.Get("X-Agent-Signature")}
 		mac := hmac.New(sha256.New, []byte(secret))
 		mac.Write(body)
 		want := mac.Sum(nil)
@@ -401,6 +433,12 @@ func verifyWebhook(secret string, h http.Header, body []byte, now time.Time) err
 	return webhookDenied("webhook-signature does not match the body")
 }
 
+// hexSigned: the request is signed GitHub-style (sha256=<hex> of the body alone), which verifyWebhook
+// then checks in place of Standard Webhooks.
+func hexSigned(h http.Header) bool {
+	return h.Get("X-Hub-Signature-256") != "" || h.Get("X-Agent-Signature") != ""
+}
+
 // ---- webhook deliveries ----
 
 const (
@@ -421,6 +459,7 @@ type deliveryBook struct {
 
 type delivery struct {
 	key     string
+	sender  string        // the delivery id the first request carried ("" for none)
 	retries atomic.Int32  // retries answered (or waiting to be) from this delivery
 	done    chan struct{} // closed once status and answer are set
 	status  int
@@ -432,8 +471,9 @@ func newDeliveryBook(now func() time.Time) *deliveryBook {
 	return &deliveryBook{now: now, byID: map[string]*delivery{}, stop: make(chan struct{})}
 }
 
-// begin returns the delivery of key, and whether this request is its first (and must produce the answer).
-func (b *deliveryBook) begin(key string) (*delivery, bool) {
+// begin returns the delivery of key, and whether this request is its first (and must produce the answer);
+// a first one records sender, its delivery id.
+func (b *deliveryBook) begin(key, sender string) (*delivery, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	now := b.now()
@@ -443,7 +483,7 @@ func (b *deliveryBook) begin(key string) (*delivery, bool) {
 	if len(b.byID) >= maxDelivery {
 		b.pruneLocked(now)
 	}
-	d := &delivery{key: key, done: make(chan struct{}), expires: now.Add(deliveryTTL)}
+	d := &delivery{key: key, sender: sender, done: make(chan struct{}), expires: now.Add(deliveryTTL)}
 	b.byID[key] = d
 	return d, true
 }

@@ -8,6 +8,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
+	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -262,7 +265,7 @@ func TestWebhookTrigger(t *testing.T) {
 		{[]string{"X-Hub-Signature-256", hubSig("wrong", body)}, 403, "does not match"},
 		{[]string{"X-Agent-Signature", hubSig("wrong", body)}, 403, "does not match"},
 		{[]string{"X-Hub-Signature-256", hubSig("s3cret", body)}, 200, ""},
-		{[]string{"X-Agent-Signature", hubSig("s3cret", body)}, 200, ""},
+		{[]string{"X-Agent-Signature", hubSig("s3cret", body)}, 403, "a replay"}, // the same body again
 	} {
 		r := te.do("POST", "/v1/w/triage/github", body, tc.headers...)
 		if r.status != tc.status || !strings.Contains(string(r.body), tc.msg) || (r.status == 403 && r.errCode(t) != codeExecDenied) {
@@ -281,6 +284,7 @@ func TestWebhookTrigger(t *testing.T) {
 		t.Fatalf("GET webhook: %d %s", r.status, r.body)
 	}
 	// A retried delivery is answered from the first one: same run, one model call.
+	body = `{"action":"opened","issue":{"title":"crash again"}}`
 	sig := hubSig("s3cret", body)
 	first := te.do("POST", "/v1/w/triage/github", body, "X-Hub-Signature-256", sig, "X-GitHub-Delivery", "d-1").json(t)
 	calls0 := modelCalls()
@@ -289,6 +293,8 @@ func TestWebhookTrigger(t *testing.T) {
 		t.Fatalf("replay: %d %s vs %v (model calls %d → %d)", again.status, again.body, first, calls0, modelCalls())
 	}
 	// A refused delivery (bad signature) does not block the valid one with the same id.
+	body = `{"action":"closed","issue":{"title":"crash again"}}`
+	sig = hubSig("s3cret", body)
 	te.do("POST", "/v1/w/triage/github", body, "X-Hub-Signature-256", hubSig("x", body), "X-GitHub-Delivery", "d-2")
 	if r := te.do("POST", "/v1/w/triage/github", body, "X-Hub-Signature-256", sig, "X-GitHub-Delivery", "d-2"); r.status != 200 || r.json(t)["runId"] == first["runId"] {
 		t.Fatalf("after a refused delivery: %d %s", r.status, r.body)
@@ -312,6 +318,79 @@ func TestWebhookTrigger(t *testing.T) {
 	a1, a2 := (<-answers).json(t), (<-answers).json(t)
 	if a1["runId"] == nil || a1["runId"] != a2["runId"] || a1["text"] != "handled: slow one" || modelCalls() != before {
 		t.Fatalf("concurrent retry: %v / %v, model calls %d → %d", a1, a2, before, modelCalls())
+	}
+}
+
+// TestSignedWebhookPromptAndReplay (issue 25 item 1): on a signed webhook nothing outside what the
+// signature covers changes what the agent is asked (?input, ?text, ?q are refused, whatever the scheme),
+// and under the GitHub scheme, which has no timestamp, a captured delivery cannot be replayed: a
+// repeated body is refused without or with another X-GitHub-Delivery, and only the first one's id (a
+// sender's retry) is answered, from the first run.
+func TestSignedWebhookPromptAndReplay(t *testing.T) {
+	so := echoModel(t)
+	te := newE2E(t, so, "")
+	whKey := []byte("0123456789abcdef0123456789abcdef")
+	te.createAgent(noComputer(map[string]any{"name": "hooks", "triggers": []any{
+		map[string]any{"type": "webhook", "path": "/gh", "secret": "s3cret"},
+		map[string]any{"type": "webhook", "path": "/std", "secret": "whsec_" + base64.StdEncoding.EncodeToString(whKey)},
+		map[string]any{"type": "webhook", "path": "/open"}}}))
+	ts := strconv.FormatInt(time.Now().Unix(), 10)
+	for i, k := range []string{"input", "text", "q"} {
+		body := fmt.Sprintf(`{"action":"opened","n":%d}`, i)
+		for _, hdr := range [][]string{{"X-Hub-Signature-256", hubSig("s3cret", body)}, {"X-Agent-Signature", hubSig("s3cret", body)}} {
+			before := len(so.requests())
+			r := te.do("POST", "/v1/w/hooks/gh?"+k+"=INJECTED", body, hdr...)
+			if r.status != 403 || r.errCode(t) != codeExecDenied || !strings.Contains(r.errMessage(t), "not signed") || len(so.requests()) != before {
+				t.Fatalf("?%s= on a signed webhook (%s): %d %s", k, hdr[0], r.status, r.body)
+			}
+		}
+		id := fmt.Sprintf("q%d", i)
+		r := te.do("POST", "/v1/w/hooks/std?"+k+"=INJECTED", body, "webhook-id", id, "webhook-timestamp", ts, "webhook-signature", stdSig(whKey, id, ts, body))
+		if r.status != 403 || r.errCode(t) != codeExecDenied {
+			t.Fatalf("?%s= on a Standard Webhooks trigger: %d %s", k, r.status, r.body)
+		}
+		// Unsigned, the query string still names the prompt (the http trigger's order).
+		if out := te.call("POST", "/v1/w/hooks/open?"+k+"=hello", body, 200, nil).json(t); out["text"] != "echo: hello" {
+			t.Fatalf("?%s= on an unsigned webhook: %v", k, out)
+		}
+	}
+
+	body := `{"action":"opened","text":"issue opened"}`
+	sig := hubSig("s3cret", body)
+	first := te.do("POST", "/v1/w/hooks/gh", body, "X-Hub-Signature-256", sig).json(t)
+	if first["text"] != "echo: issue opened" {
+		t.Fatalf("first delivery: %v", first)
+	}
+	runs := len(so.requests())
+	for _, hdr := range [][]string{{"X-Hub-Signature-256", sig}, {"X-Agent-Signature", sig},
+		{"X-Hub-Signature-256", sig, "X-GitHub-Delivery", "another-id"}} {
+		r := te.do("POST", "/v1/w/hooks/gh", body, hdr...)
+		if r.status != 403 || r.errCode(t) != codeExecDenied || !strings.Contains(r.errMessage(t), "replay") || len(so.requests()) != runs {
+			t.Fatalf("a replayed body %v: %d %s", hdr, r.status, r.body)
+		}
+	}
+	// With a delivery id: its retry is answered from the first run; the same body under another id is not.
+	body2 := `{"action":"opened","text":"issue two"}`
+	sig2 := hubSig("s3cret", body2)
+	one := te.do("POST", "/v1/w/hooks/gh", body2, "X-Hub-Signature-256", sig2, "X-GitHub-Delivery", "d-1").json(t)
+	runs = len(so.requests())
+	retry := te.do("POST", "/v1/w/hooks/gh", body2, "X-Hub-Signature-256", sig2, "X-GitHub-Delivery", "d-1")
+	if retry.status != 200 || retry.json(t)["runId"] != one["runId"] || retry.header.Get("X-Agent-Replayed") != "true" || len(so.requests()) != runs {
+		t.Fatalf("a retry of d-1: %d %s", retry.status, retry.body)
+	}
+	if r := te.do("POST", "/v1/w/hooks/gh", body2, "X-Hub-Signature-256", sig2, "X-GitHub-Delivery", "d-2"); r.status != 403 || len(so.requests()) != runs {
+		t.Fatalf("d-1's body as d-2: %d %s", r.status, r.body)
+	}
+	if r := te.do("POST", "/v1/w/hooks/gh", body2, "X-Hub-Signature-256", sig2, "X-GitHub-Delivery", "body:"+fmt.Sprintf("%x", sha256.Sum256([]byte(body2)))); r.status != 403 {
+		t.Fatalf("a delivery id spelled as the body's key: %d %s", r.status, r.body)
+	}
+	// Past the window the body is new again (the README says so).
+	b := te.s.triggers.deliveries
+	b.mu.Lock()
+	b.now = func() time.Time { return time.Now().Add(deliveryTTL + time.Minute) }
+	b.mu.Unlock()
+	if r := te.do("POST", "/v1/w/hooks/gh", body, "X-Hub-Signature-256", sig); r.status != 200 {
+		t.Fatalf("the body after the window: %d %s", r.status, r.body)
 	}
 }
 
@@ -521,4 +600,94 @@ func TestFollowAndDetachedRun(t *testing.T) {
 			t.Fatalf("run stream ids: %d at %d", ev.id, i)
 		}
 	}
+}
+
+// FuzzWebhookSignature drives the signature paths of a signed webhook with arbitrary secrets, bodies,
+// headers and query strings. Never a panic; a refusal is always 403 E_EXEC_DENIED, and what it says does
+// not depend on the secret; nothing is accepted that is not a true HMAC of the body (GitHub style) or of
+// id.timestamp.body within 5 minutes (Standard Webhooks); a request signed right is accepted; and the
+// query parameters that would replace the signed prompt are refused exactly when present.
+func FuzzWebhookSignature(f *testing.F) {
+	body := `{"action":"opened"}`
+	key := []byte("0123456789abcdef0123456789abcdef")
+	whsec := "whsec_" + base64.StdEncoding.EncodeToString(key)
+	f.Add("s3cret", []byte(body), hubSig("s3cret", body), "", "", "", "", "input=INJECTED")
+	f.Add("s3cret", []byte(body), "", hubSig("s3cret", body), "", "", "", "q=x&text=y")
+	f.Add("s3cret", []byte(body), "sha256=zz", hubSig("s3cret", body), "", "", "", "")
+	f.Add(whsec, []byte(body), "", "", "m1", "0", stdSig(key, "m1", "0", body), "stream=true")
+	f.Add(whsec, []byte(body), "", "", "m1", "0", "v1,Zm9v "+stdSig(key, "m1", "0", body), "%zz&input")
+	f.Add("raw", []byte("\xff"), "", "", "m2", "-1", "v1,!!! v2,x", "")
+	now := time.Unix(0, 0).Add(time.Minute)
+	f.Fuzz(func(t *testing.T, secret string, body []byte, hub, agentSig, id, ts, std, query string) {
+		h := http.Header{}
+		for k, v := range map[string]string{"X-Hub-Signature-256": hub, "X-Agent-Signature": agentSig,
+			"webhook-id": id, "webhook-timestamp": ts, "webhook-signature": std} {
+			if v != "" && !strings.ContainsAny(v, "\r\n") {
+				h.Set(k, v)
+			}
+		}
+		err := verifyWebhook(secret, h, body, now)
+		if err != nil {
+			ae := asAPIError(err)
+			if ae == nil || ae.Code != codeExecDenied {
+				t.Fatalf("refusal %v", err)
+			}
+			// What a refusal says does not depend on the secret (nothing of it is echoed).
+			if other := verifyWebhook("\x00"+secret, h, body, now); other != nil && (other.Error() != err.Error() || asAPIError(other).Hint != ae.Hint) {
+				t.Fatalf("the refusal depends on the secret: %v / %v", err, other)
+			}
+		} else {
+			if !webhookTrulySigned(secret, h, body, now) {
+				t.Fatalf("accepted without a true signature: %v", h)
+			}
+		}
+		// Signed right, it is accepted (the GitHub scheme, and Standard Webhooks at the present time).
+		right := http.Header{"X-Hub-Signature-256": {hubSig(secret, string(body))}}
+		if err := verifyWebhook(secret, right, body, now); err != nil {
+			t.Fatalf("a right GitHub signature refused: %v", err)
+		}
+		if id != "" && !strings.ContainsAny(id, "\r\n") {
+			right = http.Header{"Webhook-Id": {id}, "Webhook-Timestamp": {strconv.FormatInt(now.Unix(), 10)}}
+			right.Set("webhook-signature", stdSig(webhookKey(secret), right.Get("webhook-id"), right.Get("webhook-timestamp"), string(body)))
+			if err := verifyWebhook(secret, right, body, now); err != nil {
+				t.Fatalf("a right Standard Webhooks signature refused: %v", err)
+			}
+		}
+		r := &http.Request{URL: &url.URL{RawQuery: query}}
+		q := r.URL.Query()
+		if want := q.Has("input") || q.Has("text") || q.Has("q"); (signedPromptOnly(r) != nil) != want {
+			t.Fatalf("?%s: refused %v, want %v", query, signedPromptOnly(r), want)
+		}
+	})
+}
+
+// webhookKey is the Standard Webhooks key of a secret, as the README says: whsec_<base64> decoded.
+func webhookKey(secret string) []byte {
+	if b64, ok := strings.CutPrefix(secret, "whsec_"); ok {
+		if k, err := base64.StdEncoding.DecodeString(b64); err == nil {
+			return k
+		}
+	}
+	return []byte(secret)
+}
+
+// webhookTrulySigned is the oracle: a GitHub-style header equal to the body's HMAC, or (with neither
+// GitHub header) a v1 signature equal to the HMAC of id.timestamp.body with the timestamp within 5 minutes.
+func webhookTrulySigned(secret string, h http.Header, body []byte, now time.Time) bool {
+	if hexSigned(h) {
+		want := hubSig(secret, string(body))
+		for _, s := range []string{h.Get("X-Hub-Signature-256"), h.Get("X-Agent-Signature")} {
+			if strings.EqualFold(strings.TrimSpace(s), want) {
+				return true
+			}
+		}
+		return false
+	}
+	id, ts := h.Get("webhook-id"), h.Get("webhook-timestamp")
+	sec, err := strconv.ParseInt(ts, 10, 64)
+	if err != nil || id == "" || now.Sub(time.Unix(sec, 0)).Abs() > webhookTolerance {
+		return false
+	}
+	want := stdSig(webhookKey(secret), id, ts, string(body))
+	return slices.Contains(strings.Fields(h.Get("webhook-signature")), want)
 }
