@@ -700,7 +700,12 @@ func decode(r *http.Request, v any) error {
 	return decodeBytes(b, v)
 }
 
-func decodeBytes(b []byte, v any) error {
+func decodeBytes(b []byte, v any) error { return decodeJSON(b, v, true) }
+
+// decodeJSON is the one rule for a JSON body: not empty, valid UTF-8, one value, no key twice in an
+// object (encoding/json would keep the last silently). strict adds: no unknown keys (the /v1 contract);
+// the OpenAI gateway, whose clients send fields of their own, decodes with strict false.
+func decodeJSON(b []byte, v any, strict bool) error {
 	if len(bytes.TrimSpace(b)) == 0 {
 		return errorf(codeSpecInvalid, "request body is empty; a JSON object is required").
 			withHint("send a JSON object with Content-Type: application/json")
@@ -709,7 +714,9 @@ func decodeBytes(b []byte, v any) error {
 		return errorf(codeSpecInvalid, "request body is not valid UTF-8").withHint("encode the body as UTF-8 JSON")
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
+	if strict {
+		dec.DisallowUnknownFields()
+	}
 	if err := dec.Decode(v); err != nil {
 		return jsonError(err)
 	}
@@ -719,6 +726,9 @@ func decodeBytes(b []byte, v any) error {
 	}
 	if p := duplicateKey(b); p != "" { // encoding/json keeps the last silently; YAML refuses: so do we
 		return errorf(codeSpecInvalid, "%s: duplicate key", p).withHint("send each key once")
+	}
+	if !strict {
+		return nil
 	}
 	return exactKeys(b, v)
 }

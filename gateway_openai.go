@@ -10,7 +10,8 @@
 // (temperature, max_tokens…) are the agent spec's business and ignored. model <provider>/<model> (no agent
 // of that name) goes straight to the model router under the direct-chat ceiling (maxCostUsd), with
 // temperature, top_p, max_tokens, stop and function tools passed through. Unknown request fields are
-// ignored, never refused (no strict decode; the 32 MB body cap still holds). Errors are
+// ignored, never refused; otherwise the body is decoded by /v1's rule (decodeJSON: a key twice is 400, not
+// the last one winning; the 32 MB body cap holds). Errors are
 // {error:{message,type,param,code}}: 400 bad request, 401 bad token, 404 unknown model, 429 ceiling.
 // A run that needs a human approval: the completion ends at once (finish_reason "stop") with a note
 // naming the run and the approval; the run waits in the background (POST /v1/approvals/{id} answers it)
@@ -183,19 +184,16 @@ func (q *oaiRequest) includeUsage() bool {
 	return q.StreamOptions != nil && q.StreamOptions.IncludeUsage
 }
 
-// readOpenAIRequest decodes leniently: valid JSON is all it asks; unknown fields are ignored.
+// readOpenAIRequest decodes by the server's one JSON rule (decodeJSON: no key twice, one value, UTF-8),
+// except that unknown fields are ignored.
 func readOpenAIRequest(r *http.Request) (*oaiRequest, []ModelMessage, error) {
 	b, err := readBody(r)
 	if err != nil {
 		return nil, nil, err
 	}
 	var q oaiRequest
-	if err := json.Unmarshal(b, &q); err != nil {
-		var typ *json.UnmarshalTypeError
-		if errors.As(err, &typ) && typ.Field != "" {
-			return nil, nil, badRequest(typ.Field, "%s: expected %s, received %s", typ.Field, jsonTypeName(typ.Type), typ.Value)
-		}
-		return nil, nil, badRequest("", "the body is not a JSON object: %s", strings.TrimPrefix(err.Error(), "json: "))
+	if err := decodeJSON(b, &q, false); err != nil { // the server's one JSON rule, unknown keys aside
+		return nil, nil, err
 	}
 	if strings.TrimSpace(q.Model) == "" {
 		return nil, nil, badRequest("model", "model: Required (an agent's name, or provider/model)")

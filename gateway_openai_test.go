@@ -291,6 +291,29 @@ func TestGatewayErrors(t *testing.T) {
 	oaiErr(t, te.gw("POST", "/openai/v1/chat/completions", big), 400)
 }
 
+// TestGatewayDuplicateKeys (issue 25 item 6): /openai/v1 decodes by /v1's rule: a key twice in any
+// object is a 400 naming it, never the last one winning; unknown keys are still ignored.
+func TestGatewayDuplicateKeys(t *testing.T) {
+	te, _ := newGateway(t)
+	for _, tc := range []struct{ body, path string }{
+		{`{"model":"no-such-agent","model":"gw-plain","messages":[{"role":"user","content":"x"}]}`, "model"},
+		{`{"model":"gw-plain","messages":[{"role":"user","content":"x","content":"injected"}]}`, "messages.0.content"},
+		{`{"model":"gw-plain","messages":[{"role":"user","content":"x"}],"stream":false,"stream":true}`, "stream"},
+	} {
+		e := oaiErr(t, te.gw("POST", "/openai/v1/chat/completions", tc.body), 400)
+		if msg, _ := e["message"].(string); !strings.Contains(msg, tc.path+": duplicate key") || e["code"] != codeSpecInvalid {
+			t.Errorf("%s: %v, want %q named", tc.body, e, tc.path)
+		}
+		// /v1 refuses the same document the same way.
+		if r := te.gw("POST", "/v1/agents/gw-plain/run", `{"input":"x","input":"y"}`); r.status != 422 || !strings.Contains(r.errMessage(t), "input: duplicate key") {
+			t.Fatalf("/v1: %d %s", r.status, r.body)
+		}
+	}
+	if r := te.gw("POST", "/openai/v1/chat/completions", `{"model":"gw-plain","messages":[{"role":"user","content":"x"}],"user":"u","seed":1}`); r.status != 200 {
+		t.Fatalf("unknown keys are ignored: %d %s", r.status, r.body)
+	}
+}
+
 func TestGatewayDirectModel(t *testing.T) {
 	te, so := newGateway(t)
 	msgs := []any{map[string]any{"role": "system", "content": "sys"}, map[string]any{"role": "user", "content": "direct"}}
