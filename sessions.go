@@ -10,8 +10,9 @@
 // Rules (docs/API.md Sessions, docs/DESIGN.md §7/§7a): a transcript message's content is always a string;
 // a tool call is an assistant message with toolName/toolInput, its result a `tool` message; sidechains,
 // thinking and system noise are dropped. `source` omitted → detected from the content (then the path);
-// an unknown source name → 422 naming the six; unreadable input → E_IMPORT_FAILED saying what was
-// expected. A path must be a regular file the server may read: never under the data directory, never a
+// an unknown source name → 422 naming the six; unreadable content → E_IMPORT_FAILED saying what was
+// expected; a path that cannot be imported, for whatever reason, → one E_IMPORT_FAILED that tells nothing
+// of the file (importPath: not its bytes, not whether it exists). A path must be a regular file the server may read: never under the data directory, never a
 // device, FIFO or socket, at most maxImportBytes. Imports stream: a large export is read conversation by
 // conversation, never held whole twice.
 package main
@@ -167,14 +168,9 @@ func detectSource(head []byte, path string) string {
 // openImportPath opens a path the server may read for an import or a discovery: a regular file (or, for
 // discovery, a directory) outside the data directory, no device, FIFO or socket, and not too large.
 func (ss *sessionService) checkPath(p string, allowDir bool) (string, fs.FileInfo, error) {
-	if p == "" || strings.ContainsRune(p, 0) {
-		return "", nil, errImport("path is empty or not a path")
-	}
-	if strings.HasPrefix(p, "~/") {
-		p = filepath.Join(ss.home(), p[2:])
-	}
-	if !filepath.IsAbs(p) {
-		return "", nil, errImport("path %q is not absolute", p).withHint("send an absolute path on the server's machine, or the file's content as content")
+	p, err := ss.expandPath(p)
+	if err != nil {
+		return "", nil, err
 	}
 	real, err := filepath.EvalSymlinks(filepath.Clean(p))
 	if err != nil {
@@ -198,6 +194,49 @@ func (ss *sessionService) checkPath(p string, allowDir bool) (string, fs.FileInf
 		return "", nil, errImport("%s is %d MB, more than the %d MB an import reads", p, fi.Size()>>20, maxImportBytes>>20)
 	}
 	return real, fi, nil
+}
+
+// expandPath checks a path's spelling (nothing is read): not empty, no NUL, absolute after ~/.
+func (ss *sessionService) expandPath(p string) (string, error) {
+	if p == "" || strings.ContainsRune(p, 0) {
+		return "", errImport("path is empty or not a path")
+	}
+	if strings.HasPrefix(p, "~/") {
+		p = filepath.Join(ss.home(), p[2:])
+	}
+	if !filepath.IsAbs(p) {
+		return "", errImport("path %q is not absolute", p).withHint("send an absolute path on the server's machine, or the file's content as content")
+	}
+	return p, nil
+}
+
+// importPath imports the file at p. Past the path's spelling, whatever goes wrong (missing, unreadable,
+// not a regular file, too large, in the data directory, not a transcript, no messages) is one answer,
+// errImportPath: an import never tells of a file it cannot import its bytes, nor whether it exists.
+func (ss *sessionService) importPath(ctx context.Context, p, source string) (*Transcript, error) {
+	if _, err := ss.expandPath(p); err != nil {
+		return nil, err
+	}
+	real, _, err := ss.checkPath(p, false)
+	if err != nil {
+		return nil, errImportPath(p)
+	}
+	f, err := os.Open(real)
+	if err != nil {
+		return nil, errImportPath(p)
+	}
+	defer f.Close()
+	t, err := ss.importReader(ctx, f, source, real)
+	if err != nil && asAPIError(err).Code == codeImportFailed {
+		return nil, errImportPath(p)
+	}
+	return t, err
+}
+
+func errImportPath(p string) *apiError {
+	return errImport("cannot import %s: no transcript agentd may read is there (the file is missing or unreadable, "+
+		"not a regular file, over %d MB, inside agentd's data directory, or not a session in one of the six formats — "+
+		"a subagent's sidechain file is not one); nothing more is said of a file that cannot be imported", p, maxImportBytes>>20)
 }
 
 func unwrapPathError(err error) error {
@@ -616,16 +655,7 @@ func (s *server) handleImportSession(w http.ResponseWriter, r *http.Request) err
 		}
 		t, err = s.sessions.importReader(r.Context(), strings.NewReader(*body.Content), body.Source, path)
 	case body.Path != nil && *body.Path != "":
-		var real string
-		if real, _, err = s.sessions.checkPath(*body.Path, false); err != nil {
-			return err
-		}
-		f, oerr := os.Open(real)
-		if oerr != nil {
-			return errImport("cannot read %s: %v", *body.Path, unwrapPathError(oerr))
-		}
-		defer f.Close()
-		t, err = s.sessions.importReader(r.Context(), f, body.Source, real)
+		t, err = s.sessions.importPath(r.Context(), *body.Path, body.Source)
 	default:
 		return errImport("import needs path or content")
 	}

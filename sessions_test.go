@@ -217,7 +217,7 @@ func TestImportRealTranscripts(t *testing.T) {
 	// A sidechain-only file is not a session.
 	abs, _ := filepath.Abs(filepath.Join(dir, "claude-code/codemie-4c2ddfdc-agent-50243ee8-sidechain.jsonl"))
 	if res := ts.do("POST", "/v1/sessions/import", map[string]any{"path": abs}); res.status != 500 || res.errCode(t) != codeImportFailed ||
-		!strings.Contains(res.errMessage(t), "sidechain") {
+		!strings.Contains(res.errMessage(t), "sidechain file is not one") {
 		t.Errorf("sidechain file: %d %s", res.status, res.body)
 	}
 }
@@ -238,14 +238,14 @@ func TestImportBadInput(t *testing.T) {
 		{map[string]any{}, 500, codeImportFailed, "needs path or content"},
 		{map[string]any{"path": ""}, 500, codeImportFailed, "needs path or content"},
 		{map[string]any{"content": "x", "source": "slack"}, 422, codeSpecInvalid, "'claude-code' | 'codex' | 'chatgpt' | 'gemini' | 'markdown' | 'jsonl'"},
-		{map[string]any{"path": "/no/such/file.jsonl"}, 500, codeImportFailed, "cannot read /no/such/file.jsonl"},
+		{map[string]any{"path": "/no/such/file.jsonl"}, 500, codeImportFailed, "cannot import /no/such/file.jsonl: no transcript"},
 		{map[string]any{"path": "relative.jsonl"}, 500, codeImportFailed, "is not absolute"},
-		{map[string]any{"path": filepath.Join(ts.s.cfg.Home, "inside.jsonl")}, 500, codeImportFailed, "inside agentd's data directory"},
-		{map[string]any{"path": filepath.Join(ts.s.cfg.Home, "agentd.db")}, 500, codeImportFailed, "inside agentd's data directory"},
-		{map[string]any{"path": "/dev/null"}, 500, codeImportFailed, "not a regular file"},
-		{map[string]any{"path": t.TempDir()}, 500, codeImportFailed, "is a directory"},
-		{map[string]any{"path": garbage}, 500, codeImportFailed, "could not tell what this is"},
-		{map[string]any{"path": truncated}, 500, codeImportFailed, "not a ChatGPT export"},
+		{map[string]any{"path": filepath.Join(ts.s.cfg.Home, "inside.jsonl")}, 500, codeImportFailed, "no transcript agentd may read"},
+		{map[string]any{"path": filepath.Join(ts.s.cfg.Home, "agentd.db")}, 500, codeImportFailed, "no transcript agentd may read"},
+		{map[string]any{"path": "/dev/null"}, 500, codeImportFailed, "no transcript agentd may read"},
+		{map[string]any{"path": t.TempDir()}, 500, codeImportFailed, "no transcript agentd may read"},
+		{map[string]any{"path": garbage}, 500, codeImportFailed, "no transcript agentd may read"},
+		{map[string]any{"path": truncated}, 500, codeImportFailed, "no transcript agentd may read"},
 		{map[string]any{"content": "just some words"}, 500, codeImportFailed, "could not tell"},
 		{map[string]any{"content": "{\"role\":\"user\"", "source": "jsonl"}, 500, codeImportFailed, "no JSONL messages"},
 		{map[string]any{"content": "[1,2", "source": "chatgpt"}, 500, codeImportFailed, "ChatGPT"},
@@ -268,6 +268,49 @@ func TestImportBadInput(t *testing.T) {
 	}
 	if res := ts.do("POST", "/v1/sessions/distill", map[string]any{"transcriptId": "trn_nope"}); res.status != 404 || res.errCode(t) != codeTranscriptNotFound {
 		t.Errorf("distill unknown: %d %s", res.status, res.body)
+	}
+}
+
+// TestImportPathRevealsNothing (issue 25 item 7): a path that cannot be imported — missing, unreadable,
+// a secret file read as some source, broken JSON, a directory, a device, the data directory — gets one
+// message, the same for all but the path: nothing of the file's bytes, nor whether it exists.
+func TestImportPathRevealsNothing(t *testing.T) {
+	ts := newTestServer(t)
+	dir := t.TempDir()
+	shadow := filepath.Join(dir, "shadow")
+	os.WriteFile(shadow, []byte("root:$y$j9T$Qx7secret:19000:0:99999:7:::\n"), 0o600)
+	broken := filepath.Join(dir, "broken.jsonl")
+	os.WriteFile(broken, []byte(`{"sessionId":"s","projectHash":"p"}`+"\n"+`{"type":"user","content":[zz]}`+"\n"), 0o644)
+	bodies := []map[string]any{
+		{"path": shadow, "source": "gemini"}, {"path": shadow, "source": "jsonl"}, {"path": shadow, "source": "chatgpt"},
+		{"path": shadow, "source": "codex"}, {"path": shadow, "source": "claude-code"}, {"path": shadow},
+		{"path": filepath.Join(dir, "missing"), "source": "gemini"}, {"path": broken}, {"path": broken, "source": "gemini"},
+		{"path": dir}, {"path": "/dev/null", "source": "gemini"}, {"path": filepath.Join(ts.s.cfg.Home, "agentd.db"), "source": "gemini"},
+		{"path": filepath.Join(ts.s.cfg.Home, "nothing-here"), "source": "gemini"},
+	}
+	if os.Geteuid() != 0 { // root reads a file of mode 000
+		unreadable := filepath.Join(dir, "unreadable.jsonl")
+		os.WriteFile(unreadable, []byte(`{"role":"user","content":"x"}`), 0o000)
+		bodies = append(bodies, map[string]any{"path": unreadable})
+	}
+	var want string
+	for _, body := range bodies {
+		res := ts.do("POST", "/v1/sessions/import", body)
+		p := body["path"].(string)
+		msg := strings.ReplaceAll(res.errMessage(t)+" "+fmt.Sprint(res.json(t)["error"].(map[string]any)["hint"]), p, "PATH")
+		if res.status != 500 || res.errCode(t) != codeImportFailed {
+			t.Fatalf("%v: %d %s", body, res.status, res.body)
+		}
+		for _, leak := range []string{"'r'", "root", "secret", "invalid character", "no such file", "permission denied", "is a directory"} {
+			if strings.Contains(strings.ToLower(msg), leak) {
+				t.Errorf("%v: the answer tells of the file (%q): %s", body, leak, msg)
+			}
+		}
+		if want == "" {
+			want = msg
+		} else if msg != want {
+			t.Errorf("%v answers\n%s\nanother path answers\n%s", body, msg, want)
+		}
 	}
 }
 
