@@ -131,10 +131,11 @@ func detectSource(head []byte, path string) string {
 		// whole system prompt, so this reads keys, not JSON).
 		line, _, _ := bytes.Cut(t, []byte("\n"))
 		has := func(k string) bool { return bytes.Contains(line, []byte(k)) }
+		typ := func(v string) bool { return hasKeyValue(line, "type", `"`+v+`"`) }
 		switch {
-		case has(`"type":"session_meta"`) || has(`"type":"response_item"`) || has(`"type":"turn_context"`):
+		case typ("session_meta") || typ("response_item") || typ("turn_context"):
 			return "codex"
-		case has(`"parentUuid"`) || has(`"leafUuid"`) || has(`"type":"file-history-snapshot"`) || has(`"uuid"`) && has(`"sessionId"`):
+		case has(`"parentUuid"`) || has(`"leafUuid"`) || typ("file-history-snapshot") || has(`"uuid"`) && has(`"sessionId"`):
 			return "claude-code"
 		case bytes.Contains(t, []byte(`"sessionId"`)) && bytes.Contains(t, []byte(`"projectHash"`)):
 			return "gemini" // a .jsonl header line, or a pretty-printed .json chat
@@ -415,7 +416,9 @@ func defaultSessionDirs(home string) map[string][]string {
 }
 
 // discover lists sessions newest first. Only each file's head is read (title, source), plus a count of
-// its messages by lines; rows are cached while a file's size and mtime do not change.
+// its messages by lines (keys matched however the JSON is spaced; where none match, the importer reads
+// the file, so a session import reads is never left out); rows are cached while a file's size and mtime
+// do not change.
 func (ss *sessionService) discover(ctx context.Context, source, root string) ([]DiscoveredSession, error) {
 	var roots []string
 	if root != "" {
@@ -505,6 +508,12 @@ func scanSessionFile(p string, fi fs.FileInfo) (DiscoveredSession, bool) {
 		row.Title = headTitle(head, source)
 		f.Seek(0, io.SeekStart)
 		row.MessageCount = countMessageLines(f, source)
+		if row.MessageCount == 0 { // before dropping the file, the importer has the last word: discovery
+			// never leaves out a session that import reads
+			if t := quickImport(p, source); t != nil {
+				row.Title, row.MessageCount = firstNonEmpty(row.Title, t.Title, titleFrom(t.Messages)), len(t.Messages)
+			}
+		}
 	}
 	if row.Title == "" {
 		row.Title = "untitled session"
@@ -590,35 +599,62 @@ func quickImport(p, source string) *Transcript {
 	return first
 }
 
-// countMessageLines counts the lines that hold a conversation message, by their type key.
+// countMessageLines counts the lines that hold a conversation message, by their type key (however the
+// JSON is spaced: a session re-serialised by Python's json.dumps has `"type": "user"`).
 func countMessageLines(r io.Reader, source string) int {
-	var keys [][]byte
+	var types []string
 	switch source {
 	case "claude-code":
-		keys = [][]byte{[]byte(`"type":"user"`), []byte(`"type":"assistant"`)}
+		types = []string{`"user"`, `"assistant"`}
 	case "codex":
-		keys = [][]byte{[]byte(`"type":"message"`), []byte(`"type":"function_call"`), []byte(`"type":"custom_tool_call"`)}
+		types = []string{`"message"`, `"function_call"`, `"custom_tool_call"`}
 	case "gemini":
-		keys = [][]byte{[]byte(`"type":"user"`), []byte(`"type":"gemini"`)}
-	default:
-		keys = [][]byte{[]byte(`"role"`), []byte("\n## ")}
+		types = []string{`"user"`, `"gemini"`}
 	}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64<<10), 64<<20)
 	n := 0
 	for sc.Scan() {
 		line := sc.Bytes()
-		if bytes.Contains(line, []byte(`"isSidechain":true`)) {
+		if hasKeyValue(line, "isSidechain", "true") {
 			continue
 		}
-		for _, k := range keys {
-			if bytes.Contains(line, k) {
+		if types == nil {
+			if bytes.Contains(line, []byte(`"role"`)) {
+				n++
+			}
+			continue
+		}
+		for _, v := range types {
+			if hasKeyValue(line, "type", v) {
 				n++
 				break
 			}
 		}
 	}
 	return n
+}
+
+// hasKeyValue: the JSON text holds "key" followed, past any whitespace and the colon, by the literal
+// value (a quoted string or a bare token), as encoders write it compact or spaced. It reads keys, not
+// JSON: a key inside a string value can match, which a count that is an estimate allows.
+func hasKeyValue(b []byte, key, value string) bool {
+	k := []byte(`"` + key + `"`)
+	for {
+		i := bytes.Index(b, k)
+		if i < 0 {
+			return false
+		}
+		b = b[i+len(k):]
+		rest := bytes.TrimLeft(b, " \t\r\n")
+		if len(rest) == 0 || rest[0] != ':' {
+			continue
+		}
+		rest = bytes.TrimLeft(rest[1:], " \t\r\n")
+		if bytes.HasPrefix(rest, []byte(value)) {
+			return true
+		}
+	}
 }
 
 // ---- endpoints ----

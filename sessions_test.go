@@ -357,6 +357,87 @@ func TestDiscoverSessions(t *testing.T) {
 	}
 }
 
+// pySpaced re-serialises compact JSON the way Python's json.dumps writes it: a space after every ':' and
+// ',' outside strings (the same values; only the spacing differs).
+func pySpaced(b []byte) []byte {
+	var out []byte
+	in, esc := false, false
+	for _, c := range b {
+		out = append(out, c)
+		switch {
+		case esc:
+			esc = false
+		case in && c == '\\':
+			esc = true
+		case c == '"':
+			in = !in
+		case !in && (c == ':' || c == ','):
+			out = append(out, ' ')
+		}
+	}
+	return out
+}
+
+// TestDiscoverSpacedSessions (issue 25 item 8): sessions written with spaces after ':' (valid JSON, as
+// Python's json.dumps writes it) are discovered as their compact twins are — same source, title and
+// count — and import reads the same messages; a session only the importer understands is not dropped.
+func TestDiscoverSpacedSessions(t *testing.T) {
+	compactHome, spacedHome := t.TempDir(), t.TempDir()
+	rels := map[string]string{
+		"claude-code.jsonl": ".claude/projects/-home-ana-proj/s-1111.jsonl",
+		"codex.jsonl":       ".codex/sessions/2026/11/20/rollout-2026-11-20T11-00-00-0199aaaa.jsonl",
+		"gemini.jsonl":      ".gemini/tmp/9da8b3/chats/session-2026-11-20T12-00-7633853a.jsonl",
+	}
+	for fixture, rel := range rels {
+		b, err := os.ReadFile("testdata/sessions/" + fixture)
+		if err != nil {
+			t.Fatal(err)
+		}
+		spaced := pySpaced(b)
+		if bytes.Equal(spaced, b) || !json.Valid(bytes.SplitN(spaced, []byte("\n"), 2)[0]) {
+			t.Fatalf("%s: the spaced copy is not a spaced JSON twin", fixture)
+		}
+		for home, data := range map[string][]byte{compactHome: b, spacedHome: spaced} {
+			os.MkdirAll(filepath.Dir(filepath.Join(home, rel)), 0o755)
+			os.WriteFile(filepath.Join(home, rel), data, 0o644)
+		}
+	}
+	rows := func(home string) map[string]string {
+		ts := newTestServer(t, withEnv(map[string]string{"HOME": home}))
+		out := map[string]string{}
+		for _, x := range ts.do("GET", "/v1/sessions/discover", nil).json(t)["sessions"].([]any) {
+			r := x.(map[string]any)
+			out[r["id"].(string)] = fmt.Sprintf("%s:%v:%v", r["source"], r["messageCount"], r["title"])
+		}
+		for _, rel := range rels {
+			tr := importFile(t, ts, filepath.Join(home, rel))
+			out["import "+rel] = fmt.Sprintf("%s:%d:%v", tr["source"], len(tr["messages"].([]any)), tr["title"])
+		}
+		return out
+	}
+	compact, spaced := rows(compactHome), rows(spacedHome)
+	if len(compact) != 6 || fmt.Sprint(compact) != fmt.Sprint(spaced) {
+		t.Fatalf("spaced sessions:\n%v\ncompact twins:\n%v", spaced, compact)
+	}
+	// A line format whose keys no count recognises (an escaped key: valid JSON) is still listed when the
+	// importer reads messages in it.
+	odd := filepath.Join(spacedHome, ".gemini/tmp/odd/chats/session-odd.jsonl")
+	os.MkdirAll(filepath.Dir(odd), 0o755)
+	os.WriteFile(odd, []byte(`{"sessionId":"s","projectHash":"p","startTime":"2026-11-20T12:00:00Z"}`+"\n"+
+		`{"id":"1","timestamp":"2026-11-20T12:00:01Z","\u0074ype":"user","content":"escaped key"}`+"\n"), 0o644)
+	ts := newTestServer(t, withEnv(map[string]string{"HOME": spacedHome}))
+	imported := importFile(t, ts, odd)
+	found := false
+	for _, x := range ts.do("GET", "/v1/sessions/discover?source=gemini", nil).json(t)["sessions"].([]any) {
+		if r := x.(map[string]any); r["path"] == odd {
+			found = r["messageCount"] == float64(len(imported["messages"].([]any)))
+		}
+	}
+	if !found {
+		t.Fatalf("a session import reads (%v) is not discovered with its count", imported["messages"])
+	}
+}
+
 // distillEnvKey is the provider key the distill tests give the server. testdata/sessions/claude-code.jsonl's
 // first user message holds it, with a GitHub token and an AWS key id: the key has a shape no pattern knows,
 // so only the lookup of the server's environment catches it.
