@@ -378,6 +378,21 @@ func pySpaced(b []byte) []byte {
 	return out
 }
 
+func TestHasKeyValue(t *testing.T) {
+	for line, want := range map[string]bool{
+		`{"type":"user"}`: true, `{"type": "user"}`: true, `{"type" :` + "\t" + `"user"}`: true, `{"a":"type","type": "user"}`: true,
+		`{"type":"users"}`:  true, // a prefix of the value: the callers' values end with their closing quote
+		`{"type":"gemini"}`: false, `{"subtype":"user"}`: false, `{"type"}`: false, `{"type":`: false, ``: false,
+	} {
+		if hasKeyValue([]byte(line), "type", `"user`) != want {
+			t.Errorf("%s: want %v", line, want)
+		}
+	}
+	if !hasKeyValue([]byte(`{"isSidechain": true}`), "isSidechain", "true") || hasKeyValue([]byte(`{"isSidechain": false}`), "isSidechain", "true") {
+		t.Error("a bare value")
+	}
+}
+
 // TestDiscoverSpacedSessions (issue 25 item 8): sessions written with spaces after ':' (valid JSON, as
 // Python's json.dumps writes it) are discovered as their compact twins are — same source, title and
 // count — and import reads the same messages; a session only the importer understands is not dropped.
