@@ -65,11 +65,14 @@ type kubeNetCheck struct {
 // when this server uses a cluster (computerProvider kubernetes, auto selecting it, or machines there).
 func (c *computerService) startBackgroundChecks(ctx context.Context) {
 	k, ok := c.providerByName("kubernetes").(*kubeProvider)
-	if !ok || !c.probe(ctx, k).available {
+	if !ok {
+		return
+	}
+	if r, _ := c.proofOf(k); !r.ok { // its trial (computers_proof.go), never waited for here
 		return
 	}
 	if c.provider != "kubernetes" && !k.watching() {
-		if p, err := c.selectProvider(ctx, ""); err != nil || p != provider(k) {
+		if p, _ := c.selected(); p != provider(k) {
 			return
 		}
 	}

@@ -453,6 +453,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		ln.Close()
 		return err
 	}
+	s.computers.requestProofs() // every provider's trial machine, in the background (computers_proof.go)
 	hs := &http.Server{
 		Handler:           s,
 		ReadHeaderTimeout: 10 * time.Second,
