@@ -436,7 +436,7 @@ func (c *computerService) doctor(ctx context.Context) (providers []doctorProvide
 				dp.ExecChannel.Reason += "; without it, machines in network.mode egress have no network at all (they fail closed) and no ports: turn execChannel on, or use mode full"
 			}
 		}
-		if k, ok := p.(*kubeProvider); ok && pr.ok {
+		if k, ok := p.(*kubeProvider); ok && (pr.ok || k.netStarted()) { // the check may start before the trial ends
 			var w string
 			if dp.NetworkPolicies, w = k.netDoctor(); w != "" {
 				warnings = append(warnings, w)
