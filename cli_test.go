@@ -32,16 +32,20 @@ var (
 func cliBinary(t testing.TB) string {
 	t.Helper()
 	cliBinOnce.Do(func() {
+		if p := os.Getenv("AGENT_TEST_AGENTD"); p != "" { // a build CI made (the README's way, or CGO_ENABLED=0)
+			cliBinPath, cliBinErr = filepath.Abs(p)
+			return
+		}
 		dir, err := os.MkdirTemp("", "agentd-cli-*")
 		if err != nil {
 			cliBinErr = err
 			return
 		}
 		cliBinPath = filepath.Join(dir, "agentd")
-		// Static (no cgo), as the exec channel needs: the same binary is mounted into the test machines.
-		build := exec.Command("go", "build", "-o", cliBinPath, ".")
-		build.Env = append(os.Environ(), "CGO_ENABLED=0")
-		out, err := build.CombinedOutput()
+		// The README's build, as is: `go build` with this environment, so cgo wherever a C compiler is
+		// installed. It is the binary the CLI tests run and the helper the machines get (findHelperBinary
+		// takes the server's own executable), as a user's would be: no static build swapped in.
+		out, err := exec.Command("go", "build", "-o", cliBinPath, ".").CombinedOutput()
 		if err != nil {
 			cliBinErr = fmt.Errorf("go build: %v\n%s", err, out)
 		}

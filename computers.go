@@ -218,6 +218,7 @@ type computerService struct {
 	orphans  map[string]string // "<provider>/<id>" → provider, found at reconcile
 	creating sync.Mutex        // quota check + insert are atomic
 	pool     warmPool          // computers_pool.go
+	proof    proofs            // computers_proof.go: the trials behind "available"
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -247,7 +248,10 @@ func newComputerService(d computerDeps) (*computerService, error) {
 		newSandboxProvider(c), // computers_sandbox.go: bubblewrap namespaces, between the engines and local
 		newLocalProvider(c),
 	)
+	c.proof = newProofs(len(c.providers))
 	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.wg.Add(1)
+	go c.proveLoop() // runs the trials asked for (computers_proof.go)
 	// Providers holding records are reconciled before the server answers; the others are only scanned
 	// for orphans, in the background, so a start never waits on an engine it does not use.
 	done := c.reconcile(c.ctx, nil)
@@ -340,8 +344,10 @@ func (c *computerService) probe(ctx context.Context, p provider) probeResult {
 	return npr
 }
 
-// selectProvider picks the provider for a spec: a named one must be available, `auto` takes the first
-// available by priority. Never a silent substitute.
+// selectProvider picks the provider for a spec. `auto` takes the first by priority whose trial machine
+// started and ran a command (computers_proof.go), waiting for a provider's first trial, never picking one
+// whose trial failed. A named one is refused when its last trial failed; before its first trial ended,
+// its probe decides (the create is a real start itself). Never a silent substitute.
 func (c *computerService) selectProvider(ctx context.Context, name string) (provider, error) {
 	if name == "" {
 		name = c.provider
@@ -349,11 +355,11 @@ func (c *computerService) selectProvider(ctx context.Context, name string) (prov
 	if name == "" || name == "auto" {
 		var reasons []string
 		for _, p := range c.providers {
-			pr := c.probe(ctx, p)
-			if pr.available {
+			r := c.awaitProof(ctx, p)
+			if r.ok {
 				return p, nil
 			}
-			reasons = append(reasons, p.meta().name+": "+pr.reason)
+			reasons = append(reasons, p.meta().name+": "+r.reason)
 		}
 		return nil, errorf(codeProviderUnavailable, "no computer provider can run: %s", strings.Join(reasons, "; ")).
 			withHint("install Docker, Podman or bubblewrap, or check GET /v1/doctor")
@@ -363,12 +369,44 @@ func (c *computerService) selectProvider(ctx context.Context, name string) (prov
 		return nil, errorf(codeProviderUnavailable, "unknown computer provider %q", name).
 			withHint("use one of docker, podman, sandbox, local or auto")
 	}
-	pr := c.probe(ctx, p)
-	if !pr.available {
-		return nil, errorf(codeProviderUnavailable, "computer provider %q is unavailable: %s", name, pr.reason).
-			withHint(pr.hint).withDetail("provider", name)
+	unavailable := func(reason, hint string) error {
+		return errorf(codeProviderUnavailable, "computer provider %q is unavailable: %s", name, reason).
+			withHint(hint).withDetail("provider", name)
+	}
+	if r, _ := c.proofOf(p); !r.at.IsZero() && !r.ok {
+		return nil, unavailable(r.reason, r.hint)
+	}
+	if pr := c.probe(ctx, p); !pr.available {
+		return nil, unavailable(pr.reason, pr.hint)
 	}
 	return p, nil
+}
+
+// selected is the provider selectProvider would pick, from the trials' results alone (the doctor never
+// waits): nil with the reason when none is proven yet or none can run.
+func (c *computerService) selected() (provider, string) {
+	cands := c.providers
+	if c.provider != "" && c.provider != "auto" {
+		cands = nil
+		if p := c.providerByName(c.provider); p != nil {
+			cands = []provider{p}
+		}
+	}
+	var reasons []string
+	for _, p := range cands {
+		r, _ := c.proofOf(p)
+		switch {
+		case r.ok:
+			return p, ""
+		case r.at.IsZero():
+			return nil, fmt.Sprintf("%s is being checked: a trial machine is starting (GET /v1/doctor again in a moment)", p.meta().name)
+		}
+		reasons = append(reasons, p.meta().name+": "+r.reason)
+	}
+	if len(cands) == 0 {
+		return nil, fmt.Sprintf("unknown computer provider %q (computerProvider)", c.provider)
+	}
+	return nil, "no computer provider can run: " + strings.Join(reasons, "; ")
 }
 
 // doctor reports the computer providers, the one `auto` would select (with its reason and isolation),
@@ -377,34 +415,45 @@ func (c *computerService) doctor(ctx context.Context) (providers []doctorProvide
 	providers, images = []doctorProvider{}, []doctorImage{}
 	for _, p := range c.providers {
 		m := p.meta()
-		pr := c.probe(ctx, p)
+		pr, pending := c.proofOf(p) // the last trial's result: nothing here starts a machine or waits for one
 		dp := doctorProvider{
-			Name: m.name, Description: m.description, Priority: m.priority, Available: pr.available,
+			Name: m.name, Description: m.description, Priority: m.priority, Available: pr.ok,
 			Isolated: m.isolated, IsolationKind: m.isolationKind, Version: pr.version, Reason: pr.reason, Hint: pr.hint,
+		}
+		switch {
+		case pr.at.IsZero():
+			dp.Reason, dp.Hint = "being checked: a trial machine is starting", "GET /v1/doctor again in a moment"
+		case pr.ok:
+			dp.Proof = fmt.Sprintf("a trial machine started and ran a command %s ago (in %s)", c.now().Sub(pr.at).Round(time.Second), pr.took.Round(time.Millisecond))
+		}
+		if pending && !pr.at.IsZero() {
+			dp.Proof += " (a new trial is running)"
 		}
 		if _, host := p.(channelHost); host {
 			dp.ExecChannel = &doctorExecChannel{Enabled: c.helper != "", Reason: c.helperNote}
-			if c.helper == "" && pr.available {
+			if c.helper == "" && pr.ok {
 				// network.mode egress leaves through the proxy over the channel (computers_egress.go).
 				dp.ExecChannel.Reason += "; without it, machines in network.mode egress have no network at all (they fail closed) and no ports: turn execChannel on, or use mode full"
 			}
 		}
-		if k, ok := p.(*kubeProvider); ok && pr.available {
+		if k, ok := p.(*kubeProvider); ok && (pr.ok || k.netStarted()) { // the check may start before the trial ends
 			var w string
 			if dp.NetworkPolicies, w = k.netDoctor(); w != "" {
 				warnings = append(warnings, w)
 			}
 		}
-		if l, ok := p.(interface{ limitsNote() string }); ok && pr.available {
+		if l, ok := p.(interface{ limitsNote() string }); ok && pr.ok {
 			dp.Limits = l.limitsNote()
 		}
 		providers = append(providers, dp)
 	}
-	p, err := c.selectProvider(ctx, "")
+	p, why := c.selected()
 	switch {
-	case err != nil:
-		sel.ProviderReason = asAPIError(err).Message
-		warnings = append(warnings, "no computer provider is available: "+asAPIError(err).Message)
+	case p == nil:
+		sel.ProviderReason = why
+		if !strings.Contains(why, "being checked") {
+			warnings = append(warnings, "no computer provider is available: "+why)
+		}
 	default:
 		m := p.meta()
 		sel.Provider, sel.Isolated = m.name, m.isolated
@@ -977,7 +1026,7 @@ func (c *computerService) reconcile(ctx context.Context, skip map[string]bool) m
 		}
 		c.mu.Lock()
 		for id := range live {
-			if !known[id] {
+			if !known[id] && !c.isTrial(id) { // a trial machine (computers_proof.go) has no record
 				c.orphans[name+"/"+id] = name
 			}
 		}

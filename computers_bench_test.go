@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -96,37 +95,16 @@ func benchPool(t *testing.T, prov string, out *strings.Builder) {
 	fmt.Fprintf(out, "- %s from the warm pool: create p50 %s, create → first exec p50 %s (n=5)\n\n", prov, ms(pct(creates, 0.5)), ms(pct(firsts, 0.5)))
 }
 
-// benchRSS starts a real agentd (the static build the machines' helper is) on prov with the exec channel
+// benchRSS starts a real agentd (cliBinary: the README's build) on prov with the exec channel
 // off (no helper copied into each machine; a channel is one more kubectl or docker exec per machine in
 // use), creates n small machines 10 at a time, lists them, and reads agentd's RSS and that of its children
 // (on kubernetes the pod watch's kubectl).
 func benchRSS(t *testing.T, prov string, n int, out *strings.Builder) {
-	home := t.TempDir()
-	os.WriteFile(home+"/instance-id", []byte(testOwnerPrefix()+randomChars(4)+"\n"), 0o600)
 	cfg := fmt.Sprintf("computerProvider: %s\nexecChannel: false\nmaxComputers: %d\nimages: {base: %s}\n", prov, n+8, testImage)
 	if prov == "kubernetes" {
 		cfg += "kubernetes: {kubeconfig: \"" + os.Getenv("KUBECONFIG") + "\"}\n"
 	}
-	if err := os.WriteFile(home+"/config.yaml", []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(cliBinary(t), "serve", "--port", "0")
-	cmd.Env = append(os.Environ(), "AGENT_HOME="+home, "AGENT_TOKEN=")
-	stderr, _ := cmd.StderrPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { cmd.Process.Kill(); cmd.Wait() }()
-	sc := bufio.NewScanner(stderr)
-	addr := ""
-	for addr == "" && sc.Scan() {
-		addr, _ = listeningAddr(sc.Text() + "\n")
-	}
-	if addr == "" {
-		t.Fatal("agentd did not start")
-	}
-	go io.Copy(io.Discard, stderr)
-	e := &testServer{t: t, url: "http://" + addr}
+	e, cmd := serveBinary(t, cliBinary(t), t.TempDir(), cfg)
 	rss := func(pid int) (cur, peak int) {
 		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 		for _, line := range strings.Split(string(b), "\n") {

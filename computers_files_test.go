@@ -122,7 +122,10 @@ func TestMissingImageIsExplained(t *testing.T) {
 		}
 	}
 	var rep DoctorReport
-	e.call("GET", "/v1/doctor", nil, 200, &rep)
+	eventually(t, "the doctor to select a proven provider", func() bool { // its trial runs in the background
+		e.call("GET", "/v1/doctor", nil, 200, &rep)
+		return rep.Selection.Provider != ""
+	})
 	found := map[string]doctorImage{}
 	for _, im := range rep.Images {
 		found[im.Flavor] = im

@@ -90,7 +90,7 @@ func (s *sandboxProvider) probe(ctx context.Context) probeResult {
 	}
 	if s.c.helper == "" {
 		return probeResult{reason: "agentd cannot run its helper in the sandbox: " + s.c.helperNote,
-			hint: "run a Linux build of agentd (CGO_ENABLED=0 go build) with execChannel left on"}
+			hint: "run a Linux build of agentd (go build, static or cgo) with execChannel left on"}
 	}
 	if reason, hint := userNamespacesOff(); reason != "" {
 		return probeResult{reason: reason, hint: hint}
@@ -253,7 +253,9 @@ func (s *sandboxProvider) bwrapArgs(m *ComputerInfo) []string {
 	// The helper lives under the same data limit; the Go runtime needs a few hundred MB of it to grow.
 	data := max(int64(sp.MemoryMB), sandboxMinDataMB) << 20
 	limits := fmt.Sprintf("nproc=%d,data=%d,cpu=%d,fsize=%d", sandboxNproc, data, sandboxCPUSecs, int64(sp.DiskMB)<<20)
-	a = append(a, "--ro-bind", s.c.helper, helperInMachine, "--chdir", "/", "--remount-ro", "/",
+	// /.agentd is made 0755 (--dir), not bwrap's 0700 for a bind's parent: the helper executes itself
+	// again after its drop to the machine's user (helperBecome), as every docker machine can read it too.
+	a = append(a, "--dir", path.Dir(helperInMachine), "--ro-bind", s.c.helper, helperInMachine, "--chdir", "/", "--remount-ro", "/",
 		"--", helperInMachine, "machine-helper", "--limits", limits, "--max-procs", strconv.Itoa(sandboxMaxProcs))
 	if s.remapped() {
 		a = append(a, "--become", sandboxUser)
@@ -492,26 +494,35 @@ func (s *sandboxProvider) guestAddr(ctx context.Context, m *ComputerInfo, port i
 // killLeftovers: nothing of a previous server's sandbox survives it (its bwrap died with it).
 func (s *sandboxProvider) killLeftovers(ctx context.Context, m *ComputerInfo) int { return 0 }
 
-// machineHelperMain is `agentd machine-helper [--limits k=v,...] [--max-procs N]`: the sandbox passes
-// its limits; docker and podman pass nothing (the engine applies theirs).
+// machineHelperMain is `agentd machine-helper [--limits k=v,...] [--max-procs N] [--become uid:gid]`: the
+// sandbox passes its limits (and, as root, the user to become, which executes the helper once more with
+// --became: helperBecome); docker and podman pass nothing (the engine applies theirs).
 func machineHelperMain(args []string, stdin io.Reader, stdout io.Writer) error {
 	fl := flag.NewFlagSet("machine-helper", flag.ContinueOnError)
 	fl.SetOutput(io.Discard)
 	limits := fl.String("limits", "", "rlimits to set: nproc=,data=,cpu=,fsize=")
 	maxProcs := fl.Int("max-procs", 0, "kill everything when the pid namespace holds more processes")
 	become := fl.String("become", "", "uid:gid to drop to (from 0, with bwrap's capabilities) before anything runs")
+	became := fl.String("became", "", "uid:gid the helper dropped to before it executed itself again (checked)")
 	if err := fl.Parse(args); err != nil {
 		return errorf(codeSpecInvalid, "machine-helper: %v", err)
 	}
 	if err := applyHelperLimits(*limits); err != nil {
 		return err
 	}
-	if *become != "" { // computers_sandbox_userns.go
+	switch { // computers_sandbox_userns.go, computers_sandbox_linux.go
+	case *become != "":
 		uid, gid, err := parseBecome(*become)
 		if err != nil {
 			return err
 		}
-		if err := helperBecome(uid, gid); err != nil {
+		return errorf(codeComputerFailed, "machine-helper: %v", helperBecome(uid, gid, append([]string{"machine-helper"}, args...))) // only on failure
+	case *became != "":
+		uid, gid, err := parseBecome(*became)
+		if err != nil {
+			return err
+		}
+		if err := helperBecame(uid, gid); err != nil {
 			return errorf(codeComputerFailed, "machine-helper: %v", err)
 		}
 	}

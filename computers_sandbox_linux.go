@@ -9,6 +9,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -118,31 +119,35 @@ func disableIPv6(ifaces ...string) error {
 }
 
 // helperBecome drops the helper, started as the machine's 0 with bwrap's capabilities, to uid:gid for
-// good: no new user namespace from then on (denyUserNamespaces), the bounding set emptied on every thread (where Go can: not under cgo, where setresuid still
-// clears the capabilities), no supplementary groups, then gid and uid. It checks the result.
-func helperBecome(uid, gid int) error {
+// good, then executes itself again (argv with --become turned into --became) and never returns on
+// success: no new user namespace from then on (denyUserNamespaces), the bounding set emptied, no
+// supplementary groups, then gid and uid.
+//
+// Why the exec: the bounding set is per thread, and a Go process has several. A static build could drop
+// it on every thread at once (syscall.AllThreadsSyscall), but a cgo build, which is what `go build` and
+// `go install` make wherever a C compiler is installed, cannot: Go refuses AllThreadsSyscall under cgo
+// (ENOTSUP), and a thread left with CAP_SETUID in its bounding set fails the check (issue 24: every
+// sandbox create as root failed with the README's build). So the drop is done, with a raw prctl, on one
+// locked thread only, followed by setgroups/setresgid/setresuid (which Go and glibc apply to every thread
+// in both builds), and then that thread execs this binary again. execve keeps the calling thread's
+// credentials for the new image, bounding set included, and ends every other thread: the new helper
+// starts with one thread and every thread it ever makes copies it. One path for both builds, so CI's
+// static and cgo runs test the same code. The seccomp filter, no new privileges, the rlimits, the pid,
+// stdin and stdout carry over; helperBecame then checks the result on every thread.
+func helperBecome(uid, gid int, args []string) error {
 	if err := denyUserNamespaces(); err != nil {
 		return err
 	}
-	// What is left in the bounding set (bwrap left CAP_SETUID, CAP_SETGID, CAP_SETPCAP), dropped on every thread
-	// (each is a stop-the-world: one per capability still there, not one per capability there is).
-	const prCapbsetDrop = 24
-	bnd := uint64(0)
-	if st, err := os.ReadFile("/proc/self/status"); err == nil {
-		for _, line := range strings.Split(string(st), "\n") {
-			if v, ok := strings.CutPrefix(line, "CapBnd:"); ok {
-				bnd, _ = strconv.ParseUint(strings.TrimSpace(v), 16, 64)
-			}
-		}
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("cannot find the helper's own executable: %v", err)
 	}
+	runtime.LockOSThread() // never unlocked: this thread execs, or the helper exits with the error
+	// What is left in the bounding set (bwrap left CAP_SETUID, CAP_SETGID, CAP_SETPCAP), dropped on this thread.
+	const prCapbsetDrop = 24
 	for c := 0; c < 64; c++ {
-		if bnd&(1<<c) == 0 {
-			continue
-		}
-		if _, _, e := syscall.AllThreadsSyscall(syscall.SYS_PRCTL, prCapbsetDrop, uintptr(c), 0); e == syscall.ENOTSUP {
-			break // cgo: setresuid below still clears the capabilities, and no new privileges keeps them out
-		} else if e != 0 {
-			return fmt.Errorf("dropping capability %d from the bounding set: %v", c, e)
+		if _, _, e := syscall.RawSyscall(syscall.SYS_PRCTL, prCapbsetDrop, uintptr(c), 0); e != 0 && e != syscall.EINVAL {
+			return fmt.Errorf("dropping capability %d from the bounding set: %v", c, e) // EINVAL: past the kernel's last
 		}
 	}
 	if err := syscall.Setgroups(nil); err != nil {
@@ -154,22 +159,54 @@ func helperBecome(uid, gid int) error {
 	if err := syscall.Setresuid(uid, uid, uid); err != nil {
 		return fmt.Errorf("setresuid %d: %v", uid, err)
 	}
-	st, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return err
-	}
-	want := map[string]string{"Uid:": strconv.Itoa(uid), "Gid:": strconv.Itoa(gid), "CapPrm:": "0000000000000000", "CapEff:": "0000000000000000", "CapAmb:": "0000000000000000", "CapBnd:": "0000000000000000"}
-	for _, line := range strings.Split(string(st), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 2 {
-			continue
+	argv := append([]string{self}, args...)
+	for i, a := range argv {
+		if a == "--become" {
+			argv[i] = "--became"
 		}
-		if w, ok := want[f[0]]; ok {
+	}
+	return fmt.Errorf("exec %s after the drop: %v", self, syscall.Exec(self, argv, os.Environ()))
+}
+
+// helperBecame checks, in the helper helperBecome executed, that every thread is uid:gid with no
+// capability left anywhere, not even in the bounding set, no new privileges and the seccomp filter on.
+func helperBecame(uid, gid int) error {
+	tasks, err := filepath.Glob("/proc/self/task/*/status")
+	if err != nil || len(tasks) == 0 {
+		return fmt.Errorf("cannot read the helper's threads: %v", err)
+	}
+	want := map[string]string{"Uid:": strconv.Itoa(uid), "Gid:": strconv.Itoa(gid), "CapPrm:": "0000000000000000", "CapEff:": "0000000000000000",
+		"CapAmb:": "0000000000000000", "CapBnd:": "0000000000000000", "NoNewPrivs:": "1", "Groups:": ""}
+	if _, ok := seccompArch[runtime.GOARCH]; ok {
+		want["Seccomp:"] = "2"
+	}
+	for _, task := range tasks {
+		st, err := os.ReadFile(task)
+		if err != nil {
+			continue // a thread that ended meanwhile
+		}
+		seen := 0
+		for _, line := range strings.Split(string(st), "\n") {
+			f := strings.Fields(line)
+			if len(f) == 0 {
+				continue
+			}
+			w, ok := want[f[0]]
+			if !ok {
+				continue
+			}
+			seen++
+			if w == "" && len(f) > 1 {
+				return fmt.Errorf("after the drop, %s", line)
+			}
 			for _, v := range f[1:] {
 				if v != w {
 					return fmt.Errorf("after the drop, %s", line)
 				}
 			}
+		}
+		if seen != len(want) {
+			return fmt.Errorf("after the drop, %s names %d of the %d fields checked", task, seen, len(want))
 		}
 	}
 	return nil

@@ -6,8 +6,9 @@ package main
 
 import "errors"
 
-func applyHelperLimits(spec string) error          { return nil }
-func watchProcesses(max int, stop <-chan struct{}) {}
-func userNamespacesOff() (reason, hint string)     { return "", "" }
-func disableIPv6(ifaces ...string) error           { return nil }
-func helperBecome(uid, gid int) error              { return errors.New("the sandbox needs Linux") }
+func applyHelperLimits(spec string) error            { return nil }
+func watchProcesses(max int, stop <-chan struct{})   {}
+func userNamespacesOff() (reason, hint string)       { return "", "" }
+func disableIPv6(ifaces ...string) error             { return nil }
+func helperBecome(uid, gid int, args []string) error { return errors.New("the sandbox needs Linux") }
+func helperBecame(uid, gid int) error                { return errors.New("the sandbox needs Linux") }

@@ -293,3 +293,23 @@ func TestSandboxMounts(t *testing.T) {
 		t.Fatalf("a mount outside allowedMounts: %s", msg)
 	}
 }
+
+// TestSandboxReadmeBuild: agentd built the README's way (`go build`: cgo wherever a C compiler is
+// installed, as here) serves a sandbox machine, its helper being that binary itself, and a command runs
+// in it as the machine's user with nothing of root's. As root this failed before (issue 24): the
+// bounding-set drop was skipped under cgo and every create refused with "after the drop, CapBnd:
+// 00000000000001c0". CI runs it as root and as a normal user, with the README's build and a static one
+// (AGENT_TEST_AGENTD).
+func TestSandboxReadmeBuild(t *testing.T) {
+	requireProvider(t, "sandbox")
+	bin := cliBinary(t)
+	_, note := findHelperBinary(bin)
+	t.Logf("agentd under test: %s (%s)", bin, map[bool]string{true: "cgo: " + note, false: "static"}[note != ""])
+	e, _ := serveBinary(t, bin, t.TempDir(), "computerProvider: sandbox\n")
+	m := e.create(map[string]any{"provider": "sandbox"})
+	out := e.sh(m.ID, `id -u; grep -E '^(CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs):' /proc/self/status`)
+	want := "1000\nCapPrm:\t0000000000000000\nCapEff:\t0000000000000000\nCapBnd:\t0000000000000000\nCapAmb:\t0000000000000000\nNoNewPrivs:\t1\n"
+	if out != want {
+		t.Fatalf("inside the machine: %q, want %q", out, want)
+	}
+}

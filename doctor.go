@@ -69,6 +69,9 @@ type doctorProvider struct {
 	Version       string `json:"version,omitempty"`
 	Reason        string `json:"reason,omitempty"`
 	Hint          string `json:"hint,omitempty"`
+	// Proof (addition): what `available` rests on, a trial machine started and a command run in it, and
+	// when (computers_proof.go); available is never true without one.
+	Proof string `json:"proof,omitempty"`
 	// ExecChannel (addition, docker and podman): whether execs and file operations go over the warm
 	// in-machine channel, and why not (or what limits it).
 	ExecChannel *doctorExecChannel `json:"execChannel,omitempty"`

@@ -2,6 +2,10 @@ package main
 
 import (
 	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -73,4 +77,91 @@ func TestDoctorDiskWarning(t *testing.T) {
 	if _, _, err := diskFree(t.TempDir()); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestDoctorAvailabilityIsProven: a provider is available only when a trial machine started on it and ran
+// a command (computers_proof.go), and `auto` picks only such a one. The real binary serves, with each
+// provider broken the way users meet it: docker's daemon not answering (DOCKER_HOST), podman's engine
+// failing (a podman that cannot connect), bwrap missing from PATH, the cluster gone (a kubeconfig that is
+// not there); and then a bwrap whose probe passes but whose machine cannot start (as the README's cgo build
+// was as root, issue 24), which the doctor called available and `auto` picked before.
+func TestDoctorAvailabilityIsProven(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the sandbox's half needs Linux")
+	}
+	bin := cliBinary(t)
+	broken := func(t *testing.T, bwrap string) *testServer {
+		dir := t.TempDir()
+		link := func(name string) {
+			if p, err := exec.LookPath(name); err == nil {
+				os.Symlink(p, filepath.Join(dir, name))
+			}
+		}
+		for _, name := range []string{"sh", "env", "docker", "kubectl"} { // not bwrap
+			link(name)
+		}
+		os.WriteFile(filepath.Join(dir, "podman"), []byte("#!/bin/sh\necho 'Error: unable to connect to Podman: simulated engine stop' >&2\nexit 125\n"), 0o755)
+		if bwrap != "" {
+			os.WriteFile(filepath.Join(dir, "bwrap"), []byte(bwrap), 0o755)
+		}
+		home := t.TempDir()
+		cfg := fmt.Sprintf("kubernetes: {kubeconfig: %q}\n", filepath.Join(home, "no-such-kubeconfig"))
+		e, _ := serveBinary(t, bin, home, cfg, "PATH="+dir, "DOCKER_HOST=unix://"+filepath.Join(home, "no-docker.sock"))
+		return e
+	}
+	// doctor polls until no provider is being checked; the first request only asked for the trials.
+	doctor := func(t *testing.T, e *testServer) (map[string]doctorProvider, DoctorReport) {
+		var rep DoctorReport
+		eventually(t, "every provider's trial to end", func() bool {
+			rep = DoctorReport{}
+			e.call("GET", "/v1/doctor", nil, 200, &rep)
+			return !strings.Contains(fmt.Sprint(rep.Providers), "being checked") && rep.Selection.Provider != ""
+		})
+		by := map[string]doctorProvider{}
+		for _, p := range rep.Providers {
+			by[p.Name] = p
+			if !p.Available && (p.Reason == "" || p.Hint == "") || p.Available && p.Proof == "" {
+				t.Errorf("%s: available=%v without its reason, fix or proof: %+v", p.Name, p.Available, p)
+			}
+		}
+		return by, rep
+	}
+	t.Run("engines-stopped-bwrap-missing-cluster-gone", func(t *testing.T) {
+		e := broken(t, "")
+		by, rep := doctor(t, e)
+		for name, want := range map[string]string{"docker": "not reachable", "podman": "simulated engine stop",
+			"sandbox": "bubblewrap (bwrap) is not installed", "kubernetes": ""} {
+			if p := by[name]; p.Available || !strings.Contains(p.Reason, want) {
+				t.Errorf("%s: %+v, want unavailable saying %q", name, p, want)
+			}
+		}
+		if !by["local"].Available || rep.Selection.Provider != "local" {
+			t.Errorf("local %+v, selection %+v", by["local"], rep.Selection)
+		}
+	})
+	t.Run("sandbox-that-cannot-start", func(t *testing.T) {
+		real, err := exec.LookPath("bwrap")
+		if err != nil {
+			t.Skip("no bwrap here")
+		}
+		// Everything bwrap is asked by the probe works; a machine (its helper) does not.
+		e := broken(t, "#!/bin/sh\ncase \"$*\" in *machine-helper*) echo 'bwrap: simulated: the machine cannot start' >&2; exit 1;; esac\nexec "+real+" \"$@\"\n")
+		by, rep := doctor(t, e)
+		if p := by["sandbox"]; p.Available || !strings.Contains(p.Reason, "trial machine could not start") {
+			t.Errorf("sandbox: %+v, want unavailable with its trial's failure", p)
+		}
+		if rep.Selection.Provider != "local" {
+			t.Errorf("selection %+v, want local", rep.Selection)
+		}
+		var m ComputerInfo
+		e.call("POST", "/v1/computers", map[string]any{}, 201, &m) // auto
+		if m.Provider != "local" {
+			t.Errorf("auto picked %s, whose trial failed", m.Provider)
+		}
+		e.call("DELETE", "/v1/computers/"+m.ID, nil, 204, nil)
+		msg := e.wantError("POST", "/v1/computers", map[string]any{"provider": "sandbox"}, 503, codeProviderUnavailable)["message"]
+		if !strings.Contains(fmt.Sprint(msg), "trial machine could not start") {
+			t.Errorf("a sandbox create: %v", msg)
+		}
+	})
 }

@@ -36,6 +36,10 @@
 //     call through (*engineProvider).cli (explicit argv, WaitDelay, stderr in the error).
 //  7. computers_local.go, localEnvAllow and (*localProvider).command: the local provider's environment
 //     allow-list (never the server's secrets) and its process groups; it guards, it does not isolate.
+//  8. computers_sandbox.go, (*sandboxProvider).bwrapArgs: a sandbox machine's namespaces and filesystem;
+//     as root, computers_sandbox_linux.go, helperBecome and helperBecame: the helper's drop to the
+//     machine's user (seccomp against user namespaces, bounding set, uid/gid, then a re-exec checked on
+//     every thread), the same in static and cgo builds.
 //
 // This file holds main, run (the testable entry point), configuration loading and the serve lifecycle.
 package main
@@ -454,6 +458,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		ln.Close()
 		return err
 	}
+	s.computers.requestProofs() // every provider's trial machine, in the background (computers_proof.go)
 	hs := &http.Server{
 		Handler:           s,
 		ReadHeaderTimeout: 10 * time.Second,

@@ -17,9 +17,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -84,8 +86,10 @@ func newTestServer(t testing.TB, opts ...testOption) *testServer {
 	c.getenv = func(string) string { return "" }
 	c.ReaperIntervalSec = 3600
 	c.Images = map[string]string{"base": testImage, "python": testImage, "node": testImage, "full": testImage}
-	// The test binary cannot be the machines' helper (it is not agentd's main); a static build of this
-	// tree is. AGENT_TEST_CHANNEL=0 runs every engine test over the per-call path instead.
+	// The test binary cannot be the machines' helper (it is not agentd's main); the agentd binary the
+	// tests run is (cliBinary: the README's build, or the one CI names in AGENT_TEST_AGENTD), exactly what
+	// that binary's own server would mount. AGENT_TEST_CHANNEL=0 runs every engine test over the
+	// per-call path instead.
 	if os.Getenv("AGENT_TEST_CHANNEL") == "0" {
 		c.ExecChannel = new(bool)
 	} else {
@@ -415,4 +419,56 @@ func eventually(t testing.TB, what string, cond func() bool) {
 		}
 		time.Sleep(d)
 	}
+}
+
+// serveBinary runs bin (an agentd build) as `agentd serve --port 0` over home, whose config.yaml is cfg
+// (an instance id carrying this run's owner prefix is written first), with env added to this process's
+// environment. The answer talks to it over HTTP (its s is nil); at cleanup the server is stopped with
+// SIGTERM (so it removes what it made on the host) and killed if it does not end.
+func serveBinary(t testing.TB, bin, home, cfg string, env ...string) (*testServer, *exec.Cmd) {
+	t.Helper()
+	os.WriteFile(home+"/instance-id", []byte(testOwnerPrefix()+randomChars(4)+"\n"), 0o600)
+	if err := os.WriteFile(home+"/config.yaml", []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "serve", "--port", "0")
+	cmd.Env = append(append(os.Environ(), "AGENT_HOME="+home, "AGENT_TOKEN="), env...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var log syncBuffer
+	sc := bufio.NewScanner(stderr)
+	addr := ""
+	for addr == "" && sc.Scan() {
+		log.Write([]byte(sc.Text() + "\n"))
+		addr, _ = listeningAddr(sc.Text() + "\n")
+	}
+	copied := make(chan struct{})
+	go func() { defer close(copied); io.Copy(&log, stderr) }()
+	stop := func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		ended := make(chan struct{})
+		go func() { cmd.Wait(); close(ended) }()
+		select {
+		case <-ended:
+		case <-time.After(time.Minute):
+			cmd.Process.Kill()
+			<-ended
+		}
+		<-copied
+		if t.Failed() {
+			t.Logf("%s serve's log:\n%s", bin, log.String())
+		}
+	}
+	if addr == "" {
+		stop()
+		t.Fatalf("%s serve did not start:\n%s", bin, log.String())
+	}
+	ts := &testServer{t: t, url: "http://" + addr, once: &sync.Once{}, stop: stop}
+	t.Cleanup(ts.close)
+	return ts, cmd
 }
