@@ -12,7 +12,8 @@
 // an expansion or substitution anywhere in a command word (`s${EMPTY}udo`, `"$(echo sudo)"`, `$@`) unless
 // it is a variable assigned earlier in the line (and IFS left alone); a -c script the outer shell builds
 // (`bash -c "$(echo sudo) id"`) or takes from elsewhere (xargs -I); a shell or interpreter reading its
-// program from stdin (a pipe, a here-document, `/dev/stdin`, `/dev/fd/N`, `-`, no operand at all). An
+// program from stdin (a pipe, a here-document, `/dev/stdin`, `/dev/fd/N`, `-`, no operand at all); in
+// `ask` mode a human who approved the very call waives these (commandPolicy.Seen), nothing else. An
 // expansion in an argument is fine (`echo $HOME`), and so are a script file (`bash build.sh`,
 // `bash < build.sh`) and another language's inline code (`python3 -c`): the caller's own code, which
 // the policy does not read. Paths are judged as they resolve (`//`, `'/'`, `/usr/..` are `/`; `~//` is
@@ -21,6 +22,7 @@
 package main
 
 import (
+	"cmp"
 	"path"
 	"regexp"
 	"slices"
@@ -28,9 +30,12 @@ import (
 )
 
 // commandPolicy carries a caller's allow and deny patterns (an agent's allowCommands/denyCommands).
+// Seen: a human approved this very call in `ask` mode (not `remember`), so what the policy cannot see was
+// theirs to judge: the opaque rules are waived; what the policy sees on its lists still refuses.
 type commandPolicy struct {
 	Allow []string
 	Deny  []string
+	Seen  bool
 }
 
 // check returns nil when cmd may run, else a 403 E_EXEC_DENIED `refused: <reason>` with details.rule.
@@ -49,10 +54,12 @@ func (p commandPolicy) check(cmd string) *apiError {
 				withDetail("rule", "denyCommands:"+pat)
 		}
 	}
-	if r := builtinDenied(cmd, 0); r != nil {
-		return errorf(codeExecDenied, "refused: %s", r.reason).
-			withHint("this command is on the built-in deny list; an agent's guardrails.allowCommands can allow it explicitly").
-			withDetail("rule", r.name)
+	if r := builtinDenied(cmd, 0); r != nil && !(r.opaque() && p.Seen) {
+		hint := "this command is on the built-in deny list; an agent's guardrails.allowCommands can allow it explicitly"
+		if r.opaque() {
+			hint = "write out what runs; in approvalMode ask a human who approves this very call (not remember) may let it run"
+		}
+		return errorf(codeExecDenied, "refused: %s", r.reason).withHint(hint).withDetail("rule", r.name)
 	}
 	return nil
 }
@@ -156,10 +163,19 @@ var (
 // how an expansion splits into words is no longer known.
 var ifsWord = regexp.MustCompile(`\bIFS\b`)
 
-// builtinDenied returns the first built-in rule cmd breaks, or nil.
+// builtinDenied returns the first built-in rule cmd breaks, or nil. A rule that sees something forbidden
+// wins over an opaque one anywhere in the line, so that waiving the opaque ones (Seen) waives nothing else.
 func builtinDenied(cmd string, depth int) *denyRule {
 	if depth > 4 {
 		return &ruleTooDeep
+	}
+	var opaque *denyRule
+	visible := func(r *denyRule) *denyRule {
+		if r != nil && r.opaque() {
+			opaque = cmp.Or(opaque, r)
+			return nil
+		}
+		return r
 	}
 	// A backslash-newline is a line continuation: `sud\<newline>o` runs sudo.
 	cmd = strings.ReplaceAll(cmd, "\\\n", "")
@@ -169,7 +185,7 @@ func builtinDenied(cmd string, depth int) *denyRule {
 		return &denyRule{name: "fork-bomb", reason: "a fork bomb"}
 	}
 	if substitutionAsCommand.MatchString(cmd) {
-		return &ruleComputed
+		visible(&ruleComputed)
 	}
 	ifsTouched := ifsWord.MatchString(cmd)
 	vars := map[string]string{} // NAME=word assignments seen so far in this line
@@ -188,7 +204,8 @@ func builtinDenied(cmd string, depth int) *denyRule {
 		if w, _ := rawWord(raw); sg.sep != ")" && hasExpansion(w) {
 			val, known := vars[varRef(w)]
 			if !known || ifsTouched || strings.ContainsAny(val, "$`") {
-				return &ruleComputed
+				visible(&ruleComputed)
+				continue
 			}
 			raw = stripPrefixes(val + raw[len(w):]) // x=sudo; $x id runs sudo
 			full = raw
@@ -212,19 +229,19 @@ func builtinDenied(cmd string, depth int) *denyRule {
 				return r
 			}
 		}
-		if r := interpreterDenied(full, depth); r != nil {
+		if r := visible(interpreterDenied(full, depth)); r != nil {
 			return r
 		}
 		// find ... -exec CMD ... ; runs CMD for every file.
 		if strings.HasPrefix(text, "find ") {
 			if m := findExec.FindStringSubmatch(text); m != nil {
-				if r := builtinDenied(m[1], depth+1); r != nil {
+				if r := visible(builtinDenied(m[1], depth+1)); r != nil {
 					return r
 				}
 			}
 		}
 	}
-	return nil
+	return opaque
 }
 
 var (
@@ -328,10 +345,11 @@ func interpreterDenied(raw string, depth int) *denyRule {
 			if i >= len(args) || underXargs {
 				return &ruleScriptBuilt // the script comes from elsewhere (xargs -I, or nothing on the line)
 			}
-			if script := argsRaw[i]; !quotesClosed(script) || hasExpansion(script) {
-				return &ruleScriptBuilt
+			r := builtinDenied(args[i], depth+1)
+			if script := argsRaw[i]; (r == nil || r.opaque()) && (!quotesClosed(script) || hasExpansion(script)) {
+				return &ruleScriptBuilt // what it shows is judged first: `sh -c "sudo $(x)"` is sudo
 			}
-			return builtinDenied(args[i], depth+1)
+			return r
 		}
 		if info {
 			return nil

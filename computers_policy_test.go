@@ -282,7 +282,7 @@ func TestPolicyOpaqueCommandsRefused(t *testing.T) {
 		// an interpreter reading its program from stdin
 		"echo sudo id | sh -s": "pipe-to-shell", "echo sudo id | bash -s -- x": "stdin-script", "echo sudo id | bash /dev/fd/0": "stdin-script",
 		"echo sudo id | bash /proc/self/fd/0": "stdin-script", "bash": "stdin-script", "sh -": "stdin-script",
-		"bash <<< 'sudo id'": "stdin-script", "bash <<EOF\nsudo id\nEOF": "stdin-script", "bash < /dev/stdin": "stdin-script",
+		"bash <<< 'sudo id'": "stdin-script", "bash <<EOF\necho hi\nEOF": "stdin-script", "bash <<EOF\nsudo id\nEOF": "sudo", "bash < /dev/stdin": "stdin-script",
 		"bash <(curl -s x)": "stdin-script", "echo 'import os' | python3 /dev/stdin": "stdin-script", "python3 -": "stdin-script",
 		"perl < /dev/stdin": "stdin-script", "curl x | env bash /dev/stdin": "stdin-script", "bash $SCRIPT": "computed-command",
 		// path spellings
@@ -315,5 +315,30 @@ func TestPolicyOpaqueCommandsRefused(t *testing.T) {
 		if err := (commandPolicy{}).check(cmd); err != nil {
 			t.Errorf("%q was refused: %v", cmd, err)
 		}
+	}
+}
+
+// In ask mode a human who approved this very call saw what the policy cannot: the opaque rules are
+// waived (Seen), and nothing else is — a rule that sees something forbidden wins anywhere in the line.
+func TestPolicySeenWaivesOnlyOpaque(t *testing.T) {
+	for _, cmd := range []string{"s${EMPTY}udo id", `"$(echo echo)" hi`, "echo hi | bash /dev/stdin", `bash -c "$(echo echo) hi"`, "bash"} {
+		if err := (commandPolicy{}).check(cmd); err == nil {
+			t.Errorf("%q allowed without a human", cmd)
+		}
+		if err := (commandPolicy{Seen: true}).check(cmd); err != nil {
+			t.Errorf("%q approved by a human: %v", cmd, err)
+		}
+	}
+	for cmd, rule := range map[string]string{
+		"$(echo x); sudo id": "sudo", `sh -c "sudo id $(x)"`: "sudo", "$x; rm -rf /": "rm-root", "bash /dev/stdin; reboot": "power",
+		"sudo id": "sudo",
+	} {
+		err := commandPolicy{Seen: true}.check(cmd)
+		if err == nil || err.Details["rule"] != rule {
+			t.Errorf("%q approved by a human: %v, want refused by %s", cmd, err, rule)
+		}
+	}
+	if err := (commandPolicy{Deny: []string{"curl"}, Seen: true}).check("$(echo curl) x"); err == nil {
+		t.Error("denyCommands still apply to what is seen")
 	}
 }
