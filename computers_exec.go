@@ -154,8 +154,11 @@ func normaliseExec(req *ExecRequest) error {
 		return errorf(codeSpecInvalid, "user: invalid value %q", req.User).withHint(`use a user name or uid[:gid], e.g. "1000:1000"`)
 	}
 	for k, v := range req.Env {
-		if k == "" || strings.ContainsAny(k, "=\x00") || strings.IndexByte(v, 0) >= 0 {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
 			return errorf(codeSpecInvalid, "env: invalid variable name %q", k).withHint("names must be non-empty without '=' or NUL")
+		}
+		if strings.IndexByte(v, 0) >= 0 {
+			return errorf(codeSpecInvalid, "env.%s: the value contains a NUL byte", k).withHint("remove the NUL byte: an environment value cannot carry one")
 		}
 	}
 	if req.TimeoutSec <= 0 {

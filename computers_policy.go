@@ -6,25 +6,36 @@
 //
 // The built-in list matches only at command position (start, after `;`, `&`, `&&`, `||`, `|`, `$(`,
 // backticks, `(`, `{`, newlines, and after the keywords then/do/else/if/while/until/!), so that
-// `grep -r sudo .` and `echo shutdown >> notes` run. The scanner is quote-aware; `sh -c '<script>'`
-// (also `-c -e`, `-c --`) and `find -exec` are checked recursively; a variable assigned earlier in the
-// line is substituted where it is the command word, and a command word the policy cannot know — `$x`
-// unassigned, `$(...)`, backticks — is refused (rule computed-command): what cannot be seen cannot be
-// judged. Paths are judged as they resolve (`//` is `/`). allowCommands allow only a simple command:
-// `^git status` does not allow `git status; rm -rf /`. It is a guardrail against accidents and careless
-// models, not a sandbox: the isolation is the container.
+// `grep -r sudo .` and `echo shutdown >> notes` run. The scanner is quote-aware; `find -exec` and a
+// shell's `-c` script (whatever flags come with it: -ce, -xc, -o pipefail -c, --) are checked recursively.
+// What the policy cannot see is refused (issue 25; rules computed-command and stdin-script, "opaque"):
+// an expansion or substitution anywhere in a command word (`s${EMPTY}udo`, `"$(echo sudo)"`, `$@`) unless
+// it is a variable assigned earlier in the line (and IFS left alone); a -c script the outer shell builds
+// (`bash -c "$(echo sudo) id"`) or takes from elsewhere (xargs -I); a shell or interpreter reading its
+// program from stdin (a pipe, a here-document, `/dev/stdin`, `/dev/fd/N`, `-`, no operand at all); in
+// `ask` mode a human who approved the very call waives these (commandPolicy.Seen), nothing else. An
+// expansion in an argument is fine (`echo $HOME`), and so are a script file (`bash build.sh`,
+// `bash < build.sh`) and another language's inline code (`python3 -c`): the caller's own code, which
+// the policy does not read. Paths are judged as they resolve (`//`, `'/'`, `/usr/..` are `/`; `~//` is
+// `~`). allowCommands allow only a simple command: `^git status` does not allow `git status; rm -rf /`.
+// It is a guardrail against accidents and careless models, not a sandbox: the isolation is the container.
 package main
 
 import (
+	"cmp"
 	"path"
 	"regexp"
+	"slices"
 	"strings"
 )
 
 // commandPolicy carries a caller's allow and deny patterns (an agent's allowCommands/denyCommands).
+// Seen: a human approved this very call in `ask` mode (not `remember`), so what the policy cannot see was
+// theirs to judge: the opaque rules are waived; what the policy sees on its lists still refuses.
 type commandPolicy struct {
 	Allow []string
 	Deny  []string
+	Seen  bool
 }
 
 // check returns nil when cmd may run, else a 403 E_EXEC_DENIED `refused: <reason>` with details.rule.
@@ -43,10 +54,12 @@ func (p commandPolicy) check(cmd string) *apiError {
 				withDetail("rule", "denyCommands:"+pat)
 		}
 	}
-	if r := builtinDenied(cmd, 0); r != nil {
-		return errorf(codeExecDenied, "refused: %s", r.reason).
-			withHint("this command is on the built-in deny list; an agent's guardrails.allowCommands can allow it explicitly").
-			withDetail("rule", r.name)
+	if r := builtinDenied(cmd, 0); r != nil && !(r.opaque() && p.Seen) {
+		hint := "this command is on the built-in deny list; an agent's guardrails.allowCommands can allow it explicitly"
+		if r.opaque() {
+			hint = "write out what runs; in approvalMode ask a human who approves this very call (not remember) may let it run"
+		}
+		return errorf(codeExecDenied, "refused: %s", r.reason).withHint(hint).withDetail("rule", r.name)
 	}
 	return nil
 }
@@ -81,6 +94,9 @@ type denyRule struct {
 	afterPipe bool
 }
 
+// opaque: the rule refuses what the policy cannot see (rather than something it sees is forbidden).
+func (r *denyRule) opaque() bool { return r.name == "computed-command" || r.name == "stdin-script" }
+
 // builtinRules is a constant table (compiled once; never mutated).
 var builtinRules = []denyRule{
 	{"rm-root", "recursive delete of /",
@@ -112,13 +128,13 @@ var builtinRules = []denyRule{
 // forkBomb catches `:(){ :|:& };:` and its renamed variants anywhere in the command.
 var forkBomb = regexp.MustCompile(`([A-Za-z_:][A-Za-z0-9_:]*)\s*\(\s*\)\s*\{[^}]*\|\s*([A-Za-z_:][A-Za-z0-9_:]*)\s*&[^}]*\}`)
 
-// computedWord is a command word the policy cannot know before it runs.
 var (
-	computedWord = regexp.MustCompile(`^"?(?:\$[A-Za-z_{(]|\$\$|\x60)`)
 	// substitutionAsCommand: `$(...)` or a backtick where a command word goes (after the start, a
 	// separator, a keyword or assignments): `$(echo sudo) id`. Quote-unaware on purpose: a false positive
 	// costs a rewrite, a false negative a bypass.
-	substitutionAsCommand = regexp.MustCompile(`(?:^|[;&|\n(]|\bthen|\bdo|\belse)\s*(?:[A-Za-z_][A-Za-z0-9_]*=\S*\s+)*(?:eval\s+[^;&|\n]*[$\x60]|\$\(|\x60)`)
+	// The substitution may sit inside the word (`"$(echo sudo)" id`, `s$(echo u)do id`); a word holding `=`
+	// before it is an assignment.
+	substitutionAsCommand = regexp.MustCompile(`(?:^|[;&|\n(]|\bthen|\bdo|\belse)\s*(?:[A-Za-z_][A-Za-z0-9_]*=(?:[^\s$\x60]|\$[A-Za-z_{])*\s+)*(?:eval\s+[^;&|\n]*[$\x60]|[^\s;&|()=<>]*?(?:\$\(|\x60))`)
 )
 
 // assignmentPrefix and wrapperPrefix are stripped from a segment before rules match.
@@ -128,11 +144,39 @@ var (
 	braceWord        = regexp.MustCompile(`^\{([^{}\s]*,[^{}\s]*)\}(\s|$)`)
 	// redirectPrefix: bash accepts redirections before the command word (`>/dev/null sudo id`).
 	redirectPrefix = regexp.MustCompile(`^(?:\d*|&)(?:>>|>&|<&|&>|>\||<>|>|<)\s*\S+\s+`)
-	shellDashC     = regexp.MustCompile(`^(?:/usr)?(?:/bin/)?(?:sh|bash|zsh|dash|ksh|ash)\s+(?:-\S+\s+)*-[a-zA-Z]*c\s+`)
 )
 
-// builtinDenied returns the first built-in rule cmd breaks, or nil.
+// Rules for what the policy cannot see. Both are "opaque": in `ask` mode a human who saw the call may
+// let it run (runs_tools.go); everywhere else they refuse.
+var (
+	ruleComputed = denyRule{name: "computed-command",
+		reason: "the command word is computed when it runs ($VAR, ${...}, $(...) or backticks), so the policy cannot see what would run; write the command out"}
+	ruleScriptBuilt = denyRule{name: "computed-command",
+		reason: "the script of a shell's -c is built when the line runs ($VAR, $(...) or backticks outside single quotes), or is not on the line; write it out in single quotes"}
+	ruleStdinScript = denyRule{name: "stdin-script",
+		reason: "a shell or interpreter reading its program from stdin (a pipe, a here-document, /dev/stdin, /dev/fd/N or the exec's stdin), so the policy cannot see what would run; save the script to a file and run the file"}
+	ruleTooDeep = denyRule{name: "computed-command",
+		reason: "shells nested more than 4 deep; the policy does not look further"}
+)
+
+// ifsWord: the line assigns, reads or unsets IFS (the `$IFS` reads were replaced by a space before), so
+// how an expansion splits into words is no longer known.
+var ifsWord = regexp.MustCompile(`\bIFS\b`)
+
+// builtinDenied returns the first built-in rule cmd breaks, or nil. A rule that sees something forbidden
+// wins over an opaque one anywhere in the line, so that waiving the opaque ones (Seen) waives nothing else.
 func builtinDenied(cmd string, depth int) *denyRule {
+	if depth > 4 {
+		return &ruleTooDeep
+	}
+	var opaque *denyRule
+	visible := func(r *denyRule) *denyRule {
+		if r != nil && r.opaque() {
+			opaque = cmp.Or(opaque, r)
+			return nil
+		}
+		return r
+	}
 	// A backslash-newline is a line continuation: `sud\<newline>o` runs sudo.
 	cmd = strings.ReplaceAll(cmd, "\\\n", "")
 	// $IFS is a field separator: `sudo${IFS}id` runs sudo.
@@ -141,8 +185,9 @@ func builtinDenied(cmd string, depth int) *denyRule {
 		return &denyRule{name: "fork-bomb", reason: "a fork bomb"}
 	}
 	if substitutionAsCommand.MatchString(cmd) {
-		return &denyRule{name: "computed-command", reason: "the command word is computed when it runs ($(...) or backticks), so the policy cannot see what would run; write the command out"}
+		visible(&ruleComputed)
 	}
+	ifsTouched := ifsWord.MatchString(cmd)
 	vars := map[string]string{} // NAME=word assignments seen so far in this line
 	for _, sg := range splitCommand(cmd) {
 		if v := assignmentOnly.FindStringSubmatch(sg.text); v != nil {
@@ -153,21 +198,23 @@ func builtinDenied(cmd string, depth int) *denyRule {
 			}
 			continue
 		}
-		raw := stripPrefixes(sg.text)
-		if computedWord.MatchString(raw) {
-			w, _ := firstWord(raw)
-			name := strings.Trim(strings.TrimPrefix(w, "$"), "{}")
-			val, known := vars[name]
-			if !known || strings.ContainsAny(val, "$`") {
-				return &denyRule{name: "computed-command", reason: "the command word is computed when it runs ($VAR, $(...) or backticks), so the policy cannot see what would run; write the command out"}
+		full, raw := sg.text, stripPrefixes(sg.text)
+		// A segment after `)` continues the words of the command around a substitution (`echo $(date) $x`):
+		// it is not in command position.
+		if w, _ := rawWord(raw); sg.sep != ")" && hasExpansion(w) {
+			val, known := vars[varRef(w)]
+			if !known || ifsTouched || strings.ContainsAny(val, "$`") {
+				visible(&ruleComputed)
+				continue
 			}
-			raw = stripPrefixes(val + raw[strings.Index(raw, w)+len(w):]) // x=sudo; $x id runs sudo
+			raw = stripPrefixes(val + raw[len(w):]) // x=sudo; $x id runs sudo
+			full = raw
 		}
-		raw = normalizePaths(raw)
-		text := raw
-		// Quotes may hide a wrapper or a path (`"env" /usr/bin/sudo`): strip again on the unquoted words.
+		text := normalizePaths(raw)
+		// Quotes may hide a wrapper or a path (`"env" /usr/bin/sudo`, `rm -rf '//'`): strip again on the
+		// unquoted words.
 		for range 8 {
-			t := stripPrefixes(unquoteWords(text))
+			t := normalizePaths(stripPrefixes(unquoteWords(text)))
 			if t == text {
 				break
 			}
@@ -182,51 +229,317 @@ func builtinDenied(cmd string, depth int) *denyRule {
 				return r
 			}
 		}
-		if depth < 4 {
-			// sh -c '<script>' runs a script (after more options, or --): check it as a command of its own.
-			if loc := shellDashC.FindStringIndex(raw); loc != nil {
-				rest := raw[loc[1]:]
-				for {
-					w, ok := firstWord(rest)
-					if !ok || !strings.HasPrefix(w, "-") {
-						break
-					}
-					rest = strings.TrimLeft(rest, " \t")[len(w):] // an option after -c; the script follows
-				}
-				if script, ok := firstWord(rest); ok {
-					if r := builtinDenied(script, depth+1); r != nil {
-						return r
-					}
-				}
-			}
-			// find ... -exec CMD ... ; runs CMD for every file.
-			if strings.HasPrefix(text, "find ") {
-				if m := findExec.FindStringSubmatch(text); m != nil {
-					if r := builtinDenied(m[1], depth+1); r != nil {
-						return r
-					}
+		if r := visible(interpreterDenied(full, depth)); r != nil {
+			return r
+		}
+		// find ... -exec CMD ... ; runs CMD for every file.
+		if strings.HasPrefix(text, "find ") {
+			if m := findExec.FindStringSubmatch(text); m != nil {
+				if r := visible(builtinDenied(m[1], depth+1)); r != nil {
+					return r
 				}
 			}
 		}
 	}
+	return opaque
+}
+
+var (
+	shellName  = regexp.MustCompile(`^(?:sh|bash|rbash|zsh|dash|ksh|mksh|pdksh|ash|yash|posh|fish)$`)
+	interpName = regexp.MustCompile(`^(?:python[0-9.]*|pypy[0-9.]*|perl[0-9.]*|ruby[0-9.]*|node|nodejs|php[0-9.]*|lua[0-9.]*|luajit|tclsh[0-9.]*|osascript|deno|bun|Rscript|awk|gawk|mawk)$`)
+	// stdinName: operands that name the program's stdin (`bash /dev/stdin`, `python3 /dev/fd/0`, `sh -`).
+	stdinName = regexp.MustCompile(`^(?:-|/dev/stdin|/dev/fd/\d+|/proc/(?:self|thread-self|\d+)/fd/\d+)$`)
+	// redirectWord: a redirection as one word (`<f`, `2>&1`, `<<EOF`) or its operator alone (`<`, `>`).
+	redirectWord = regexp.MustCompile(`^(\d*|&)(<<<|<<-?|<>|<&|>>|>&|&>>?|>\||<|>)(.*)$`)
+)
+
+// interpreterDenied judges a segment that runs a shell or an interpreter: a shell's -c script is checked
+// as a command of its own (and refused when the outer shell builds it); a program read from stdin cannot
+// be seen and is refused. A program in a named file (`bash build.sh`, `bash < build.sh`) and inline code
+// of another language (`python3 -c`, `perl -e`) are the caller's own code, which the policy does not read.
+func interpreterDenied(raw string, depth int) *denyRule {
+	rw := rawWords(raw)
+	if len(rw) == 0 {
+		return nil
+	}
+	// Judge wrappers and assignments on the unquoted words (`"env" "sh" -c ...`), then line the stripped
+	// words up with the raw ones: stripping removes whole words from the front.
+	canon := make([]string, len(rw))
+	for i, w := range rw {
+		canon[i] = canonWord(w)
+	}
+	stripped := rawWords(stripPrefixes(strings.Join(canon, " ")))
+	off := len(rw) - len(stripped)
+	if len(stripped) == 0 || off < 0 {
+		return nil
+	}
+	name := path.Base(unquoteWords(stripped[0]))
+	isShell := shellName.MatchString(name)
+	if !isShell && !interpName.MatchString(name) {
+		return nil
+	}
+	underXargs := slices.Contains(canon[:off], "xargs")
+	// Arguments, with redirections taken out: where stdin comes from.
+	var args, argsRaw []string
+	stdinFile, stdinOpaque := false, false
+	for i := off + 1; i < len(rw); i++ {
+		m := redirectWord.FindStringSubmatch(unquoteWords(rw[i]))
+		if m == nil || strings.HasPrefix(rw[i], "'") || strings.HasPrefix(rw[i], `"`) {
+			args, argsRaw = append(args, unquoteWords(rw[i])), append(argsRaw, rw[i])
+			continue
+		}
+		target := m[3]
+		if target == "" && m[2] != "<&" && m[2] != ">&" {
+			if i+1 < len(rw) {
+				i++
+				target = unquoteWords(rw[i])
+			}
+		}
+		if m[1] != "" && m[1] != "0" {
+			continue // another descriptor
+		}
+		switch m[2] {
+		case "<<<", "<<", "<<-", "<&":
+			stdinOpaque = true // a here-string, a here-document, a duplicated descriptor
+		case "<", "<>":
+			// a missing target is a process substitution the split cut off: `bash <(curl x)`
+			if target == "" || stdinName.MatchString(target) || hasExpansion(target) {
+				stdinOpaque = true
+			} else {
+				stdinFile = true
+			}
+		}
+	}
+	if isShell {
+		dashC, fromStdin, info := false, false, false
+		i := 0
+	flags:
+		for ; i < len(args); i++ {
+			a := args[i]
+			switch {
+			case a == "--":
+				i++
+				break flags
+			case a == "-":
+				fromStdin = true
+				i++
+				break flags
+			case strings.HasPrefix(a, "--"):
+				switch a {
+				case "--rcfile", "--init-file":
+					i++
+				case "--version", "--help":
+					info = true
+				}
+			case len(a) > 1 && (a[0] == '-' || a[0] == '+'):
+				dashC = dashC || strings.ContainsRune(a[1:], 'c')
+				fromStdin = fromStdin || strings.ContainsRune(a[1:], 's')
+				if strings.ContainsAny(a[1:], "oO") {
+					i++ // -o pipefail, -euo pipefail: the option's argument
+				}
+			default:
+				break flags
+			}
+		}
+		if dashC {
+			if i >= len(args) || underXargs {
+				return &ruleScriptBuilt // the script comes from elsewhere (xargs -I, or nothing on the line)
+			}
+			r := builtinDenied(args[i], depth+1)
+			if script := argsRaw[i]; (r == nil || r.opaque()) && (!quotesClosed(script) || hasExpansion(script)) {
+				return &ruleScriptBuilt // what it shows is judged first: `sh -c "sudo $(x)"` is sudo
+			}
+			return r
+		}
+		if info {
+			return nil
+		}
+		if i < len(args) && stdinName.MatchString(args[i]) {
+			return &ruleStdinScript
+		}
+		if i < len(args) && hasExpansion(argsRaw[i]) {
+			return &ruleComputed // `bash $script`: which program runs is computed
+		}
+		if (fromStdin || i >= len(args)) && (stdinOpaque || !stdinFile) {
+			return &ruleStdinScript
+		}
+		return nil
+	}
+	// Another interpreter: inline code (-c, -e, -m, -r, -p ...) or a script file names its program; with
+	// neither, or with a stdin name, it reads the program from stdin.
+	operand, inline := -1, false
+	for i, a := range args {
+		if len(a) > 1 && a[0] == '-' {
+			switch {
+			case a == "--version" || a == "--help" || a == "-V" || a == "-v" || a == "-h" || a == "-VV":
+				return nil
+			case strings.HasPrefix(a, "--"):
+				inline = inline || a == "--eval" || a == "--print" || a == "--command"
+			default:
+				inline = inline || strings.ContainsAny(a[1:], "ceEmrpf")
+			}
+			continue
+		}
+		operand = i
+		break
+	}
+	switch {
+	case inline:
+		return nil
+	case operand >= 0 && stdinName.MatchString(args[operand]):
+		return &ruleStdinScript
+	case operand >= 0:
+		return nil
+	case stdinOpaque || !stdinFile:
+		return &ruleStdinScript
+	}
 	return nil
 }
+
+// canonWord writes a raw word so that the prefix rules see it unquoted: plain words bare, others in
+// single quotes (an assignment keeps its NAME= bare).
+func canonWord(w string) string {
+	u := unquoteWords(w)
+	if m := assignmentName.FindString(u); m != "" {
+		return m + canonWord(u[len(m):])
+	}
+	if u == "" || strings.ContainsAny(u, " \t\n'\"\\$`;&|<>()") {
+		return shellQuote(u)
+	}
+	return u
+}
+
+var assignmentName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*=`)
+
+// rawWords cuts s into shell words at unquoted blanks, keeping quotes and backslashes.
+func rawWords(s string) []string {
+	var out []string
+	for {
+		w, ok := rawWord(s)
+		if !ok {
+			return out
+		}
+		out = append(out, w)
+		s = strings.TrimLeft(s, " \t\n")[len(w):]
+	}
+}
+
+// rawWord returns the first shell word of s (after blanks) as written, quotes and backslashes kept.
+func rawWord(s string) (string, bool) {
+	s = strings.TrimLeft(s, " \t\n")
+	if s == "" {
+		return "", false
+	}
+	var q byte
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case q == 0 && (c == ' ' || c == '\t' || c == '\n'):
+			return s[:i], true
+		case q != '\'' && c == '\\' && i+1 < len(s):
+			i++
+		case q == 0 && (c == '\'' || c == '"'):
+			q = c
+		case q != 0 && c == q:
+			q = 0
+		}
+	}
+	return s, true
+}
+
+// quotesClosed: every quote opened in w is closed (a word the split cut at a substitution is not).
+func quotesClosed(w string) bool {
+	var q byte
+	for i := 0; i < len(w); i++ {
+		c := w[i]
+		switch {
+		case q != '\'' && c == '\\':
+			i++
+		case q == 0 && (c == '\'' || c == '"'):
+			q = c
+		case q != 0 && c == q:
+			q = 0
+		}
+	}
+	return q == 0
+}
+
+// hasExpansion: the raw word w holds a parameter expansion or a substitution outside single quotes
+// (`s${EMPTY}udo`, `"$x"`, `$1`, `$@`, backticks); `$'...'` is a literal.
+func hasExpansion(w string) bool {
+	var q byte
+	for i := 0; i < len(w); i++ {
+		c := w[i]
+		switch {
+		case q == '\'':
+			if c == '\'' {
+				q = 0
+			}
+		case c == '\\':
+			i++
+		case c == '`':
+			return true
+		case c == '$' && i+1 < len(w):
+			n := w[i+1]
+			if q == 0 && n == '\'' { // $'...': skip to its closing quote
+				for i += 2; i < len(w) && w[i] != '\''; i++ {
+					if w[i] == '\\' {
+						i++
+					}
+				}
+				continue
+			}
+			if n == '_' || n >= 'a' && n <= 'z' || n >= 'A' && n <= 'Z' || n >= '0' && n <= '9' || strings.IndexByte("{(@*#?$!-", n) >= 0 {
+				return true
+			}
+		case c == '"':
+			if q == '"' {
+				q = 0
+			} else {
+				q = '"'
+			}
+		case c == '\'' && q == 0:
+			q = '\''
+		}
+	}
+	return false
+}
+
+// varRef is NAME when the raw word w is exactly `$NAME`, `${NAME}` or either in double quotes, else "".
+func varRef(w string) string {
+	if m := varRefWord.FindStringSubmatch(w); m != nil {
+		return m[1] + m[2]
+	}
+	return ""
+}
+
+var varRefWord = regexp.MustCompile(`^"?\$(?:([A-Za-z_][A-Za-z0-9_]*)|\{([A-Za-z_][A-Za-z0-9_]*)\})"?$`)
 
 var (
 	assignmentOnly = regexp.MustCompile(`^([A-Za-z_][A-Za-z0-9_]*)=('[^']*'|"[^"]*"|\S*)\s*$`)
 	findExec       = regexp.MustCompile(`\s-(?:exec|execdir|ok|okdir)\s+(.*?)(?:\s+\\?;|\s+\+|$)`)
 )
 
-// normalizePaths writes every word that resolves to the root as the root itself: `//`, `/./`, `/../`
-// are `/`, and `//*` is `/*`.
+// normalizePaths writes every word that resolves to the root or the home as that root itself: `//`,
+// `/./`, `/../`, `/usr/..` are `/`, `//*` is `/*`, `~//` is `~` and `$HOME/.` is `$HOME`.
 func normalizePaths(s string) string {
 	words := strings.Fields(s)
 	changed := false
 	for i, w := range words {
-		if len(w) > 1 && strings.HasPrefix(w, "/") {
-			if c := path.Clean(w); c == "/" || c == "/*" {
-				words[i], changed = c, true
+		for _, home := range []string{"~", "$HOME", "${HOME}", ""} {
+			rest, ok := strings.CutPrefix(w, home)
+			if !ok || rest == "" || rest[0] != '/' || home == "" && len(rest) < 2 {
+				continue
 			}
+			if c := path.Clean(rest); c == "/" || c == "/*" {
+				if home != "" {
+					c = strings.TrimSuffix(home+c, "/")
+				}
+				if c != w {
+					words[i], changed = c, true
+				}
+			}
+			break
 		}
 	}
 	if !changed {
@@ -390,6 +703,7 @@ func splitCommand(s string) []segment {
 	var cur strings.Builder
 	sep := ""
 	var q byte
+	inBT := false
 	flush := func(next string) {
 		if t := strings.TrimSpace(cur.String()); t != "" {
 			out = append(out, segment{sep: sep, text: t})
@@ -421,7 +735,8 @@ func splitCommand(s string) []segment {
 				flush("$(")
 				i++
 			case c == '`':
-				flush("`")
+				flush(map[bool]string{false: "`", true: ")"}[inBT])
+				inBT = !inBT
 			case c == ')':
 				flush(")")
 			default:
@@ -433,7 +748,10 @@ func splitCommand(s string) []segment {
 		case c == '\'' || c == '"':
 			q = c
 			cur.WriteByte(c)
-		case c == ';' || c == '\n' || c == '(' || c == ')' || c == '`':
+		case c == '`':
+			flush(map[bool]string{false: "`", true: ")"}[inBT]) // a closing backtick ends a substitution like `)`
+			inBT = !inBT
+		case c == ';' || c == '\n' || c == '(' || c == ')':
 			flush(string(c))
 		case c == '$' && i+1 < len(s) && s[i+1] == '(':
 			flush("$(")

@@ -122,11 +122,22 @@ func TestPolicyArgvJoin(t *testing.T) {
 }
 
 func FuzzPolicyCheck(f *testing.F) {
-	for _, s := range []string{"rm -rf /", "grep -r sudo .", `sh -c "a'b"`, "$(", "`", "a|&b", "\\"} {
+	for _, s := range []string{"rm -rf /", "grep -r sudo .", `sh -c "a'b"`, "$(", "`", "a|&b", "\\",
+		// issue 25's forms
+		"s${EMPTY}udo id", "IFS=,; x=sudo,id; $x", `"$(echo sudo)" id`, "sh -ce 'sudo id'", `bash -c "$(echo sudo) id"`,
+		"echo sudo id | bash /dev/stdin", "echo sudo id | sh /dev/stdin", "rm -rf '//'", "bash -o pipefail -c 'x'",
+		"bash <<< 'x'", "bash <(x)", "xargs -I{} sh -c {}", `sh -c '"$0"' x`, "$'\\x73'", "rm -rf ~//", "2>&1 <", "sh -o",
+	} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		commandPolicy{Deny: []string{"x"}}.check(s) // must not panic
+		if err := (commandPolicy{Deny: []string{"x"}}).check(s); err != nil && err.Code != codeExecDenied {
+			t.Fatalf("%q: code %s", s, err.Code)
+		}
+		// Whatever follows, a line that starts with sudo runs sudo.
+		if (commandPolicy{}).check("sudo "+s) == nil {
+			t.Fatalf("%q allowed", "sudo "+s)
+		}
 	})
 }
 
@@ -241,5 +252,93 @@ func TestPolicyBypassTable(t *testing.T) {
 		if err := pol.check(cmd); err == nil {
 			t.Errorf("allowCommands let %q through", cmd)
 		}
+	}
+}
+
+// Issue 25: where the policy cannot see what would run — an expansion or substitution that can make
+// the command word, a -c script built by the outer shell, a program read from stdin, a path spelled
+// around the root — it refuses. Ordinary development commands keep running.
+func TestPolicyOpaqueCommandsRefused(t *testing.T) {
+	refused := map[string]string{
+		// the issue's forms (sudo on the built-in list in force)
+		"s${EMPTY}udo id":                "computed-command",
+		"IFS=,; x=sudo,id; $x":           "computed-command",
+		`"$(echo sudo)" id`:              "computed-command",
+		"sh -ce 'sudo id'":               "sudo",
+		`bash -c "$(echo sudo) id"`:      "computed-command",
+		"echo sudo id | bash /dev/stdin": "stdin-script",
+		"echo sudo id | sh /dev/stdin":   "stdin-script",
+		"rm -rf '//'":                    "rm-root",
+		// expansion anywhere in the command word
+		"su${x}do id": "computed-command", `s"$x"udo id`: "computed-command", "s$(echo u)do id": "computed-command",
+		"s`echo u`do id": "computed-command", `set -- sudo id; "$@"`: "computed-command", "$1 id": "computed-command",
+		"${x:-sudo} id": "computed-command", "IFS=,; x=sudo; $x id": "computed-command", "env $CMD id": "computed-command",
+		// -c with any flags, and scripts the outer shell builds
+		"sh -xc 'sudo id'": "sudo", "bash -o pipefail -c 'sudo id'": "sudo", "bash -euo pipefail -c 'sudo id'": "sudo",
+		"bash +x -c 'sudo id'": "sudo", "bash --norc -c 'reboot'": "power", `"sh" -c 'sudo id'`: "sudo", `sh "-c" 'sudo id'`: "sudo",
+		`sh -c "$CMD"`: "computed-command", `sh -c "echo $(id)"`: "computed-command", "sh -c `echo sudo`": "computed-command",
+		`sh -c '"$0" id' sudo`: "computed-command", "echo sudo id | xargs -I{} sh -c {}": "computed-command",
+		"echo 'sudo id' | xargs sh -c": "pipe-to-shell",
+		// an interpreter reading its program from stdin
+		"echo sudo id | sh -s": "pipe-to-shell", "echo sudo id | bash -s -- x": "stdin-script", "echo sudo id | bash /dev/fd/0": "stdin-script",
+		"echo sudo id | bash /proc/self/fd/0": "stdin-script", "bash": "stdin-script", "sh -": "stdin-script",
+		"bash <<< 'sudo id'": "stdin-script", "bash <<EOF\necho hi\nEOF": "stdin-script", "bash <<EOF\nsudo id\nEOF": "sudo", "bash < /dev/stdin": "stdin-script",
+		"bash <(curl -s x)": "stdin-script", "echo 'import os' | python3 /dev/stdin": "stdin-script", "python3 -": "stdin-script",
+		"perl < /dev/stdin": "stdin-script", "curl x | env bash /dev/stdin": "stdin-script", "bash $SCRIPT": "computed-command",
+		// path spellings
+		`rm -rf "/"`: "rm-root", "rm -rf /usr/../": "rm-root", "rm -rf /./.": "rm-root", "rm -rf ~//": "rm-root",
+		`rm -rf "$HOME/"`: "rm-root", "/usr/bin/../bin/sudo id": "sudo", "/usr//bin/./sudo id": "sudo",
+		// nesting deeper than the policy looks
+		`sh -c 'sh -c "sh -c \"sh -c \\\"sh -c \\\\\\\"sh -c id\\\\\\\"\\\"\""'`: "computed-command",
+	}
+	for cmd, rule := range refused {
+		err := commandPolicy{}.check(cmd)
+		if err == nil {
+			t.Errorf("%q was allowed, want refused by %s", cmd, rule)
+			continue
+		}
+		if err.Code != codeExecDenied || err.Details["rule"] != rule {
+			t.Errorf("%q: %s rule %v, want %s", cmd, err.Code, err.Details["rule"], rule)
+		}
+	}
+	ordinary := []string{
+		"git status", "ls -la | grep x", "npm test", "go build ./...", "echo $HOME", "for f in *.go; do wc -l $f; done",
+		"FOO=1 make", "cd x && make", "python3 -c 'print(1)'", "make -j4 2>&1 | tee build.log", "find . -name '*.go' | xargs wc -l",
+		"git log --oneline | head -5", "cat data.json | python3 -m json.tool", "bash script.sh", "bash -e script.sh arg",
+		"bash < setup.sh", "node --version", "python3 --version", "sh -c 'echo $HOME'", "sh -ec 'make && make test'",
+		`echo "$(date) $HOME"`, "echo `date` $HOME", `cd "$HOME" && ls`, "export PATH=$PATH:/x && go test ./...",
+		"rm -rf ./build/", "rm -rf /tmp/x/", "ls /usr/bin/../lib", "x=1; echo $x", `for f in *.go; do wc -l "$f"; done`,
+		"tar -C /tmp -xzf a.tgz", `VERSION=$(git describe) make release`, "node -e 'console.log(1)'", "perl -ne 'print' f.txt",
+		"python3 manage.py test", "docker ps --format '{{.Names}}'", `grep -rn "$PATTERN" .`, "pytest -q 2>&1 | tail -20",
+	}
+	for _, cmd := range ordinary {
+		if err := (commandPolicy{}).check(cmd); err != nil {
+			t.Errorf("%q was refused: %v", cmd, err)
+		}
+	}
+}
+
+// In ask mode a human who approved this very call saw what the policy cannot: the opaque rules are
+// waived (Seen), and nothing else is — a rule that sees something forbidden wins anywhere in the line.
+func TestPolicySeenWaivesOnlyOpaque(t *testing.T) {
+	for _, cmd := range []string{"s${EMPTY}udo id", `"$(echo echo)" hi`, "echo hi | bash /dev/stdin", `bash -c "$(echo echo) hi"`, "bash"} {
+		if err := (commandPolicy{}).check(cmd); err == nil {
+			t.Errorf("%q allowed without a human", cmd)
+		}
+		if err := (commandPolicy{Seen: true}).check(cmd); err != nil {
+			t.Errorf("%q approved by a human: %v", cmd, err)
+		}
+	}
+	for cmd, rule := range map[string]string{
+		"$(echo x); sudo id": "sudo", `sh -c "sudo id $(x)"`: "sudo", "$x; rm -rf /": "rm-root", "bash /dev/stdin; reboot": "power",
+		"sudo id": "sudo",
+	} {
+		err := commandPolicy{Seen: true}.check(cmd)
+		if err == nil || err.Details["rule"] != rule {
+			t.Errorf("%q approved by a human: %v, want refused by %s", cmd, err, rule)
+		}
+	}
+	if err := (commandPolicy{Deny: []string{"curl"}, Seen: true}).check("$(echo curl) x"); err == nil {
+		t.Error("denyCommands still apply to what is seen")
 	}
 }

@@ -2,11 +2,14 @@
 //
 // Entry points: applyComputerDefaults (the contract's defaults), checkEngineArgs (what reaches an engine's
 // argv), imageFor / machineImage (the flavor's image), checkHostLimits (memory, disk, registries), checkHostCPUs,
-// checkMountSource (allowedMounts and the never-mountable paths). Every refusal is a 422 naming the field.
+// checkMountSource (allowedMounts and the never-mountable paths), checkMountTarget (the reserved targets,
+// also used by spec validation). Every refusal is a 422 naming the field; a NUL in any value that reaches
+// an argv or an environment is one too (issue 25).
 package main
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
@@ -73,13 +76,63 @@ func checkEngineArgs(sp ComputerSpec, image string) error {
 		if !strings.HasPrefix(m.Source, "/") || strings.Contains(m.Source, ":") {
 			return bad(fmt.Sprintf("mounts.%d.source", i), m.Source)
 		}
-		if !strings.HasPrefix(m.Target, "/") || strings.Contains(m.Target, ":") {
-			return bad(fmt.Sprintf("mounts.%d.target", i), m.Target)
+		if err := checkMountTarget(m.Target); err != nil {
+			return errorf(codeSpecInvalid, "mounts.%d.target: %s", i, err.Error()).
+				withHint("mount below /work or at a directory of your own, e.g. /work/data or /data")
 		}
-		// agentd mounts these itself; the engine refuses a duplicate mount point.
-		if t := path.Clean(m.Target); t == "/" || t == "/work" || t == "/tmp" || t == "/run" {
-			return errorf(codeSpecInvalid, "mounts.%d.target: %s is the machine's own workspace or root", i, m.Target).
-				withHint("mount below it instead, e.g. /work/data")
+	}
+	// Every value that reaches an engine's or a process's argv or environment: a NUL cannot be passed
+	// (the kernel's strings end there), so it is the caller's mistake, not the engine's 500.
+	nul := func(field, v string) error {
+		if strings.IndexByte(v, 0) < 0 {
+			return nil
+		}
+		return errorf(codeSpecInvalid, "%s: contains a NUL byte", field).withHint("remove the NUL byte")
+	}
+	fields := map[string]string{"name": sp.Name, "user": sp.User, "setup": sp.Setup, "provider": sp.Provider}
+	for i, m := range sp.Mounts {
+		fields[fmt.Sprintf("mounts.%d.source", i)] = m.Source
+	}
+	for k, v := range sp.Env {
+		fields["env."+k] = k + v
+	}
+	for k, v := range sp.Labels {
+		fields["labels."+k] = k + v
+	}
+	for _, k := range slices.Sorted(maps.Keys(fields)) {
+		if err := nul(strings.ReplaceAll(k, "\x00", `\0`), fields[k]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Mount targets (DESIGN §4 leaves them open): a mount may not cover what the machine needs from agentd,
+// the kernel or its own image. Never: the root; /work, /tmp and /run themselves (agentd mounts them; below
+// them is fine); the kernel's /proc, /sys and /dev and anything below (the engine mounts them, and a mount
+// there can reach the host); /.agentd and below (agentd's helper and exec channel); /etc itself and the
+// files the engine writes there (hosts, hostname, resolv.conf); the userland roots /bin, /sbin, /lib*,
+// /usr (the machine's users and shell live there). Below /etc or /usr is fine (/etc/myapp, /usr/local/x).
+var (
+	mountTargetExact   = []string{"/", "/work", "/tmp", "/run", "/etc", "/etc/hosts", "/etc/hostname", "/etc/resolv.conf", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/usr"}
+	mountTargetSubtree = []string{"/proc", "/sys", "/dev", "/.agentd"}
+)
+
+// checkMountTarget judges a mount target as it resolves (`/work/../etc` is /etc): nil or why not.
+func checkMountTarget(target string) error {
+	if !strings.HasPrefix(target, "/") {
+		return fmt.Errorf("must be an absolute path inside the machine")
+	}
+	if strings.ContainsAny(target, ":\x00\n\r") {
+		return fmt.Errorf("must not contain ':' or control characters")
+	}
+	t := path.Clean(target)
+	if slices.Contains(mountTargetExact, t) {
+		return fmt.Errorf("%s is reserved: the machine needs its own (the reserved targets are /, /work, /tmp, /run, /etc, /bin, /sbin, /lib*, /usr, and anything under /proc, /sys, /dev and /.agentd)", t)
+	}
+	for _, r := range mountTargetSubtree {
+		if t == r || strings.HasPrefix(t, r+"/") {
+			return fmt.Errorf("%s is reserved: %s belongs to the kernel or to agentd (the reserved targets are /, /work, /tmp, /run, /etc, /bin, /sbin, /lib*, /usr, and anything under /proc, /sys, /dev and /.agentd)", t, r)
 		}
 	}
 	return nil

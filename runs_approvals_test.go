@@ -328,3 +328,57 @@ func TestRunTimeoutDeniesBlockedApproval(t *testing.T) {
 	}
 	te.wantError("POST", "/v1/approvals/"+id, map[string]any{"approve": true}, 404, codeApprovalNotFound) // a timed-out run's approval is gone
 }
+
+// What the command policy cannot see (issue 25) is refused in auto mode, and put to the human in ask
+// mode: a human who approves this very call lets it run; `remember` does not cover it, and what the
+// policy sees on its lists stays refused whoever approves.
+func TestApprovalOpaqueCommand(t *testing.T) {
+	m := &fakeModel{}
+	m.script = func(ctx context.Context, n int, req ChatRequest) (*ChatResponse, error) {
+		last := req.Messages[len(req.Messages)-1]
+		if last.Role == "tool" {
+			return textResp("done"), nil
+		}
+		cmd := `"$(echo echo)" ran-opaque`
+		if strings.Contains(last.Content[0].Text, "visible") {
+			cmd = `"$(echo echo)" x; sudo id`
+		}
+		return toolResp(call("s1", "shell", map[string]any{"command": cmd})), nil
+	}
+	te := newTestServer(t, withFakeModel(m))
+	te.putAgent(testSpec("auto", func(*AgentSpec) {}))
+	te.putAgent(askSpec("asker"))
+
+	te.stream("auto", map[string]any{"input": "x"}).until(t, "run_end")
+	if tr := lastToolResult(m); !tr.IsError || !strings.Contains(tr.Content, "E_EXEC_DENIED") || !strings.Contains(tr.Content, "computed") {
+		t.Fatalf("auto mode ran an opaque command: %+v", tr)
+	}
+
+	s := te.stream("asker", map[string]any{"input": "x"})
+	id := s.until(t, "approval_required")["approvalId"].(string)
+	te.call("POST", "/v1/approvals/"+id, map[string]any{"approve": true, "remember": true}, 200, nil)
+	s.until(t, "run_end")
+	if tr := lastToolResult(m); tr.IsError || !strings.Contains(tr.Content, "ran-opaque") {
+		t.Fatalf("approved by a human: %+v", tr)
+	}
+
+	// Remembered: nobody saw this call, so the policy refuses what it cannot see.
+	for _, ev := range te.stream("asker", map[string]any{"input": "again"}).all() {
+		if ev["type"] == "approval_required" {
+			t.Fatal("remembered tool asked again")
+		}
+	}
+	if tr := lastToolResult(m); !tr.IsError || !strings.Contains(tr.Content, "computed") {
+		t.Fatalf("remembered approval ran an opaque command: %+v", tr)
+	}
+
+	// A human's approval waives nothing the policy sees.
+	te.putAgent(askSpec("asker2"))
+	s = te.stream("asker2", map[string]any{"input": "visible"})
+	id = s.until(t, "approval_required")["approvalId"].(string)
+	te.call("POST", "/v1/approvals/"+id, map[string]any{"approve": true}, 200, nil)
+	s.until(t, "run_end")
+	if tr := lastToolResult(m); !tr.IsError || !strings.Contains(tr.Content, "refused: sudo") {
+		t.Fatalf("approved sudo ran: %+v", tr)
+	}
+}

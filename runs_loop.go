@@ -725,6 +725,7 @@ func (ar *activeRun) runTool(c ToolCall) (res toolOutcome) {
 	if !ok || !slices.Contains(ar.tools, c.Name) {
 		return toolOutcome{output: fmt.Sprintf("E_TOOL_ERROR: there is no tool named %q; available tools: %s", c.Name, strings.Join(ar.tools, ", ")), isError: true}
 	}
+	seen := false // a human approved this very call (not remember): the policy's opaque rules are waived
 	if isDangerous(c.Name) && !ar.trusted[c.Name] {
 		switch ar.p.ApprovalMode {
 		case "readonly":
@@ -740,6 +741,7 @@ func (ar *activeRun) runTool(c ToolCall) (res toolOutcome) {
 				ar.emit(runEvent{Type: "tool_denied", Call: &shown, Reason: reason})
 				return toolOutcome{output: "E_EXEC_DENIED: refused: " + reason, isError: true}
 			}
+			seen = reason == "approved"
 		}
 	}
 	if ar.ctx.Err() != nil {
@@ -761,7 +763,7 @@ func (ar *activeRun) runTool(c ToolCall) (res toolOutcome) {
 			ar.emit(runEvent{Type: "tool_delta", CallID: c.ID, Stream: stream, Text: text})
 		}
 	}
-	out, err := impl.run(ar.ctx, &toolEnv{ar: ar, call: c, delta: delta}, c.Args)
+	out, err := impl.run(ar.ctx, &toolEnv{ar: ar, call: c, delta: delta, seen: seen}, c.Args)
 	deltaMu.Lock()
 	for _, stream := range []string{"stdout", "stderr"} {
 		if sr, ok := deltas[stream]; ok {

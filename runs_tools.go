@@ -44,6 +44,7 @@ type toolEnv struct {
 	ar    *activeRun
 	call  ToolCall
 	delta func(stream, text string)
+	seen  bool // a human approved this very call in ask mode (commandPolicy.Seen)
 }
 
 func (e *toolEnv) computer(ctx context.Context) (string, error) { return e.ar.computer(ctx) }
@@ -61,7 +62,7 @@ func isBinary(b []byte) bool { return bytes.IndexByte(b[:min(len(b), 8192)], 0) 
 
 func (e *toolEnv) policy() commandPolicy {
 	g := e.ar.spec.Guardrails
-	return commandPolicy{Allow: g.AllowCommands, Deny: g.DenyCommands}
+	return commandPolicy{Allow: g.AllowCommands, Deny: g.DenyCommands, Seen: e.seen}
 }
 
 var toolBundles = map[string][]string{

@@ -613,9 +613,11 @@ func (c *specCheck) computer(o *specObj, p string, dst *ComputerSpec, create boo
 		}
 	}
 	c.strMap(o, p, "env", &dst.Env)
-	for k := range dst.Env {
+	for k, v := range dst.Env {
 		if k == "" || strings.ContainsAny(k, "=\x00") {
-			c.add(joinPath(p, "env."+k), "invalid variable name")
+			c.add(joinPath(p, "env."+strings.ReplaceAll(k, "\x00", `\0`)), "invalid variable name")
+		} else if strings.IndexByte(v, 0) >= 0 {
+			c.add(joinPath(p, "env."+k), "must not contain a NUL byte")
 		}
 	}
 	c.str(o, p, "workdir", false, -1, true, &dst.Workdir)
@@ -639,8 +641,10 @@ func (c *specCheck) computer(o *specObj, p string, dst *ComputerSpec, create boo
 		m := Mount{}
 		c.str(e, mp, "source", true, -1, true, &m.Source)
 		c.str(e, mp, "target", true, -1, true, &m.Target)
-		if m.Target != "" && !strings.HasPrefix(m.Target, "/") {
-			c.add(joinPath(mp, "target"), "must be an absolute path")
+		if m.Target != "" {
+			if err := checkMountTarget(m.Target); err != nil {
+				c.add(joinPath(mp, "target"), err.Error())
+			}
 		}
 		readonly := true
 		c.boolean(e, mp, "readonly", &readonly)
