@@ -218,6 +218,7 @@ type computerService struct {
 	orphans  map[string]string // "<provider>/<id>" → provider, found at reconcile
 	creating sync.Mutex        // quota check + insert are atomic
 	pool     warmPool          // computers_pool.go
+	drain    pipeDrain         // local commands' output pipes still held by their background children
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -267,6 +268,7 @@ func newComputerService(d computerDeps) (*computerService, error) {
 func (c *computerService) Close() {
 	c.cancel()
 	c.wg.Wait()
+	defer c.drain.Close()
 	c.mu.Lock()
 	rts := make(map[string]*machineRT, len(c.rt))
 	for id, rt := range c.rt {
