@@ -1,10 +1,13 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -69,6 +72,102 @@ else:
 				t.Fatalf("through the ports API: %q", body)
 			}
 			e.sh(m.ID, killScript("http.server", fmt.Sprint(port)))
+		})
+	}
+}
+
+// TestMountSwapAtRestart (issue 24 item 1): a machine with a read-write mount of a host directory and a
+// second mount of a directory below it replaces that directory by a symlink to the host's root (the
+// issue's `rmdir /data/sub && ln -s / /data/sub`); at the next start the provider must mount what it
+// checked or refuse, never the host's /. (Before: docker and podman mounted the host's / at /sub.)
+func TestMountSwapAtRestart(t *testing.T) {
+	for _, prov := range []string{"docker", "podman", "sandbox"} {
+		t.Run(prov, func(t *testing.T) {
+			t.Parallel()
+			requireProvider(t, prov)
+			// A host file the machine must never see: world-readable, outside allowedMounts.
+			outside, err := os.MkdirTemp("", "agentd-swap-outside-")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { os.RemoveAll(outside) })
+			os.Chmod(outside, 0o755)
+			marker := "host-secret-" + randomChars(8)
+			if err := os.WriteFile(filepath.Join(outside, "secret"), []byte(marker), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			share := filepath.Join(t.TempDir(), "share")
+			sub := filepath.Join(share, "sub")
+			if err := os.MkdirAll(sub, 0o777); err != nil {
+				t.Fatal(err)
+			}
+			os.Chmod(share, 0o777) // the machine's user may replace what is in it
+			os.Chmod(sub, 0o777)
+			e := newTestServer(t, withHostEnv, func(c *testSetup) { c.AllowedMounts = []string{share} })
+			m := e.create(map[string]any{"provider": prov, "idleTimeoutSec": 0, "mounts": []any{
+				map[string]any{"source": share, "target": "/data", "readonly": false},
+				map[string]any{"source": sub, "target": "/sub"},
+			}})
+			defer e.call("DELETE", "/v1/computers/"+m.ID, nil, 204, nil)
+			if r := e.exec(m.ID, map[string]any{"cmd": "rmdir /data/sub && ln -s / /data/sub"}); r.ExitCode != 0 {
+				t.Fatalf("the swap inside the machine: %+v", r)
+			}
+			if fi, err := os.Lstat(sub); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+				t.Fatalf("the swap did not reach the host: %v %v", fi, err)
+			}
+			e.call("POST", "/v1/computers/"+m.ID+"/stop", nil, 200, nil)
+			if r := e.do("POST", "/v1/computers/"+m.ID+"/start", nil); r.status == 200 {
+				out := e.sh(m.ID, "cat /sub"+outside+"/secret 2>&1; ls /sub 2>&1 | head -3")
+				t.Fatalf("the start mounted the swapped source; /sub shows: %q (host secret seen: %v)", out, strings.Contains(out, marker))
+			} else if r.status != 422 || r.errCode(t) != codeSpecInvalid || !strings.Contains(string(r.body), "mounts.1.source") || !strings.Contains(string(r.body), "symlink") {
+				t.Fatalf("the refusal does not name the mount and the symlink: %d %s", r.status, r.body)
+			}
+			// Put right on the host, the machine starts again and mounts the new directory.
+			os.Remove(sub)
+			if err := os.Mkdir(sub, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			os.WriteFile(filepath.Join(sub, "f"), []byte("fresh\n"), 0o644)
+			e.call("POST", "/v1/computers/"+m.ID+"/start", nil, 200, nil)
+			if out := e.sh(m.ID, "cat /sub/f"); out != "fresh\n" {
+				t.Fatalf("after the repair: %q", out)
+			}
+		})
+	}
+}
+
+// TestVerifyMountsComparesWhatWasMounted: the check after an engine's start compares what the container
+// has at each target with what was opened and judged, so a source swapped between the judgement and
+// the engine's own resolution (a window TestMountSwapAtRestart cannot time) fails the start.
+func TestVerifyMountsComparesWhatWasMounted(t *testing.T) {
+	for _, prov := range []string{"docker", "podman"} {
+		t.Run(prov, func(t *testing.T) {
+			t.Parallel()
+			requireProvider(t, prov)
+			share := filepath.Join(t.TempDir(), "share")
+			other := filepath.Join(share, "other")
+			os.MkdirAll(other, 0o755)
+			e := newTestServer(t, withHostEnv, func(c *testSetup) { c.AllowedMounts = []string{share} })
+			m := e.create(map[string]any{"provider": prov, "idleTimeoutSec": 0, "mounts": []any{
+				map[string]any{"source": share, "target": "/data"}}})
+			defer e.call("DELETE", "/v1/computers/"+m.ID, nil, 204, nil)
+			ep := e.s.computers.providerByName(prov).(*engineProvider)
+			ms, err := e.s.computers.openMountSources(m.Spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer closeMountSources(ms)
+			if err := ep.verifyMounts(context.Background(), &m, ms); err != nil {
+				t.Fatalf("what was mounted: %v", err)
+			}
+			swapped, err := e.s.computers.openMountSources(ComputerSpec{Mounts: []Mount{{Source: other, Target: "/data"}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer closeMountSources(swapped)
+			if err := ep.verifyMounts(context.Background(), &m, swapped); err == nil || !strings.Contains(err.Error(), "mounts.0.source") {
+				t.Fatalf("another directory than the one mounted passed: %v", err)
+			}
 		})
 	}
 }

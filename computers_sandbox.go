@@ -65,6 +65,7 @@ type sandboxProvider struct {
 	mu      sync.Mutex
 	bwrap   string     // the bwrap binary, found by probe
 	newOpts bool       // bwrap ≥ 0.7 (--disable-userns, --size)
+	bindFD  bool       // bwrap binds an opened descriptor (--bind-fd): the only way mounts are made
 	cg      cgroupHost // where the machines' cgroups go, found by probe (computers_sandbox_cgroup.go)
 
 	netMu         sync.Mutex  // orders this server's full machines' network setups (computers_sandboxnet.go)
@@ -102,6 +103,7 @@ func (s *sandboxProvider) probe(ctx context.Context) probeResult {
 	help, _ := bwrapOutput(ctx, bw, "--help")
 	s.mu.Lock()
 	s.bwrap, s.newOpts = bw, strings.Contains(string(help), "--disable-userns") && strings.Contains(string(help), "--size")
+	s.bindFD = strings.Contains(string(help), "--bind-fd")
 	s.mu.Unlock()
 	// A real trial: the namespaces this provider asks for, around /bin/true.
 	trial := append(s.nsArgs(ComputerSpec{Network: NetworkSpec{Mode: "none"}}, false), s.systemArgs()...)
@@ -162,11 +164,19 @@ func (s *sandboxProvider) supports(sp ComputerSpec) error {
 		return refuse("user", "the sandbox has one user, 1000:1000; omit user")
 	case sp.Workdir != "/work" && !strings.HasPrefix(sp.Workdir, "/work/") && sp.Workdir != "/tmp" && !strings.HasPrefix(sp.Workdir, "/tmp/"):
 		return refuse("a workdir outside /work and /tmp", "use a workdir under /work")
+	case len(sp.Mounts) > 0 && !s.canBindFD():
+		return refuse("mounts with this bwrap", "install a bubblewrap with --bind-fd (0.8 or later): agentd binds a mount from the directory it checked, never again from its path")
 	case sp.Network.Mode == "full" && len(sp.Network.Deny) > 0 && !s.netFilterable():
 		// Without root, full is the host's own network, with nothing in between to drop what deny names.
 		return refuse("network.deny in mode full without root", "use mode egress (deny is enforced by agentd's proxy there), run agentd as root with iptables, or use provider docker or podman")
 	}
 	return nil
+}
+
+func (s *sandboxProvider) canBindFD() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.bindFD
 }
 
 func (s *sandboxProvider) dir(m *ComputerInfo) string { return filepath.Join(s.root, m.ID) }
@@ -226,7 +236,13 @@ func (s *sandboxProvider) systemArgs() []string {
 	return a
 }
 
-// bwrapArgs is the whole machine: namespaces, the filesystem, then the helper with the limits.
+// sandboxMountFD is bwrap's descriptor of the machine's first mount source (the next ones follow), after
+// the three of startHelper's waits (computers_sandbox_userns.go).
+const sandboxMountFD = setupBlockFD + 1
+
+// bwrapArgs is the whole machine: namespaces, the filesystem, then the helper with the limits. A mount
+// is bound from the descriptor helperCmd opened its source on, never from its path: a directory swapped
+// for a symlink between that open and bwrap's mount cannot redirect it (issue 24).
 func (s *sandboxProvider) bwrapArgs(m *ComputerInfo) []string {
 	sp, dir := m.Spec, s.dir(m)
 	a := append(s.nsArgs(sp, s.remapped()), s.systemArgs()...)
@@ -243,11 +259,12 @@ func (s *sandboxProvider) bwrapArgs(m *ComputerInfo) []string {
 		a = append(a, "--size", strconv.Itoa(sandboxShmBytes), "--tmpfs", "/dev/shm", "--remount-ro", "/dev")
 	}
 	s.mu.Unlock()
-	for _, mt := range sp.Mounts { // sources passed checkMountSource (allowedMounts) at create
+	for i, mt := range sp.Mounts { // each source opened by helperCmd (openMountSources), bound by its descriptor
+		fd := strconv.Itoa(sandboxMountFD + i)
 		if mt.Readonly == nil || *mt.Readonly {
-			a = append(a, "--ro-bind", mt.Source, mt.Target)
+			a = append(a, "--ro-bind-fd", fd, mt.Target)
 		} else {
-			a = append(a, "--bind", mt.Source, mt.Target)
+			a = append(a, "--bind-fd", fd, mt.Target)
 		}
 	}
 	// The helper lives under the same data limit; the Go runtime needs a few hundred MB of it to grow.
@@ -294,6 +311,19 @@ func (s *sandboxProvider) helperCmd(ctx context.Context, m *ComputerInfo) *exec.
 	if err != nil {
 		errs = append(errs, fmt.Errorf("cannot give the machine its cgroup: %v", err))
 	}
+	// The mount sources, judged and opened again now (every start and every reopen of the channel), go to
+	// bwrap as descriptors sandboxMountFD…; openChannel closes our copies once bwrap has its own.
+	ms, err := s.c.openMountSources(m.Spec)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	var extra []*os.File
+	for i, src := range ms {
+		if extra == nil {
+			extra = make([]*os.File, sandboxMountFD-3+len(ms))
+		}
+		extra[sandboxMountFD-3+i] = src.f
+	}
 	argv := append(append([]string{bw}, s.startFlags(s.remapped(), len(procs) > 0)...), s.bwrapArgs(m)...)
 	if s.filteredFull(m.Spec) {
 		// nsenter joins the machine's namespace and execs bwrap, which stays the channel's process.
@@ -305,6 +335,7 @@ func (s *sandboxProvider) helperCmd(ctx context.Context, m *ComputerInfo) *exec.
 	}
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Env = s.env(m)
+	cmd.ExtraFiles = extra
 	if len(errs) > 0 {
 		cmd.Err = errors.Join(errs...) // Start fails with it
 	}
@@ -383,6 +414,11 @@ func (s *sandboxProvider) start(ctx context.Context, m *ComputerInfo) error {
 	if err := s.prepare(m); err != nil {
 		return err
 	}
+	ms, err := s.c.openMountSources(m.Spec) // a clear refusal now; helperCmd opens them again to bind them
+	if err != nil {
+		return err
+	}
+	closeMountSources(ms)
 	return s.open(ctx, m)
 }
 
