@@ -47,6 +47,7 @@ type ComputerInfo struct {
 	Spec          ComputerSpec           `json:"spec"`
 	Ports         map[string]PortBinding `json:"ports"`
 	Error         string                 `json:"error,omitempty"`
+	Disk          string                 `json:"disk,omitempty"` // how the machine's disk is bounded, where that is not diskMb in total (sandbox)
 }
 
 // PortBinding is a guest port reachable from the host.
@@ -460,6 +461,9 @@ func (c *computerService) decorate(m *ComputerInfo) *ComputerInfo {
 	if p := c.providerByName(m.Provider); p != nil {
 		meta := p.meta()
 		m.Isolated, m.IsolationKind = meta.isolated, meta.isolationKind
+		if d, ok := p.(interface{ diskNote(*ComputerInfo) string }); ok {
+			m.Disk = d.diskNote(m)
+		}
 	}
 	if m.Ports == nil {
 		m.Ports = map[string]PortBinding{}

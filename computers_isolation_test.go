@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -169,5 +170,49 @@ func TestVerifyMountsComparesWhatWasMounted(t *testing.T) {
 				t.Fatalf("another directory than the one mounted passed: %v", err)
 			}
 		})
+	}
+}
+
+// TestSandboxDiskBoundedInTotal (issue 24 item 6): a 1 GiB write, in files each below diskMb, into a
+// `diskMb: 256` sandbox is stopped near 256 MB: /work is bounded in total, not per file; /tmp too (at
+// sandboxTmpMB). The machine's info and the doctor say how; a persist machine, whose /work is a host
+// directory, says it is NOT bounded in total. (Before: RLIMIT_FSIZE bounded each file, and the whole
+// GiB reached the host's disk.)
+func TestSandboxDiskBoundedInTotal(t *testing.T) {
+	requireProvider(t, "sandbox")
+	e := newTestServer(t, withHostEnv)
+	m := e.create(map[string]any{"provider": "sandbox", "diskMb": 256, "idleTimeoutSec": 0})
+	defer e.call("DELETE", "/v1/computers/"+m.ID, nil, 204, nil)
+	written := func(dir string) int {
+		t.Helper()
+		// 8 files of 128 MB: each below the per-file limit, 1 GiB in all.
+		out := e.sh(m.ID, `for i in 1 2 3 4 5 6 7 8; do head -c 134217728 /dev/zero > `+dir+`/big$i 2>/dev/null || break; done; du -sm `+dir+` | cut -f1; rm -f `+dir+`/big*`)
+		n, err := strconv.Atoi(strings.TrimSpace(out))
+		if err != nil {
+			t.Fatalf("measuring %s: %q", dir, out)
+		}
+		return n
+	}
+	if n := written("/work"); n < 200 || n > 270 {
+		t.Fatalf("a 1 GiB write into /work of a diskMb 256 machine left %d MB, want it stopped near 256", n)
+	}
+	if n := written("/tmp"); n < sandboxTmpMB-60 || n > sandboxTmpMB+20 {
+		t.Fatalf("a 1 GiB write into /tmp left %d MB, want it stopped near %d", n, sandboxTmpMB)
+	}
+	var got ComputerInfo
+	if e.call("GET", "/v1/computers/"+m.ID, nil, 200, &got); !strings.Contains(got.Disk, "tmpfs of 256 MB") {
+		t.Fatalf("the machine's info does not say how its disk is bounded: %q", got.Disk)
+	}
+	p := e.create(map[string]any{"provider": "sandbox", "persist": true, "idleTimeoutSec": 0})
+	defer e.call("DELETE", "/v1/computers/"+p.ID, nil, 204, nil)
+	if !strings.Contains(p.Disk, "NOT bounded in total") {
+		t.Fatalf("a persist sandbox does not say its disk is unbounded: %q", p.Disk)
+	}
+	var doc DoctorReport
+	e.call("GET", "/v1/doctor", nil, 200, &doc)
+	for _, pr := range doc.Providers {
+		if pr.Name == "sandbox" && !strings.Contains(pr.Limits, "disk: /work") {
+			t.Fatalf("the doctor does not say how the sandbox bounds disk: %q", pr.Limits)
+		}
 	}
 }

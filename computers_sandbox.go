@@ -56,6 +56,7 @@ const (
 	sandboxShmBytes  = 64 << 20
 	sandboxMinDataMB = 512         // RLIMIT_DATA's floor, whatever memoryMb says    // /dev/shm, a tmpfs
 	sandboxUser      = "1000:1000" // the one uid and gid mapped into the machine
+	sandboxTmpMB     = 512         // the machine's /tmp, a tmpfs of this size (docker's too)
 )
 
 type sandboxProvider struct {
@@ -140,7 +141,19 @@ func (s *sandboxProvider) cgroups() cgroupHost {
 }
 
 // limitsNote says, for the doctor, which limits bind a machine here: cgroups or rlimits alone.
-func (s *sandboxProvider) limitsNote() string { return s.cgroups().note() }
+func (s *sandboxProvider) limitsNote() string {
+	disk := fmt.Sprintf("disk: /work (diskMb) and /tmp (%d MB) are tmpfs bounded in total, emptied at stop; with persist, /work is a host directory bounded per file only (diskMb), NOT in total", sandboxTmpMB)
+	if !s.canSizeTmpfs() {
+		disk = "disk: NOT bounded in total (this bwrap cannot size a tmpfs: install bubblewrap 0.7 or later): diskMb bounds each file only"
+	}
+	return s.cgroups().note() + "; " + disk
+}
+
+func (s *sandboxProvider) canSizeTmpfs() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.newOpts
+}
 
 // bwrapOutput runs one short bwrap and returns its combined output. WaitDelay bounds the wait for its
 // pipes: a sandboxed descendant that outlives a killed bwrap must not hang the probe (and with it the
@@ -236,6 +249,25 @@ func (s *sandboxProvider) systemArgs() []string {
 	return a
 }
 
+// tmpfsWork: the machine's /work and /tmp are tmpfs of their own, bounded in total (bwrap's --size),
+// unless persist keeps /work in the host directory (or this bwrap cannot size a tmpfs): diskMb then
+// bounds each file only (RLIMIT_FSIZE), which diskNote says in the machine's info and the doctor's.
+func (s *sandboxProvider) tmpfsWork(sp ComputerSpec) bool {
+	return !sp.Persist && s.canSizeTmpfs()
+}
+
+// diskNote says how the machine's disk is bounded (ComputerInfo.disk).
+func (s *sandboxProvider) diskNote(m *ComputerInfo) string {
+	if s.tmpfsWork(m.Spec) {
+		return fmt.Sprintf("/work is a tmpfs of %d MB and /tmp one of %d MB (memory, counted in the machine's memory cgroup where it has one); both are emptied when the machine stops or the server does", m.Spec.DiskMB, sandboxTmpMB)
+	}
+	why := "persist keeps /work in a host directory"
+	if !m.Spec.Persist {
+		why = "this bwrap cannot size a tmpfs (--size, bubblewrap 0.7 or later)"
+	}
+	return fmt.Sprintf("NOT bounded in total: %s, where diskMb (%d MB) bounds each file, not their sum: the machine can fill the host's disk; use docker or podman for a bounded persistent /work", why, m.Spec.DiskMB)
+}
+
 // sandboxMountFD is bwrap's descriptor of the machine's first mount source (the next ones follow), after
 // the three of startHelper's waits (computers_sandbox_userns.go).
 const sandboxMountFD = setupBlockFD + 1
@@ -251,9 +283,20 @@ func (s *sandboxProvider) bwrapArgs(m *ComputerInfo) []string {
 			a = append(a, "--ro-bind", r, "/etc/resolv.conf")
 		}
 	}
-	a = append(a, "--ro-bind", filepath.Join(dir, "etc", "passwd"), "/etc/passwd", "--ro-bind", filepath.Join(dir, "etc", "group"), "/etc/group",
-		"--bind", filepath.Join(dir, "work"), "/work", "--bind", filepath.Join(dir, "tmp"), "/tmp",
-		"--dir", "/var", "--symlink", "../tmp", "/var/tmp", "--proc", "/proc", "--dev", "/dev")
+	a = append(a, "--ro-bind", filepath.Join(dir, "etc", "passwd"), "/etc/passwd", "--ro-bind", filepath.Join(dir, "etc", "group"), "/etc/group")
+	if s.tmpfsWork(sp) {
+		// /work and /tmp bounded in total, as docker's: tmpfs of diskMb and sandboxTmpMB (mode 1777, the
+		// machine's user writes there whoever owns the mount), gone when the machine's bwrap ends. The
+		// workdir is made again in it at every start.
+		a = append(a, "--perms", "1777", "--size", strconv.FormatInt(int64(sp.DiskMB)<<20, 10), "--tmpfs", "/work",
+			"--perms", "1777", "--size", strconv.FormatInt(sandboxTmpMB<<20, 10), "--tmpfs", "/tmp")
+		if m.Workdir != "/work" && m.Workdir != "/tmp" {
+			a = append(a, "--perms", "1777", "--dir", m.Workdir)
+		}
+	} else {
+		a = append(a, "--bind", filepath.Join(dir, "work"), "/work", "--bind", filepath.Join(dir, "tmp"), "/tmp")
+	}
+	a = append(a, "--dir", "/var", "--symlink", "../tmp", "/var/tmp", "--proc", "/proc", "--dev", "/dev")
 	s.mu.Lock()
 	if s.newOpts { // a bounded /dev/shm, and /dev itself read-only (it is a tmpfs: writes there are memory)
 		a = append(a, "--size", strconv.Itoa(sandboxShmBytes), "--tmpfs", "/dev/shm", "--remount-ro", "/dev")
