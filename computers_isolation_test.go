@@ -183,30 +183,47 @@ func TestSandboxDiskBoundedInTotal(t *testing.T) {
 	e := newTestServer(t, withHostEnv)
 	m := e.create(map[string]any{"provider": "sandbox", "diskMb": 256, "idleTimeoutSec": 0})
 	defer e.call("DELETE", "/v1/computers/"+m.ID, nil, 204, nil)
-	written := func(dir string) int {
+	written := func(id, dir string) int {
 		t.Helper()
 		// 8 files of 128 MB: each below the per-file limit, 1 GiB in all.
-		out := e.sh(m.ID, `for i in 1 2 3 4 5 6 7 8; do head -c 134217728 /dev/zero > `+dir+`/big$i 2>/dev/null || break; done; du -sm `+dir+` | cut -f1; rm -f `+dir+`/big*`)
+		out := e.sh(id, `for i in 1 2 3 4 5 6 7 8; do head -c 134217728 /dev/zero > `+dir+`/big$i 2>/dev/null || break; done; du -sm `+dir+` | cut -f1; rm -f `+dir+`/big*`)
 		n, err := strconv.Atoi(strings.TrimSpace(out))
 		if err != nil {
 			t.Fatalf("measuring %s: %q", dir, out)
 		}
 		return n
 	}
-	if n := written("/work"); n < 200 || n > 270 {
+	if n := written(m.ID, "/work"); n < 200 || n > 270 {
 		t.Fatalf("a 1 GiB write into /work of a diskMb 256 machine left %d MB, want it stopped near 256", n)
 	}
-	if n := written("/tmp"); n < sandboxTmpMB-60 || n > sandboxTmpMB+20 {
+	if n := written(m.ID, "/tmp"); n < sandboxTmpMB-60 || n > sandboxTmpMB+20 {
 		t.Fatalf("a 1 GiB write into /tmp left %d MB, want it stopped near %d", n, sandboxTmpMB)
 	}
 	var got ComputerInfo
 	if e.call("GET", "/v1/computers/"+m.ID, nil, 200, &got); !strings.Contains(got.Disk, "tmpfs of 256 MB") {
 		t.Fatalf("the machine's info does not say how its disk is bounded: %q", got.Disk)
 	}
-	p := e.create(map[string]any{"provider": "sandbox", "persist": true, "idleTimeoutSec": 0})
+	// persist: an image of diskMb where agentd can loop-mount one (root), kept across stop and start;
+	// elsewhere the info says /work is NOT bounded in total.
+	p := e.create(map[string]any{"provider": "sandbox", "persist": true, "diskMb": 256, "idleTimeoutSec": 0})
 	defer e.call("DELETE", "/v1/computers/"+p.ID, nil, 204, nil)
-	if !strings.Contains(p.Disk, "NOT bounded in total") {
-		t.Fatalf("a persist sandbox does not say its disk is unbounded: %q", p.Disk)
+	if ok, why := loopDisks(); !ok {
+		if !strings.Contains(p.Disk, "NOT bounded in total") || !strings.Contains(p.Disk, why) {
+			t.Fatalf("a persist sandbox without an image does not say its disk is unbounded: %q", p.Disk)
+		}
+	} else {
+		if n := written(p.ID, "/work"); n < 200 || n > 270 {
+			t.Fatalf("a 1 GiB write into a persist machine's /work left %d MB, want it stopped near 256", n)
+		}
+		e.sh(p.ID, "echo kept > f")
+		e.call("POST", "/v1/computers/"+p.ID+"/stop", nil, 200, nil)
+		e.call("POST", "/v1/computers/"+p.ID+"/start", nil, 200, nil)
+		if out := e.sh(p.ID, "cat f; df -m /work | tail -1 | awk '{print $2}'"); !strings.HasPrefix(out, "kept\n") {
+			t.Fatalf("the persist machine's image after stop and start: %q", out)
+		}
+		if e.call("GET", "/v1/computers/"+p.ID, nil, 200, &got); !strings.Contains(got.Disk, "ext4 image of 256 MB") {
+			t.Fatalf("a persist machine's info: %q", got.Disk)
+		}
 	}
 	var doc DoctorReport
 	e.call("GET", "/v1/doctor", nil, 200, &doc)

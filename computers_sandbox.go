@@ -13,20 +13,23 @@
 // host's sandboxHostID, not its root, when agentd is root: computers_sandbox_userns.go), every
 // capability dropped, no new privileges, --die-with-parent and
 // --new-session. Its root is an empty read-only tmpfs holding the host's /usr, /bin, /sbin, /lib* and the
-// few /etc files a program needs, read-only; a synthesized passwd and group; the workspace at /work and a
-// private /tmp (host directories under the machine's, so they survive what local's survive); new /proc and
+// few /etc files a program needs, read-only; a synthesized passwd and group; /work and /tmp as tmpfs of
+// diskMb and sandboxTmpMB (bounded in total, emptied when the bwrap ends), or with persist /work the host
+// directory <id>/work (an image of diskMb mounted over it where agentd can: computers_sandbox_disk.go);
+// the spec's mounts bound from descriptors opened without following links (openMountSources); new /proc and
 // /dev. No host home, no $AGENT_HOME, no sockets. The environment is built from an allow-list like local's.
 // Limits: where agentd can write a cgroup for the machine (computers_sandbox_cgroup.go), the bwrap starts
 // in one bounding memoryMb, cpus and sandboxNproc tasks for the whole machine. Always: the helper sets
-// RLIMIT_DATA (memoryMb), RLIMIT_FSIZE (diskMb), RLIMIT_CPU and RLIMIT_NPROC on itself, so every process
+// RLIMIT_DATA (memoryMb), RLIMIT_FSIZE (diskMb, per file), RLIMIT_CPU and RLIMIT_NPROC on itself, so every process
 // inherits them, and kills everything in the machine when its pid namespace holds more than
 // sandboxMaxProcs processes (RLIMIT_NPROC does not bind processes whose host uid is root).
 //
 // Lifecycle: the bwrap is the machine's exec channel: opened at create and start, reopened on the next
 // use after it died; closed (the helper kills what it started, the namespaces go) at stop, destroy and
-// server shutdown, where the machines' cgroups and full-mode networks are removed too (close). A restarted server finds the directories and keeps their records running: the
-// processes of the previous server are gone (they died with it), the files are there, and the first
-// exec starts a new bwrap. Packages, an image, another user and a tty are refused, not ignored.
+// server shutdown, where the machines' cgroups, full-mode networks and disk images are removed or unmounted
+// too (close). A restarted server finds the directories and keeps their records running: the processes
+// of the previous server are gone (they died with it), and so are a non-persist machine's /work and
+// /tmp (its tmpfs); a persist machine's files are there, and the first exec starts a new bwrap. Packages, an image, another user and a tty are refused, not ignored.
 package main
 
 import (
@@ -142,7 +145,10 @@ func (s *sandboxProvider) cgroups() cgroupHost {
 
 // limitsNote says, for the doctor, which limits bind a machine here: cgroups or rlimits alone.
 func (s *sandboxProvider) limitsNote() string {
-	disk := fmt.Sprintf("disk: /work (diskMb) and /tmp (%d MB) are tmpfs bounded in total, emptied at stop; with persist, /work is a host directory bounded per file only (diskMb), NOT in total", sandboxTmpMB)
+	disk := fmt.Sprintf("disk: /work (diskMb) and /tmp (%d MB) are tmpfs bounded in total, emptied at stop; with persist, /work is an ext4 image of diskMb loop-mounted over a host directory", sandboxTmpMB)
+	if ok, no := loopDisks(); !ok {
+		disk += fmt.Sprintf("; with persist, /work is a host directory bounded per file only (diskMb), NOT in total: %s", no)
+	}
 	if !s.canSizeTmpfs() {
 		disk = "disk: NOT bounded in total (this bwrap cannot size a tmpfs: install bubblewrap 0.7 or later): diskMb bounds each file only"
 	}
@@ -261,11 +267,19 @@ func (s *sandboxProvider) diskNote(m *ComputerInfo) string {
 	if s.tmpfsWork(m.Spec) {
 		return fmt.Sprintf("/work is a tmpfs of %d MB and /tmp one of %d MB (memory, counted in the machine's memory cgroup where it has one); both are emptied when the machine stops or the server does", m.Spec.DiskMB, sandboxTmpMB)
 	}
-	why := "persist keeps /work in a host directory"
-	if !m.Spec.Persist {
-		why = "this bwrap cannot size a tmpfs (--size, bubblewrap 0.7 or later)"
+	if _, err := os.Stat(s.diskImage(m)); err == nil && m.Spec.Persist {
+		return fmt.Sprintf("/work is an ext4 image of %d MB, loop-mounted over the machine's host directory while it runs (kept across stops); /tmp a tmpfs of %d MB", m.Spec.DiskMB, sandboxTmpMB)
 	}
-	return fmt.Sprintf("NOT bounded in total: %s, where diskMb (%d MB) bounds each file, not their sum: the machine can fill the host's disk; use docker or podman for a bounded persistent /work", why, m.Spec.DiskMB)
+	why := "this bwrap cannot size a tmpfs (--size, bubblewrap 0.7 or later)"
+	if m.Spec.Persist {
+		why = "persist keeps /work in a host directory and "
+		if ok, no := loopDisks(); !ok {
+			why += no
+		} else {
+			why += "the machine's files were there before agentd bounded persist machines"
+		}
+	}
+	return fmt.Sprintf("NOT bounded in total: %s, so diskMb (%d MB) bounds each file, not their sum: the machine can fill the host's disk; use docker or podman for a bounded persistent /work", why, m.Spec.DiskMB)
 }
 
 // sandboxMountFD is bwrap's descriptor of the machine's first mount source (the next ones follow), after
@@ -284,17 +298,22 @@ func (s *sandboxProvider) bwrapArgs(m *ComputerInfo) []string {
 		}
 	}
 	a = append(a, "--ro-bind", filepath.Join(dir, "etc", "passwd"), "/etc/passwd", "--ro-bind", filepath.Join(dir, "etc", "group"), "/etc/group")
+	// /work and /tmp bounded in total, as docker's: tmpfs of diskMb and sandboxTmpMB (mode 1777, the
+	// machine's user writes there whoever owns the mount), gone when the machine's bwrap ends; the workdir
+	// is made again in /work at every start. With persist, /work is the host directory (an image of
+	// diskMb mounted over it where agentd can: computers_sandbox_disk.go).
 	if s.tmpfsWork(sp) {
-		// /work and /tmp bounded in total, as docker's: tmpfs of diskMb and sandboxTmpMB (mode 1777, the
-		// machine's user writes there whoever owns the mount), gone when the machine's bwrap ends. The
-		// workdir is made again in it at every start.
-		a = append(a, "--perms", "1777", "--size", strconv.FormatInt(int64(sp.DiskMB)<<20, 10), "--tmpfs", "/work",
-			"--perms", "1777", "--size", strconv.FormatInt(sandboxTmpMB<<20, 10), "--tmpfs", "/tmp")
+		a = append(a, "--perms", "1777", "--size", strconv.FormatInt(int64(sp.DiskMB)<<20, 10), "--tmpfs", "/work")
 		if m.Workdir != "/work" && m.Workdir != "/tmp" {
 			a = append(a, "--perms", "1777", "--dir", m.Workdir)
 		}
 	} else {
-		a = append(a, "--bind", filepath.Join(dir, "work"), "/work", "--bind", filepath.Join(dir, "tmp"), "/tmp")
+		a = append(a, "--bind", filepath.Join(dir, "work"), "/work")
+	}
+	if s.canSizeTmpfs() {
+		a = append(a, "--perms", "1777", "--size", strconv.FormatInt(sandboxTmpMB<<20, 10), "--tmpfs", "/tmp")
+	} else {
+		a = append(a, "--bind", filepath.Join(dir, "tmp"), "/tmp")
 	}
 	a = append(a, "--dir", "/var", "--symlink", "../tmp", "/var/tmp", "--proc", "/proc", "--dev", "/dev")
 	s.mu.Lock()
@@ -350,6 +369,9 @@ func (s *sandboxProvider) helperCmd(ctx context.Context, m *ComputerInfo) *exec.
 		bw = "bwrap"
 	}
 	var errs []error
+	if err := s.mountDisk(ctx, m); err != nil { // a persist machine's image (computers_sandbox_disk.go)
+		errs = append(errs, err)
+	}
 	procs, err := s.cgroups().create(m.ID, m.Spec.MemoryMB, m.Spec.CPUs, sandboxNproc)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("cannot give the machine its cgroup: %v", err))
@@ -389,7 +411,11 @@ func (s *sandboxProvider) create(ctx context.Context, m *ComputerInfo) error {
 	if err := s.prepare(m); err != nil {
 		return err
 	}
-	if hp, ok := s.hostPath(m, m.Workdir); ok && hp != filepath.Join(s.dir(m), "work") && hp != filepath.Join(s.dir(m), "tmp") {
+	if err := s.mountDisk(ctx, m); err != nil { // before the workdir is made in it
+		return errorf(codeComputerFailed, "%v", err).withHint("check mkfs.ext4 and loop devices, or create the machine without persist")
+	}
+	// A persist machine's workdir is made once in its host directory (or image); a tmpfs one's by bwrap.
+	if hp, ok := s.hostPath(m, m.Workdir); ok && !s.tmpfsWork(m.Spec) && hp != filepath.Join(s.dir(m), "work") && hp != filepath.Join(s.dir(m), "tmp") {
 		os.MkdirAll(hp, 0o755)
 		top := filepath.Join(s.dir(m), strings.Split(strings.TrimPrefix(path.Clean(m.Workdir), "/"), "/")[0])
 		for d := hp; len(d) > len(top); d = filepath.Dir(d) { // what MkdirAll made, root's until now
@@ -483,12 +509,16 @@ func (s *sandboxProvider) close() {
 	defer cancel()
 	s.sweepNets(ctx, nil)
 	s.cgroups().sweep(nil)
+	s.unmountDisks()
 }
 
 func (s *sandboxProvider) stop(ctx context.Context, m *ComputerInfo) error {
 	s.closeMachine(m)
 	s.netDown(ctx, m.ID)
 	if err := s.cgroups().remove(m.ID); err != nil {
+		return errorf(codeComputerFailed, "%v", err)
+	}
+	if err := s.unmountDisk(m); err != nil {
 		return errorf(codeComputerFailed, "%v", err)
 	}
 	return nil
@@ -498,6 +528,9 @@ func (s *sandboxProvider) destroy(ctx context.Context, m *ComputerInfo) error {
 	s.closeMachine(m)
 	s.netDown(ctx, m.ID)
 	if err := s.cgroups().remove(m.ID); err != nil {
+		return errorf(codeComputerFailed, "%v", err)
+	}
+	if err := s.unmountDisk(m); err != nil { // never a RemoveAll into a mounted image
 		return errorf(codeComputerFailed, "%v", err)
 	}
 	if err := os.RemoveAll(s.dir(m)); err != nil {
