@@ -199,6 +199,19 @@ func TestSandboxDiskBoundedInTotal(t *testing.T) {
 	if n := written(m.ID, "/tmp"); n < sandboxTmpMB-60 || n > sandboxTmpMB+20 {
 		t.Fatalf("a 1 GiB write into /tmp left %d MB, want it stopped near %d", n, sandboxTmpMB)
 	}
+	// A workdir in either tmpfs is made in it at every start.
+	for _, wd := range []string{"/work/a/b", "/tmp/wd"} {
+		w := e.create(map[string]any{"provider": "sandbox", "workdir": wd, "idleTimeoutSec": 0})
+		if out := e.sh(w.ID, "pwd; touch x && echo writable"); out != wd+"\nwritable\n" {
+			t.Fatalf("workdir %s: %q", wd, out)
+		}
+		e.call("POST", "/v1/computers/"+w.ID+"/stop", nil, 200, nil)
+		e.call("POST", "/v1/computers/"+w.ID+"/start", nil, 200, nil)
+		if out := e.sh(w.ID, "pwd; touch x && echo writable"); out != wd+"\nwritable\n" {
+			t.Fatalf("workdir %s after stop and start: %q", wd, out)
+		}
+		e.call("DELETE", "/v1/computers/"+w.ID, nil, 204, nil)
+	}
 	var got ComputerInfo
 	if e.call("GET", "/v1/computers/"+m.ID, nil, 200, &got); !strings.Contains(got.Disk, "tmpfs of 256 MB") {
 		t.Fatalf("the machine's info does not say how its disk is bounded: %q", got.Disk)

@@ -304,14 +304,14 @@ func (s *sandboxProvider) bwrapArgs(m *ComputerInfo) []string {
 	// diskMb mounted over it where agentd can: computers_sandbox_disk.go).
 	if s.tmpfsWork(sp) {
 		a = append(a, "--perms", "1777", "--size", strconv.FormatInt(int64(sp.DiskMB)<<20, 10), "--tmpfs", "/work")
-		if m.Workdir != "/work" && m.Workdir != "/tmp" {
-			a = append(a, "--perms", "1777", "--dir", m.Workdir)
-		}
 	} else {
 		a = append(a, "--bind", filepath.Join(dir, "work"), "/work")
 	}
 	if s.canSizeTmpfs() {
 		a = append(a, "--perms", "1777", "--size", strconv.FormatInt(sandboxTmpMB<<20, 10), "--tmpfs", "/tmp")
+		if m.Workdir != "/work" && m.Workdir != "/tmp" && (s.tmpfsWork(sp) || strings.HasPrefix(m.Workdir, "/tmp/")) {
+			a = append(a, "--perms", "1777", "--dir", m.Workdir) // in a tmpfs: made again at every start
+		}
 	} else {
 		a = append(a, "--bind", filepath.Join(dir, "tmp"), "/tmp")
 	}
