@@ -246,3 +246,39 @@ func TestSandboxDiskBoundedInTotal(t *testing.T) {
 		}
 	}
 }
+
+// TestSandboxBindsMountsByDescriptor: the sandbox's bwrap gets each mount source as a descriptor opened
+// by helperCmd (the checked directory itself), never as a path bwrap would resolve again later.
+func TestSandboxBindsMountsByDescriptor(t *testing.T) {
+	requireProvider(t, "sandbox")
+	share := filepath.Join(t.TempDir(), "share")
+	os.MkdirAll(filepath.Join(share, "sub"), 0o755)
+	e := newTestServer(t, withHostEnv, func(c *testSetup) { c.AllowedMounts = []string{share} })
+	sp := e.s.computers.providerByName("sandbox").(*sandboxProvider)
+	m := ComputerInfo{ID: "cmp_bindfd", Workdir: "/work", Spec: ComputerSpec{Mounts: []Mount{
+		{Source: share, Target: "/data", Readonly: new(bool)}, {Source: filepath.Join(share, "sub"), Target: "/sub"}}}}
+	applyComputerDefaults(&m.Spec)
+	cmd := sp.helperCmd(context.Background(), &m)
+	defer func() {
+		for _, f := range cmd.ExtraFiles {
+			if f != nil {
+				f.Close()
+			}
+		}
+	}()
+	args := strings.Join(cmd.Args, " ")
+	for _, want := range []string{fmt.Sprintf("--bind-fd %d /data", sandboxMountFD), fmt.Sprintf("--ro-bind-fd %d /sub", sandboxMountFD+1)} {
+		if !strings.Contains(args, want) {
+			t.Fatalf("bwrap's argv lacks %q: %s", want, args)
+		}
+	}
+	if strings.Contains(args, share) {
+		t.Fatalf("a mount source reaches bwrap as a path: %s", args)
+	}
+	if n := len(cmd.ExtraFiles); n != sandboxMountFD-3+2 || cmd.ExtraFiles[sandboxMountFD-3] == nil || cmd.ExtraFiles[sandboxMountFD-2] == nil {
+		t.Fatalf("the opened sources are not bwrap's descriptors %d and %d: %v", sandboxMountFD, sandboxMountFD+1, cmd.ExtraFiles)
+	}
+	if got, _ := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", cmd.ExtraFiles[sandboxMountFD-2].Fd())); got != filepath.Join(share, "sub") {
+		t.Fatalf("descriptor %d is %q", sandboxMountFD+1, got)
+	}
+}
