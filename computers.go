@@ -47,6 +47,7 @@ type ComputerInfo struct {
 	Spec          ComputerSpec           `json:"spec"`
 	Ports         map[string]PortBinding `json:"ports"`
 	Error         string                 `json:"error,omitempty"`
+	Disk          string                 `json:"disk,omitempty"` // how the machine's disk is bounded, where that is not diskMb in total (sandbox)
 }
 
 // PortBinding is a guest port reachable from the host.
@@ -219,6 +220,7 @@ type computerService struct {
 	creating sync.Mutex        // quota check + insert are atomic
 	pool     warmPool          // computers_pool.go
 	proof    proofs            // computers_proof.go: the trials behind "available"
+	drain    pipeDrain         // local commands' output pipes still held by their background children
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -271,6 +273,7 @@ func newComputerService(d computerDeps) (*computerService, error) {
 func (c *computerService) Close() {
 	c.cancel()
 	c.wg.Wait()
+	defer c.drain.Close()
 	c.mu.Lock()
 	rts := make(map[string]*machineRT, len(c.rt))
 	for id, rt := range c.rt {
@@ -507,6 +510,9 @@ func (c *computerService) decorate(m *ComputerInfo) *ComputerInfo {
 	if p := c.providerByName(m.Provider); p != nil {
 		meta := p.meta()
 		m.Isolated, m.IsolationKind = meta.isolated, meta.isolationKind
+		if d, ok := p.(interface{ diskNote(*ComputerInfo) string }); ok {
+			m.Disk = d.diskNote(m)
+		}
 	}
 	if m.Ports == nil {
 		m.Ports = map[string]PortBinding{}

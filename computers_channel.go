@@ -197,7 +197,13 @@ func openChannel(parent context.Context, host channelHost, m *ComputerInfo) (*ex
 	}); ok { // the sandbox: its user namespace's maps, its cgroup (computers_sandbox_userns.go)
 		start = func() error { return h.startHelper(cmd, m) }
 	}
-	if err := start(); err != nil {
+	err := start()
+	for _, f := range cmd.ExtraFiles { // the child has its copies (the sandbox's mount sources)
+		if f != nil {
+			f.Close()
+		}
+	}
+	if err != nil {
 		kill()
 		return nil, err
 	}

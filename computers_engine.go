@@ -236,8 +236,13 @@ func (e *engineProvider) runArgs(m *ComputerInfo) []string {
 // create is one `run -d` (the engine pulls a missing image itself). Only when that fails for want of the
 // image does it pull explicitly (the one that explains itself), then run again: no inspect before.
 func (e *engineProvider) create(ctx context.Context, m *ComputerInfo) error {
+	ms, err := e.c.openMountSources(m.Spec) // judged again: the create's check was before the pull
+	if err != nil {
+		return err
+	}
+	defer closeMountSources(ms)
 	e.c.makeChannelSockDir(m.ID)
-	_, err := e.call(ctx, nil, e.runArgs(m)...)
+	_, err = e.call(ctx, nil, e.runArgs(m)...)
 	if err != nil && e.missingImage(ctx, err, m.Image) {
 		if _, perr := e.call(ctx, nil, "pull", m.Image); perr != nil {
 			what := "the spec's image"
@@ -255,6 +260,9 @@ func (e *engineProvider) create(ctx context.Context, m *ComputerInfo) error {
 	if err != nil {
 		return errorf(codeComputerFailed, "%s could not start the machine: %s", e.name, err.Error()).
 			withHint(fmt.Sprintf("run `%s info` and check the engine can start containers", e.name))
+	}
+	if err := e.verifyMounts(ctx, m, ms); err != nil {
+		return err // create's caller removes the container
 	}
 	if err := e.filterFull(ctx, m); err != nil { // computers_fullnet.go
 		return errorf(codeComputerFailed, "cannot filter the machine's network (mode full): %v", err).
@@ -287,11 +295,22 @@ func (e *engineProvider) missingImage(ctx context.Context, err error, image stri
 }
 
 func (e *engineProvider) start(ctx context.Context, m *ComputerInfo) error {
+	// The engine resolves each -v source by its path again now: judge it again first, then check that
+	// what got mounted is what was judged (verifyMounts), before anything of the machine's runs.
+	ms, err := e.c.openMountSources(m.Spec)
+	if err != nil {
+		return err
+	}
+	defer closeMountSources(ms)
 	if _, err := e.call(ctx, nil, "start", e.container(m)); err != nil {
 		if isNoSuch(err) {
 			return errorf(codeComputerNotFound, "the container of computer %s is gone", m.ID).withHint("delete the computer and create a new one")
 		}
 		return errorf(codeComputerFailed, "%s could not start the machine: %s", e.name, err.Error()).withHint("check the engine")
+	}
+	if err := e.verifyMounts(ctx, m, ms); err != nil {
+		e.call(ctx, nil, "stop", "-t", "0", e.container(m)) // fail closed: nothing of the machine ran yet
+		return err
 	}
 	// A restarted container gets its tmpfs mounts back as root 0755, not the mode=1777 they were created
 	// with (seen on Docker 20.10): the machine's user could no longer write /work or /tmp.
@@ -306,6 +325,39 @@ func (e *engineProvider) start(ctx context.Context, m *ComputerInfo) error {
 		e.call(ctx, nil, "stop", "-t", "0", e.container(m)) // fail closed
 		return errorf(codeComputerFailed, "cannot filter the machine's network (mode full): %v", err).
 			withHint("agentd adds iptables rules for full-mode machines when it runs as root; check iptables works, or use network.mode egress")
+	}
+	return nil
+}
+
+// verifyMounts checks, right after the engine made or restarted the container and before any command
+// of the machine runs in it (the machine's lock is held; its main process is `sleep infinity`), that
+// each mount target holds the very object openMountSources opened and judged: the same device and
+// inode. An engine takes a -v source by its path when it starts the container, so there is a window
+// after our check: a directory swapped for a symlink in it (by another machine with the parent mounted
+// read-write, or a host user) would hand the machine whatever the link names. Re-creating the container
+// would not close it (the engine resolves the path again) and refusing nested mounts would not either
+// (another machine can own the parent): comparing what was mounted does, and fails closed.
+func (e *engineProvider) verifyMounts(ctx context.Context, m *ComputerInfo, ms []mountSource) error {
+	if len(ms) == 0 {
+		return nil
+	}
+	args := []string{"exec", "-u", "0:0", e.container(m), "stat", "-c", "%d %i", "--"}
+	for _, mt := range m.Spec.Mounts {
+		args = append(args, mt.Target)
+	}
+	out, err := e.call(ctx, nil, args...)
+	got := strings.Split(strings.TrimSpace(out), "\n")
+	if err != nil || len(got) != len(ms) {
+		return errorf(codeComputerFailed, "cannot check what %s mounted in the machine: %v", e.name, err).
+			withHint("the image needs stat (coreutils or busybox) for a machine with mounts, and the engine must run on this host")
+	}
+	for i, src := range ms {
+		var dev, ino uint64
+		if _, err := fmt.Sscanf(got[i], "%d %d", &dev, &ino); err != nil || dev != src.dev || ino != src.ino {
+			return errorf(codeComputerFailed, "mounts.%d.source: %s was replaced while %s started the machine: what it mounted at %s is not the directory agentd checked, so the machine was not started",
+				i, m.Spec.Mounts[i].Source, e.name, m.Spec.Mounts[i].Target).
+				withHint("something replaced a directory under allowedMounts (a machine with its parent mounted read-write can); check it, then start again")
+		}
 	}
 	return nil
 }

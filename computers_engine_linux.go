@@ -6,9 +6,11 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"strings"
 	"syscall"
 )
 
@@ -66,4 +68,56 @@ func growPipe(f *os.File) {
 	if rc, err := f.SyscallConn(); err == nil {
 		rc.Control(func(fd uintptr) { syscall.Syscall(syscall.SYS_FCNTL, fd, fSetPipeSz, 1<<20) })
 	}
+}
+
+// oPath is O_PATH (not in package syscall): a descriptor naming an object without opening it for I/O.
+const oPath = 0x200000
+
+// openNoFollow opens p (absolute, clean) one component at a time from /, each with O_NOFOLLOW, so
+// nothing in it may be a symlink: one is refused naming it. The result is an O_PATH descriptor of the
+// object p names now, whatever p names later.
+func openNoFollow(p string) (*os.File, error) {
+	fd, err := syscall.Open("/", oPath|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	walked := ""
+	for _, name := range strings.Split(strings.TrimPrefix(p, "/"), "/") {
+		if name == "" {
+			continue
+		}
+		walked += "/" + name
+		next, err := syscall.Openat(fd, name, oPath|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+		syscall.Close(fd)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %v", walked, err)
+		}
+		fd = next
+		var st syscall.Stat_t
+		if err := syscall.Fstat(fd, &st); err != nil {
+			syscall.Close(fd)
+			return nil, fmt.Errorf("%s: %v", walked, err)
+		}
+		if st.Mode&syscall.S_IFMT == syscall.S_IFLNK {
+			syscall.Close(fd)
+			return nil, fmt.Errorf("%s is a symlink: a mount source must be named by its real path, with no symlink in it", walked)
+		}
+	}
+	return os.NewFile(uintptr(fd), p), nil
+}
+
+// fileID is the device, inode and type of what f is open on.
+func fileID(f *os.File) (dev, ino uint64, mode os.FileMode, err error) {
+	var st syscall.Stat_t
+	if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
+		return 0, 0, 0, err
+	}
+	mode = os.ModeIrregular
+	switch st.Mode & syscall.S_IFMT {
+	case syscall.S_IFDIR:
+		mode = os.ModeDir
+	case syscall.S_IFREG:
+		mode = 0
+	}
+	return uint64(st.Dev), uint64(st.Ino), mode, nil
 }

@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -311,11 +312,19 @@ func (c *computerService) runProc(ctx context.Context, p provider, m *ComputerIn
 		return c.runOverChannel(ctx, tctx, p, m, h, ps.stdin, stdout, stderr)
 	}
 	h.cmd.Stdout, h.cmd.Stderr = stdout, stderr
+	var pipes *outputPipes
+	if !h.endMarker { // the process is the command itself (local): its background children hold its pipes
+		if pipes, err = newOutputPipes(h.cmd, stdout, stderr); err != nil {
+			return nil, errorf(codeExecFailed, "cannot make the command's pipes: %v", err).withHint("check the host's open file limit")
+		}
+	}
 	if ps.stdin != nil {
 		h.cmd.Stdin = ps.stdin
 	}
 	start := time.Now()
-	if err := h.cmd.Start(); err != nil {
+	err = h.cmd.Start()
+	pipes.started(err == nil)
+	if err != nil {
 		return nil, errorf(codeExecFailed, "cannot start the command: %v", err).withHint("check that the machine is healthy")
 	}
 	waitErr := make(chan error, 1)
@@ -337,6 +346,7 @@ func (c *computerService) runProc(ctx context.Context, p provider, m *ComputerIn
 		}
 	} else {
 		werr = <-waitErr
+		pipes.ended(&c.drain)
 	}
 	res := collected(start, stdout, stderr)
 	switch {
@@ -375,6 +385,78 @@ func (c *computerService) runProc(ctx context.Context, p provider, m *ComputerIn
 		return nil, errorf(codeExecFailed, "exec failed: %v", werr).withHint("check that the machine is healthy")
 	}
 	return res, nil
+}
+
+// outputPipes are a host command's stdout and stderr as pipes of agentd's own, copied into the sinks:
+// when the command ends, what a background child of it still holds is drained (pipeDrain), never
+// closed under it, as the exec channel's helper does inside machines (computers_helper.go). exec.Cmd's
+// own pipes would be closed after WaitDelay, and that child killed by SIGPIPE at its next write.
+type outputPipes struct {
+	r, w   [2]*os.File
+	copies sync.WaitGroup
+}
+
+func newOutputPipes(cmd *exec.Cmd, stdout, stderr io.Writer) (*outputPipes, error) {
+	p := &outputPipes{}
+	for i, sink := range []io.Writer{stdout, stderr} {
+		r, w, err := os.Pipe()
+		if err != nil {
+			p.started(false)
+			return nil, err
+		}
+		p.r[i], p.w[i] = r, w
+		p.copies.Add(1)
+		go func() { defer p.copies.Done(); copyUntilPause(sink, r) }()
+	}
+	cmd.Stdout, cmd.Stderr = p.w[0], p.w[1]
+	return p, nil
+}
+
+// copyUntilPause copies r to dst until r ends or, past its read deadline, holds nothing more: what is
+// in the pipe when the deadline passes was written before the pause and is output (readNow), however
+// late this goroutine runs.
+func copyUntilPause(dst io.Writer, r *os.File) {
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := r.Read(buf)
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			n, err = readNow(r, buf)
+		}
+		if n > 0 {
+			dst.Write(buf[:n])
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// started closes the write ends (the child has its copies); when the start failed, everything.
+func (p *outputPipes) started(ok bool) {
+	if p == nil {
+		return
+	}
+	for i := range p.w {
+		if p.w[i] != nil {
+			p.w[i].Close()
+		}
+		if !ok && p.r[i] != nil {
+			p.r[i].Close()
+		}
+	}
+}
+
+// ended runs once the command exited: what is in the pipes is read until the first pause
+// (execPipeGrace), then a background child's pipes go to d.
+func (p *outputPipes) ended(d *pipeDrain) {
+	if p == nil {
+		return
+	}
+	for _, r := range p.r {
+		r.SetReadDeadline(time.Now().Add(execPipeGrace))
+	}
+	p.copies.Wait()
+	d.add(p.r[:]...)
 }
 
 // runOverChannel is runProc's second half when the process runs over the machine's exec channel: the

@@ -140,6 +140,7 @@ type helper struct {
 	closing  bool         // stdin ended: no new streams
 	sock     net.Conn     // the upgraded connection (computers_channel_sock.go), nil on stdio
 	ended    chan error   // the first connection to end ends the helper
+	drain    pipeDrain    // the output pipes of ended commands that background children still hold
 }
 
 type helperProc struct {
@@ -214,6 +215,7 @@ func serveHelper(stdin io.Reader, stdout io.Writer, pidFiles string) error {
 		p.mu.Unlock()
 	}
 	h.mu.Unlock()
+	h.drain.Close()
 	h.wg.Wait()
 	if errors.Is(err, io.EOF) {
 		return nil
@@ -495,10 +497,62 @@ func (h *helper) runProcess(p *helperProc, req chanStart, stdinQ chan []byte) (i
 	outR.SetReadDeadline(time.Now().Add(execPipeGrace))
 	errR.SetReadDeadline(time.Now().Add(execPipeGrace))
 	pumps.Wait()
+	// The pipes are not closed under that child (its next write would be a SIGPIPE or an EPIPE: a dev
+	// server started with `setsid nohup … &` died at its first log line): drained until it closes them.
+	h.drain.add(outR, errR)
+	ours = nil
 	if err != nil {
 		return exitCodeOf(cmd.ProcessState), ""
 	}
 	return 0, ""
+}
+
+// pipeDrain owns the read ends of output pipes whose command ended while a background child of it
+// still holds the write ends: it reads and discards what that child writes until the child closes them
+// (it ends) or Close (the helper or the service ends; the machine's processes end with its stop). So
+// a process started in the background keeps running, and writing, after the exec that started it.
+type pipeDrain struct {
+	mu     sync.Mutex
+	files  map[*os.File]struct{}
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// add drains each file from now on (closed at once after Close).
+func (d *pipeDrain) add(files ...*os.File) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, f := range files {
+		if d.closed {
+			f.Close()
+			continue
+		}
+		if d.files == nil {
+			d.files = map[*os.File]struct{}{}
+		}
+		d.files[f] = struct{}{}
+		f.SetReadDeadline(time.Time{})
+		d.wg.Add(1)
+		go func() {
+			defer d.wg.Done()
+			io.Copy(io.Discard, f)
+			d.mu.Lock()
+			delete(d.files, f)
+			d.mu.Unlock()
+			f.Close()
+		}()
+	}
+}
+
+// Close stops draining (a blocked read ends when its file closes) and waits for the drains.
+func (d *pipeDrain) Close() {
+	d.mu.Lock()
+	d.closed = true
+	for f := range d.files {
+		f.Close()
+	}
+	d.mu.Unlock()
+	d.wg.Wait()
 }
 
 // pump sends one output pipe as frames, waiting for acks when a window is in flight.

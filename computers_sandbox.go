@@ -13,20 +13,23 @@
 // host's sandboxHostID, not its root, when agentd is root: computers_sandbox_userns.go), every
 // capability dropped, no new privileges, --die-with-parent and
 // --new-session. Its root is an empty read-only tmpfs holding the host's /usr, /bin, /sbin, /lib* and the
-// few /etc files a program needs, read-only; a synthesized passwd and group; the workspace at /work and a
-// private /tmp (host directories under the machine's, so they survive what local's survive); new /proc and
+// few /etc files a program needs, read-only; a synthesized passwd and group; /work and /tmp as tmpfs of
+// diskMb and sandboxTmpMB (bounded in total, emptied when the bwrap ends), or with persist /work the host
+// directory <id>/work (an image of diskMb mounted over it where agentd can: computers_sandbox_disk.go);
+// the spec's mounts bound from descriptors opened without following links (openMountSources); new /proc and
 // /dev. No host home, no $AGENT_HOME, no sockets. The environment is built from an allow-list like local's.
 // Limits: where agentd can write a cgroup for the machine (computers_sandbox_cgroup.go), the bwrap starts
 // in one bounding memoryMb, cpus and sandboxNproc tasks for the whole machine. Always: the helper sets
-// RLIMIT_DATA (memoryMb), RLIMIT_FSIZE (diskMb), RLIMIT_CPU and RLIMIT_NPROC on itself, so every process
+// RLIMIT_DATA (memoryMb), RLIMIT_FSIZE (diskMb, per file), RLIMIT_CPU and RLIMIT_NPROC on itself, so every process
 // inherits them, and kills everything in the machine when its pid namespace holds more than
 // sandboxMaxProcs processes (RLIMIT_NPROC does not bind processes whose host uid is root).
 //
 // Lifecycle: the bwrap is the machine's exec channel: opened at create and start, reopened on the next
 // use after it died; closed (the helper kills what it started, the namespaces go) at stop, destroy and
-// server shutdown, where the machines' cgroups and full-mode networks are removed too (close). A restarted server finds the directories and keeps their records running: the
-// processes of the previous server are gone (they died with it), the files are there, and the first
-// exec starts a new bwrap. Packages, an image, another user and a tty are refused, not ignored.
+// server shutdown, where the machines' cgroups, full-mode networks and disk images are removed or unmounted
+// too (close). A restarted server finds the directories and keeps their records running: the processes
+// of the previous server are gone (they died with it), and so are a non-persist machine's /work and
+// /tmp (its tmpfs); a persist machine's files are there, and the first exec starts a new bwrap. Packages, an image, another user and a tty are refused, not ignored.
 package main
 
 import (
@@ -56,6 +59,7 @@ const (
 	sandboxShmBytes  = 64 << 20
 	sandboxMinDataMB = 512         // RLIMIT_DATA's floor, whatever memoryMb says    // /dev/shm, a tmpfs
 	sandboxUser      = "1000:1000" // the one uid and gid mapped into the machine
+	sandboxTmpMB     = 512         // the machine's /tmp, a tmpfs of this size (docker's too)
 )
 
 type sandboxProvider struct {
@@ -65,6 +69,7 @@ type sandboxProvider struct {
 	mu      sync.Mutex
 	bwrap   string     // the bwrap binary, found by probe
 	newOpts bool       // bwrap ≥ 0.7 (--disable-userns, --size)
+	bindFD  bool       // bwrap binds an opened descriptor (--bind-fd): the only way mounts are made
 	cg      cgroupHost // where the machines' cgroups go, found by probe (computers_sandbox_cgroup.go)
 
 	netMu         sync.Mutex  // orders this server's full machines' network setups (computers_sandboxnet.go)
@@ -102,6 +107,7 @@ func (s *sandboxProvider) probe(ctx context.Context) probeResult {
 	help, _ := bwrapOutput(ctx, bw, "--help")
 	s.mu.Lock()
 	s.bwrap, s.newOpts = bw, strings.Contains(string(help), "--disable-userns") && strings.Contains(string(help), "--size")
+	s.bindFD = strings.Contains(string(help), "--bind-fd")
 	s.mu.Unlock()
 	// A real trial: the namespaces this provider asks for, around /bin/true.
 	trial := append(s.nsArgs(ComputerSpec{Network: NetworkSpec{Mode: "none"}}, false), s.systemArgs()...)
@@ -138,7 +144,22 @@ func (s *sandboxProvider) cgroups() cgroupHost {
 }
 
 // limitsNote says, for the doctor, which limits bind a machine here: cgroups or rlimits alone.
-func (s *sandboxProvider) limitsNote() string { return s.cgroups().note() }
+func (s *sandboxProvider) limitsNote() string {
+	disk := fmt.Sprintf("disk: /work (diskMb) and /tmp (%d MB) are tmpfs bounded in total, emptied at stop; with persist, /work is an ext4 image of diskMb loop-mounted over a host directory", sandboxTmpMB)
+	if ok, no := loopDisks(); !ok {
+		disk += fmt.Sprintf("; with persist, /work is a host directory bounded per file only (diskMb), NOT in total: %s", no)
+	}
+	if !s.canSizeTmpfs() {
+		disk = "disk: NOT bounded in total (this bwrap cannot size a tmpfs: install bubblewrap 0.7 or later): diskMb bounds each file only"
+	}
+	return s.cgroups().note() + "; " + disk
+}
+
+func (s *sandboxProvider) canSizeTmpfs() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.newOpts
+}
 
 // bwrapOutput runs one short bwrap and returns its combined output. WaitDelay bounds the wait for its
 // pipes: a sandboxed descendant that outlives a killed bwrap must not hang the probe (and with it the
@@ -162,11 +183,19 @@ func (s *sandboxProvider) supports(sp ComputerSpec) error {
 		return refuse("user", "the sandbox has one user, 1000:1000; omit user")
 	case sp.Workdir != "/work" && !strings.HasPrefix(sp.Workdir, "/work/") && sp.Workdir != "/tmp" && !strings.HasPrefix(sp.Workdir, "/tmp/"):
 		return refuse("a workdir outside /work and /tmp", "use a workdir under /work")
+	case len(sp.Mounts) > 0 && !s.canBindFD():
+		return refuse("mounts with this bwrap", "install a bubblewrap with --bind-fd (0.8 or later): agentd binds a mount from the directory it checked, never again from its path")
 	case sp.Network.Mode == "full" && len(sp.Network.Deny) > 0 && !s.netFilterable():
 		// Without root, full is the host's own network, with nothing in between to drop what deny names.
 		return refuse("network.deny in mode full without root", "use mode egress (deny is enforced by agentd's proxy there), run agentd as root with iptables, or use provider docker or podman")
 	}
 	return nil
+}
+
+func (s *sandboxProvider) canBindFD() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.bindFD
 }
 
 func (s *sandboxProvider) dir(m *ComputerInfo) string { return filepath.Join(s.root, m.ID) }
@@ -226,7 +255,40 @@ func (s *sandboxProvider) systemArgs() []string {
 	return a
 }
 
-// bwrapArgs is the whole machine: namespaces, the filesystem, then the helper with the limits.
+// tmpfsWork: the machine's /work and /tmp are tmpfs of their own, bounded in total (bwrap's --size),
+// unless persist keeps /work in the host directory (or this bwrap cannot size a tmpfs): diskMb then
+// bounds each file only (RLIMIT_FSIZE), which diskNote says in the machine's info and the doctor's.
+func (s *sandboxProvider) tmpfsWork(sp ComputerSpec) bool {
+	return !sp.Persist && s.canSizeTmpfs()
+}
+
+// diskNote says how the machine's disk is bounded (ComputerInfo.disk).
+func (s *sandboxProvider) diskNote(m *ComputerInfo) string {
+	if s.tmpfsWork(m.Spec) {
+		return fmt.Sprintf("/work is a tmpfs of %d MB and /tmp one of %d MB (memory, counted in the machine's memory cgroup where it has one); both are emptied when the machine stops or the server does", m.Spec.DiskMB, sandboxTmpMB)
+	}
+	if _, err := os.Stat(s.diskImage(m)); err == nil && m.Spec.Persist {
+		return fmt.Sprintf("/work is an ext4 image of %d MB, loop-mounted over the machine's host directory while it runs (kept across stops); /tmp a tmpfs of %d MB", m.Spec.DiskMB, sandboxTmpMB)
+	}
+	why := "this bwrap cannot size a tmpfs (--size, bubblewrap 0.7 or later)"
+	if m.Spec.Persist {
+		why = "persist keeps /work in a host directory and "
+		if ok, no := loopDisks(); !ok {
+			why += no
+		} else {
+			why += "the machine's files were there before agentd bounded persist machines"
+		}
+	}
+	return fmt.Sprintf("NOT bounded in total: %s, so diskMb (%d MB) bounds each file, not their sum: the machine can fill the host's disk; use docker or podman for a bounded persistent /work", why, m.Spec.DiskMB)
+}
+
+// sandboxMountFD is bwrap's descriptor of the machine's first mount source (the next ones follow), after
+// the three of startHelper's waits (computers_sandbox_userns.go).
+const sandboxMountFD = setupBlockFD + 1
+
+// bwrapArgs is the whole machine: namespaces, the filesystem, then the helper with the limits. A mount
+// is bound from the descriptor helperCmd opened its source on, never from its path: a directory swapped
+// for a symlink between that open and bwrap's mount cannot redirect it (issue 24).
 func (s *sandboxProvider) bwrapArgs(m *ComputerInfo) []string {
 	sp, dir := m.Spec, s.dir(m)
 	a := append(s.nsArgs(sp, s.remapped()), s.systemArgs()...)
@@ -235,19 +297,36 @@ func (s *sandboxProvider) bwrapArgs(m *ComputerInfo) []string {
 			a = append(a, "--ro-bind", r, "/etc/resolv.conf")
 		}
 	}
-	a = append(a, "--ro-bind", filepath.Join(dir, "etc", "passwd"), "/etc/passwd", "--ro-bind", filepath.Join(dir, "etc", "group"), "/etc/group",
-		"--bind", filepath.Join(dir, "work"), "/work", "--bind", filepath.Join(dir, "tmp"), "/tmp",
-		"--dir", "/var", "--symlink", "../tmp", "/var/tmp", "--proc", "/proc", "--dev", "/dev")
+	a = append(a, "--ro-bind", filepath.Join(dir, "etc", "passwd"), "/etc/passwd", "--ro-bind", filepath.Join(dir, "etc", "group"), "/etc/group")
+	// /work and /tmp bounded in total, as docker's: tmpfs of diskMb and sandboxTmpMB (mode 1777, the
+	// machine's user writes there whoever owns the mount), gone when the machine's bwrap ends; the workdir
+	// is made again in /work at every start. With persist, /work is the host directory (an image of
+	// diskMb mounted over it where agentd can: computers_sandbox_disk.go).
+	if s.tmpfsWork(sp) {
+		a = append(a, "--perms", "1777", "--size", strconv.FormatInt(int64(sp.DiskMB)<<20, 10), "--tmpfs", "/work")
+	} else {
+		a = append(a, "--bind", filepath.Join(dir, "work"), "/work")
+	}
+	if s.canSizeTmpfs() {
+		a = append(a, "--perms", "1777", "--size", strconv.FormatInt(sandboxTmpMB<<20, 10), "--tmpfs", "/tmp")
+		if m.Workdir != "/work" && m.Workdir != "/tmp" && (s.tmpfsWork(sp) || strings.HasPrefix(m.Workdir, "/tmp/")) {
+			a = append(a, "--perms", "1777", "--dir", m.Workdir) // in a tmpfs: made again at every start
+		}
+	} else {
+		a = append(a, "--bind", filepath.Join(dir, "tmp"), "/tmp")
+	}
+	a = append(a, "--dir", "/var", "--symlink", "../tmp", "/var/tmp", "--proc", "/proc", "--dev", "/dev")
 	s.mu.Lock()
 	if s.newOpts { // a bounded /dev/shm, and /dev itself read-only (it is a tmpfs: writes there are memory)
 		a = append(a, "--size", strconv.Itoa(sandboxShmBytes), "--tmpfs", "/dev/shm", "--remount-ro", "/dev")
 	}
 	s.mu.Unlock()
-	for _, mt := range sp.Mounts { // sources passed checkMountSource (allowedMounts) at create
+	for i, mt := range sp.Mounts { // each source opened by helperCmd (openMountSources), bound by its descriptor
+		fd := strconv.Itoa(sandboxMountFD + i)
 		if mt.Readonly == nil || *mt.Readonly {
-			a = append(a, "--ro-bind", mt.Source, mt.Target)
+			a = append(a, "--ro-bind-fd", fd, mt.Target)
 		} else {
-			a = append(a, "--bind", mt.Source, mt.Target)
+			a = append(a, "--bind-fd", fd, mt.Target)
 		}
 	}
 	// The helper lives under the same data limit; the Go runtime needs a few hundred MB of it to grow.
@@ -292,9 +371,25 @@ func (s *sandboxProvider) helperCmd(ctx context.Context, m *ComputerInfo) *exec.
 		bw = "bwrap"
 	}
 	var errs []error
+	if err := s.mountDisk(ctx, m); err != nil { // a persist machine's image (computers_sandbox_disk.go)
+		errs = append(errs, err)
+	}
 	procs, err := s.cgroups().create(m.ID, m.Spec.MemoryMB, m.Spec.CPUs, sandboxNproc)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("cannot give the machine its cgroup: %v", err))
+	}
+	// The mount sources, judged and opened again now (every start and every reopen of the channel), go to
+	// bwrap as descriptors sandboxMountFD…; openChannel closes our copies once bwrap has its own.
+	ms, err := s.c.openMountSources(m.Spec)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	var extra []*os.File
+	for i, src := range ms {
+		if extra == nil {
+			extra = make([]*os.File, sandboxMountFD-3+len(ms))
+		}
+		extra[sandboxMountFD-3+i] = src.f
 	}
 	argv := append(append([]string{bw}, s.startFlags(s.remapped(), len(procs) > 0)...), s.bwrapArgs(m)...)
 	if s.filteredFull(m.Spec) {
@@ -307,6 +402,7 @@ func (s *sandboxProvider) helperCmd(ctx context.Context, m *ComputerInfo) *exec.
 	}
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Env = s.env(m)
+	cmd.ExtraFiles = extra
 	if len(errs) > 0 {
 		cmd.Err = errors.Join(errs...) // Start fails with it
 	}
@@ -317,7 +413,11 @@ func (s *sandboxProvider) create(ctx context.Context, m *ComputerInfo) error {
 	if err := s.prepare(m); err != nil {
 		return err
 	}
-	if hp, ok := s.hostPath(m, m.Workdir); ok && hp != filepath.Join(s.dir(m), "work") && hp != filepath.Join(s.dir(m), "tmp") {
+	if err := s.mountDisk(ctx, m); err != nil { // before the workdir is made in it
+		return errorf(codeComputerFailed, "%v", err).withHint("check mkfs.ext4 and loop devices, or create the machine without persist")
+	}
+	// A persist machine's workdir is made once in its host directory (or image); a tmpfs one's by bwrap.
+	if hp, ok := s.hostPath(m, m.Workdir); ok && !s.tmpfsWork(m.Spec) && hp != filepath.Join(s.dir(m), "work") && hp != filepath.Join(s.dir(m), "tmp") {
 		os.MkdirAll(hp, 0o755)
 		top := filepath.Join(s.dir(m), strings.Split(strings.TrimPrefix(path.Clean(m.Workdir), "/"), "/")[0])
 		for d := hp; len(d) > len(top); d = filepath.Dir(d) { // what MkdirAll made, root's until now
@@ -385,6 +485,11 @@ func (s *sandboxProvider) start(ctx context.Context, m *ComputerInfo) error {
 	if err := s.prepare(m); err != nil {
 		return err
 	}
+	ms, err := s.c.openMountSources(m.Spec) // a clear refusal now; helperCmd opens them again to bind them
+	if err != nil {
+		return err
+	}
+	closeMountSources(ms)
 	return s.open(ctx, m)
 }
 
@@ -406,12 +511,16 @@ func (s *sandboxProvider) close() {
 	defer cancel()
 	s.sweepNets(ctx, nil)
 	s.cgroups().sweep(nil)
+	s.unmountDisks()
 }
 
 func (s *sandboxProvider) stop(ctx context.Context, m *ComputerInfo) error {
 	s.closeMachine(m)
 	s.netDown(ctx, m.ID)
 	if err := s.cgroups().remove(m.ID); err != nil {
+		return errorf(codeComputerFailed, "%v", err)
+	}
+	if err := s.unmountDisk(m); err != nil {
 		return errorf(codeComputerFailed, "%v", err)
 	}
 	return nil
@@ -421,6 +530,9 @@ func (s *sandboxProvider) destroy(ctx context.Context, m *ComputerInfo) error {
 	s.closeMachine(m)
 	s.netDown(ctx, m.ID)
 	if err := s.cgroups().remove(m.ID); err != nil {
+		return errorf(codeComputerFailed, "%v", err)
+	}
+	if err := s.unmountDisk(m); err != nil { // never a RemoveAll into a mounted image
 		return errorf(codeComputerFailed, "%v", err)
 	}
 	if err := os.RemoveAll(s.dir(m)); err != nil {

@@ -124,7 +124,7 @@ func TestSandboxNotHostRoot(t *testing.T) {
 		t.Skip("without root the machine's user is agentd's own uid")
 	}
 	e := newTestServer(t, withHostEnv)
-	m := e.create(map[string]any{"provider": "sandbox"})
+	m := e.create(map[string]any{"provider": "sandbox", "persist": true}) // /work is the host directory
 	sb := e.s.computers.providerByName("sandbox").(*sandboxProvider)
 	secret := filepath.Join(sb.dir(&m), "work", "root-only")
 	if err := os.WriteFile(secret, []byte("host root's"), 0o600); err != nil {

@@ -77,7 +77,9 @@ func (s *sandboxProvider) startHelper(cmd *exec.Cmd, m *ComputerInfo) error {
 	if !remap && !cgroup {
 		return cmd.Start()
 	}
-	extra := make([]*os.File, 3) // bwrap's ends, at usernsBlockFD, usernsInfoFD, setupBlockFD
+	// bwrap's ends, at usernsBlockFD, usernsInfoFD, setupBlockFD; then what helperCmd gave (the mount sources)
+	extra := make([]*os.File, max(3, len(cmd.ExtraFiles)))
+	copy(extra[3:], cmd.ExtraFiles[min(3, len(cmd.ExtraFiles)):])
 	var ours []*os.File
 	defer func() {
 		for _, f := range ours {

@@ -2,9 +2,10 @@
 //
 // Entry points: applyComputerDefaults (the contract's defaults), checkEngineArgs (what reaches an engine's
 // argv), imageFor / machineImage (the flavor's image), checkHostLimits (memory, disk, registries), checkHostCPUs,
-// checkMountSource (allowedMounts and the never-mountable paths), checkMountTarget (the reserved targets,
-// also used by spec validation). Every refusal is a 422 naming the field; a NUL in any value that reaches
-// an argv or an environment is one too (issue 25).
+// checkMountSource (allowedMounts and the never-mountable paths), openMountSources (the same, again at
+// every start, on sources opened without following a link), checkMountTarget (the reserved targets, also
+// used by spec validation). Every refusal is a 422 naming the field; a NUL in any value that reaches an
+// argv or an environment is one too (issue 25).
 package main
 
 import (
@@ -191,13 +192,11 @@ func (c *computerService) checkHostLimits(sp ComputerSpec) error {
 		return errorf(codeSpecInvalid, "diskMb: %d MB is above the %d MB ceiling", sp.DiskMB, maxMachineDiskMB).
 			withHint(fmt.Sprintf("ask for at most %d", maxMachineDiskMB)).withDetail("limit", maxMachineDiskMB)
 	}
-	for i, m := range sp.Mounts {
-		if err := c.checkMountSource(m.Source); err != nil {
-			return errorf(codeSpecInvalid, "mounts.%d.source: %s", i, err.Error()).
-				withHint("mount a directory under one listed in allowedMounts in config.yaml (now: "+listOrNone(c.mountRoots)+"), or copy files in with the upload endpoint").
-				withDetail("allowedMounts", c.mountRoots)
-		}
+	ms, err := c.openMountSources(sp)
+	if err != nil {
+		return err
 	}
+	closeMountSources(ms)
 	if img := c.imageFor(sp); sp.Image != "" {
 		if reg := imageRegistry(img); !slices.Contains(c.allowedRegistries(), reg) {
 			return errorf(codeSpecInvalid, "image: %s is from registry %s, which this server does not pull from", img, reg).
@@ -246,6 +245,56 @@ func (c *computerService) checkMountSource(src string) error {
 		}
 	}
 	return fmt.Errorf("%s is not under a directory in allowedMounts", src)
+}
+
+// mountSource is one mount's source as opened for a (re)start: the object to mount, and its identity.
+type mountSource struct {
+	f        *os.File // opened without following any link (openNoFollow); an O_PATH descriptor on Linux
+	dev, ino uint64
+}
+
+// openMountSources judges and opens every mount source of sp, at create and again at every start of
+// every provider (a machine with a read-write mount can replace a directory mounted elsewhere by a
+// symlink, e.g. `rmdir /data/sub && ln -s / /data/sub`, and an engine resolves its -v source again at
+// each start). Each source is walked component by component from / without following a link: a
+// symlink anywhere in it is refused, so the path opened is the path judged by checkMountSource, and
+// the descriptor is what the machine gets (the sandbox binds it: --bind-fd) or what the engine must
+// have mounted (docker and podman: verifyMounts compares device and inode). The caller closes them.
+func (c *computerService) openMountSources(sp ComputerSpec) ([]mountSource, error) {
+	var out []mountSource
+	for i, m := range sp.Mounts {
+		src := filepath.Clean(m.Source)
+		fail := func(err error) ([]mountSource, error) {
+			closeMountSources(out)
+			return nil, errorf(codeSpecInvalid, "mounts.%d.source: %s", i, err.Error()).
+				withHint("mount a directory under one listed in allowedMounts in config.yaml (now: "+listOrNone(c.mountRoots)+"), named by its real path (no symlink in it), or copy files in with the upload endpoint").
+				withDetail("allowedMounts", c.mountRoots)
+		}
+		if err := c.checkMountSource(src); err != nil {
+			return fail(err)
+		}
+		f, err := openNoFollow(src)
+		if err != nil {
+			return fail(err)
+		}
+		dev, ino, mode, err := fileID(f)
+		if err != nil {
+			f.Close()
+			return fail(err)
+		}
+		if !mode.IsDir() && !mode.IsRegular() {
+			f.Close()
+			return fail(fmt.Errorf("%s is neither a directory nor a regular file", src))
+		}
+		out = append(out, mountSource{f: f, dev: dev, ino: ino})
+	}
+	return out, nil
+}
+
+func closeMountSources(ms []mountSource) {
+	for _, m := range ms {
+		m.f.Close()
+	}
 }
 
 func listOrNone(xs []string) string {

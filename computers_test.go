@@ -920,7 +920,11 @@ func (c *conformance) restart(t *testing.T) {
 		home := t.TempDir()
 		a := newTestServer(t, withHostEnv, withHome(home))
 		a.keep = true
-		live := a.create(map[string]any{"provider": c.prov, "idleTimeoutSec": 0})
+		spec := map[string]any{"provider": c.prov, "idleTimeoutSec": 0}
+		if c.prov == "sandbox" { // a sandbox's /work outlives its bwrap (which dies with the server) only with persist
+			spec["persist"] = true
+		}
+		live := a.create(spec)
 		gone := a.create(map[string]any{"provider": c.prov, "idleTimeoutSec": 0})
 		a.sh(live.ID, "echo kept > note")
 		// A process left running by an exec of a server that dies: its group is recorded as the exec

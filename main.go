@@ -33,7 +33,12 @@
 //     and errors; dangerousTools and the approval modes (runs_approvals.go: ask fails closed).
 //  6. computers_engine.go, (*engineProvider).runArgs and checkEngineArgs (computers_spec.go): the container's
 //     argv (caps dropped, no-new-privileges, pids limit, read-only root, user 1000, limits), every engine
-//     call through (*engineProvider).cli (explicit argv, WaitDelay, stderr in the error).
+//     call through (*engineProvider).cli (explicit argv, WaitDelay, stderr in the error). Host mounts:
+//     openMountSources (computers_spec.go: allowedMounts, every source opened from / without following a
+//     link, at create and at every start of every provider), bound by descriptor on the sandbox
+//     (bwrapArgs), checked by device and inode on docker and podman (verifyMounts) before the machine runs;
+//     computers_sandbox_disk.go, mountDisk: the one mount agentd makes on the host (root: a persist
+//     sandbox's disk image over its own directory).
 //  7. computers_local.go, localEnvAllow and (*localProvider).command: the local provider's environment
 //     allow-list (never the server's secrets) and its process groups; it guards, it does not isolate.
 //  8. computers_sandbox.go, (*sandboxProvider).bwrapArgs: a sandbox machine's namespaces and filesystem;
