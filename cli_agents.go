@@ -133,6 +133,14 @@ func (c *cli) applyOne(file string) (AgentSummary, string, error) {
 		yaml.Unmarshal(b, &head)
 		name, body = head.Name, map[string]any{"yaml": string(b)}
 	}
+	// What is legal but will not work (an unknown tool, a model no provider serves) is said before the
+	// agent is stored; a server that cannot say (or an invalid spec, reported by the write) prints nothing.
+	var checked struct{ Warnings []string }
+	if c.call("POST", "/v1/agents/validate", body, &checked) == nil {
+		for _, w := range checked.Warnings {
+			fmt.Fprintf(c.stderr, "%s: warning: %s\n", file, w)
+		}
+	}
 	if name != "" {
 		if err := c.call("GET", "/v1/agents/"+url.PathEscape(name), nil, nil); err == nil {
 			return sum, "updated", c.call("PUT", "/v1/agents/"+url.PathEscape(name), body, &sum)
