@@ -430,8 +430,11 @@ func (r *runPrinter) exit() error {
 		return nil
 	}
 	msg := "run " + r.result.RunID + " ended: " + r.result.StopReason
-	if r.result.Error != nil {
-		msg += ": " + r.result.Error.Message
+	if e := r.result.Error; e != nil {
+		msg += ": " + e.Code + ": " + e.Message
+		if e.Hint != "" {
+			msg += " (hint: " + e.Hint + ")"
+		}
 	}
 	return exitCode{code: 1, msg: msg}
 }
