@@ -368,7 +368,7 @@ func TestDistillFixtures(t *testing.T) {
 	d, spec := out["distilled"].(map[string]any), out["spec"].(map[string]any)
 	if d["needsComputer"] != true || fmt.Sprint(d["suggestedTools"]) != "[computer files]" ||
 		spec["computer"].(map[string]any)["flavor"] != "python" || !strings.Contains(d["persona"].(string), "Always run pytest after a change") ||
-		len(d["examples"].([]any)) == 0 || spec["model"] != "sonnet" {
+		len(d["examples"].([]any)) == 0 || spec["model"] != "auto" { // sonnet needs a key this server lacks (issue 26)
 		t.Errorf("claude-code distilled: %v\n%v", d, spec)
 	}
 	// The planted secrets are in the imported transcript (the import keeps the user's words), so their

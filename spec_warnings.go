@@ -88,8 +88,13 @@ func (s *server) specWarnings(spec *AgentSpec) []string {
 // modelUnreachable is "" when a provider this server reaches serves name, else why not. It resolves the
 // name the way a run's first call would (aliases, strategies, keys, probes of local providers) without
 // calling any model.
-func (s *server) modelUnreachable(name string) string {
-	_, _, err := s.models.EstimateCost(ChatRequest{Model: name, Messages: []ModelMessage{textMessage("user", "x")}})
+func (s *server) modelUnreachable(name string) string { return s.models.unreachable(name) }
+
+func (m *modelService) unreachable(name string) string {
+	if m == nil {
+		return "no model service"
+	}
+	_, _, err := m.EstimateCost(ChatRequest{Model: name, Messages: []ModelMessage{textMessage("user", "x")}})
 	if err == nil {
 		return ""
 	}
