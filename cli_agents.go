@@ -399,8 +399,7 @@ func (r *runPrinter) approve(id string, request any) {
 	r.asking, r.typed = asking, typed
 	go func() {
 		defer close(asking)
-		req := plainJSON(request)
-		fmt.Fprintf(c.stderr, "\napproval needed: %s\napprove? [y/N] ", req)
+		fmt.Fprintf(c.stderr, "\napproval needed: %s\napprove? [y/N] ", approvalText(request))
 		var line string
 		fmt.Fscanln(f, &line)
 		close(typed)
@@ -409,6 +408,40 @@ func (r *runPrinter) approve(id string, request any) {
 			fmt.Fprintf(c.stderr, "answering the approval: %v\n", err)
 		}
 	}()
+}
+
+// approvalText is an approval's request for a person: the tool, then one line per argument (sorted by
+// name; a string as itself, a multi-line one indented under its name, anything else as JSON). A request
+// of another shape is shown as JSON.
+func approvalText(request any) string {
+	b, _ := json.Marshal(request)
+	var req approvalRequest
+	if json.Unmarshal(b, &req) != nil || req.Tool == "" {
+		return plainJSON(request)
+	}
+	var out strings.Builder
+	out.WriteString(req.Tool)
+	if req.Agent != "" {
+		fmt.Fprintf(&out, " (agent %s)", req.Agent)
+	}
+	keys := make([]string, 0, len(req.Args))
+	for k := range req.Args {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		v, isText := req.Args[k].(string)
+		if !isText {
+			v = plainJSON(req.Args[k])
+		}
+		v = strings.TrimRight(v, "\n")
+		if strings.Contains(v, "\n") {
+			fmt.Fprintf(&out, "\n  %s:\n%s", k, indent(v, "    "))
+		} else {
+			fmt.Fprintf(&out, "\n  %s: %s", k, v)
+		}
+	}
+	return out.String()
 }
 
 // wait lets a question in flight finish; Ctrl-C does not wait for a line that may never be typed.
