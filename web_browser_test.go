@@ -461,6 +461,23 @@ func TestDashboardBrowser(t *testing.T) {
 	p.screenshot(shots, "agent-editor")
 	p.clean("agents")
 
+	// A run started on an agent's page goes on when the page is left, and is followed from Runs (issue 26).
+	p.navigate(base + "/agents/careful")
+	p.waitFor("careful's page", `document.querySelector('main form textarea') && document.querySelector('.editor textarea').value.includes('name: careful')`)
+	p.eval(`(() => { const i = document.querySelector('main form textarea'); i.value = 'left behind'; i.form.requestSubmit(); return true; })()`)
+	p.waitFor("the run's approval on the agent page", `document.querySelector('.timeline [data-approval]') && document.querySelector('main a[href^="/runs/run_"]')`)
+	leftRun := strings.TrimPrefix(fmt.Sprint(p.eval(`document.querySelector('main a[href^="/runs/run_"]').getAttribute('href')`)), "/runs/")
+	p.clickOn(`nav a[href="/runs"]`)
+	p.waitFor("runs list", `location.pathname === '/runs'`)
+	p.eval(`document.querySelector('main tbody a[href="/runs/` + leftRun + `"]').click(), true`)
+	p.waitFor("the left run, still waiting, followed from Runs", `document.querySelector('.timeline [data-approval] .approve-box button.primary') && document.querySelector('main').innerText.includes('Cancel run')`)
+	p.clickOn(`.timeline [data-approval] .approve-box button.primary`)
+	p.waitFor("the left run's end, live", `document.querySelector('.timeline').innerText.includes('tool-said-left') && document.querySelector('.timeline').innerText.includes('Run ended')`)
+	if got := te.call("GET", "/v1/runs/"+leftRun, nil, 200, nil).json(t)["result"].(map[string]any); got["stopReason"] != "complete" {
+		t.Fatalf("the run left on the agent page: %v", got)
+	}
+	p.clean("left run")
+
 	// Runs: the list and the finished run's timeline with its tool call, arguments and output.
 	p.clickOn(`nav a[href="/runs"]`)
 	p.waitFor("runs list", `location.pathname === '/runs' && document.querySelectorAll('main tbody tr').length >= 3`)
