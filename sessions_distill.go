@@ -72,8 +72,12 @@ func (ss *sessionService) distill(ctx context.Context, t *Transcript, useModel b
 			d.Notes = append(d.Notes, "the model could not distil this transcript ("+ss.red.redactPersonal(asAPIError(err).Message)+"); the fields come from the free heuristic instead")
 		}
 	}
+	whose := "the " + t.Source + " transcript's"
+	if useModel && model != "" {
+		whose = "the distill request's"
+	}
 	var note string
-	d.SuggestedModel, note = ss.reachableModel(d.SuggestedModel, t.Source)
+	d.SuggestedModel, note = ss.reachableModel(d.SuggestedModel, t.Source, whose)
 	d.Notes = append(d.Notes, note)
 	step("merging", 0.8)
 	res := ss.specOf(t, d)
@@ -81,17 +85,17 @@ func (ss *sessionService) distill(ctx context.Context, t *Transcript, useModel b
 	return res
 }
 
-// reachableModel is the model a distilled spec names: the transcript's (or the one asked for) when a
-// provider this server reaches serves it, else auto; and a note saying which and why.
-func (ss *sessionService) reachableModel(want, source string) (model, note string) {
+// reachableModel is the model a distilled spec names: the transcript's (or the one asked for; whose says
+// which) when a provider this server reaches serves it, else auto; and a note saying which and why.
+func (ss *sessionService) reachableModel(want, source, whose string) (model, note string) {
 	if want == "" || want == "auto" {
 		return "auto", fmt.Sprintf("model: auto (the %s transcript names no model): the server picks the best model it reaches", source)
 	}
 	why := ss.models.unreachable(want)
 	if why == "" {
-		return want, fmt.Sprintf("model: %s, the %s transcript's model, which this server reaches", want, source)
+		return want, fmt.Sprintf("model: %s, %s model, which this server reaches", want, whose)
 	}
-	return "auto", fmt.Sprintf("model: auto, not the %s transcript's %s: no model provider this server reaches serves it (%s)", source, want, oneLine(why))
+	return "auto", fmt.Sprintf("model: auto, not %s %s: no model provider this server reaches serves it (%s)", whose, want, oneLine(why))
 }
 
 // commentTopLevel adds `# comment` at the end of the top-level `key:` line of a rendered spec.

@@ -445,7 +445,8 @@ func TestDistillUseModel(t *testing.T) {
 	}
 	res := te.do("POST", "/v1/sessions/distill", map[string]any{"transcriptId": id, "useModel": true, "model": "openai/gpt-4o-mini"}).json(t)
 	d := res["distilled"].(map[string]any)
-	if calls != 1 || d["name"] != "date-fixer" || d["persona"] != "You fix date bugs and run pytest." || res["spec"].(map[string]any)["name"] != "date-fixer" {
+	if calls != 1 || d["name"] != "date-fixer" || d["persona"] != "You fix date bugs and run pytest." || res["spec"].(map[string]any)["name"] != "date-fixer" ||
+		res["spec"].(map[string]any)["model"] != "openai/gpt-4o-mini" || !strings.Contains(fmt.Sprint(d["notes"]), "model: openai/gpt-4o-mini, the distill request's model, which this server reaches") {
 		t.Fatalf("useModel: calls %d, %v", calls, d)
 	}
 	// What the model was sent holds the conversation (the model's request reached the fake server with
