@@ -468,7 +468,7 @@ func TestDashboardBrowser(t *testing.T) {
 	p.waitFor("the run's approval on the agent page", `document.querySelector('.timeline [data-approval]') && document.querySelector('main a[href^="/runs/run_"]')`)
 	leftRun := strings.TrimPrefix(fmt.Sprint(p.eval(`document.querySelector('main a[href^="/runs/run_"]').getAttribute('href')`)), "/runs/")
 	p.clickOn(`nav a[href="/runs"]`)
-	p.waitFor("runs list", `location.pathname === '/runs'`)
+	p.waitFor("the left run in the runs list", `location.pathname === '/runs' && document.querySelector('main tbody a[href="/runs/`+leftRun+`"]')`)
 	p.eval(`document.querySelector('main tbody a[href="/runs/` + leftRun + `"]').click(), true`)
 	p.waitFor("the left run, still waiting, followed from Runs", `document.querySelector('.timeline [data-approval] .approve-box button.primary') && document.querySelector('main').innerText.includes('Cancel run')`)
 	p.clickOn(`.timeline [data-approval] .approve-box button.primary`)
