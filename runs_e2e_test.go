@@ -656,12 +656,21 @@ func TestE2EBrokenComputerEndsTheRunWithError(t *testing.T) {
 		name       string
 		daemonDown bool
 		code       string
+		real       bool // the real docker, with the base flavour pointed at an image no registry serves
 	}{
-		{"image missing offline", false, codeProviderUnavailable},
-		{"daemon stopped", true, codeProviderUnavailable},
+		{"image missing offline", false, codeProviderUnavailable, false},
+		{"daemon stopped", true, codeProviderUnavailable, false},
+		{"real docker, image missing", false, codeProviderUnavailable, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			fakeEngine(t, tc.daemonDown)
+			images := func(c *testSetup) {}
+			if !tc.real {
+				fakeEngine(t, tc.daemonDown)
+			} else if os.Getenv("AGENT_TEST_DOCKER") != "1" {
+				t.Skip("AGENT_TEST_DOCKER is not 1")
+			} else {
+				images = func(c *testSetup) { c.Images = map[string]string{"base": "127.0.0.1:1/agentd-missing:none"} }
+			}
 			so := newScriptedOpenAI(t, func(r scriptReq) scriptReply {
 				if len(r.toolResults()) > 0 {
 					return scriptReply{text: "Done"}
@@ -669,7 +678,7 @@ func TestE2EBrokenComputerEndsTheRunWithError(t *testing.T) {
 				return scriptReply{calls: []ToolCall{{ID: "c1", Name: "shell", Args: map[string]any{"command": "echo hi"}}}}
 			})
 			var log syncBuffer
-			te := newE2E(t, so, "", func(c *testSetup) { c.ComputerProvider = "docker" }, withLog(&log))
+			te := newE2E(t, so, "", func(c *testSetup) { c.ComputerProvider = "docker" }, images, withLog(&log))
 			te.createAgent(map[string]any{"name": "e2e-broken"})
 
 			evs := te.stream("e2e-broken", map[string]any{"input": "say hi"}).all()
