@@ -456,6 +456,9 @@ func TestDashboardBrowser(t *testing.T) {
 	}
 	p.clickOn(`#spec-issues li`) // moves the caret to the issue's line
 	p.waitFor("the caret on the issue's line", `(() => { const ta = document.querySelector('.editor textarea'); return ta.value.slice(ta.selectionStart, ta.selectionEnd).includes('maxSteps: 900'); })()`)
+	// A valid spec with an unknown tool: valid, with the warning at its line (issue 26 item 6).
+	p.eval(`(() => { const ta = document.querySelector('.editor textarea'); ta.value = 'name: helper\ntools: [computer, flie]\n'; ta.dispatchEvent(new Event('input')); return true; })()`)
+	p.waitFor("the unknown tool's warning", `document.querySelector('#spec-issues').innerText.includes('Valid spec.') && [...document.querySelectorAll('#spec-issues li')].some((li) => li.innerText.includes('warning, line 2') && li.innerText.includes('flie: unknown tool (it is dropped); did you mean files?'))`)
 	p.eval(`(() => { const i = document.querySelector('main form textarea'); i.value = 'streamed please'; i.form.requestSubmit(); return true; })()`)
 	p.waitFor("the run streamed into the page", `document.querySelectorAll('.timeline').length && document.querySelector('.timeline').innerText.includes('tool-said-streamed') && document.querySelector('.timeline').innerText.includes('Run ended')`)
 	p.screenshot(shots, "agent-editor")

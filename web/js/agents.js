@@ -1,5 +1,5 @@
 // agents.js — the agents list and one agent's page: a YAML editor validated live through
-// POST /v1/agents/validate (each issue shown at its line), save (create or update), delete, and a run
+// POST /v1/agents/validate (each issue, then each warning, shown at its line), save (create or update), delete, and a run
 // panel that starts a detached run (POST /v1/agents/:name/run?detach=true) and follows its events
 // (GET /v1/runs/:id/events) into a timeline: leaving the page stops following, never the run, which goes
 // on and is followed from Runs.
@@ -102,8 +102,15 @@ async function edit(root, ctx, name) {
         bad.get(line).push(s);
         return { line, s };
       }).sort((a, b) => a.line - b.line);
+      // Warnings (an unknown tool, a model no provider serves) follow the issues; they never make a spec invalid.
+      const warnings = (res.warnings || []).map((s) => {
+        const i = s.indexOf(': ');
+        const line = lineOf(ta.value, i > 0 ? s.slice(0, i) : s);
+        return h('li', { tabindex: 0, role: 'button', onclick: () => goLine(line), onkeydown: (e) => { if (e.key === 'Enter') goLine(line); } },
+          h('span.badge.warn', 'warning, line ' + line), ' ', h('code', s));
+      });
       clear(issuesEl, items.length ? items.map(({ line, s }) => h('li', { tabindex: 0, role: 'button', onclick: () => goLine(line),
-        onkeydown: (e) => { if (e.key === 'Enter') goLine(line); } }, h('span.badge.bad', 'line ' + line), ' ', h('code', s))) : h('li.ok', 'Valid spec.'));
+        onkeydown: (e) => { if (e.key === 'Enter') goLine(line); } }, h('span.badge.bad', 'line ' + line), ' ', h('code', s))) : h('li.ok', 'Valid spec.'), warnings);
       state.textContent = res.ok ? 'valid' : `${items.length} issue${items.length === 1 ? '' : 's'}`;
       state.className = 'small ' + (res.ok ? 'ok' : 'error');
       drawGutter();
