@@ -2,7 +2,7 @@
 //
 // Rules (docs/API.md Agents, DESIGN §3): a body needs `spec` (a JSON object) or `yaml` (a string), else 422;
 // an invalid spec is 422 E_SPEC_INVALID with details.issues, except on validate, which answers 200
-// {ok, issues?}; a duplicate create and a PUT whose spec.name differs from :name are 422; an unknown agent
+// {ok, issues?, warnings?} (warnings: unknown tools, a model no provider serves — spec_warnings.go); a duplicate create and a PUT whose spec.name differs from :name are 422; an unknown agent
 // is 404 E_AGENT_NOT_FOUND. The stored YAML is the submitted text verbatim, or the spec rendered as YAML
 // when JSON was sent. Every create, update and delete re-synchronises the mounted triggers and publishes
 // on the `triggers` topic.
@@ -123,15 +123,21 @@ func specBodyKind(contentType string, body []byte) string {
 }
 
 func (s *server) handleValidateAgent(w http.ResponseWriter, r *http.Request) error {
-	_, _, issues, err := readAgentBody(r)
+	spec, _, issues, err := readAgentBody(r)
 	if err != nil {
 		return err
 	}
+	out := map[string]any{"ok": len(issues) == 0}
 	if len(issues) > 0 {
-		writeJSON(w, http.StatusOK, map[string]any{"ok": false, "issues": issues})
-		return nil
+		out["issues"] = issues
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"ok": true})
+	// Legal but will not work (spec_warnings.go): only when there are some, so {ok, issues?} is unchanged.
+	if spec != nil {
+		if ws := s.specWarnings(spec); len(ws) > 0 {
+			out["warnings"] = ws
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 

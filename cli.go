@@ -66,6 +66,7 @@ func cliCommands() []cliCommand {
 		{"deny", "[--json] ID", "deny a pending tool call", "agentd deny apr_…", (*cli).deny},
 		{"triggers", "[--json]", "list mounted triggers and cron jobs", "agentd triggers", (*cli).triggers},
 		{"import", "[--source S] [--json] PATH|-", "import a transcript (Claude Code, Codex, ChatGPT, Gemini, markdown, jsonl)", "agentd import ~/.claude/projects/x/s.jsonl", (*cli).importSession},
+		{"sessions", "[--limit N] [--json] [-q]", "list the transcripts stored on the server", "agentd sessions", (*cli).sessions},
 		{"distill", "[--model M] [--json] ID|PATH", "turn a transcript into an agent spec (YAML on stdout; --json: {distilled, spec, yaml})", "agentd distill s.jsonl > a.yaml && agentd apply a.yaml", (*cli).distill},
 		{"events", "[TOPIC...]", "follow the live events, one JSON line per frame", "agentd events runs computers", (*cli).events},
 		{"doctor", "[--json]", "what this machine can do (works without a server)", "agentd doctor", (*cli).doctor},

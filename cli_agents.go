@@ -133,6 +133,14 @@ func (c *cli) applyOne(file string) (AgentSummary, string, error) {
 		yaml.Unmarshal(b, &head)
 		name, body = head.Name, map[string]any{"yaml": string(b)}
 	}
+	// What is legal but will not work (an unknown tool, a model no provider serves) is said before the
+	// agent is stored; a server that cannot say (or an invalid spec, reported by the write) prints nothing.
+	var checked struct{ Warnings []string }
+	if c.call("POST", "/v1/agents/validate", body, &checked) == nil {
+		for _, w := range checked.Warnings {
+			fmt.Fprintf(c.stderr, "%s: warning: %s\n", file, w)
+		}
+	}
 	if name != "" {
 		if err := c.call("GET", "/v1/agents/"+url.PathEscape(name), nil, nil); err == nil {
 			return sum, "updated", c.call("PUT", "/v1/agents/"+url.PathEscape(name), body, &sum)
@@ -391,8 +399,7 @@ func (r *runPrinter) approve(id string, request any) {
 	r.asking, r.typed = asking, typed
 	go func() {
 		defer close(asking)
-		req := plainJSON(request)
-		fmt.Fprintf(c.stderr, "\napproval needed: %s\napprove? [y/N] ", req)
+		fmt.Fprintf(c.stderr, "\napproval needed: %s\napprove? [y/N] ", approvalText(request))
 		var line string
 		fmt.Fscanln(f, &line)
 		close(typed)
@@ -401,6 +408,40 @@ func (r *runPrinter) approve(id string, request any) {
 			fmt.Fprintf(c.stderr, "answering the approval: %v\n", err)
 		}
 	}()
+}
+
+// approvalText is an approval's request for a person: the tool, then one line per argument (sorted by
+// name; a string as itself, a multi-line one indented under its name, anything else as JSON). A request
+// of another shape is shown as JSON.
+func approvalText(request any) string {
+	b, _ := json.Marshal(request)
+	var req approvalRequest
+	if json.Unmarshal(b, &req) != nil || req.Tool == "" {
+		return plainJSON(request)
+	}
+	var out strings.Builder
+	out.WriteString(req.Tool)
+	if req.Agent != "" {
+		fmt.Fprintf(&out, " (agent %s)", req.Agent)
+	}
+	keys := make([]string, 0, len(req.Args))
+	for k := range req.Args {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		v, isText := req.Args[k].(string)
+		if !isText {
+			v = plainJSON(req.Args[k])
+		}
+		v = strings.TrimRight(v, "\n")
+		if strings.Contains(v, "\n") {
+			fmt.Fprintf(&out, "\n  %s:\n%s", k, indent(v, "    "))
+		} else {
+			fmt.Fprintf(&out, "\n  %s: %s", k, v)
+		}
+	}
+	return out.String()
 }
 
 // wait lets a question in flight finish; Ctrl-C does not wait for a line that may never be typed.
@@ -422,8 +463,11 @@ func (r *runPrinter) exit() error {
 		return nil
 	}
 	msg := "run " + r.result.RunID + " ended: " + r.result.StopReason
-	if r.result.Error != nil {
-		msg += ": " + r.result.Error.Message
+	if e := r.result.Error; e != nil {
+		msg += ": " + e.Code + ": " + e.Message
+		if e.Hint != "" {
+			msg += " (hint: " + e.Hint + ")"
+		}
 	}
 	return exitCode{code: 1, msg: msg}
 }

@@ -1167,6 +1167,10 @@ func TestCLIRunAsksOnATerminal(t *testing.T) {
 		{"n", "denied: shell", "\n  from-the-tool"},
 	} {
 		cmd, master, screen, waited := askingRun(t, te, "shell please", "NO_COLOR=1")
+		// The question is for a person: the tool and one line per argument, not raw JSON (issue 26).
+		if q := "approval needed: shell (agent careful)\r\n  command: echo from-the-tool\r\napprove? [y/N] "; !strings.Contains(screen.String(), q) {
+			t.Fatalf("the question:\n%q\nwant %q", screen.String(), q)
+		}
 		master.Write([]byte(tc.answer + "\r"))
 		select {
 		case err := <-waited:
@@ -1181,6 +1185,18 @@ func TestCLIRunAsksOnATerminal(t *testing.T) {
 		if out := strings.ReplaceAll(screen.String(), "\r\n", "\n"); !strings.Contains(out, tc.want) || strings.Contains(out, tc.not) {
 			t.Fatalf("run answered %q:\n%s", tc.answer, out)
 		}
+	}
+}
+
+func TestApprovalText(t *testing.T) {
+	req := map[string]any{"runId": "run_1", "agent": "ops", "tool": "write_file", "callId": "c1", "dangerous": true,
+		"args": map[string]any{"path": "/work/a.sh", "content": "#!/bin/sh\necho hi\n", "mode": 493, "flags": []any{"x", true}}}
+	want := "write_file (agent ops)\n  content:\n    #!/bin/sh\n    echo hi\n  flags: [\"x\",true]\n  mode: 493\n  path: /work/a.sh"
+	if got := approvalText(req); got != want {
+		t.Fatalf("approvalText:\n%s\nwant:\n%s", got, want)
+	}
+	if got := approvalText(map[string]any{"something": "else"}); got != `{"something":"else"}` {
+		t.Fatalf("another shape: %s", got)
 	}
 }
 

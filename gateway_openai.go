@@ -459,6 +459,7 @@ func (s *server) gatewayRun(w http.ResponseWriter, r *http.Request, q *oaiReques
 	if err != nil {
 		return err
 	}
+	p.Trigger = "openai" // the run's summary says where it came from, as MCP's say "mcp"
 	cw := newCompletionWriter("", q.Model, q)
 	g := &gatewayRunState{cw: cw, approval: make(chan runEvent, 1)}
 	if q.Stream {

@@ -168,6 +168,12 @@ func TestGatewayChatNotStreamed(t *testing.T) {
 	if res := got["result"].(map[string]any); res["stopReason"] != "complete" || res["agent"] != "gw-plain" {
 		t.Fatalf("stored run %v", got["result"])
 	}
+	// Its summary names where it came from, as an MCP run's says "mcp" (issue 26 item 9).
+	var list struct{ Runs []RunSummary }
+	te.gw("GET", "/v1/runs?agent=gw-plain", nil).decode(t, &list)
+	if len(list.Runs) == 0 || list.Runs[0].RunID != runID || list.Runs[0].Trigger != "openai" {
+		t.Fatalf("run summary %+v", list.Runs)
+	}
 }
 
 // gwStream posts a streamed completion and returns its data payloads (the last is "[DONE]").

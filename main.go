@@ -156,27 +156,32 @@ func runValidate(args []string, stdout io.Writer) error {
 		return usageError{msg: "validate: missing FILE", usage: "usage: agentd validate [--json] FILE...\n"}
 	}
 	type result struct {
-		File   string   `json:"file"`
-		OK     bool     `json:"ok"`
-		Issues []string `json:"issues,omitempty"`
+		File     string   `json:"file"`
+		OK       bool     `json:"ok"`
+		Issues   []string `json:"issues,omitempty"`
+		Warnings []string `json:"warnings,omitempty"` // legal but will not work (spec_warnings.go)
 	}
 	var results []result
 	bad := 0
 	for _, file := range fs.Args() {
 		b, err := os.ReadFile(file)
-		var issues []string
+		var issues, warnings []string
+		var spec *AgentSpec
 		switch {
 		case err != nil:
 			issues = []string{"(root): " + err.Error()}
 		case strings.EqualFold(filepath.Ext(file), ".json"):
-			_, issues = parseSpecJSON(b)
+			spec, issues = parseSpecJSON(b)
 		default:
-			_, issues = parseSpecYAML(string(b))
+			spec, issues = parseSpecYAML(string(b))
 		}
 		if len(issues) > 0 {
 			bad++
 		}
-		results = append(results, result{File: file, OK: len(issues) == 0, Issues: issues})
+		if spec != nil {
+			warnings = specWarnings(spec)
+		}
+		results = append(results, result{File: file, OK: len(issues) == 0, Issues: issues, Warnings: warnings})
 	}
 	if *asJSON {
 		b, _ := json.MarshalIndent(results, "", "  ")
@@ -188,6 +193,9 @@ func runValidate(args []string, stdout io.Writer) error {
 			}
 			for _, is := range r.Issues {
 				fmt.Fprintf(stdout, "%s: %s\n", r.File, is)
+			}
+			for _, w := range r.Warnings {
+				fmt.Fprintf(stdout, "%s: warning: %s\n", r.File, w)
 			}
 		}
 	}

@@ -423,7 +423,7 @@ func (s *server) handleListModels(w http.ResponseWriter, r *http.Request) error 
 		providers = append(providers, providerView{ID: p.ID, DisplayName: p.DisplayName, Priority: p.Priority,
 			Available: ps.Available, Reason: ps.Reason, Hint: ps.Hint})
 		if ps.Available {
-			models = append(models, modelsOf(p, ps)...)
+			models = append(models, modelsOf(p, ps, p.ownServer(s.models.getenv))...)
 		}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"models": models, "providers": providers})

@@ -64,7 +64,7 @@ func TestAnthropicStreamToolsExactRequest(t *testing.T) {
 		t.Fatalf("message: %+v", msg)
 	}
 	// Sent back, it round-trips into the exact blocks Anthropic requires.
-	body := anthropicBody(candidate{prov: providerByID("anthropic"), info: infoFor(providerByID("anthropic"), "claude-sonnet-4-5")},
+	body := anthropicBody(candidate{prov: providerByID("anthropic"), info: infoFor(providerByID("anthropic"), "claude-sonnet-4-5", false)},
 		ChatRequest{Messages: []ModelMessage{userMsg("q"), msg}}, false)
 	blocks := body["messages"].([]anMessage)[1].Content
 	if len(blocks) != 3 || blocks[0].Type != "thinking" || blocks[0].Signature == "" || blocks[2].Type != "tool_use" {
@@ -141,7 +141,7 @@ func TestAnthropicErrorEventAfterOutput(t *testing.T) {
 // A user note sent between a tool call and its result merges into one user turn; the API requires the
 // tool_result blocks first in that turn, text after.
 func TestAnthropicToolResultsFirstInMergedUserTurn(t *testing.T) {
-	body := anthropicBody(candidate{prov: providerByID("anthropic"), info: infoFor(providerByID("anthropic"), "claude-sonnet-4-5")},
+	body := anthropicBody(candidate{prov: providerByID("anthropic"), info: infoFor(providerByID("anthropic"), "claude-sonnet-4-5", false)},
 		ChatRequest{Messages: []ModelMessage{
 			userMsg("weather?"),
 			{Role: "assistant", Content: []ContentPart{{Type: "tool_call", ID: "toolu_1", Name: "get_weather", Args: map[string]any{}}}},
@@ -161,7 +161,7 @@ func TestAnthropicToolResultsFirstInMergedUserTurn(t *testing.T) {
 // The Messages API refuses thinking together with a forced tool choice (any, or a named tool): the
 // forced call wins and thinking is left out, so the request is one the API accepts.
 func TestAnthropicForcedToolChoiceDropsThinking(t *testing.T) {
-	c := candidate{prov: providerByID("anthropic"), info: infoFor(providerByID("anthropic"), "claude-sonnet-4-5")}
+	c := candidate{prov: providerByID("anthropic"), info: infoFor(providerByID("anthropic"), "claude-sonnet-4-5", false)}
 	tools := []ToolDef{{Name: "get_weather", Description: "w"}}
 	for _, choice := range []any{"required", "get_weather"} {
 		body := anthropicBody(c, ChatRequest{Messages: []ModelMessage{userMsg("x")}, Tools: tools, ToolChoice: choice,
@@ -195,7 +195,7 @@ func TestAnthropicRedactedThinkingRoundTrips(t *testing.T) {
 		t.Fatal(err)
 	}
 	msg := resp.assistantMessage()
-	body := anthropicBody(candidate{prov: providerByID("anthropic"), info: infoFor(providerByID("anthropic"), "claude-sonnet-4-5")},
+	body := anthropicBody(candidate{prov: providerByID("anthropic"), info: infoFor(providerByID("anthropic"), "claude-sonnet-4-5", false)},
 		ChatRequest{Messages: []ModelMessage{userMsg("q"), msg}, Thinking: true}, false)
 	blocks := body["messages"].([]anMessage)[1].Content
 	if len(blocks) != 2 || blocks[0].Type != "redacted_thinking" || blocks[0].Data != "EmwKAhgBEgy3va3pzix" || blocks[1].Type != "tool_use" {
@@ -205,7 +205,7 @@ func TestAnthropicRedactedThinkingRoundTrips(t *testing.T) {
 
 // Claude 4.5 models answer 400 when both temperature and top_p are given: only temperature goes.
 func TestAnthropicTemperatureAndTopPNotBoth(t *testing.T) {
-	c := candidate{prov: providerByID("anthropic"), info: infoFor(providerByID("anthropic"), "claude-sonnet-4-5")}
+	c := candidate{prov: providerByID("anthropic"), info: infoFor(providerByID("anthropic"), "claude-sonnet-4-5", false)}
 	temp, topP := 0.3, 0.9
 	body := anthropicBody(c, ChatRequest{Messages: []ModelMessage{userMsg("x")}, Temperature: &temp, TopP: &topP}, false)
 	if body["temperature"] != 0.3 || body["top_p"] != nil {

@@ -251,18 +251,26 @@ func lookupModel(id string) (ModelInfo, bool) {
 }
 
 // infoFor returns the catalog entry of provider/name or, for a model only known live (local models, new
-// remote ones, self-hosted ones), a synthesised entry: local ones free, the others without a price.
-func infoFor(p *providerDef, name string) ModelInfo {
+// remote ones, self-hosted ones), a synthesised entry: free on a server of the user's own (own: a local
+// provider, or a keyless self-hosted one — its cost is 0 and nothing warns that it is unpriced), the
+// others without a price.
+func infoFor(p *providerDef, name string, own bool) ModelInfo {
 	if mi, ok := lookupModel(p.ID + "/" + name); ok {
 		return mi
 	}
 	mi := ModelInfo{ID: p.ID + "/" + name, Provider: p.ID, Name: name, DisplayName: name,
 		ContextWindow: 32_768, MaxOutputTokens: 4_096, SupportsTools: true, SupportsStreaming: true, quality: 40}
-	if p.Local {
+	if own {
 		mi.Free = true
 		mi.Pricing = &pricing{}
 	}
 	return mi
+}
+
+// ownServer: the provider is a server of the user's own machine or LAN (Ollama, LM Studio, or an
+// OpenAI-compatible base URL with no key).
+func (p *providerDef) ownServer(getenv func(string) string) bool {
+	return p.Local || p.selfHosted(getenv)
 }
 
 func catalogNames(provider string) []string {
@@ -277,7 +285,7 @@ func catalogNames(provider string) []string {
 
 // modelsOf lists a provider's models for GET /v1/models: the live list when the probe returned one
 // (catalog entries first, in catalog order), else the catalog.
-func modelsOf(p providerDef, ps providerStatus) []ModelInfo {
+func modelsOf(p providerDef, ps providerStatus, own bool) []ModelInfo {
 	live := ps.Models
 	var out []ModelInfo
 	seen := map[string]bool{}
@@ -299,7 +307,7 @@ func modelsOf(p providerDef, ps providerStatus) []ModelInfo {
 			out = append(out, mi)
 			continue
 		}
-		out = append(out, infoFor(&p, n))
+		out = append(out, infoFor(&p, n, own))
 	}
 	return out
 }

@@ -221,7 +221,7 @@ func (m *modelService) ollamaShow(ctx context.Context, c candidate, name string)
 	if err := m.getJSON(ctx, c, c.base+"/api/show", map[string]any{"model": name}, nil, &r); err != nil {
 		return ModelInfo{}, err
 	}
-	mi := infoFor(c.prov, name)
+	mi := infoFor(c.prov, name, true)
 	for k, v := range r.ModelInfo {
 		if strings.HasSuffix(k, ".context_length") {
 			if f, ok := v.(float64); ok && f > 0 {

@@ -293,13 +293,13 @@ func TestOpenAIStreamToolCallIndexOutOfRange(t *testing.T) {
 
 // {type:"json_schema"} without a schema is JSON mode, not a null schema every provider rejects with 400.
 func TestOpenAIJSONSchemaWithoutSchemaIsJSONMode(t *testing.T) {
-	c := candidate{prov: providerByID("openai"), info: infoFor(providerByID("openai"), "gpt-4o")}
+	c := candidate{prov: providerByID("openai"), info: infoFor(providerByID("openai"), "gpt-4o", false)}
 	body := openaiBody(c, ChatRequest{Messages: []ModelMessage{userMsg("x")}, ResponseFormat: map[string]any{"type": "json_schema"}}, false)
 	b, _ := json.Marshal(body["response_format"])
 	if string(b) != `{"type":"json_object"}` {
 		t.Fatalf("response_format %s", b)
 	}
-	ob := ollamaBody(candidate{prov: providerByID("ollama"), info: infoFor(providerByID("ollama"), "llama3.2")},
+	ob := ollamaBody(candidate{prov: providerByID("ollama"), info: infoFor(providerByID("ollama"), "llama3.2", true)},
 		ChatRequest{Messages: []ModelMessage{userMsg("x")}, ResponseFormat: map[string]any{"type": "json_schema"}}, false)
 	if ob["format"] != "json" {
 		t.Fatalf("ollama format %#v", ob["format"])
@@ -311,7 +311,7 @@ func TestOpenAIReasoningModelGetsNoStop(t *testing.T) {
 	temp := 0.5
 	req := ChatRequest{Messages: []ModelMessage{userMsg("x")}, Stop: []string{"END"}, Temperature: &temp}
 	for _, name := range []string{"gpt-5", "o3", "o4-mini"} {
-		body := openaiBody(candidate{prov: providerByID("openai"), info: infoFor(providerByID("openai"), name)}, req, false)
+		body := openaiBody(candidate{prov: providerByID("openai"), info: infoFor(providerByID("openai"), name, false)}, req, false)
 		if _, ok := body["stop"]; ok {
 			t.Fatalf("%s: stop sent", name)
 		}
@@ -319,7 +319,7 @@ func TestOpenAIReasoningModelGetsNoStop(t *testing.T) {
 			t.Fatalf("%s: temperature sent", name)
 		}
 	}
-	body := openaiBody(candidate{prov: providerByID("openai"), info: infoFor(providerByID("openai"), "gpt-4o")}, req, false)
+	body := openaiBody(candidate{prov: providerByID("openai"), info: infoFor(providerByID("openai"), "gpt-4o", false)}, req, false)
 	if _, ok := body["stop"]; !ok {
 		t.Fatal("gpt-4o: stop dropped")
 	}
@@ -347,7 +347,7 @@ func TestOpenAIStreamParallelCallsAtSameIndex(t *testing.T) {
 // LM Studio answers 400 "'response_format.type' must be 'json_schema' or 'text'" to json_object: JSON
 // mode goes to it as the loosest json_schema; a real schema passes unchanged.
 func TestOpenAICompatLMStudioJSONModeIsJSONSchema(t *testing.T) {
-	c := candidate{prov: providerByID("lmstudio"), info: infoFor(providerByID("lmstudio"), "qwen2.5-7b-instruct")}
+	c := candidate{prov: providerByID("lmstudio"), info: infoFor(providerByID("lmstudio"), "qwen2.5-7b-instruct", true)}
 	body := openaiBody(c, ChatRequest{Messages: []ModelMessage{userMsg("x")}, ResponseFormat: "json"}, false)
 	b, _ := json.Marshal(body["response_format"])
 	if string(b) != `{"json_schema":{"name":"response","schema":{"type":"object"}},"type":"json_schema"}` {
@@ -366,10 +366,10 @@ func TestOpenAICompatLMStudioJSONModeIsJSONSchema(t *testing.T) {
 func TestOpenAICompatGroqReasoningFormatOnlyForReasoningModels(t *testing.T) {
 	req := ChatRequest{Messages: []ModelMessage{userMsg("x")}, Thinking: true}
 	groq := providerByID("groq")
-	if b := openaiBody(candidate{prov: groq, info: infoFor(groq, "llama-3.3-70b-versatile")}, req, false); b["reasoning_format"] != nil {
+	if b := openaiBody(candidate{prov: groq, info: infoFor(groq, "llama-3.3-70b-versatile", false)}, req, false); b["reasoning_format"] != nil {
 		t.Fatalf("llama: %v", b["reasoning_format"])
 	}
-	if b := openaiBody(candidate{prov: groq, info: infoFor(groq, "qwen/qwen3-32b")}, req, false); b["reasoning_format"] != "parsed" {
+	if b := openaiBody(candidate{prov: groq, info: infoFor(groq, "qwen/qwen3-32b", false)}, req, false); b["reasoning_format"] != "parsed" {
 		t.Fatalf("qwen3: %v", b["reasoning_format"])
 	}
 }
@@ -379,11 +379,11 @@ func TestOpenAICompatGroqReasoningFormatOnlyForReasoningModels(t *testing.T) {
 func TestOpenAIToolChoiceWithoutToolsIsNotSent(t *testing.T) {
 	req := ChatRequest{Messages: []ModelMessage{userMsg("x")}, ToolChoice: "auto"}
 	oa := providerByID("openai")
-	if b := openaiBody(candidate{prov: oa, info: infoFor(oa, "gpt-4o")}, req, false); b["tool_choice"] != nil {
+	if b := openaiBody(candidate{prov: oa, info: infoFor(oa, "gpt-4o", false)}, req, false); b["tool_choice"] != nil {
 		t.Fatalf("openai: %v", b["tool_choice"])
 	}
 	an := providerByID("anthropic")
-	if b := anthropicBody(candidate{prov: an, info: infoFor(an, "claude-sonnet-4-5")}, req, false); b["tool_choice"] != nil {
+	if b := anthropicBody(candidate{prov: an, info: infoFor(an, "claude-sonnet-4-5", false)}, req, false); b["tool_choice"] != nil {
 		t.Fatalf("anthropic: %v", b["tool_choice"])
 	}
 	if b := geminiBody("gemini-2.5-flash", req); b["toolConfig"] != nil {

@@ -178,7 +178,7 @@ func (m *modelService) plan(ctx context.Context, req ChatRequest, opts chatOptio
 func (m *modelService) candidateFor(id string, req ChatRequest) candidate {
 	pid, name, _ := strings.Cut(id, "/")
 	prov := providerByID(pid)
-	c := candidate{prov: prov, info: infoFor(prov, name)}
+	c := candidate{prov: prov, info: infoFor(prov, name, prov.ownServer(m.getenv))}
 	_, known := lookupModel(id)
 	if prov.Local { // what /api/show told the last probe: context window and capabilities
 		m.mu.Lock()
@@ -366,13 +366,13 @@ func (m *modelService) autoCandidates(st map[string]providerStatus, strategy str
 	for i := range providerTable {
 		p := &providerTable[i]
 		ps := st[p.ID]
-		own := p.Local || p.selfHosted(m.getenv) // a server on the user's own machine or LAN
+		own := p.ownServer(m.getenv)
 		if !ps.Available || (strategy == "local" && !own) {
 			continue
 		}
 		if own {
 			for _, n := range ps.Models {
-				pool = append(pool, infoFor(p, n))
+				pool = append(pool, infoFor(p, n, own))
 			}
 			continue
 		}
@@ -383,7 +383,7 @@ func (m *modelService) autoCandidates(st map[string]providerStatus, strategy str
 		}
 		for _, n := range ps.Models { // what the provider lists and the catalog does not know
 			if _, known := lookupModel(p.ID + "/" + n); !known && chatModel(n) {
-				pool = append(pool, infoFor(p, n))
+				pool = append(pool, infoFor(p, n, own))
 			}
 		}
 	}

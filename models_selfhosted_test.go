@@ -93,52 +93,58 @@ func TestSelfHostedBaseURLAndNoKey(t *testing.T) {
 	}
 }
 
-// A model only the provider lists is what `auto` picks from a self-hosted server, and its run says its
-// cost is counted as zero.
+// A model only the provider lists is what `auto` picks from a self-hosted server. A keyless self-hosted
+// server is the user's own: its models are listed free and a run on one does not warn that it is
+// unpriced (issue 26 item 9); behind a key (a paid proxy) an uncatalogued model is unpriced, said once a run.
 func TestAutoUsesAProviderListedModel(t *testing.T) {
 	sh := newSelfHosted(t, "qwen2.5-coder-32b")
-	ts := serverWithEnv(t, map[string]string{"OPENAI_BASE_URL": sh.URL})
-	if res := ts.do("POST", "/v1/agents", map[string]any{"spec": map[string]any{"name": "lan", "model": "auto",
-		"computer": map[string]any{"enabled": false}, "tools": []any{}}}); res.status != 201 {
-		t.Fatalf("create: %d %s", res.status, res.body)
-	}
-	res := ts.do("POST", "/v1/agents/lan/run", map[string]any{"input": "hello"})
-	out := res.json(t)
-	if res.status != 200 || out["stopReason"] != "complete" || out["model"] != "openai/qwen2.5-coder-32b" || out["text"] != "self-hosted says hi" {
-		t.Fatalf("run: %d %s", res.status, res.body)
-	}
-	run := ts.do("GET", "/v1/runs/"+out["runId"].(string), nil).json(t)
-	warned := false
-	for _, ev := range run["events"].([]any) {
-		e := ev.(map[string]any)
-		if e["type"] == "warning" && e["code"] == "unpriced" && strings.Contains(e["message"].(string), "counted as $0") {
-			warned = true
+	unpricedWarnings := func(ts *testServer, agent string, tools []any) (map[string]any, int) {
+		t.Helper()
+		if res := ts.do("POST", "/v1/agents", map[string]any{"spec": map[string]any{"name": agent, "model": "auto",
+			"computer": map[string]any{"enabled": false}, "tools": tools}}); res.status != 201 {
+			t.Fatalf("create: %d %s", res.status, res.body)
 		}
-	}
-	if !warned || out["usage"].(map[string]any)["costUsd"] != float64(0) {
-		t.Fatalf("no zero-price warning or a cost: %v", run["events"])
-	}
-	// A run of several steps says it once.
-	if res := ts.do("POST", "/v1/agents", map[string]any{"spec": map[string]any{"name": "lan-web", "model": "auto",
-		"computer": map[string]any{"enabled": false}, "tools": []any{"web"}}}); res.status != 201 {
-		t.Fatalf("create: %d %s", res.status, res.body)
-	}
-	out = ts.do("POST", "/v1/agents/lan-web/run", map[string]any{"input": "fetch something"}).json(t)
-	run = ts.do("GET", "/v1/runs/"+out["runId"].(string), nil).json(t)
-	unpriced := 0
-	for _, ev := range run["events"].([]any) {
-		if e := ev.(map[string]any); e["type"] == "warning" && e["code"] == "unpriced" {
-			unpriced++
+		res := ts.do("POST", "/v1/agents/"+agent+"/run", map[string]any{"input": "fetch something"})
+		out := res.json(t)
+		if res.status != 200 || out["stopReason"] != "complete" || out["model"] != "openai/qwen2.5-coder-32b" || out["text"] != "self-hosted says hi" {
+			t.Fatalf("run: %d %s", res.status, res.body)
 		}
-	}
-	if out["steps"] != float64(2) || unpriced != 1 {
-		t.Fatalf("a %v-step run warned %d times that the model is unpriced, want once: %v", out["steps"], unpriced, run["events"])
-	}
-	// Listed with no price.
-	for _, m := range ts.do("GET", "/v1/models", nil).json(t)["models"].([]any) {
-		if mi := m.(map[string]any); mi["id"] == "openai/qwen2.5-coder-32b" && mi["pricing"] != nil {
-			t.Fatalf("a listed-only model has a price: %v", mi)
+		run := ts.do("GET", "/v1/runs/"+out["runId"].(string), nil).json(t)
+		n := 0
+		for _, ev := range run["events"].([]any) {
+			if e := ev.(map[string]any); e["type"] == "warning" && e["code"] == "unpriced" && strings.Contains(e["message"].(string), "counted as $0") {
+				n++
+			}
 		}
+		if out["usage"].(map[string]any)["costUsd"] != float64(0) {
+			t.Fatalf("a cost: %v", out)
+		}
+		return out, n
+	}
+	listed := func(ts *testServer) map[string]any {
+		for _, m := range ts.do("GET", "/v1/models", nil).json(t)["models"].([]any) {
+			if mi := m.(map[string]any); mi["id"] == "openai/qwen2.5-coder-32b" {
+				return mi
+			}
+		}
+		t.Fatal("the self-hosted model is not listed")
+		return nil
+	}
+
+	own := serverWithEnv(t, map[string]string{"OPENAI_BASE_URL": sh.URL})
+	if out, n := unpricedWarnings(own, "lan", []any{"web"}); n != 0 || out["steps"] != float64(2) {
+		t.Fatalf("a %v-step run on the user's own server warned %d times that the model is unpriced", out["steps"], n)
+	}
+	if mi := listed(own); mi["free"] != true {
+		t.Fatalf("the user's own model is not listed free: %v", mi)
+	}
+
+	proxy := serverWithEnv(t, map[string]string{"OPENAI_BASE_URL": sh.URL, "OPENAI_API_KEY": "sk-proxy-0123456789abcdef"})
+	if out, n := unpricedWarnings(proxy, "lan-web", []any{"web"}); n != 1 {
+		t.Fatalf("a %v-step run through a keyed proxy warned %d times that the model is unpriced, want once", out["steps"], n)
+	}
+	if mi := listed(proxy); mi["pricing"] != nil || mi["free"] != false {
+		t.Fatalf("a listed-only model behind a key has a price or is free: %v", mi)
 	}
 }
 

@@ -3,8 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -148,4 +152,49 @@ func TestExamplesApply(t *testing.T) {
 func mustMarshal(v any) []byte {
 	b, _ := json.Marshal(v)
 	return b
+}
+
+// The README's webhook example posts to an agent and with a secret the shipped examples have: its URLs
+// are mounted once examples/ is applied, and a body signed the README's way with the README's secret
+// passes the signature check (issue 26 item 9). Its links to the contract documents are links.
+func TestReadmeWebhookExampleAndDocLinks(t *testing.T) {
+	readme, _ := os.ReadFile("README.md")
+	for _, doc := range []string{"docs/API.md", "docs/DESIGN.md"} {
+		if !strings.Contains(string(readme), "]("+doc+")") {
+			t.Errorf("the README names %s without linking it", doc)
+		}
+	}
+	for _, m := range regexp.MustCompile(`\]\(([^)#:]+)\)`).FindAllStringSubmatch(string(readme), -1) {
+		if _, err := os.Stat(m[1]); err != nil {
+			t.Errorf("the README links %s, which does not exist", m[1])
+		}
+	}
+	ts := newTestServer(t)
+	files, _ := filepath.Glob("examples/*.yaml")
+	for _, f := range files {
+		b, _ := os.ReadFile(f)
+		if res := ts.do("POST", "/v1/agents", b, "Content-Type", "application/yaml"); res.status != 201 {
+			t.Fatalf("%s: %d %s", f, res.status, res.body)
+		}
+	}
+	mounted := string(mustMarshal(ts.do("GET", "/v1/triggers", nil).json(t)))
+	urls := regexp.MustCompile(`localhost:7377(/v1/w/[a-z0-9/_-]+)`).FindAllStringSubmatch(string(readme), -1)
+	secrets := regexp.MustCompile(`-hmac '([^']+)'`).FindAllStringSubmatch(string(readme), -1)
+	if len(urls) == 0 || len(secrets) == 0 {
+		t.Fatal("the README has no webhook example")
+	}
+	for _, u := range urls {
+		if !strings.Contains(mounted, `"at":"`+u[1]+`"`) {
+			t.Errorf("the README posts to %s, which the examples do not mount: %s", u[1], mounted)
+		}
+		for _, sec := range secrets {
+			body := `{"action":"opened","issue":{"title":"Crash on start"}}`
+			mac := hmac.New(sha256.New, []byte(sec[1]))
+			mac.Write([]byte(body))
+			res := ts.do("POST", u[1], body, "X-Hub-Signature-256", "sha256="+hex.EncodeToString(mac.Sum(nil)))
+			if res.status == http.StatusForbidden || res.status == http.StatusNotFound {
+				t.Errorf("the README's signed example to %s with secret %q: %d %s", u[1], sec[1], res.status, res.body)
+			}
+		}
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -626,5 +627,91 @@ func TestE2ETimeoutAbortsLongShell(t *testing.T) {
 		}
 	case <-time.After(120 * time.Second): // far below the command's 600 s: the tool was not aborted
 		t.Fatal("the run waited for the shell command past its wall clock")
+	}
+}
+
+// fakeEngine puts a `docker` on PATH that answers `info` as the real one does (or, daemonDown, as one
+// whose daemon is stopped) and fails every other command the way docker does for an image that is not
+// on the machine and cannot be pulled (an offline host).
+func fakeEngine(t *testing.T, daemonDown bool) {
+	dir := t.TempDir()
+	info := "echo 27.0.1"
+	if daemonDown {
+		info = "echo 'Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running?' >&2; exit 1"
+	}
+	script := "#!/bin/sh\ncase \"$1\" in\ninfo) " + info + ";;\n*) echo \"Unable to find image 'agentd-test:bookworm' locally\" >&2\n" +
+		"echo 'docker: Error response from daemon: pull access denied for agentd-test, repository does not exist' >&2; exit 125;;\nesac\n"
+	if err := os.WriteFile(filepath.Join(dir, "docker"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
+}
+
+// A run whose computer cannot be created or started (image missing offline, the engine's daemon
+// stopped) ends `error` with that reason — one error event, the run's error field, exit 1 from
+// `agentd run` — instead of letting the model say "Done" over failed tools and end `complete`; and
+// the server log names the run, the tool and the code (issue 26 item 1).
+func TestE2EBrokenComputerEndsTheRunWithError(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		daemonDown bool
+		code       string
+		real       bool // the real docker, with the base flavour pointed at an image no registry serves
+	}{
+		{"image missing offline", false, codeProviderUnavailable, false},
+		{"daemon stopped", true, codeProviderUnavailable, false},
+		{"real docker, image missing", false, codeProviderUnavailable, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			images := func(c *testSetup) {}
+			if !tc.real {
+				fakeEngine(t, tc.daemonDown)
+			} else if os.Getenv("AGENT_TEST_DOCKER") != "1" {
+				t.Skip("AGENT_TEST_DOCKER is not 1")
+			} else {
+				images = func(c *testSetup) { c.Images = map[string]string{"base": "127.0.0.1:1/agentd-missing:none"} }
+			}
+			so := newScriptedOpenAI(t, func(r scriptReq) scriptReply {
+				if len(r.toolResults()) > 0 {
+					return scriptReply{text: "Done"}
+				}
+				return scriptReply{calls: []ToolCall{{ID: "c1", Name: "shell", Args: map[string]any{"command": "echo hi"}}}}
+			})
+			var log syncBuffer
+			te := newE2E(t, so, "", func(c *testSetup) { c.ComputerProvider = "docker" }, images, withLog(&log))
+			te.createAgent(map[string]any{"name": "e2e-broken"})
+
+			evs := te.stream("e2e-broken", map[string]any{"input": "say hi"}).all()
+			var errs []map[string]any
+			for _, e := range evs {
+				if e["type"] == "error" {
+					errs = append(errs, e)
+				}
+			}
+			res := evs[len(evs)-1]["result"].(map[string]any)
+			if res["stopReason"] != "error" || res["error"] == nil || res["error"].(map[string]any)["code"] != tc.code {
+				t.Fatalf("run result: %v", res)
+			}
+			if len(errs) != 1 || errs[0]["error"].(map[string]any)["code"] != tc.code {
+				t.Fatalf("error events: %v", errs)
+			}
+			if n := len(so.requests()); n != 1 {
+				t.Fatalf("the model was asked %d times; the run should end when its computer cannot come up", n)
+			}
+			runID := evs[0]["runId"].(string)
+			sum := te.latestRun("e2e-broken")
+			if sum.RunID != runID || sum.Status != "error" || sum.Error == nil || sum.Error.Code != tc.code {
+				t.Fatalf("summary: %+v", sum)
+			}
+			for _, want := range []string{"run=" + runID, "tool=shell", "code=" + tc.code} {
+				if !strings.Contains(log.String(), want) {
+					t.Fatalf("server log lacks %q:\n%s", want, log.String())
+				}
+			}
+			if r := te.agentd("", nil, "run", "e2e-broken", "say hi"); r.code != 1 || !strings.Contains(r.stderr, "ended: error") ||
+				!strings.Contains(r.stderr, tc.code) {
+				t.Fatalf("agentd run: %s", r)
+			}
+		})
 	}
 }

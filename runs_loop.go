@@ -8,7 +8,8 @@
 // every model call the ceilings are checked in the order steps, time, cost, tokens. Tool calls of one turn
 // run at most 4 at once and their results keep the model's order. A call repeated with identical
 // arguments 3 times gets a nudge, 5 times ends the run with `loop`. The wall-clock timeout aborts a step
-// in flight; partial results are kept. Every event is persisted and streamed as it happens.
+// in flight; partial results are kept. Every event is persisted and streamed as it happens. A run whose
+// computer cannot be created or started ends `error` with that reason (the cancel cause computerFailure).
 package main
 
 import (
@@ -65,8 +66,9 @@ type activeRun struct {
 	recorded bool // the end is in the store
 	deleted  bool // DELETE arrived before the end was recorded: remove the record once written
 
-	compMu     sync.Mutex
-	computerID string
+	compMu      sync.Mutex
+	computerID  string
+	computerErr *apiError // the computer could not be had: the run's end reason
 
 	extra   map[string]toolImpl // the run's MCP tools (mcp_client.go), set before the loop starts
 	trusted map[string]bool     // MCP tools of a trusted server: no approval
@@ -257,8 +259,12 @@ func (ar *activeRun) run() {
 	}
 	ar.rs.finished(ar)
 	ar.rs.metrics.runFinished(stop, time.Duration(res.DurationMS)*time.Millisecond)
-	ar.rs.log.Info("run finished", "run", ar.id, "agent", ar.agent, "stop", stop, "steps", sum.Steps,
-		"costUsd", sum.CostUSD, "ms", res.DurationMS)
+	attrs := []any{"run", ar.id, "agent", ar.agent, "stop", stop, "steps", sum.Steps, "costUsd", sum.CostUSD, "ms", res.DurationMS}
+	if stop == "error" && res.Error != nil {
+		ar.rs.log.Error("run finished", append(attrs, "code", res.Error.Code, "err", res.Error.Message)...)
+	} else {
+		ar.rs.log.Info("run finished", attrs...)
+	}
 	if ar.rs.hub != nil {
 		ar.rs.hub.publish("runs", "run_finished", sum)
 	}
@@ -349,12 +355,21 @@ func (ar *activeRun) setup(st *loopState) {
 	st.repeats = map[string]int{}
 }
 
+// computerFailure is the run's cancel cause when its computer cannot be created or started.
+type computerFailure struct{ err *apiError }
+
+func (c computerFailure) Error() string { return c.err.Error() }
+
 // stopCause maps the run context's cause to a stop reason and its error.
 func (ar *activeRun) stopCause() (string, *apiError) {
 	cause := context.Cause(ar.ctx)
 	if errors.Is(cause, errRunTimeout) || errors.Is(cause, context.DeadlineExceeded) {
 		return "timeout", errorf(codeAborted, "the run reached its timeoutSec of %d s", ar.lim.TimeoutSec).
 			withHint("raise limits.timeoutSec in the agent spec")
+	}
+	var cf computerFailure
+	if errors.As(cause, &cf) {
+		return "error", cf.err
 	}
 	msg := "the run was aborted"
 	if cause != nil {
@@ -776,6 +791,10 @@ func (ar *activeRun) runTool(c ToolCall) (res toolOutcome) {
 	deltaMu.Unlock()
 	if err != nil {
 		ae := asAPIError(err)
+		if platformFailure(ae.Code) {
+			ar.rs.log.Warn("a tool failed because of the platform, not the command", "run", ar.id, "agent", ar.agent,
+				"tool", c.Name, "code", ae.Code, "err", ar.red.redact(ae.Message))
+		}
 		if ae.Code == codeInternal {
 			ae = errorf(codeToolError, "%s", ae.Message)
 		}
@@ -791,6 +810,17 @@ func (ar *activeRun) runTool(c ToolCall) (res toolOutcome) {
 	return toolOutcome{output: out}
 }
 
+// platformFailure reports whether a tool error code is the platform's (the computer, its engine, agentd)
+// rather than the command's or the model's: those are logged with the run, the tool and the code.
+func platformFailure(code string) bool {
+	switch code {
+	case codeProviderUnavailable, codeComputerFailed, codeComputerNotFound, codeExecFailed, codeNotImplemented,
+		codeQuota, codeInternal:
+		return true
+	}
+	return false
+}
+
 // ---- the agent's computer ----
 
 // computer returns the run's computer id, getting it on first use: the body's computerId, or the
@@ -800,6 +830,9 @@ func (ar *activeRun) computer(ctx context.Context) (string, error) {
 	defer ar.compMu.Unlock()
 	if ar.computerID != "" {
 		return ar.computerID, nil
+	}
+	if ar.computerErr != nil {
+		return "", ar.computerErr
 	}
 	if !ar.spec.Computer.IsEnabled() {
 		return "", errorf(codeToolError, "this agent has no computer (computer.enabled is false)")
@@ -812,11 +845,19 @@ func (ar *activeRun) computer(ctx context.Context) (string, error) {
 	} else {
 		info, err = rs.computers.EnsureForAgent(ctx, ar.agent, ar.spec.Computer) // it serialises per agent
 	}
-	if err != nil {
-		return "", err
+	if err == nil && info == nil {
+		err = errorf(codeComputerFailed, "the computer service returned no computer")
 	}
-	if info == nil {
-		return "", errorf(codeComputerFailed, "the computer service returned no computer")
+	if err != nil {
+		if ar.ctx.Err() != nil {
+			return "", err // the run stopped while its computer was coming up: that stop is the reason
+		}
+		// Without its computer the run cannot do its work: it ends `error` with this reason (stopCause)
+		// rather than letting the model answer over tools that all fail.
+		ae := asAPIError(err)
+		ar.computerErr = errorf(ae.Code, "the agent's computer could not be created or started: %s", ae.Message).withHint(ae.Hint)
+		ar.cancel(computerFailure{ar.computerErr})
+		return "", err
 	}
 	ar.computerID = info.ID
 	ar.emit(runEvent{Type: "computer_ready", ComputerID: info.ID, Provider: info.Provider})

@@ -9,7 +9,8 @@
 // fetch_url and http_request obey the network policy (private, loopback and link-local addresses refused
 // unless named in computer.network.allow; the check is made on the resolved address at dial time, so every
 // redirect and every DNS answer is re-checked). A tool failure is an error result for the model, never the
-// end of the run.
+// end of the run — except that a run whose computer cannot be created or started ends `error` (runs_loop.go);
+// failures of the platform (not of the command) are logged with the run, the tool and the code.
 package main
 
 import (

@@ -14,13 +14,16 @@
 // expected; a path that cannot be imported, for whatever reason, → one E_IMPORT_FAILED that tells nothing
 // of the file (importPath: not its bytes, not whether it exists). A path must be a regular file the server may read: never under the data directory, never a
 // device, FIFO or socket, at most maxImportBytes. Imports stream: a large export is read conversation by
-// conversation, never held whole twice.
+// conversation, never held whole twice. Importing the same conversation again returns the stored
+// transcript (same id), not a copy: each is keyed by its content hash.
 package main
 
 import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io"
@@ -307,12 +310,13 @@ func (ss *sessionService) importReader(ctx context.Context, r io.Reader, source,
 			return nil
 		}
 		ss.finish(t, source, path)
-		if err := ss.store.SaveTranscript(ctx, t); err != nil {
+		stored, err := ss.store.SaveTranscript(ctx, t, contentHash(t))
+		if err != nil {
 			return err
 		}
 		count++
 		if first == nil {
-			first = t
+			first = stored
 		}
 		return nil
 	})
@@ -330,6 +334,21 @@ func (ss *sessionService) importReader(ctx context.Context, r io.Reader, source,
 		ss.log.Info("transcripts imported", "source", source, "count", count)
 	}
 	return first, nil
+}
+
+// contentHash identifies a conversation by what it says — source, title, session id and messages — not by
+// where it was read from, so importing the same content again (by path or by content) finds the stored one.
+func contentHash(t *Transcript) string {
+	sid := ""
+	if t.Origin != nil {
+		sid = t.Origin.SessionID
+	}
+	b, _ := json.Marshal(struct {
+		Source, Title, SessionID string
+		Messages                 []TranscriptMessage
+	}{t.Source, t.Title, sid, t.Messages})
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
 }
 
 // finish fills what every transcript has: an id, the source, a title, and times.

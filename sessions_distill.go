@@ -8,8 +8,9 @@
 // user/assistant pairs become examples. With useModel exactly true a model (the body's model, else the
 // router's choice) writes the fields from the transcript, under the direct-chat cost ceiling; any model
 // failure falls back to the heuristic result with a note. Secrets, home paths and e-mail addresses never
-// reach the spec, its YAML or the model. The spec always passes validation; `origin` says where it came
-// from; notes say what was guessed.
+// reach the spec, its YAML or the model. The spec's model is one this server reaches (the transcript's,
+// else auto), with a note and a YAML comment saying which and why. The spec always passes validation;
+// `origin` says where it came from; notes say what was guessed.
 package main
 
 import (
@@ -71,8 +72,42 @@ func (ss *sessionService) distill(ctx context.Context, t *Transcript, useModel b
 			d.Notes = append(d.Notes, "the model could not distil this transcript ("+ss.red.redactPersonal(asAPIError(err).Message)+"); the fields come from the free heuristic instead")
 		}
 	}
+	whose := "the " + t.Source + " transcript's"
+	if useModel && model != "" {
+		whose = "the distill request's"
+	}
+	var note string
+	d.SuggestedModel, note = ss.reachableModel(d.SuggestedModel, t.Source, whose)
+	d.Notes = append(d.Notes, note)
 	step("merging", 0.8)
-	return ss.specOf(t, d)
+	res := ss.specOf(t, d)
+	res.YAML = commentTopLevel(res.YAML, "model", ss.red.redactPersonal(note))
+	return res
+}
+
+// reachableModel is the model a distilled spec names: the transcript's (or the one asked for; whose says
+// which) when a provider this server reaches serves it, else auto; and a note saying which and why.
+func (ss *sessionService) reachableModel(want, source, whose string) (model, note string) {
+	if want == "" || want == "auto" {
+		return "auto", fmt.Sprintf("model: auto (the %s transcript names no model): the server picks the best model it reaches", source)
+	}
+	why := ss.models.unreachable(want)
+	if why == "" {
+		return want, fmt.Sprintf("model: %s, %s model, which this server reaches", want, whose)
+	}
+	return "auto", fmt.Sprintf("model: auto, not %s %s: no model provider this server reaches serves it (%s)", whose, want, oneLine(why))
+}
+
+// commentTopLevel adds `# comment` at the end of the top-level `key:` line of a rendered spec.
+func commentTopLevel(y, key, comment string) string {
+	lines := strings.SplitAfter(y, "\n")
+	for i, l := range lines {
+		if strings.HasPrefix(l, key+":") && !strings.Contains(l, "#") && comment != "" {
+			lines[i] = strings.TrimRight(l, "\n") + " # " + oneLine(comment) + "\n"
+			break
+		}
+	}
+	return strings.Join(lines, "")
 }
 
 // redacted is a copy of t with secrets, home paths and e-mail addresses replaced in the title, every text

@@ -507,7 +507,7 @@ func TestDistillFixtures(t *testing.T) {
 	d, spec := out["distilled"].(map[string]any), out["spec"].(map[string]any)
 	if d["needsComputer"] != true || fmt.Sprint(d["suggestedTools"]) != "[computer files]" ||
 		spec["computer"].(map[string]any)["flavor"] != "python" || !strings.Contains(d["persona"].(string), "Always run pytest after a change") ||
-		len(d["examples"].([]any)) == 0 || spec["model"] != "sonnet" {
+		len(d["examples"].([]any)) == 0 || spec["model"] != "auto" { // sonnet needs a key this server lacks (issue 26)
 		t.Errorf("claude-code distilled: %v\n%v", d, spec)
 	}
 	// The planted secrets are in the imported transcript (the import keeps the user's words), so their
@@ -584,7 +584,8 @@ func TestDistillUseModel(t *testing.T) {
 	}
 	res := te.do("POST", "/v1/sessions/distill", map[string]any{"transcriptId": id, "useModel": true, "model": "openai/gpt-4o-mini"}).json(t)
 	d := res["distilled"].(map[string]any)
-	if calls != 1 || d["name"] != "date-fixer" || d["persona"] != "You fix date bugs and run pytest." || res["spec"].(map[string]any)["name"] != "date-fixer" {
+	if calls != 1 || d["name"] != "date-fixer" || d["persona"] != "You fix date bugs and run pytest." || res["spec"].(map[string]any)["name"] != "date-fixer" ||
+		res["spec"].(map[string]any)["model"] != "openai/gpt-4o-mini" || !strings.Contains(fmt.Sprint(d["notes"]), "model: openai/gpt-4o-mini, the distill request's model, which this server reaches") {
 		t.Fatalf("useModel: calls %d, %v", calls, d)
 	}
 	// What the model was sent holds the conversation (the model's request reached the fake server with

@@ -97,6 +97,11 @@ ALTER TABLE transcripts ADD COLUMN updated_at TEXT NOT NULL DEFAULT '';
 ALTER TABLE transcripts ADD COLUMN imported_at TEXT NOT NULL DEFAULT '';
 CREATE INDEX transcripts_imported ON transcripts(imported_at);
 `,
+	// 4: a transcript's content hash, so importing the same content again returns the stored one (issue 26).
+	`
+ALTER TABLE transcripts ADD COLUMN content_hash TEXT NOT NULL DEFAULT '';
+CREATE UNIQUE INDEX transcripts_content ON transcripts(content_hash) WHERE content_hash != '';
+`,
 }
 
 type store struct {
@@ -642,8 +647,9 @@ type TranscriptSummary struct {
 	ImportedAt   string `json:"importedAt"`
 }
 
-// SaveTranscript stores an imported transcript; it stamps its import time into Meta.
-func (st *store) SaveTranscript(ctx context.Context, t *Transcript) error {
+// SaveTranscript stores an imported transcript, stamping its import time into Meta, and returns what is
+// stored: t, or the transcript already stored with the same content hash (then t is not saved again).
+func (st *store) SaveTranscript(ctx context.Context, t *Transcript, hash string) (*Transcript, error) {
 	imported := timestamp(st.now())
 	if t.Meta == nil {
 		t.Meta = map[string]any{}
@@ -651,11 +657,22 @@ func (st *store) SaveTranscript(ctx context.Context, t *Transcript) error {
 	t.Meta["importedAt"] = imported
 	b, err := json.Marshal(t)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	_, err = st.db.ExecContext(ctx, `INSERT INTO transcripts(id, source, title, created_at, body, message_count, updated_at, imported_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, t.ID, t.Source, t.Title, t.CreatedAt, b, len(t.Messages), t.UpdatedAt, imported)
-	return err
+	// ON CONFLICT: two imports of one content at once store it once (the partial unique index).
+	res, err := st.db.ExecContext(ctx, `INSERT INTO transcripts(id, source, title, created_at, body, message_count, updated_at, imported_at, content_hash)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`, t.ID, t.Source, t.Title, t.CreatedAt, b, len(t.Messages), t.UpdatedAt, imported, hash)
+	if err != nil {
+		return nil, err
+	}
+	if n, _ := res.RowsAffected(); n == 1 || hash == "" {
+		return t, nil
+	}
+	var id string
+	if err := st.db.QueryRowContext(ctx, `SELECT id FROM transcripts WHERE content_hash = ?`, hash).Scan(&id); err != nil {
+		return nil, err
+	}
+	return st.GetTranscript(ctx, id)
 }
 
 // GetTranscript reads a stored transcript; an unknown id is 404 E_TRANSCRIPT_NOT_FOUND.

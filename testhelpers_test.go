@@ -46,12 +46,14 @@ type testSetup struct {
 	config
 	now   func() time.Time
 	model *fakeModel
+	log   io.Writer // the server's log (text lines); nil discards it
 }
 
 type testOption func(*testSetup)
 
 func withHome(dir string) testOption            { return func(c *testSetup) { c.Home = dir } }
 func withClock(now func() time.Time) testOption { return func(c *testSetup) { c.now = now } }
+func withLog(w io.Writer) testOption            { return func(c *testSetup) { c.log = w } }
 
 // withFakeModel runs agents against m, with tools on a computer backed by a temp directory.
 func withFakeModel(m *fakeModel) testOption { return func(c *testSetup) { c.model = m } }
@@ -104,7 +106,11 @@ func newTestServer(t testing.TB, opts ...testOption) *testServer {
 	if _, err := os.Stat(c.Home + "/instance-id"); err != nil {
 		os.WriteFile(c.Home+"/instance-id", []byte(testOwnerPrefix()+randomChars(4)+"\n"), 0o600)
 	}
-	s, err := newServer(c.config, slog.New(slog.DiscardHandler), c.now)
+	logger := slog.New(slog.DiscardHandler)
+	if c.log != nil {
+		logger = slog.New(slog.NewTextHandler(c.log, nil))
+	}
+	s, err := newServer(c.config, logger, c.now)
 	if err != nil {
 		t.Fatalf("newServer: %v", err)
 	}

@@ -456,10 +456,30 @@ func TestDashboardBrowser(t *testing.T) {
 	}
 	p.clickOn(`#spec-issues li`) // moves the caret to the issue's line
 	p.waitFor("the caret on the issue's line", `(() => { const ta = document.querySelector('.editor textarea'); return ta.value.slice(ta.selectionStart, ta.selectionEnd).includes('maxSteps: 900'); })()`)
+	// A valid spec with an unknown tool: valid, with the warning at its line (issue 26 item 6).
+	p.eval(`(() => { const ta = document.querySelector('.editor textarea'); ta.value = 'name: helper\ntools: [computer, flie]\n'; ta.dispatchEvent(new Event('input')); return true; })()`)
+	p.waitFor("the unknown tool's warning", `document.querySelector('#spec-issues').innerText.includes('Valid spec.') && [...document.querySelectorAll('#spec-issues li')].some((li) => li.innerText.includes('warning, line 2') && li.innerText.includes('flie: unknown tool (it is dropped); did you mean files?'))`)
 	p.eval(`(() => { const i = document.querySelector('main form textarea'); i.value = 'streamed please'; i.form.requestSubmit(); return true; })()`)
 	p.waitFor("the run streamed into the page", `document.querySelectorAll('.timeline').length && document.querySelector('.timeline').innerText.includes('tool-said-streamed') && document.querySelector('.timeline').innerText.includes('Run ended')`)
 	p.screenshot(shots, "agent-editor")
 	p.clean("agents")
+
+	// A run started on an agent's page goes on when the page is left, and is followed from Runs (issue 26).
+	p.navigate(base + "/agents/careful")
+	p.waitFor("careful's page", `document.querySelector('main form textarea') && document.querySelector('.editor textarea').value.includes('name: careful')`)
+	p.eval(`(() => { const i = document.querySelector('main form textarea'); i.value = 'left behind'; i.form.requestSubmit(); return true; })()`)
+	p.waitFor("the run's approval on the agent page", `document.querySelector('.timeline [data-approval]') && document.querySelector('main a[href^="/runs/run_"]')`)
+	leftRun := strings.TrimPrefix(fmt.Sprint(p.eval(`document.querySelector('main a[href^="/runs/run_"]').getAttribute('href')`)), "/runs/")
+	p.clickOn(`nav a[href="/runs"]`)
+	p.waitFor("the left run in the runs list", `location.pathname === '/runs' && document.querySelector('main tbody a[href="/runs/`+leftRun+`"]')`)
+	p.eval(`document.querySelector('main tbody a[href="/runs/` + leftRun + `"]').click(), true`)
+	p.waitFor("the left run, still waiting, followed from Runs", `document.querySelector('.timeline [data-approval] .approve-box button.primary') && document.querySelector('main').innerText.includes('Cancel run')`)
+	p.clickOn(`.timeline [data-approval] .approve-box button.primary`)
+	p.waitFor("the left run's end, live", `document.querySelector('.timeline').innerText.includes('tool-said-left') && document.querySelector('.timeline').innerText.includes('Run ended')`)
+	if got := te.call("GET", "/v1/runs/"+leftRun, nil, 200, nil).json(t)["result"].(map[string]any); got["stopReason"] != "complete" {
+		t.Fatalf("the run left on the agent page: %v", got)
+	}
+	p.clean("left run")
 
 	// Runs: the list and the finished run's timeline with its tool call, arguments and output.
 	p.clickOn(`nav a[href="/runs"]`)

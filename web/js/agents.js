@@ -1,6 +1,8 @@
 // agents.js — the agents list and one agent's page: a YAML editor validated live through
-// POST /v1/agents/validate (each issue shown at its line), save (create or update), delete, and a run
-// panel that streams POST /v1/agents/:name/run/stream into a timeline as it arrives.
+// POST /v1/agents/validate (each issue, then each warning, shown at its line), save (create or update), delete, and a run
+// panel that starts a detached run (POST /v1/agents/:name/run?detach=true) and follows its events
+// (GET /v1/runs/:id/events) into a timeline: leaving the page stops following, never the run, which goes
+// on and is followed from Runs.
 // /agents/~new opens an empty editor (or the YAML handed over in history.state, e.g. by Sessions).
 
 import { get, post, api, stream, enc } from './api.js';
@@ -100,8 +102,15 @@ async function edit(root, ctx, name) {
         bad.get(line).push(s);
         return { line, s };
       }).sort((a, b) => a.line - b.line);
+      // Warnings (an unknown tool, a model no provider serves) follow the issues; they never make a spec invalid.
+      const warnings = (res.warnings || []).map((s) => {
+        const i = s.indexOf(': ');
+        const line = lineOf(ta.value, i > 0 ? s.slice(0, i) : s);
+        return h('li', { tabindex: 0, role: 'button', onclick: () => goLine(line), onkeydown: (e) => { if (e.key === 'Enter') goLine(line); } },
+          h('span.badge.warn', 'warning, line ' + line), ' ', h('code', s));
+      });
       clear(issuesEl, items.length ? items.map(({ line, s }) => h('li', { tabindex: 0, role: 'button', onclick: () => goLine(line),
-        onkeydown: (e) => { if (e.key === 'Enter') goLine(line); } }, h('span.badge.bad', 'line ' + line), ' ', h('code', s))) : h('li.ok', 'Valid spec.'));
+        onkeydown: (e) => { if (e.key === 'Enter') goLine(line); } }, h('span.badge.bad', 'line ' + line), ' ', h('code', s))) : h('li.ok', 'Valid spec.'), warnings);
       state.textContent = res.ok ? 'valid' : `${items.length} issue${items.length === 1 ? '' : 's'}`;
       state.className = 'small ' + (res.ok ? 'ok' : 'error');
       drawGutter();
@@ -143,7 +152,7 @@ async function edit(root, ctx, name) {
   const out = h('div');
   const runPanel = h('section.panel', h('h2', 'Run'),
     h('form', { onsubmit: (e) => { e.preventDefault(); run(); } }, field('Input', input), h('div.row', runBtn, stopBtn,
-      h('span.small.muted', 'The run streams to this page; leaving it stops the run.'))), out);
+      h('span.small.muted', 'The run goes on if you leave this page; follow it from Runs.'))), out);
   grid.append(runPanel);
   let ctrl = null;
   ctx.cleanup(() => ctrl?.abort());
@@ -160,12 +169,15 @@ async function edit(root, ctx, name) {
     let runId = '';
     stopBtn.onclick = async () => { if (runId) { try { await post('/v1/runs/' + enc(runId) + '/cancel'); } catch (e) { fail(e); } } };
     try {
-      await stream('POST', '/v1/agents/' + enc(current) + '/run/stream', { input: input.value }, (ev) => {
-        if (ev.type === 'run_start') { runId = ev.runId; clear(head, 'Run ', h('a', { href: '/runs/' + enc(runId) }, runId), ' ', badge('running')); }
+      // Detached: the run belongs to the server, not to this page (a closed stream would abort it).
+      const started = await post('/v1/agents/' + enc(current) + '/run?detach=true', { input: input.value }, { signal: my.signal });
+      runId = started.runId;
+      clear(head, 'Run ', h('a', { href: '/runs/' + enc(runId) }, runId), ' ', badge('running'));
+      await stream('GET', '/v1/runs/' + enc(runId) + '/events', undefined, (ev) => {
         if (ev.type === 'run_end') clear(head, 'Run ', h('a', { href: '/runs/' + enc(runId) }, runId), ' ', badge(ev.result.stopReason || 'complete'));
         tl.add(ev);
       }, my.signal);
-    } catch (e) { out.append(errorBox(e)); }
+    } catch (e) { if (!my.signal.aborted) out.append(errorBox(e)); }
     runBtn.disabled = false; stopBtn.hidden = true;
   }
 }
