@@ -500,7 +500,7 @@ func TestCLIBadInput(t *testing.T) {
 		want string
 	}{
 		{[]string{"frobnicate"}, 2, `unknown command "frobnicate"`},
-		{[]string{"agents", "--frob"}, 2, "agents: -frob"},
+		{[]string{"agents", "--frob"}, 2, "agents: unknown flag --frob"},
 		{[]string{"run"}, 2, "run: missing arguments"},
 		{[]string{"exec", "box"}, 2, "usage: agentd exec"},
 		{[]string{"rm"}, 2, "usage: agentd rm ID..."},
