@@ -245,7 +245,7 @@ func (e *engineProvider) create(ctx context.Context, m *ComputerInfo) error {
 				what = "the " + m.Spec.Flavor + " flavor's image"
 			}
 			return errorf(codeProviderUnavailable, "%s %s is not on this machine and could not be pulled", what, m.Image).
-				withHint(fmt.Sprintf("either make it present (`%s pull %s`; on a host with no registry `%s load -i image.tar`, or build one with debootstrap and `%s import`), or point the flavor at an image you have in config.yaml: images: {%s: <local image>}",
+				withHint(fmt.Sprintf("either make it present (`%s pull %s`; on a host with no registry `%s load -i image.tar`, or build one with debootstrap and `%s import`), or point the flavor at an image you have in config.yaml: images: {%s: <local image>}, "+takesEffect("images"),
 					e.name, m.Image, e.name, e.name, firstNonEmpty(m.Spec.Flavor, "base"))).
 				withDetail("image", m.Image).withDetail("flavor", m.Spec.Flavor)
 		}
