@@ -86,8 +86,19 @@ func requireProvider(t *testing.T, name string) {
 		}
 		t.Skipf("provider %s unavailable: %s (set AGENT_TEST_DOCKER=1 to make this a failure)", name, pr.reason)
 	}
-	if out, err := exec.Command(name, "image", "inspect", testImage).CombinedOutput(); err != nil {
-		t.Fatalf("provider %s: test image %s missing (run .ci/run to build it): %s", name, testImage, out)
+	requireTestImage(t, name, testImage)
+}
+
+// requireTestImage skips a test when the engine lacks the test image, with one line saying how to make
+// it; with AGENT_TEST_DOCKER=1 (CI) that is a failure instead.
+func requireTestImage(t *testing.T, engine, image string) {
+	t.Helper()
+	if out, err := exec.Command(engine, "image", "inspect", image).CombinedOutput(); err != nil {
+		msg := fmt.Sprintf("%s has no test image %s: build it offline with scripts/test-image.sh", engine, image)
+		if os.Getenv("AGENT_TEST_DOCKER") == "1" {
+			t.Fatalf("%s (AGENT_TEST_DOCKER=1): %s", msg, bytes.TrimSpace(out))
+		}
+		t.Skip(msg + " (set AGENT_TEST_DOCKER=1 to make this a failure)")
 	}
 }
 
@@ -1489,5 +1500,24 @@ func TestComputerBackgroundReconcileLeavesNewRecordsAlone(t *testing.T) {
 		if err != nil || got.State != want {
 			t.Errorf("%s after the background pass: %q %v, want %s", id, got.State, err, want)
 		}
+	}
+}
+
+// Issue 26 item 2: on a host with the engine but not the test image, outside CI, the engine tests skip
+// with one line naming the script that builds the image (AGENT_TEST_DOCKER=1 makes it a failure).
+func TestMissingTestImageSkips(t *testing.T) {
+	if exec.Command("docker", "info").Run() != nil {
+		t.Skip("no docker here")
+	}
+	t.Setenv("AGENT_TEST_DOCKER", "")
+	var skipped bool
+	var msg string
+	t.Run("hidden", func(t *testing.T) {
+		defer func() { skipped = t.Skipped() }()
+		requireTestImage(t, "docker", "agentd-test:absent-"+randomChars(6))
+		msg = "not skipped"
+	})
+	if !skipped || msg != "" {
+		t.Fatalf("a missing test image did not skip the test (%s)", msg)
 	}
 }
