@@ -388,7 +388,7 @@ func (e *engineProvider) pidFile(p *procSpec) string { return "/tmp/.agentd-exec
 // command with its exit code on both streams.
 func (e *engineProvider) execWrapper(p *procSpec) string {
 	mk := strings.ReplaceAll(markerPrefix(p.token), "\x1e", `\036`)
-	return `echo $$ > ` + e.pidFile(p) + ` 2>/dev/null; "$@"; rc=$?; rm -f ` + e.pidFile(p) +
+	return p.sizeFirst() + `echo $$ > ` + e.pidFile(p) + ` 2>/dev/null; "$@"; rc=$?; rm -f ` + e.pidFile(p) +
 		`; printf '` + mk + `%03d\036' "$rc"; printf '` + mk + `%03d\036' "$rc" >&2; exit $rc`
 }
 
@@ -422,7 +422,7 @@ func (e *engineProvider) command(ctx context.Context, m *ComputerInfo, p *procSp
 	if m.Spec.Network.Mode == "egress" {
 		e.c.channel(ctx, e, m) // an exec on the per-call path (root, a tty) also finds the egress proxy there
 	}
-	args := e.execArgs(m, p.user, p.cwd, p.env, p.stdin != nil, p.tty)
+	args := e.execArgs(m, p.user, p.cwd, p.env, p.stdin != nil || p.term != nil, p.tty)
 	args = append(args, "/bin/sh", "-c", e.execWrapper(p), "agentd")
 	args = append(args, p.argv...)
 	cmd := e.cli(ctx, args...)

@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -178,6 +179,27 @@ type procSpec struct {
 	tty   bool
 	stdin io.Reader
 	token string // names the process group inside the machine (killTree)
+	// term, when set, is the pseudo-terminal the host process runs on (an interactive tty exec,
+	// ExecTTY): its stdio and controlling terminal, the output read from the master. Implies tty.
+	term *ptyPair
+}
+
+// ptyPair is a pseudo-terminal: runProc hands the slave to the process and reads the master; started,
+// when set, is called once the process runs.
+type ptyPair struct {
+	master, slave *os.File
+	cols, rows    int
+	started       func()
+}
+
+// sizeFirst is the wrapper's first step on a terminal: the engine sizes the machine's tty only after the
+// command started (docker before API 1.42 and kubectl race it: `stty size` said "0 0"), so the wrapper
+// sizes it itself; later resizes come from the engine. "" without a terminal.
+func (p *procSpec) sizeFirst() string {
+	if p.term == nil || p.term.cols <= 0 || p.term.rows <= 0 {
+		return ""
+	}
+	return fmt.Sprintf("stty cols %d rows %d 2>/dev/null; ", p.term.cols, p.term.rows)
 }
 
 // procHandle is a prepared host process. endMarker is set when the process announces the end of the
@@ -299,7 +321,7 @@ func (c *computerService) runProc(ctx context.Context, p provider, m *ComputerIn
 		}
 	}
 	markers := &endMarkers{need: 2, done: make(chan struct{})}
-	if ps.tty {
+	if ps.tty || ps.term != nil {
 		markers.need = 1
 	}
 	stdout := newOutputSink("stdout", maxOut, emit, h.endMarker, ps.token, markers)
@@ -307,13 +329,27 @@ func (c *computerService) runProc(ctx context.Context, p provider, m *ComputerIn
 	if h.remote != nil {
 		return c.runOverChannel(ctx, tctx, p, m, h, ps.stdin, stdout, stderr)
 	}
-	h.cmd.Stdout, h.cmd.Stderr = stdout, stderr
-	if ps.stdin != nil {
-		h.cmd.Stdin = ps.stdin
+	var copied chan struct{} // a terminal's output: read from the master until the slave's last holder exits
+	if t := ps.term; t != nil {
+		h.cmd.Stdin, h.cmd.Stdout, h.cmd.Stderr = t.slave, t.slave, t.slave
+		controllingTerminal(h.cmd)
+	} else {
+		h.cmd.Stdout, h.cmd.Stderr = stdout, stderr
+		if ps.stdin != nil {
+			h.cmd.Stdin = ps.stdin
+		}
 	}
 	start := time.Now()
 	if err := h.cmd.Start(); err != nil {
 		return nil, errorf(codeExecFailed, "cannot start the command: %v", err).withHint("check that the machine is healthy")
+	}
+	if t := ps.term; t != nil {
+		t.slave.Close() // the process holds it now: its exit ends the master's reads
+		copied = make(chan struct{})
+		go func() { defer close(copied); io.Copy(stdout, t.master) }()
+		if t.started != nil {
+			t.started()
+		}
 	}
 	waitErr := make(chan error, 1)
 	go func() { waitErr <- h.cmd.Wait() }()
@@ -334,6 +370,12 @@ func (c *computerService) runProc(ctx context.Context, p provider, m *ComputerIn
 		}
 	} else {
 		werr = <-waitErr
+	}
+	if copied != nil { // the terminal's last output, unless something in the machine still holds it
+		select {
+		case <-copied:
+		case <-time.After(execPipeGrace):
+		}
 	}
 	res := collected(start, stdout, stderr)
 	switch {

@@ -746,7 +746,7 @@ func (k *kubeProvider) execWrapper(p *procSpec) string {
 	mk := strings.ReplaceAll(markerPrefix(p.token), "\x1e", `\036`)
 	pid := "/tmp/.agentd-exec-" + p.token + ".pid"
 	return `cd -- "$1" 2>/dev/null || { echo "cannot enter the working directory $1" >&2; exit 126; }; shift; ` +
-		`echo $$ > ` + pid + ` 2>/dev/null; "$@"; rc=$?; rm -f ` + pid +
+		p.sizeFirst() + `echo $$ > ` + pid + ` 2>/dev/null; "$@"; rc=$?; rm -f ` + pid +
 		`; printf '` + mk + `%03d\036' "$rc"; printf '` + mk + `%03d\036' "$rc" >&2; exit $rc`
 }
 
@@ -778,10 +778,11 @@ func (k *kubeProvider) command(ctx context.Context, m *ComputerInfo, p *procSpec
 		}
 	}
 	argv := p.argv
-	if p.tty { // kubectl gives a TTY only when its own stdin is a terminal: util-linux script makes one inside
+	if p.tty && p.term == nil { // kubectl gives a TTY only when its own stdin is a terminal: util-linux script makes one inside
 		argv = []string{"script", "-qefc", shellJoin(argv), "/dev/null"}
 	}
-	args := append(k.execArgs(m, p.stdin != nil, false), envArgs(p.env)...)
+	// On a host pseudo-terminal (an interactive terminal, ExecTTY) kubectl's stdin is one: -i -t.
+	args := append(k.execArgs(m, p.stdin != nil || p.term != nil, p.term != nil), envArgs(p.env)...)
 	args = append(append(args, "/bin/sh", "-c", k.execWrapper(p), "agentd", p.cwd), argv...)
 	cmd := k.cli(ctx, args...)
 	cmd.Cancel = func() error {

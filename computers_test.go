@@ -765,6 +765,55 @@ func (c *conformance) terminal(t *testing.T) {
 			t.Fatalf("argv frame: %v", f)
 		}
 	})
+	// Issue 26 item 7: a command on a pseudo-terminal (the addition to the socket): sized, fed with
+	// keystrokes, its exit code; still under the command policy; refused where the provider has no tty.
+	c.sub(t, "terminal/tty", func(t *testing.T, e *testServer) {
+		conn := e.dial(path, "")
+		frame(t, conn) // ready
+		sendFrame(t, conn, map[string]any{"type": "exec", "cmd": "sudo reboot", "tty": true, "cols": 90, "rows": 20})
+		if f := frame(t, conn); f["type"] != "error" || apiCodeOf(f) != codeExecDenied {
+			t.Fatalf("a denied command on a tty: %v", f)
+		}
+		script := `stty size; read x; echo got-$x; [ -t 0 ] && echo on-a-tty; exit 4`
+		sendFrame(t, conn, map[string]any{"type": "exec", "cmd": []string{"sh", "-c", script}, "tty": true, "cols": 90, "rows": 20})
+		f := frame(t, conn)
+		if c.local || c.prov == "sandbox" {
+			if f["type"] != "error" || apiCodeOf(f) != codeNotImplemented {
+				t.Fatalf("a tty on %s: %v", c.prov, f)
+			}
+			return
+		}
+		if f["type"] != "started" {
+			t.Fatalf("tty exec: %v", f)
+		}
+		var out string
+		for sent := false; ; {
+			f := frame(t, conn)
+			if f["type"] == "stdout" {
+				out += f["data"].(string)
+			}
+			if !sent && strings.Contains(out, "20 90\r\n") {
+				sendFrame(t, conn, map[string]any{"type": "stdin", "data": "hi\r"})
+				sent = true
+			}
+			if f["type"] == "exit" {
+				if f["exitCode"].(float64) != 4 || !strings.Contains(out, "got-hi\r\non-a-tty\r\n") {
+					t.Fatalf("tty session: %v after %q", f, out)
+				}
+				break
+			}
+			if f["type"] == "error" {
+				t.Fatalf("tty session: %v after %q", f, out)
+			}
+		}
+	})
+}
+
+// apiCodeOf is an error frame's code.
+func apiCodeOf(f map[string]any) string {
+	e, _ := f["error"].(map[string]any)
+	s, _ := e["code"].(string)
+	return s
 }
 
 func (c *conformance) badInput(t *testing.T) {

@@ -21,7 +21,8 @@
 //     refusals, the bearer token (authorized, tokenEqual: constant time), the 32 MB body cap,
 //     idempotency (api_idempotency.go); then routes(), the table of every endpoint, and decode (strict
 //     JSON) / writeError (the one code → status map; unclassified errors logged, never answered).
-//  2. computers_policy.go, commandPolicy.check: the one command policy every exec passes (API, terminal,
+//  2. computers_policy.go, commandPolicy.check: the one command policy every exec passes (API, terminal and
+//     its tty sessions (ExecTTY, computers_terminal.go: a host pseudo-terminal for docker/kubectl exec -it),
 //     agent tool): allowCommands, denyCommands, the built-in deny list at command position.
 //  3. computers_files.go, lexicalJail and (*computerService).jail: every path of the files API and the
 //     file tools (only /work and /tmp; then resolved inside the machine, symlinks followed, still inside);

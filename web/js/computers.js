@@ -6,6 +6,13 @@
 import { get, post, api, stream, enc, socketURL } from './api.js';
 import { h, clear, badge, time, table, fail, toast, errorBox, field, download, json, latest } from './ui.js';
 
+// workLostOnStop: docker and podman keep a non-persistent machine's /work in memory, kubernetes in the pod
+// a stop deletes (the CLI's workLostOnStop, cli_computers.go, says the same).
+export function workLostOnStop(c) {
+  return !(c.spec && c.spec.persist) && ['docker', 'podman', 'kubernetes'].includes(c.provider);
+}
+export const stopWarning = (c) => `Stop ${c.name || c.id}? Its /work is in memory (persist: false): stopping empties it, and starting it again gives an empty /work.`;
+
 export function render(root, ctx, id) {
   return ctx.mode === 'detail' ? detail(root, ctx, id) : list(root, ctx);
 }
@@ -31,7 +38,10 @@ async function list(root, ctx) {
       if (what === 'destroy') {
         if (!confirm(`Destroy ${c.name || c.id}? Its files are gone.`)) return;
         await api('DELETE', '/v1/computers/' + enc(c.id));
-      } else await post('/v1/computers/' + enc(c.id) + '/' + what);
+      } else {
+        if (what === 'stop' && workLostOnStop(c) && !confirm(stopWarning(c))) return;
+        await post('/v1/computers/' + enc(c.id) + '/' + what);
+      }
       toast(`${what}: ${c.name || c.id}`);
       load();
     } catch (e) { fail(e); }
