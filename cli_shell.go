@@ -2,9 +2,9 @@
 // `agentd shell`.
 //
 // Entry points: (*cli).execTTY, (*cli).shell. `exec -t ID -- CMD` runs CMD on a real pseudo-terminal
-// (the socket's tty frames, computers_terminal.go): our terminal in raw mode, keystrokes sent as they
-// are typed (-i), the window size sent at start and on SIGWINCH, the remote output written verbatim, the
-// terminal restored and the remote exit code ours. `shell ID` on a terminal is `exec -it ID` of bash (sh
+// (the socket's tty frames, computers_terminal.go): with -i our terminal in raw mode and keystrokes (Ctrl-C
+// too) sent as they are typed; the window size sent at start and on SIGWINCH; the remote output written
+// verbatim; the terminal restored and the remote exit code ours. `shell ID` on a terminal is `exec -it ID` of bash (sh
 // when there is none). Where the provider has no tty (local, sandbox), or stdin is a pipe, shell falls
 // back to one command per line: on a terminal a locally edited prompt (echo, backspace, Ctrl-C clears the
 // line, Ctrl-D or `exit` leaves), from a pipe one command per input line.
@@ -116,11 +116,13 @@ func (c *cli) ttySession(t *terminal, in *os.File, argv []string, interactive bo
 			return false, c.ctx.Err()
 		}
 	}
-	restore, err := makeRaw(in)
-	if err != nil {
-		return true, err
+	if interactive { // raw: every key, Ctrl-C too, goes to the program; without -i Ctrl-C stops us (130)
+		restore, err := makeRaw(in)
+		if err != nil {
+			return true, err
+		}
+		defer restore()
 	}
-	defer restore()
 	winch := make(chan os.Signal, 1)
 	signal.Notify(winch, syscall.SIGWINCH)
 	defer signal.Stop(winch)
