@@ -1570,3 +1570,25 @@ func TestMissingTestImageSkips(t *testing.T) {
 		t.Fatalf("a missing test image did not skip the test (%s)", msg)
 	}
 }
+
+// The terminal socket's client frames, tty additions included: any message is a command, input for a
+// tty command, or an error frame; never a panic.
+func FuzzTerminalFrames(f *testing.F) {
+	for _, s := range []string{"ls -la", `{"type":"exec","cmd":["sh"],"tty":true,"cols":80,"rows":24}`, `{"type":"stdin","data":"q\r"}`,
+		`{"type":"resize","cols":-1,"rows":70000}`, `{"type":"exec","cmd":5}`, `{"type":"exec"}`, `{"type":"exec","cmd":""}`, `{`, `{"type":"nope"}`, "  "} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		if kind, _, _ := terminalInput(raw); kind != "" {
+			return
+		}
+		var errs int
+		tc, ok := parseTerminalFrame(raw, func(v any) bool { errs++; return true })
+		if ok && errs > 0 { // (an empty command is queued: the exec's own validation answers it)
+			t.Fatalf("%q: a command and an error frame: %+v", raw, tc)
+		}
+		if !ok && errs == 0 && strings.HasPrefix(strings.TrimSpace(raw), "{") {
+			t.Fatalf("%q: a frame neither run nor answered", raw)
+		}
+	})
+}
