@@ -3,7 +3,10 @@
 //
 // Entry points: run (main.go) hands every command that is not serve/validate/version to runCLI. Each
 // command is one row of cliCommands: its name, its arguments, a one-line summary, an example, and the
-// function that runs it (cli_agents.go, cli_computers.go, cli_shell.go).
+// function that runs it (cli_agents.go, cli_computers.go, cli_shell.go). `CMD --help` runs the command in
+// help mode: its first c.flags prints the usage with one line per flag it defines, documented in
+// cliFlagDocs (issue 26). An unknown command or flag is one line naming the nearest one; server hints
+// that name a /v1 route are rewritten to the CLI command (cliHint).
 //
 // Rules (DESIGN §8, issue 12): the server is AGENT_URL (default http://127.0.0.1:7377, a trailing slash
 // is fine) with AGENT_TOKEN as the bearer token, never printed. Exit codes: 0 ok; 1 an error (the

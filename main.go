@@ -37,7 +37,8 @@
 //  7. computers_local.go, localEnvAllow and (*localProvider).command: the local provider's environment
 //     allow-list (never the server's secrets) and its process groups; it guards, it does not isolate.
 //
-// This file holds main, run (the testable entry point), configuration loading and the serve lifecycle.
+// This file holds main, run (the testable entry point), configuration loading and the serve lifecycle
+// (SIGHUP re-reads config.yaml: main_reload.go).
 package main
 
 import (
