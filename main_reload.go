@@ -14,6 +14,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"reflect"
@@ -66,8 +67,25 @@ func (s *server) startReloader() {
 // restart. It returns both lists (for tests and the log).
 func (s *server) reloadConfig() (applied, restart []string, err error) {
 	cur := s.conf()
-	args := append(slices.Clone(s.cfg.serveArgs), "--home", s.cfg.Home) // the same data directory, whatever set it
-	next, err := loadConfig(args, s.cfg.getenv, nil)
+	// The same data directory, whatever set it; the running token (a token file may be gone by now).
+	var args []string
+	for i := 0; i < len(s.cfg.serveArgs); i++ {
+		a := strings.TrimLeft(s.cfg.serveArgs[i], "-")
+		switch {
+		case a == "token-file":
+			i++
+		case !strings.HasPrefix(a, "token-file="):
+			args = append(args, s.cfg.serveArgs[i])
+		}
+	}
+	args = append(args, "--home", s.cfg.Home)
+	getenv := func(k string) string {
+		if k == "AGENT_TOKEN" {
+			return s.cfg.Token
+		}
+		return s.cfg.getenv(k)
+	}
+	next, err := loadConfig(args, getenv, io.Discard)
 	if err == nil {
 		err = checkAliases(next.ModelAliases)
 	}

@@ -64,10 +64,13 @@ func TestConfigReloadOnHUP(t *testing.T) {
 	}
 }
 
-// The real signal: `agentd serve` reloads config.yaml on SIGHUP and logs what changed.
+// The real signal: `agentd serve` reloads config.yaml on SIGHUP and logs what changed, also when the
+// token file it started with was removed since.
 func TestConfigReloadServeSIGHUP(t *testing.T) {
 	home := t.TempDir()
-	cmd := exec.Command(cliBinary(t), "serve", "--port", "0", "--home", home)
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	os.WriteFile(tokenFile, []byte("a-token-of-enough-characters\n"), 0o600)
+	cmd := exec.Command(cliBinary(t), "serve", "--port", "0", "--home", home, "--token-file", tokenFile)
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + home}
 	stderr, _ := cmd.StderrPipe()
 	if err := cmd.Start(); err != nil {
@@ -90,6 +93,7 @@ func TestConfigReloadServeSIGHUP(t *testing.T) {
 		return regexp.MustCompile(re).MatchString(log.String())
 	}
 	eventually(t, "the server to listen", func() bool { return seen("listening on http://") })
+	os.Remove(tokenFile)
 	os.WriteFile(filepath.Join(home, "config.yaml"), []byte("images: {base: example.org/hup:1}\nport: 1\n"), 0o600)
 	cmd.Process.Signal(syscall.SIGHUP)
 	eventually(t, "the reload in the log", func() bool {
