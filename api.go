@@ -21,10 +21,12 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"reflect"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 )
@@ -37,6 +39,8 @@ const (
 // server owns every long-lived part of agentd. Built by newServer, torn down by Close in a fixed order.
 type server struct {
 	cfg        config
+	live       atomic.Pointer[config] // the running configuration after a reload (conf, main_reload.go)
+	reloads    chan os.Signal         // SIGHUP: re-read config.yaml (runServe routes it; tests send on it)
 	log        *slog.Logger
 	store      *store
 	hub        *hub
@@ -61,6 +65,7 @@ type server struct {
 	// streamCtx is cancelled first at shutdown so SSE streams and sockets end before Shutdown waits.
 	streamCtx    context.Context
 	cancelStream context.CancelFunc
+	reloaderDone chan struct{} // closed when the reload goroutine ended (Close waits)
 }
 
 // routes is the API's table of contents: every route the server answers is listed here.
@@ -181,7 +186,7 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// WebSocket upgrade is (DESIGN §3).
 	if o := r.Header.Get("Origin"); o != "" && !safeMethod(r.Method) && !s.originAllowed(o, r) {
 		s.refuse(w, r, errorf(codeExecDenied, "origin %q is not allowed", o).
-			withHint("add the origin to corsOrigins in config.yaml"))
+			withHint("add the origin to corsOrigins in config.yaml, "+takesEffect("corsOrigins")))
 		return
 	}
 	// DNS rebinding: a page on evil.example whose name is re-pointed at 127.0.0.1 becomes "same origin"
@@ -296,7 +301,7 @@ func (l *loggedWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 // cors answers preflight requests and sets CORS headers for configured origins. It reports whether the
 // request was fully answered. CORS stays off unless corsOrigins names the origin (or "*").
 func (s *server) cors(w http.ResponseWriter, r *http.Request) bool {
-	if len(s.cfg.CORSOrigins) == 0 {
+	if len(s.conf().CORSOrigins) == 0 {
 		return false
 	}
 	h := w.Header()
@@ -342,7 +347,7 @@ func (s *server) originAllowed(origin string, r *http.Request) bool {
 	if r.URL.Path == "/mcp" && mcpLoopbackOrigin(origin) && loopbackHostHeader(r.Host) { // a local MCP client
 		return true
 	}
-	for _, o := range s.cfg.CORSOrigins {
+	for _, o := range s.conf().CORSOrigins {
 		if o == "*" || strings.EqualFold(o, origin) {
 			return true
 		}
@@ -416,7 +421,7 @@ func dashboardPage(r *http.Request) bool {
 
 // publicMetrics: config.yaml's metricsPublic lets a scraper read GET /metrics without the token.
 func (s *server) publicMetrics(r *http.Request) bool {
-	return s.cfg.MetricsPublic && r.URL.Path == "/metrics" && safeMethod(r.Method)
+	return s.conf().MetricsPublic && r.URL.Path == "/metrics" && safeMethod(r.Method)
 }
 
 func errRouteNotFound(r *http.Request) error {

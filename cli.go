@@ -3,7 +3,10 @@
 //
 // Entry points: run (main.go) hands every command that is not serve/validate/version to runCLI. Each
 // command is one row of cliCommands: its name, its arguments, a one-line summary, an example, and the
-// function that runs it (cli_agents.go, cli_computers.go, cli_shell.go).
+// function that runs it (cli_agents.go, cli_computers.go, cli_shell.go). `CMD --help` runs the command in
+// help mode: its first c.flags prints the usage with one line per flag it defines, documented in
+// cliFlagDocs (issue 26). An unknown command or flag is one line naming the nearest one; server hints
+// that name a /v1 route are rewritten to the CLI command (cliHint).
 //
 // Rules (DESIGN §8, issue 12): the server is AGENT_URL (default http://127.0.0.1:7377, a trailing slash
 // is fine) with AGENT_TOKEN as the bearer token, never printed. Exit codes: 0 ok; 1 an error (the
@@ -27,6 +30,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -52,8 +56,8 @@ func cliCommands() []cliCommand {
 		{"cancel", "[--json] RUN", "cancel a run in flight", "agentd cancel run_01…", (*cli).cancel},
 		{"ps", "[-a] [--json] [-q]", "list computers (-a: stopped ones too)", "agentd ps -q | xargs agentd rm", (*cli).ps},
 		{"up", "[--flavor F] [--provider P] [--name N] [--json]", "create a computer and print its id", "agentd up --flavor python", (*cli).up},
-		{"exec", "[-i] ID -- CMD...", "run a command in a computer; exits with its code", "agentd exec box -- ls -la /work", (*cli).exec},
-		{"shell", "ID", "an interactive terminal on a computer", "agentd shell box", (*cli).shell},
+		{"exec", "[-i] [-t] ID -- CMD...", "run a command in a computer; exits with its code (-it: an interactive terminal)", "agentd exec -it box -- bash", (*cli).exec},
+		{"shell", "ID", "an interactive shell on a computer (exec -it ID -- bash, else sh)", "agentd shell box", (*cli).shell},
 		{"cp", "SRC DST", "copy files and directories (either side ID:/path)", "agentd cp ./src box:/work/src", (*cli).cp},
 		{"rm", "ID...", "destroy computers", "agentd rm box", (*cli).rm},
 		{"stop", "[--json] ID...", "stop computers", "agentd stop box", (*cli).stop},
@@ -92,6 +96,8 @@ type cli struct {
 	base, token    string
 	client         *http.Client
 	cmd            cliCommand
+	help           bool          // --help: the first c.flags prints the usage and ends the command
+	fs             *flag.FlagSet // the command's flags once parsed, for its usage
 }
 
 // exitCode ends the program with a code of its own (exec's remote code, 130 after Ctrl-C, a run's 1)
@@ -124,17 +130,200 @@ func runCLI(ctx context.Context, args []string, getenv func(string) string, stdo
 				break
 			}
 			if a == "-h" || a == "--help" {
-				fmt.Fprint(stdout, commandUsage(cmd))
-				return nil
+				return c.showHelp()
 			}
 		}
-		return cmd.run(c, args[1:])
+		err := cmd.run(c, args[1:])
+		var ae *apiError
+		if errors.As(err, &ae) {
+			ae.Hint = cliHint(ae.Hint)
+		}
+		return err
 	}
-	return usageError{msg: fmt.Sprintf("unknown command %q", name), usage: overview()}
+	return unknownCommand(name)
 }
 
-func commandUsage(cmd cliCommand) string {
-	return fmt.Sprintf("usage: agentd %s %s\n\n%s\n\nexample: %s\n", cmd.name, cmd.args, cmd.summary, cmd.example)
+// showHelp prints a command's usage with one line per flag: the command runs in help mode, and its
+// first call of c.flags prints the flags it defines (the one list of them) and ends it.
+func (c *cli) showHelp() error {
+	c.help = true
+	if err := c.cmd.run(c, nil); err != errHelped {
+		fmt.Fprint(c.stdout, commandUsage(c.cmd, nil)) // a command without flags
+	}
+	return nil
+}
+
+// errHelped ends a command run in help mode once its usage is printed.
+var errHelped = errors.New("help printed")
+
+// unknownCommand is one line with the nearest command's name.
+func unknownCommand(name string) error {
+	names := []string{"help", "version"}
+	for _, s := range serverHelp {
+		n, _, _ := strings.Cut(s[0], " ")
+		names = append(names, n)
+	}
+	for _, cmd := range cliCommands() {
+		names = append(names, cmd.name)
+	}
+	msg := fmt.Sprintf("unknown command %q", name)
+	if near := nearest(name, names); near != "" {
+		msg += fmt.Sprintf("; did you mean `agentd %s`?", near)
+	}
+	return usageError{msg: msg + " (`agentd help` lists the commands)"}
+}
+
+// nearest is the candidate closest to s by edit distance, or "" when none is close enough to be a
+// typo (at most a third of the word, and at most 3 edits); a candidate that s is a prefix of wins.
+func nearest(s string, candidates []string) string {
+	best, bestD := "", 0
+	for _, c := range candidates {
+		d := editDistance(strings.ToLower(s), strings.ToLower(c))
+		if strings.HasPrefix(c, s) && len(s) >= 2 {
+			d = min(d, 1)
+		}
+		if best == "" || d < bestD {
+			best, bestD = c, d
+		}
+	}
+	if best == "" || bestD > min(3, max(1, (len(s)+2)/3)) {
+		return ""
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance with adjacent transpositions counted as one edit.
+func editDistance(a, b string) int {
+	ra, rb := []rune(a), []rune(b)
+	d := make([][]int, len(ra)+1)
+	for i := range d {
+		d[i] = make([]int, len(rb)+1)
+		d[i][0] = i
+	}
+	for j := range rb {
+		d[0][j+1] = j + 1
+	}
+	for i := 1; i <= len(ra); i++ {
+		for j := 1; j <= len(rb); j++ {
+			cost := 1
+			if ra[i-1] == rb[j-1] {
+				cost = 0
+			}
+			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
+			if i > 1 && j > 1 && ra[i-1] == rb[j-2] && ra[i-2] == rb[j-1] {
+				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
+			}
+		}
+	}
+	return d[len(ra)][len(rb)]
+}
+
+// commandUsage is a command's usage, its summary, one line per flag of fs (nil: none) and an example.
+func commandUsage(cmd cliCommand, fs *flag.FlagSet) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "usage: agentd %s %s\n\n%s\n", cmd.name, cmd.args, cmd.summary)
+	if fs != nil {
+		var lines [][2]string
+		fs.VisitAll(func(f *flag.Flag) {
+			name, usage := flagHelp(cmd.name, f)
+			lines = append(lines, [2]string{name, usage})
+		})
+		if len(lines) > 0 {
+			b.WriteString("\nflags:\n")
+			tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+			for _, l := range lines {
+				fmt.Fprintf(tw, "  %s\t%s\n", l[0], l[1])
+			}
+			tw.Flush()
+		}
+	}
+	fmt.Fprintf(&b, "\nexample: %s\n", cmd.example)
+	return b.String()
+}
+
+// cliFlagDocs says what each flag of the client commands does, with its values: "command flag" for a
+// flag of one command, "flag" for one that means the same everywhere. A `word` in back quotes is the
+// flag's value placeholder (flag.UnquoteUsage). A text without "(default" gets the flag's default
+// appended. TestCLIHelpEveryFlag fails for a flag without a line here.
+var cliFlagDocs = map[string]string{
+	"json":             "print the API's own JSON instead of a table (default: off)",
+	"q":                "print only ids, one a line (default: off)",
+	"run detach":       "start the run and print its id without streaming it (default: off)",
+	"run yes":          "approve every tool call that asks, without prompting (default: off: ask on a terminal, deny otherwise)",
+	"run no":           "deny every tool call that asks, without prompting (default: off)",
+	"run model":        "run with model `M` (a name, alias or auto) instead of the spec's (default: the spec's model)",
+	"runs agent":       "only runs of agent `A` (default: every agent)",
+	"runs status":      "only runs that ended `S`: running, complete, step_limit, budget, timeout, aborted, loop, error (default: every status)",
+	"runs limit":       "print at most `N` runs",
+	"logs f":           "follow a live run until it ends (default: off: print what happened so far)",
+	"ps a":             "list stopped computers too (default: off: live ones only)",
+	"up flavor":        "the machine's flavor `F`: base, python, node, full, or one named in config.yaml images (default: base)",
+	"up provider":      "the provider `P`: auto, docker, podman, kubernetes, sandbox, local (default: the server's computerProvider)",
+	"up name":          "a name `N` to use instead of the id (default: none)",
+	"up image":         "run image `IMAGE` instead of the flavor's (default: the flavor's image)",
+	"exec i":           "send our stdin to the command (default: off: the command's stdin is empty)",
+	"exec t":           "give the command a terminal: raw mode, window size and resize; with -i an interactive session (default: off)",
+	"approve remember": "also approve this tool for the rest of the run (default: off)",
+	"chat m":           "the model `MODEL` (a name, alias or auto)",
+	"import source":    "the transcript's format `S`: claude-code, codex, chatgpt, gemini, markdown, jsonl (default: guessed from the file)",
+	"distill model":    "the model `M` that writes the spec (default: auto)",
+	"sessions limit":   "print at most `N` stored transcripts, newest first (1-500)",
+}
+
+// flagHelp is one flag's name with its value placeholder, and its documentation with its default.
+func flagHelp(cmd string, f *flag.Flag) (string, string) {
+	doc, ok := cliFlagDocs[cmd+" "+f.Name]
+	if !ok {
+		doc = cliFlagDocs[f.Name]
+	}
+	g := *f
+	g.Usage = doc
+	arg, usage := flag.UnquoteUsage(&g)
+	if _, isBool := f.Value.(interface{ IsBoolFlag() bool }); isBool {
+		arg = ""
+	}
+	name := "-" + f.Name
+	if len(f.Name) > 1 {
+		name = "--" + f.Name
+	}
+	if arg != "" {
+		name += " " + arg
+	}
+	if usage != "" && !strings.Contains(usage, "(default") {
+		usage += fmt.Sprintf(" (default: %s)", firstNonEmpty(f.DefValue, "none"))
+	}
+	return name, usage
+}
+
+// cliHints names CLI commands where a server hint names an HTTP route: the CLI prints hints for people
+// at a shell. Ordered: a longer route before its prefix.
+var cliHints = []struct {
+	re   *regexp.Regexp
+	repl string
+}{
+	{regexp.MustCompile("POST /v1/computers/([^/ ]+)/start"), "`agentd start $1`"},
+	{regexp.MustCompile("a DELETE of /v1/agents/([^\\s,]+) then a POST of the new spec to /v1/agents"), "`agentd rm-agent $1` then `agentd apply` of the renamed spec"},
+	{regexp.MustCompile("PUT /v1/agents/[^\\s,]+"), "`agentd apply FILE`"},
+	{regexp.MustCompile("POST /v1/agents/validate"), "`agentd validate FILE`"},
+	{regexp.MustCompile("POST /v1/agents"), "`agentd apply FILE`"},
+	{regexp.MustCompile("GET /v1/agents"), "`agentd agents`"},
+	{regexp.MustCompile("GET /v1/runs"), "`agentd runs`"},
+	{regexp.MustCompile("GET /v1/computers/:id/fs"), "`agentd exec ID -- ls -la PATH`"},
+	{regexp.MustCompile("GET /v1/computers\\?all=true"), "`agentd ps -a`"},
+	{regexp.MustCompile("GET /v1/computers"), "`agentd ps`"},
+	{regexp.MustCompile("GET /v1/doctor"), "`agentd doctor`"},
+	{regexp.MustCompile("GET /v1/models"), "`agentd models`"},
+	{regexp.MustCompile("GET /v1/approvals"), "`agentd approvals`"},
+	{regexp.MustCompile("GET /v1/triggers"), "`agentd triggers`"},
+	{regexp.MustCompile("GET /v1/sessions"), "`agentd sessions`"},
+}
+
+// cliHint rewrites a server hint for the command line.
+func cliHint(h string) string {
+	for _, r := range cliHints {
+		h = r.re.ReplaceAllString(h, r.repl)
+	}
+	return h
 }
 
 // overview is `agentd help`: every command with a one-line description, and an example under it.
@@ -163,8 +352,7 @@ func runHelp(args []string, stdout io.Writer) error {
 	}
 	for _, cmd := range cliCommands() {
 		if cmd.name == args[0] {
-			fmt.Fprint(stdout, commandUsage(cmd))
-			return nil
+			return runCLI(context.Background(), []string{cmd.name, "--help"}, func(string) string { return "" }, stdout, io.Discard)
 		}
 	}
 	for _, s := range serverHelp {
@@ -173,7 +361,7 @@ func runHelp(args []string, stdout io.Writer) error {
 			return nil
 		}
 	}
-	return usageError{msg: fmt.Sprintf("unknown command %q", args[0]), usage: overview()}
+	return unknownCommand(args[0])
 }
 
 // flags parses a command's flags; any mistake is a usage error with the command's usage. Flags may come
@@ -182,13 +370,18 @@ func (c *cli) flags(args []string, define func(fs *flag.FlagSet), minArgs, maxAr
 	fs := flag.NewFlagSet(c.cmd.name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	define(fs)
+	c.fs = fs
+	if c.help {
+		fmt.Fprint(c.stdout, commandUsage(c.cmd, fs))
+		return nil, errHelped
+	}
 	var pos, tail []string
 	if i := slices.Index(args, "--"); i >= 0 { // everything after -- is an argument (exec's command)
 		args, tail = args[:i], args[i+1:]
 	}
 	for len(args) > 0 {
 		if err := fs.Parse(args); err != nil {
-			return nil, c.usage("%v", strings.TrimPrefix(err.Error(), "flag provided but not defined: "))
+			return nil, c.flagError(fs, err)
 		}
 		if args = fs.Args(); len(args) > 0 {
 			pos, args = append(pos, args[0]), args[1:]
@@ -205,7 +398,28 @@ func (c *cli) flags(args []string, define func(fs *flag.FlagSet), minArgs, maxAr
 }
 
 func (c *cli) usage(format string, a ...any) error {
-	return usageError{msg: fmt.Sprintf("%s: %s", c.cmd.name, fmt.Sprintf(format, a...)), usage: commandUsage(c.cmd)}
+	return usageError{msg: fmt.Sprintf("%s: %s", c.cmd.name, fmt.Sprintf(format, a...)), usage: commandUsage(c.cmd, c.fs)}
+}
+
+// flagError is a flag mistake in one line: an unknown flag names the nearest one the command has.
+func (c *cli) flagError(fs *flag.FlagSet, err error) error {
+	msg := err.Error()
+	if bad, ok := strings.CutPrefix(msg, "flag provided but not defined: "); ok {
+		var names []string
+		fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
+		if len(strings.TrimLeft(bad, "-")) > 1 {
+			bad = "--" + strings.TrimLeft(bad, "-")
+		}
+		msg = fmt.Sprintf("unknown flag %s", bad)
+		if near := nearest(strings.TrimLeft(bad, "-"), names); near != "" {
+			dash := "-"
+			if len(near) > 1 {
+				dash = "--"
+			}
+			msg += fmt.Sprintf("; did you mean %s%s?", dash, near)
+		}
+	}
+	return usageError{msg: fmt.Sprintf("%s: %s (`agentd %s --help` lists its flags)", c.cmd.name, msg, c.cmd.name)}
 }
 
 // ---- the /v1 client ----

@@ -1034,7 +1034,7 @@ func (c *cli) doctor(args []string) error {
 		fmt.Fprintln(c.stdout)
 		rows = [][]string{}
 		for _, im := range rep.Images {
-			rows = append(rows, []string{im.Flavor, im.Image, im.Provider, map[bool]string{true: "present", false: "missing: pull it or set images in config.yaml"}[im.Present]})
+			rows = append(rows, []string{im.Flavor, im.Image, im.Provider, map[bool]string{true: "present", false: "missing: pull it, or set images in config.yaml and `kill -HUP` agentd"}[im.Present]})
 		}
 		c.table([]string{"FLAVOR", "IMAGE", "ENGINE", "STATE"}, rows)
 	}

@@ -4,7 +4,8 @@
 //
 // Rules (DESIGN §8): wherever an ID is taken a computer's name works too; `up` prints the full id;
 // `exec ID -- CMD...` sends CMD as an argv array (use `sh -c '...'` for a shell), copies the remote
-// stdout and stderr verbatim to ours and exits with the remote exit code; `cp` follows `docker cp`
+// stdout and stderr verbatim to ours and exits with the remote exit code (`exec -it` is a terminal
+// session, cli_shell.go); `stop` warns when the machine's /work does not survive it (workLostOnStop); `cp` follows `docker cp`
 // (`cp LOCAL ID:PATH` uploads, `cp ID:PATH LOCAL` downloads, a relative remote path is under /work,
 // directories copy recursively as tar.gz). A downloaded archive is unpacked only inside the destination.
 package main
@@ -100,10 +101,25 @@ func (c *cli) up(args []string) error {
 }
 
 func (c *cli) exec(args []string) error {
-	var interactive bool
-	pos, err := c.flags(args, func(fs *flag.FlagSet) { fs.BoolVar(&interactive, "i", false, "") }, 2, -1)
+	var interactive, tty bool
+	for i, a := range args { // -it and -ti, as docker spells them
+		if a == "--" {
+			break
+		}
+		if a == "-it" || a == "-ti" {
+			args = append(append(args[:i:i], "-i", "-t"), args[i+1:]...)
+			break
+		}
+	}
+	pos, err := c.flags(args, func(fs *flag.FlagSet) {
+		fs.BoolVar(&interactive, "i", false, "")
+		fs.BoolVar(&tty, "t", false, "")
+	}, 2, -1)
 	if err != nil {
 		return err
+	}
+	if tty {
+		return c.execTTY(pos[0], pos[1:], interactive)
 	}
 	body := map[string]any{"cmd": pos[1:]}
 	if interactive {
@@ -164,11 +180,15 @@ func (c *cli) eachComputer(args []string, method, suffix string, withJSON bool) 
 	for _, id := range ids {
 		var out json.RawMessage
 		var into any
-		if asJSON {
+		if withJSON { // stop and start answer the machine
 			into = &out
 		}
 		if err := c.call(method, "/v1/computers/"+url.PathEscape(id)+suffix, nil, into); err != nil {
 			return err
+		}
+		var m ComputerInfo
+		if suffix == "/stop" && json.Unmarshal(out, &m) == nil && workLostOnStop(m) {
+			fmt.Fprintf(c.stderr, "agentd: %s: its /work was in memory (persist: false) and is now empty: `agentd start` gives it back empty; create machines with persist: true to keep files across a stop\n", id)
 		}
 		if !asJSON {
 			fmt.Fprintln(c.stdout, id)
@@ -181,6 +201,12 @@ func (c *cli) eachComputer(args []string, method, suffix string, withJSON bool) 
 		fmt.Fprintf(c.stdout, "%s\n", line.Bytes())
 	}
 	return nil
+}
+
+// workLostOnStop: docker and podman keep a non-persistent machine's /work in a tmpfs, and kubernetes in
+// the pod a stop deletes; the sandbox and local keep it in a host directory.
+func workLostOnStop(m ComputerInfo) bool {
+	return !m.Spec.Persist && (m.Provider == "docker" || m.Provider == "podman" || m.Provider == "kubernetes")
 }
 
 func (c *cli) rm(args []string) error    { return c.eachComputer(args, "DELETE", "", false) }

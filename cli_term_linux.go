@@ -1,11 +1,15 @@
 //go:build linux
 
-// cli_term_linux.go — the terminal's modes for `agentd shell` and colour: raw mode, window size, and
-// whether a file is a terminal, through ioctl (no dependency beyond syscall).
+// cli_term_linux.go — terminals through ioctl (no dependency beyond syscall): for the CLI (`agentd exec
+// -it`, `agentd shell`, colour) raw mode, window size and whether a file is a terminal; for the terminal
+// WebSocket (computers_terminal.go) a pseudo-terminal pair (/dev/ptmx, as posix_openpt does), its window
+// size, and a child process that takes the pair's terminal as its controlling one.
 package main
 
 import (
+	"fmt"
 	"os"
+	"os/exec"
 	"syscall"
 	"unsafe"
 )
@@ -48,4 +52,46 @@ func windowSize(f *os.File) (cols, rows int) {
 		return 0, 0
 	}
 	return int(ws.Col), int(ws.Row)
+}
+
+// openPTY opens a pseudo-terminal pair: the master the server reads and writes, the slave a child uses.
+func openPTY() (master, slave *os.File, err error) {
+	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	var unlock int32
+	if err := ioctl(m.Fd(), syscall.TIOCSPTLCK, unsafe.Pointer(&unlock)); err != nil {
+		m.Close()
+		return nil, nil, err
+	}
+	var n uint32
+	if err := ioctl(m.Fd(), syscall.TIOCGPTN, unsafe.Pointer(&n)); err != nil {
+		m.Close()
+		return nil, nil, err
+	}
+	s, err := os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|syscall.O_NOCTTY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		m.Close()
+		return nil, nil, err
+	}
+	return m, s, nil
+}
+
+// setWindowSize sets a terminal's size; on a master, the slave's foreground process group gets SIGWINCH.
+func setWindowSize(f *os.File, cols, rows int) error {
+	if cols <= 0 || rows <= 0 || cols > 0xffff || rows > 0xffff {
+		return fmt.Errorf("window size %dx%d out of range", cols, rows)
+	}
+	ws := struct{ Row, Col, X, Y uint16 }{Row: uint16(rows), Col: uint16(cols)}
+	return ioctl(f.Fd(), syscall.TIOCSWINSZ, unsafe.Pointer(&ws))
+}
+
+// controllingTerminal makes cmd lead a new session whose controlling terminal is its stdin (a pty
+// slave): it gets the terminal's signals and window size changes, as under a terminal emulator.
+func controllingTerminal(cmd *exec.Cmd) {
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Setsid, cmd.SysProcAttr.Setctty, cmd.SysProcAttr.Ctty = true, true, 0
 }

@@ -1,13 +1,22 @@
 //go:build !linux
 
-// cli_term_other.go — platforms without the Linux ioctls: no raw mode, no colour; `agentd shell` reads
-// whole lines.
+// cli_term_other.go — platforms without the Linux ioctls: no raw mode, no colour, no pseudo-terminals;
+// `agentd shell` reads whole lines and the terminal WebSocket refuses tty commands.
 package main
 
 import (
 	"errors"
 	"os"
+	"os/exec"
 )
+
+func openPTY() (master, slave *os.File, err error) {
+	return nil, nil, errors.New("pseudo-terminals are only implemented on Linux")
+}
+
+func setWindowSize(f *os.File, cols, rows int) error { return errors.New("no pseudo-terminals here") }
+
+func controllingTerminal(cmd *exec.Cmd) {}
 
 func isTerminal(f *os.File) bool { return false }
 

@@ -326,11 +326,13 @@ func TestCLIComputers(t *testing.T) {
 	}
 }
 
-// shell on a real pseudo-terminal: raw mode, a typed command's output, Ctrl-D, the terminal restored.
+// shell on a real pseudo-terminal, on a provider without a tty (local): it says so and falls back to one
+// command per line in raw mode: a typed command's output, Ctrl-D, the terminal restored. (On a provider
+// with a tty, shell is a real shell: TestCLIExecTTY.)
 func TestCLIShellOnAPseudoTerminal(t *testing.T) {
 	te := newE2E(t, cliModel(t), "")
-	te.agentdOK("up", "--name", "ttybox")
-	master, slave := openPTY(t)
+	te.agentdOK("up", "--provider", "local", "--name", "ttybox")
+	master, slave := testPTY(t)
 	before := termios(t, slave)
 	cmd := exec.Command(cliBinary(t), "shell", "ttybox")
 	cmd.Env = []string{"AGENT_URL=" + te.url, "PATH=" + os.Getenv("PATH")}
@@ -355,6 +357,9 @@ func TestCLIShellOnAPseudoTerminal(t *testing.T) {
 	}()
 	seen := func(s string) bool { mu.Lock(); defer mu.Unlock(); return strings.Contains(screen.String(), s) }
 	eventually(t, "the prompt", func() bool { return seen("ttybox:/work$ ") })
+	if !seen("the local provider has no tty; one command per line instead") {
+		t.Errorf("shell did not say why it falls back: %q", screen.String())
+	}
 	master.Write([]byte("echo typ\x7fped-in-a-pty\r"))
 	eventually(t, "the command's output", func() bool { return seen("\r\nped-in-a-pty\r\n") || seen("typed-in-a-pty\r\n") })
 	master.Write([]byte{4}) // Ctrl-D
@@ -377,23 +382,12 @@ func TestCLIShellOnAPseudoTerminal(t *testing.T) {
 	}
 }
 
-func openPTY(t *testing.T) (master, slave *os.File) {
+// testPTY opens a pseudo-terminal pair for a test (openPTY, cli_term_linux.go), closed at cleanup.
+func testPTY(t *testing.T) (master, slave *os.File) {
 	t.Helper()
-	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR, 0)
+	m, s, err := openPTY()
 	if err != nil {
 		t.Skipf("no pseudo-terminals here: %v", err)
-	}
-	var unlock int32
-	if err := ioctl(m.Fd(), syscall.TIOCSPTLCK, unsafe.Pointer(&unlock)); err != nil {
-		t.Fatal(err)
-	}
-	var n uint32
-	if err := ioctl(m.Fd(), syscall.TIOCGPTN, unsafe.Pointer(&n)); err != nil {
-		t.Fatal(err)
-	}
-	s, err := os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|syscall.O_NOCTTY, 0)
-	if err != nil {
-		t.Fatal(err)
 	}
 	t.Cleanup(func() { m.Close(); s.Close() })
 	return m, s
@@ -504,7 +498,7 @@ func TestCLIBadInput(t *testing.T) {
 		want string
 	}{
 		{[]string{"frobnicate"}, 2, `unknown command "frobnicate"`},
-		{[]string{"agents", "--frob"}, 2, "agents: -frob"},
+		{[]string{"agents", "--frob"}, 2, "agents: unknown flag --frob"},
 		{[]string{"run"}, 2, "run: missing arguments"},
 		{[]string{"exec", "box"}, 2, "usage: agentd exec"},
 		{[]string{"rm"}, 2, "usage: agentd rm ID..."},
@@ -1010,7 +1004,7 @@ func TestCLINoColor(t *testing.T) {
 	te.agentdOK("apply", writeSpec(t, "name: alpha\nmodel: openai/gpt-4o-mini\ncomputer: {enabled: false}\ntools: []\n"))
 	onTerminal := func(env ...string) string {
 		t.Helper()
-		master, slave := openPTY(t)
+		master, slave := testPTY(t)
 		cmd := exec.Command(cliBinary(t), "agents")
 		cmd.Env = append([]string{"AGENT_URL=" + te.url, "PATH=" + os.Getenv("PATH")}, env...)
 		cmd.Stdout, cmd.Stderr = slave, slave
@@ -1143,7 +1137,7 @@ func TestCLILogsFollowResumesAfterABlip(t *testing.T) {
 // approval: the process, the terminal's master side, what it has printed, and its end.
 func askingRun(t *testing.T, te *testServer, input string, env ...string) (*exec.Cmd, *os.File, *syncBuffer, chan error) {
 	t.Helper()
-	master, slave := openPTY(t)
+	master, slave := testPTY(t)
 	cmd := exec.Command(cliBinary(t), "run", "careful", input)
 	cmd.Env = append([]string{"AGENT_URL=" + te.url, "PATH=" + os.Getenv("PATH")}, env...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave

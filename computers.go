@@ -180,16 +180,17 @@ type reachCheck struct {
 
 // computerDeps are the parts a computer service is built from (newServer fills them from the config).
 type computerDeps struct {
-	store        *store
-	hub          *hub
-	log          *slog.Logger
-	clock        func() time.Time    // read through c.now(), which a test may swap while the reaper runs
-	getenv       func(string) string // the server's environment: the local provider's allow-list reads it
-	home         string              // the data directory: instance id, local workspaces, podman probe root
-	provider     string              // computerProvider: auto or a provider's name
-	images       map[string]string   // flavor → image, overriding defaultImages
-	registries   []string            // allowedRegistries (config); empty: the flavor images' registries
-	mountRoots   []string            // allowedMounts (config): host directories mounts may come from; empty: none
+	store    *store
+	hub      *hub
+	log      *slog.Logger
+	clock    func() time.Time    // read through c.now(), which a test may swap while the reaper runs
+	getenv   func(string) string // the server's environment: the local provider's allow-list reads it
+	home     string              // the data directory: instance id, local workspaces, podman probe root
+	provider string              // computerProvider: auto or a provider's name
+	// The settings a config reload may change: read them through c.conf(), never directly.
+	images       map[string]string // flavor → image, overriding defaultImages
+	registries   []string          // allowedRegistries (config); empty: the flavor images' registries
+	mountRoots   []string          // allowedMounts (config): host directories mounts may come from; empty: none
 	maxComputers int
 	reapInterval time.Duration
 	helper       string         // host path of the binary mounted into machines for the exec channel; "" = off
@@ -202,6 +203,7 @@ type computerDeps struct {
 // computerService owns machines and the reaper goroutine.
 type computerService struct {
 	computerDeps
+	live      atomic.Pointer[computerConf]     // the reloaded settings (reconfigure); nil: computerDeps'
 	nowFn     atomic.Pointer[func() time.Time] // the clock now (setNow)
 	owner     string
 	providers []provider // priority order, highest first
@@ -291,6 +293,24 @@ func (c *computerService) Close() {
 		}
 	}
 }
+
+// computerConf is what a reload of config.yaml changes in a running computer service.
+type computerConf struct {
+	images                 map[string]string
+	registries, mountRoots []string
+	maxComputers           int
+}
+
+// conf is the settings now: the start's until a reload.
+func (c *computerService) conf() computerConf {
+	if p := c.live.Load(); p != nil {
+		return *p
+	}
+	return computerConf{images: c.images, registries: c.registries, mountRoots: c.mountRoots, maxComputers: c.maxComputers}
+}
+
+// reconfigure applies reloaded settings; machines already made keep theirs.
+func (c *computerService) reconfigure(cc computerConf) { c.live.Store(&cc) }
 
 func (c *computerService) now() time.Time            { return (*c.nowFn.Load())() }
 func (c *computerService) setNow(f func() time.Time) { c.nowFn.Store(&f) }
@@ -474,7 +494,7 @@ func (c *computerService) doctor(ctx context.Context) (providers []doctorProvide
 				_, err := e.call(ctx, nil, "image", "inspect", "--format", "{{.Id}}", img)
 				images = append(images, doctorImage{Flavor: flavor, Image: img, Provider: m.name, Present: err == nil})
 				if err != nil && flavor == "base" {
-					warnings = append(warnings, fmt.Sprintf("the base flavor's image %s is not on this machine: creating a machine will try to pull it; on a host with no registry, load or build one and set images: {base: <image>} in config.yaml", img))
+					warnings = append(warnings, fmt.Sprintf("the base flavor's image %s is not on this machine: creating a machine will try to pull it; on a host with no registry, load or build one and set images: {base: <image>} in config.yaml, %s", img, takesEffect("images")))
 				}
 			}
 		}
@@ -655,11 +675,11 @@ func (c *computerService) create(ctx context.Context, sp ComputerSpec) (*Compute
 
 	c.creating.Lock()
 	live, err := c.store.CountLiveComputers(ctx)
-	if err == nil && live >= c.maxComputers {
+	if limit := c.conf().maxComputers; err == nil && live >= limit {
 		c.creating.Unlock()
-		return nil, errorf(codeQuota, "machine limit reached: %d of %d live machines", live, c.maxComputers).
-			withHint("delete or stop a computer, or raise maxComputers in config.yaml").
-			withDetail("live", live).withDetail("limit", c.maxComputers)
+		return nil, errorf(codeQuota, "machine limit reached: %d of %d live machines", live, limit).
+			withHint("delete or stop a computer, or raise maxComputers in config.yaml, "+takesEffect("maxComputers")).
+			withDetail("live", live).withDetail("limit", limit)
 	}
 	if err == nil {
 		err = c.store.InsertComputer(ctx, *m)
@@ -786,10 +806,10 @@ func (c *computerService) start(ctx context.Context, idOrName string) (*Computer
 		if err != nil {
 			return err
 		}
-		if live >= c.maxComputers {
-			return errorf(codeQuota, "machine limit reached: %d of %d live machines", live, c.maxComputers).
-				withHint("delete or stop a computer, or raise maxComputers in config.yaml").
-				withDetail("live", live).withDetail("limit", c.maxComputers)
+		if limit := c.conf().maxComputers; live >= limit {
+			return errorf(codeQuota, "machine limit reached: %d of %d live machines", live, limit).
+				withHint("delete or stop a computer, or raise maxComputers in config.yaml, "+takesEffect("maxComputers")).
+				withDetail("live", live).withDetail("limit", limit)
 		}
 		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lifecycleTimout)
 		defer cancel()

@@ -250,7 +250,7 @@ func (e *engineProvider) create(ctx context.Context, m *ComputerInfo) error {
 				what = "the " + m.Spec.Flavor + " flavor's image"
 			}
 			return errorf(codeProviderUnavailable, "%s %s is not on this machine and could not be pulled", what, m.Image).
-				withHint(fmt.Sprintf("either make it present (`%s pull %s`; on a host with no registry `%s load -i image.tar`, or build one with debootstrap and `%s import`), or point the flavor at an image you have in config.yaml: images: {%s: <local image>}",
+				withHint(fmt.Sprintf("either make it present (`%s pull %s`; on a host with no registry `%s load -i image.tar`, or build one with debootstrap and `%s import`), or point the flavor at an image you have in config.yaml: images: {%s: <local image>}, "+takesEffect("images"),
 					e.name, m.Image, e.name, e.name, firstNonEmpty(m.Spec.Flavor, "base"))).
 				withDetail("image", m.Image).withDetail("flavor", m.Spec.Flavor)
 		}
@@ -440,7 +440,7 @@ func (e *engineProvider) pidFile(p *procSpec) string { return "/tmp/.agentd-exec
 // command with its exit code on both streams.
 func (e *engineProvider) execWrapper(p *procSpec) string {
 	mk := strings.ReplaceAll(markerPrefix(p.token), "\x1e", `\036`)
-	return `echo $$ > ` + e.pidFile(p) + ` 2>/dev/null; "$@"; rc=$?; rm -f ` + e.pidFile(p) +
+	return p.sizeFirst() + `echo $$ > ` + e.pidFile(p) + ` 2>/dev/null; "$@"; rc=$?; rm -f ` + e.pidFile(p) +
 		`; printf '` + mk + `%03d\036' "$rc"; printf '` + mk + `%03d\036' "$rc" >&2; exit $rc`
 }
 
@@ -474,7 +474,7 @@ func (e *engineProvider) command(ctx context.Context, m *ComputerInfo, p *procSp
 	if m.Spec.Network.Mode == "egress" {
 		e.c.channel(ctx, e, m) // an exec on the per-call path (root, a tty) also finds the egress proxy there
 	}
-	args := e.execArgs(m, p.user, p.cwd, p.env, p.stdin != nil, p.tty)
+	args := e.execArgs(m, p.user, p.cwd, p.env, p.stdin != nil || p.term != nil, p.tty)
 	args = append(args, "/bin/sh", "-c", e.execWrapper(p), "agentd")
 	args = append(args, p.argv...)
 	cmd := e.cli(ctx, args...)

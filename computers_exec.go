@@ -2,7 +2,8 @@
 // SSE endpoints, and the one head-and-tail truncator (exec output and tool results).
 //
 // Entry points: computerService.Exec (API, terminal, agent tool), run (internal, no policy: provisioning
-// and the engine's file operations), handleExec, handleExecStream.
+// and the engine's file operations), handleExec, handleExecStream. runProc also runs a terminal
+// session's process on a host pseudo-terminal (procSpec.term; ExecTTY in computers_terminal.go).
 //
 // Rules (docs/API.md Exec, DESIGN §4): every exec passes the one command policy first (403 E_EXEC_DENIED);
 // a string cmd runs under /bin/sh -c, an array directly; timeoutSec 1-3600 (default 120) kills the whole
@@ -182,6 +183,27 @@ type procSpec struct {
 	tty   bool
 	stdin io.Reader
 	token string // names the process group inside the machine (killTree)
+	// term, when set, is the pseudo-terminal the host process runs on (an interactive tty exec,
+	// ExecTTY): its stdio and controlling terminal, the output read from the master. Implies tty.
+	term *ptyPair
+}
+
+// ptyPair is a pseudo-terminal: runProc hands the slave to the process and reads the master; started,
+// when set, is called once the process runs.
+type ptyPair struct {
+	master, slave *os.File
+	cols, rows    int
+	started       func()
+}
+
+// sizeFirst is the wrapper's first step on a terminal: the engine sizes the machine's tty only after the
+// command started (docker before API 1.42 and kubectl race it: `stty size` said "0 0"), so the wrapper
+// sizes it itself; later resizes come from the engine. "" without a terminal.
+func (p *procSpec) sizeFirst() string {
+	if p.term == nil || p.term.cols <= 0 || p.term.rows <= 0 {
+		return ""
+	}
+	return fmt.Sprintf("stty cols %d rows %d 2>/dev/null; ", p.term.cols, p.term.rows)
 }
 
 // procHandle is a prepared host process. endMarker is set when the process announces the end of the
@@ -303,7 +325,7 @@ func (c *computerService) runProc(ctx context.Context, p provider, m *ComputerIn
 		}
 	}
 	markers := &endMarkers{need: 2, done: make(chan struct{})}
-	if ps.tty {
+	if ps.tty || ps.term != nil {
 		markers.need = 1
 	}
 	stdout := newOutputSink("stdout", maxOut, emit, h.endMarker, ps.token, markers)
@@ -311,21 +333,35 @@ func (c *computerService) runProc(ctx context.Context, p provider, m *ComputerIn
 	if h.remote != nil {
 		return c.runOverChannel(ctx, tctx, p, m, h, ps.stdin, stdout, stderr)
 	}
-	h.cmd.Stdout, h.cmd.Stderr = stdout, stderr
+	var copied chan struct{} // a terminal's output: read from the master until the slave's last holder exits
 	var pipes *outputPipes
-	if !h.endMarker { // the process is the command itself (local): its background children hold its pipes
-		if pipes, err = newOutputPipes(h.cmd, stdout, stderr); err != nil {
-			return nil, errorf(codeExecFailed, "cannot make the command's pipes: %v", err).withHint("check the host's open file limit")
+	if t := ps.term; t != nil {
+		h.cmd.Stdin, h.cmd.Stdout, h.cmd.Stderr = t.slave, t.slave, t.slave
+		controllingTerminal(h.cmd)
+	} else {
+		h.cmd.Stdout, h.cmd.Stderr = stdout, stderr
+		if !h.endMarker { // the process is the command itself (local): its background children hold its pipes
+			if pipes, err = newOutputPipes(h.cmd, stdout, stderr); err != nil {
+				return nil, errorf(codeExecFailed, "cannot make the command's pipes: %v", err).withHint("check the host's open file limit")
+			}
 		}
-	}
-	if ps.stdin != nil {
-		h.cmd.Stdin = ps.stdin
+		if ps.stdin != nil {
+			h.cmd.Stdin = ps.stdin
+		}
 	}
 	start := time.Now()
 	err = h.cmd.Start()
 	pipes.started(err == nil)
 	if err != nil {
 		return nil, errorf(codeExecFailed, "cannot start the command: %v", err).withHint("check that the machine is healthy")
+	}
+	if t := ps.term; t != nil {
+		t.slave.Close() // the process holds it now: its exit ends the master's reads
+		copied = make(chan struct{})
+		go func() { defer close(copied); io.Copy(stdout, t.master) }()
+		if t.started != nil {
+			t.started()
+		}
 	}
 	waitErr := make(chan error, 1)
 	go func() { waitErr <- h.cmd.Wait() }()
@@ -347,6 +383,12 @@ func (c *computerService) runProc(ctx context.Context, p provider, m *ComputerIn
 	} else {
 		werr = <-waitErr
 		pipes.ended(&c.drain)
+	}
+	if copied != nil { // the terminal's last output, unless something in the machine still holds it
+		select {
+		case <-copied:
+		case <-time.After(execPipeGrace):
+		}
 	}
 	res := collected(start, stdout, stderr)
 	switch {

@@ -169,13 +169,13 @@ func (k *kubeProvider) probe(ctx context.Context) probeResult {
 			msg = firstLine(err.Error())
 		}
 		return probeResult{reason: "the Kubernetes API server is not reachable: " + msg,
-			hint: "check kubernetes.kubeconfig and kubernetes.context in config.yaml (now " + firstNonEmpty(k.cfg.Kubeconfig, "$KUBECONFIG or ~/.kube/config") + "); `kubectl version` must show a server"}
+			hint: "check kubernetes.kubeconfig and kubernetes.context in config.yaml (now " + firstNonEmpty(k.cfg.Kubeconfig, "$KUBECONFIG or ~/.kube/config") + ", " + takesEffect("kubernetes") + "); `kubectl version` must show a server"}
 	}
 	if _, err := k.call(ctx, nil, "get", "namespace", k.cfg.Namespace, "-o", "name"); err != nil {
 		low := strings.ToLower(err.Error())
 		if strings.Contains(low, "notfound") || strings.Contains(low, "not found") {
 			return probeResult{reason: fmt.Sprintf("the namespace %q does not exist", k.cfg.Namespace),
-				hint: fmt.Sprintf("kubectl create namespace %s (or set kubernetes.namespace in config.yaml)", k.cfg.Namespace)}
+				hint: fmt.Sprintf("kubectl create namespace %s (or set kubernetes.namespace in config.yaml, %s)", k.cfg.Namespace, takesEffect("kubernetes"))}
 		} // forbidden: a namespaced Role cannot read namespaces; the can-i checks below still judge it
 	}
 	// One `auth can-i --list` (a rules review) answers for every verb it shows; a verb it does not show
@@ -391,7 +391,7 @@ func (k *kubeProvider) run(ctx context.Context, m *ComputerInfo) error {
 	if m.Spec.Persist { // a claim's volume is writable by uid 1000 only where its driver applies fsGroup
 		if out, err := k.call(ctx, nil, "exec", k.pod(m), "-c", kubeContainer, "--", "/bin/sh", "-c", `test -w /work || { ls -ldn /work; exit 3; }`); err != nil {
 			return errorf(codeComputerFailed, "the machine's /work (its PersistentVolumeClaim) is not writable by uid 1000 (%s): %s", strings.TrimSpace(out), err.Error()).
-				withHint("use a StorageClass whose volumes honour the pod's fsGroup (most CSI block drivers do; hostPath and many NFS setups do not): kubernetes.storageClassName in config.yaml")
+				withHint("use a StorageClass whose volumes honour the pod's fsGroup (most CSI block drivers do; hostPath and many NFS setups do not): kubernetes.storageClassName in config.yaml, " + takesEffect("kubernetes"))
 		}
 	}
 	if m.Workdir != "/work" && m.Workdir != "/tmp" {
@@ -499,9 +499,9 @@ func (k *kubeProvider) waitReadyPod(ctx context.Context, name string, m *Compute
 		hint := "kubectl describe pod " + name + " -n " + k.cfg.Namespace
 		switch {
 		case claim != "":
-			hint = "set kubernetes.storageClassName in config.yaml to a StorageClass of the cluster (kubectl get storageclass) or mark one the default; kubectl describe pvc " + name + " -n " + k.cfg.Namespace
+			hint = "set kubernetes.storageClassName in config.yaml to a StorageClass of the cluster (kubectl get storageclass), " + takesEffect("kubernetes") + ", or mark one the default; kubectl describe pvc " + name + " -n " + k.cfg.Namespace
 		case strings.Contains(why, "Image") || strings.Contains(why, "image"):
-			hint = fmt.Sprintf("make the image %s pullable by the cluster's nodes (or present on them), or point the flavor at one in config.yaml: images: {%s: <image>}", m.Image, firstNonEmpty(m.Spec.Flavor, "base"))
+			hint = fmt.Sprintf("make the image %s pullable by the cluster's nodes (or present on them), or point the flavor at one in config.yaml: images: {%s: <image>}, %s", m.Image, firstNonEmpty(m.Spec.Flavor, "base"), takesEffect("images"))
 		case strings.HasPrefix(why, "Unschedulable"):
 			hint = "ask for fewer cpus or less memory (requests are a tenth of them), or add nodes; check kubernetes.nodeSelector and tolerations"
 		}
@@ -746,7 +746,7 @@ func (k *kubeProvider) execWrapper(p *procSpec) string {
 	mk := strings.ReplaceAll(markerPrefix(p.token), "\x1e", `\036`)
 	pid := "/tmp/.agentd-exec-" + p.token + ".pid"
 	return `cd -- "$1" 2>/dev/null || { echo "cannot enter the working directory $1" >&2; exit 126; }; shift; ` +
-		`echo $$ > ` + pid + ` 2>/dev/null; "$@"; rc=$?; rm -f ` + pid +
+		p.sizeFirst() + `echo $$ > ` + pid + ` 2>/dev/null; "$@"; rc=$?; rm -f ` + pid +
 		`; printf '` + mk + `%03d\036' "$rc"; printf '` + mk + `%03d\036' "$rc" >&2; exit $rc`
 }
 
@@ -778,10 +778,11 @@ func (k *kubeProvider) command(ctx context.Context, m *ComputerInfo, p *procSpec
 		}
 	}
 	argv := p.argv
-	if p.tty { // kubectl gives a TTY only when its own stdin is a terminal: util-linux script makes one inside
+	if p.tty && p.term == nil { // kubectl gives a TTY only when its own stdin is a terminal: util-linux script makes one inside
 		argv = []string{"script", "-qefc", shellJoin(argv), "/dev/null"}
 	}
-	args := append(k.execArgs(m, p.stdin != nil, false), envArgs(p.env)...)
+	// On a host pseudo-terminal (an interactive terminal, ExecTTY) kubectl's stdin is one: -i -t.
+	args := append(k.execArgs(m, p.stdin != nil || p.term != nil, p.term != nil), envArgs(p.env)...)
 	args = append(append(args, "/bin/sh", "-c", k.execWrapper(p), "agentd", p.cwd), argv...)
 	cmd := k.cli(ctx, args...)
 	cmd.Cancel = func() error {

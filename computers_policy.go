@@ -13,7 +13,8 @@
 // it is a variable assigned earlier in the line (and IFS left alone); a -c script the outer shell builds
 // (`bash -c "$(echo sudo) id"`) or takes from elsewhere (xargs -I); a shell or interpreter reading its
 // program from stdin (a pipe, a here-document, `/dev/stdin`, `/dev/fd/N`, `-`, no operand at all); in
-// `ask` mode a human who approved the very call waives these (commandPolicy.Seen), nothing else. An
+// `ask` mode a human who approved the very call waives these (commandPolicy.Seen), and so does a person's
+// interactive terminal session (ExecTTY: `agentd shell`, `exec -it`), nothing else. An
 // expansion in an argument is fine (`echo $HOME`), and so are a script file (`bash build.sh`,
 // `bash < build.sh`) and another language's inline code (`python3 -c`): the caller's own code, which
 // the policy does not read. Paths are judged as they resolve (`//`, `'/'`, `/usr/..` are `/`; `~//` is

@@ -381,7 +381,7 @@ func (c *computerService) takeFromPool(ctx context.Context, p provider, sp Compu
 	}
 	c.creating.Lock()
 	live, err := c.store.CountLiveComputers(ctx)
-	if err != nil || live >= c.maxComputers {
+	if err != nil || live >= c.conf().maxComputers {
 		c.creating.Unlock()
 		return nil, false, nil
 	}

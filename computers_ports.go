@@ -237,7 +237,7 @@ func (c *computerService) guestDialer(ctx context.Context, p provider, m *Comput
 	}
 	if _, err := c.channelErr(ctx, host, m); err != nil {
 		return nil, errorf(codeComputerFailed, "computer %s has network mode egress (no network of its own) and its port can only be reached over the exec channel, which is unavailable: %v", m.ID, err).
-			withHint("turn execChannel on in config.yaml (egress needs it), or create the computer with network.mode full")
+			withHint("turn execChannel on in config.yaml (egress needs it; " + takesEffect("execChannel") + "), or create the computer with network.mode full")
 	}
 	mc := *m
 	return func(ctx context.Context) (halfConn, error) {

@@ -150,7 +150,7 @@ func (c *computerService) imageFor(sp ComputerSpec) string {
 	if sp.Image != "" {
 		return sp.Image
 	}
-	if img := c.images[sp.Flavor]; img != "" {
+	if img := c.conf().images[sp.Flavor]; img != "" {
 		return img
 	}
 	return defaultImages[sp.Flavor]
@@ -200,7 +200,7 @@ func (c *computerService) checkHostLimits(sp ComputerSpec) error {
 	if img := c.imageFor(sp); sp.Image != "" {
 		if reg := imageRegistry(img); !slices.Contains(c.allowedRegistries(), reg) {
 			return errorf(codeSpecInvalid, "image: %s is from registry %s, which this server does not pull from", img, reg).
-				withHint("use an image from "+strings.Join(c.allowedRegistries(), ", ")+", or add the registry to allowedRegistries in config.yaml").
+				withHint("use an image from "+strings.Join(c.allowedRegistries(), ", ")+", or add the registry to allowedRegistries in config.yaml, "+takesEffect("allowedRegistries")).
 				withDetail("allowedRegistries", c.allowedRegistries())
 		}
 	}
@@ -236,7 +236,7 @@ func (c *computerService) checkMountSource(src string) error {
 			return fmt.Errorf("%s holds or is inside agentd's data directory", src)
 		}
 	}
-	for _, root := range c.mountRoots {
+	for _, root := range c.conf().mountRoots {
 		if r, err := filepath.EvalSymlinks(filepath.Clean(root)); err == nil {
 			root = r
 		}
@@ -267,8 +267,8 @@ func (c *computerService) openMountSources(sp ComputerSpec) ([]mountSource, erro
 		fail := func(err error) ([]mountSource, error) {
 			closeMountSources(out)
 			return nil, errorf(codeSpecInvalid, "mounts.%d.source: %s", i, err.Error()).
-				withHint("mount a directory under one listed in allowedMounts in config.yaml (now: "+listOrNone(c.mountRoots)+"), named by its real path (no symlink in it), or copy files in with the upload endpoint").
-				withDetail("allowedMounts", c.mountRoots)
+				withHint("mount a directory under one listed in allowedMounts in config.yaml (now: "+listOrNone(c.conf().mountRoots)+"; "+takesEffect("allowedMounts")+"), named by its real path (no symlink in it), or copy files in with the upload endpoint").
+				withDetail("allowedMounts", c.conf().mountRoots)
 		}
 		if err := c.checkMountSource(src); err != nil {
 			return fail(err)
@@ -316,8 +316,8 @@ func imageRegistry(ref string) string {
 
 // allowedRegistries: config's allowedRegistries, else the registries of the flavor images in use.
 func (c *computerService) allowedRegistries() []string {
-	if len(c.registries) > 0 {
-		return c.registries
+	if r := c.conf().registries; len(r) > 0 {
+		return r
 	}
 	var out []string
 	for _, f := range []string{"base", "python", "node", "full"} {

@@ -86,8 +86,19 @@ func requireProvider(t *testing.T, name string) {
 		}
 		t.Skipf("provider %s unavailable: %s (set AGENT_TEST_DOCKER=1 to make this a failure)", name, pr.reason)
 	}
-	if out, err := exec.Command(name, "image", "inspect", testImage).CombinedOutput(); err != nil {
-		t.Fatalf("provider %s: test image %s missing (run .ci/run to build it): %s", name, testImage, out)
+	requireTestImage(t, name, testImage)
+}
+
+// requireTestImage skips a test when the engine lacks the test image, with one line saying how to make
+// it; with AGENT_TEST_DOCKER=1 (CI) that is a failure instead.
+func requireTestImage(t *testing.T, engine, image string) {
+	t.Helper()
+	if out, err := exec.Command(engine, "image", "inspect", image).CombinedOutput(); err != nil {
+		msg := fmt.Sprintf("%s has no test image %s: build it offline with scripts/test-image.sh", engine, image)
+		if os.Getenv("AGENT_TEST_DOCKER") == "1" {
+			t.Fatalf("%s (AGENT_TEST_DOCKER=1): %s", msg, bytes.TrimSpace(out))
+		}
+		t.Skip(msg + " (set AGENT_TEST_DOCKER=1 to make this a failure)")
 	}
 }
 
@@ -754,6 +765,55 @@ func (c *conformance) terminal(t *testing.T) {
 			t.Fatalf("argv frame: %v", f)
 		}
 	})
+	// Issue 26 item 7: a command on a pseudo-terminal (the addition to the socket): sized, fed with
+	// keystrokes, its exit code; still under the command policy; refused where the provider has no tty.
+	c.sub(t, "terminal/tty", func(t *testing.T, e *testServer) {
+		conn := e.dial(path, "")
+		frame(t, conn) // ready
+		sendFrame(t, conn, map[string]any{"type": "exec", "cmd": "sudo reboot", "tty": true, "cols": 90, "rows": 20})
+		if f := frame(t, conn); f["type"] != "error" || apiCodeOf(f) != codeExecDenied {
+			t.Fatalf("a denied command on a tty: %v", f)
+		}
+		script := `stty size; read x; echo got-$x; [ -t 0 ] && echo on-a-tty; exit 4`
+		sendFrame(t, conn, map[string]any{"type": "exec", "cmd": []string{"sh", "-c", script}, "tty": true, "cols": 90, "rows": 20})
+		f := frame(t, conn)
+		if c.local || c.prov == "sandbox" {
+			if f["type"] != "error" || apiCodeOf(f) != codeNotImplemented {
+				t.Fatalf("a tty on %s: %v", c.prov, f)
+			}
+			return
+		}
+		if f["type"] != "started" {
+			t.Fatalf("tty exec: %v", f)
+		}
+		var out string
+		for sent := false; ; {
+			f := frame(t, conn)
+			if f["type"] == "stdout" {
+				out += f["data"].(string)
+			}
+			if !sent && strings.Contains(out, "20 90\r\n") {
+				sendFrame(t, conn, map[string]any{"type": "stdin", "data": "hi\r"})
+				sent = true
+			}
+			if f["type"] == "exit" {
+				if f["exitCode"].(float64) != 4 || !strings.Contains(out, "got-hi\r\non-a-tty\r\n") {
+					t.Fatalf("tty session: %v after %q", f, out)
+				}
+				break
+			}
+			if f["type"] == "error" {
+				t.Fatalf("tty session: %v after %q", f, out)
+			}
+		}
+	})
+}
+
+// apiCodeOf is an error frame's code.
+func apiCodeOf(f map[string]any) string {
+	e, _ := f["error"].(map[string]any)
+	s, _ := e["code"].(string)
+	return s
 }
 
 func (c *conformance) badInput(t *testing.T) {
@@ -1500,4 +1560,45 @@ func TestComputerBackgroundReconcileLeavesNewRecordsAlone(t *testing.T) {
 			t.Errorf("%s after the background pass: %q %v, want %s", id, got.State, err, want)
 		}
 	}
+}
+
+// Issue 26 item 2: on a host with the engine but not the test image, outside CI, the engine tests skip
+// with one line naming the script that builds the image (AGENT_TEST_DOCKER=1 makes it a failure).
+func TestMissingTestImageSkips(t *testing.T) {
+	if exec.Command("docker", "info").Run() != nil {
+		t.Skip("no docker here")
+	}
+	t.Setenv("AGENT_TEST_DOCKER", "")
+	var skipped bool
+	var msg string
+	t.Run("hidden", func(t *testing.T) {
+		defer func() { skipped = t.Skipped() }()
+		requireTestImage(t, "docker", "agentd-test:absent-"+randomChars(6))
+		msg = "not skipped"
+	})
+	if !skipped || msg != "" {
+		t.Fatalf("a missing test image did not skip the test (%s)", msg)
+	}
+}
+
+// The terminal socket's client frames, tty additions included: any message is a command, input for a
+// tty command, or an error frame; never a panic.
+func FuzzTerminalFrames(f *testing.F) {
+	for _, s := range []string{"ls -la", `{"type":"exec","cmd":["sh"],"tty":true,"cols":80,"rows":24}`, `{"type":"stdin","data":"q\r"}`,
+		`{"type":"resize","cols":-1,"rows":70000}`, `{"type":"exec","cmd":5}`, `{"type":"exec"}`, `{"type":"exec","cmd":""}`, `{`, `{"type":"nope"}`, "  "} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		if kind, _, _ := terminalInput(raw); kind != "" {
+			return
+		}
+		var errs int
+		tc, ok := parseTerminalFrame(raw, func(v any) bool { errs++; return true })
+		if ok && errs > 0 { // (an empty command is queued: the exec's own validation answers it)
+			t.Fatalf("%q: a command and an error frame: %+v", raw, tc)
+		}
+		if !ok && errs == 0 && strings.HasPrefix(strings.TrimSpace(raw), "{") {
+			t.Fatalf("%q: a frame neither run nor answered", raw)
+		}
+	})
 }

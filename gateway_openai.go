@@ -618,7 +618,7 @@ func (s *server) gatewayDirect(w http.ResponseWriter, r *http.Request, q *oaiReq
 		ae := asAPIError(err)
 		return badRequest("", "%s", ae.Message)
 	}
-	opts := chatOptions{MaxCostUSD: s.cfg.MaxCostUSD}
+	opts := chatOptions{MaxCostUSD: s.conf().MaxCostUSD}
 	cw := newCompletionWriter("chatcmpl-"+randomChars(24), q.Model, q)
 	if !q.Stream {
 		resp, err := s.models.Chat(r.Context(), req, opts)

@@ -21,7 +21,8 @@
 //     refusals, the bearer token (authorized, tokenEqual: constant time), the 32 MB body cap,
 //     idempotency (api_idempotency.go); then routes(), the table of every endpoint, and decode (strict
 //     JSON) / writeError (the one code → status map; unclassified errors logged, never answered).
-//  2. computers_policy.go, commandPolicy.check: the one command policy every exec passes (API, terminal,
+//  2. computers_policy.go, commandPolicy.check: the one command policy every exec passes (API, terminal and
+//     its tty sessions (ExecTTY, computers_terminal.go: a host pseudo-terminal for docker/kubectl exec -it),
 //     agent tool): allowCommands, denyCommands, the built-in deny list at command position.
 //  3. computers_files.go, lexicalJail and (*computerService).jail: every path of the files API and the
 //     file tools (only /work and /tmp; then resolved inside the machine, symlinks followed, still inside);
@@ -46,7 +47,8 @@
 //     machine's user (seccomp against user namespaces, bounding set, uid/gid, then a re-exec checked on
 //     every thread), the same in static and cgo builds.
 //
-// This file holds main, run (the testable entry point), configuration loading and the serve lifecycle.
+// This file holds main, run (the testable entry point), configuration loading and the serve lifecycle
+// (SIGHUP re-reads config.yaml: main_reload.go).
 package main
 
 import (
@@ -233,6 +235,8 @@ type config struct {
 	Kubernetes *kubeConfig `yaml:"kubernetes"`
 
 	firstRun     bool
+	serveArgs    []string            // the flags it was loaded with: a reload reads config.yaml under the same ones
+	level        *slog.LevelVar      // the logger's level (logLevel), which a reload changes (main_reload.go)
 	noTriggers   bool                // `agentd mcp` in-process: the server's triggers are not mounted here
 	helperBinary string              // the binary mounted into machines for the exec channel; "" is this executable
 	getenv       func(string) string // the process environment, for provider keys; never logged
@@ -256,7 +260,11 @@ var logLevels = map[string]slog.Level{"debug": slog.LevelDebug, "info": slog.Lev
 
 // newLogger is the server's one logger: text or JSON lines on stderr at the configured level.
 func newLogger(cfg config, stderr io.Writer) *slog.Logger {
-	opts := &slog.HandlerOptions{Level: logLevels[cfg.LogLevel]}
+	var level slog.Leveler = logLevels[cfg.LogLevel]
+	if cfg.level != nil {
+		level = cfg.level
+	}
+	opts := &slog.HandlerOptions{Level: level}
 	if cfg.LogFormat == "json" {
 		return slog.New(slog.NewJSONHandler(stderr, opts))
 	}
@@ -342,6 +350,7 @@ func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (co
 	if _, ok := logLevels[cfg.LogLevel]; !ok {
 		return config{}, errorf(codeConfig, "log level %q is not debug, info, warn or error", cfg.LogLevel).withHint("use --log-level (or AGENT_LOG_LEVEL)")
 	}
+	cfg.serveArgs, cfg.level = args, newLevel(cfg.LogLevel)
 	if cfg.Port < 0 || cfg.Port > 65535 {
 		return config{}, errorf(codeConfig, "port %d is out of range 0-65535", cfg.Port)
 	}
@@ -375,7 +384,7 @@ func configKeys() []string {
 // parseConfigFile reads config.yaml strictly: an unknown key is an E_CONFIG error naming it.
 func parseConfigFile(b []byte, cfg *config) error {
 	keys := configKeys()
-	hint := "known keys: " + strings.Join(keys, ", ")
+	hint := "known keys: " + strings.Join(keys, ", ") + "; " + takesEffect("")
 	var doc yaml.Node
 	if err := yaml.Unmarshal(b, &doc); err != nil {
 		return errorf(codeConfig, "config.yaml: %s", strings.TrimPrefix(err.Error(), "yaml: ")).withHint(hint)
@@ -407,7 +416,7 @@ func parseConfigFile(b []byte, cfg *config) error {
 func (cfg config) check() error {
 	bad := func(key string, v any, want string) error {
 		return errorf(codeConfig, "config.yaml: %s is %v; it must be %s", key, v, want).
-			withHint("fix " + key + " in " + filepath.Join(cfg.Home, "config.yaml"))
+			withHint("fix " + key + " in " + filepath.Join(cfg.Home, "config.yaml") + ", " + takesEffect(key))
 	}
 	if err := checkMCPServers(cfg.MCPServers); err != nil {
 		return err
@@ -486,6 +495,10 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		k.startNetCheck() // in the background: the doctor has the answer by the time it is asked
 	}
 
+	// SIGHUP re-reads config.yaml (main_reload.go); the server's reload goroutine ends with it.
+	signal.Notify(s.reloads, syscall.SIGHUP)
+	defer signal.Stop(s.reloads)
+
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- hs.Serve(ln) }()
 
@@ -550,10 +563,11 @@ func newServer(cfg config, logger *slog.Logger, now func() time.Time) (*server, 
 	s.runs = newRunService(runDeps{store: st, hub: s.hub, models: s.models, computers: s.computers, mcp: s.mcpClients, now: now,
 		log: logger, getenv: cfg.getenv, home: cfg.Home, metrics: s.metrics})
 	s.sessions = newSessionService(sessionDeps{store: st, models: s.models, log: logger, now: now, getenv: cfg.getenv,
-		dataDir: cfg.Home, maxCost: cfg.MaxCostUSD, red: newRedactor(cfg.getenv)})
+		dataDir: cfg.Home, maxCost: func() float64 { return s.conf().MaxCostUSD }, red: newRedactor(cfg.getenv)})
 	s.triggers = newTriggerService(triggerDeps{store: st, hub: s.hub, log: logger, now: now, fireCron: s.fireCron})
 	s.mcp = newMCPSessions(s)
 	s.handler = s.routes()
+	s.startReloader()
 	if !cfg.noTriggers {
 		s.triggers.sync(context.Background(), "", "")
 	}
@@ -565,6 +579,7 @@ func newServer(cfg config, logger *slog.Logger, now func() time.Time) (*server, 
 // runServe bounds it with the shutdown timeout.
 func (s *server) Close(ctx context.Context) {
 	s.cancelStream()
+	<-s.reloaderDone // a reload in progress finishes first
 	s.triggers.Close()
 	s.mcp.Close() // before runs and computers: its calls end and its machines are destroyed
 	s.runs.Close()

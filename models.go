@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -213,7 +214,8 @@ type modelDeps struct {
 // modelService owns the HTTP client to providers, the probe cache and the router.
 type modelService struct {
 	modelDeps
-	client *http.Client
+	liveAliases atomic.Pointer[map[string]string] // modelAliases after a reload (aliasMap)
+	client      *http.Client
 
 	// Injected for tests: sleep waits between retries (returns early with ctx), jitter draws the
 	// full-jitter delay in [0, max), now stamps probes.
@@ -252,13 +254,33 @@ func newModelService(d modelDeps) (*modelService, error) {
 		probes:       map[string]providerStatus{},
 	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
-	for alias := range d.aliases {
-		if _, err := m.resolveAlias(alias); err != nil {
-			return nil, err
-		}
+	if err := checkAliases(d.aliases); err != nil {
+		return nil, err
 	}
 	return m, nil
 }
+
+// checkAliases refuses a modelAliases map with a loop or a chain too long.
+func checkAliases(aliases map[string]string) error {
+	probe := &modelService{modelDeps: modelDeps{aliases: aliases}}
+	for alias := range aliases {
+		if _, err := probe.resolveAlias(alias); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// aliasMap is config's modelAliases now: the start's until a reload (setAliases).
+func (m *modelService) aliasMap() map[string]string {
+	if p := m.liveAliases.Load(); p != nil {
+		return *p
+	}
+	return m.aliases
+}
+
+// setAliases applies reloaded modelAliases, already checked (checkAliases).
+func (m *modelService) setAliases(a map[string]string) { m.liveAliases.Store(&a) }
 
 // Close stops background probes and drops idle upstream connections.
 func (m *modelService) Close() {
@@ -371,7 +393,7 @@ func (s *server) decodeChat(r *http.Request) (ChatRequest, chatOptions, error) {
 	if err := validateChat(&body.ChatRequest); err != nil {
 		return ChatRequest{}, chatOptions{}, err
 	}
-	return body.ChatRequest, chatOptions{Fallbacks: body.FallbackModels, MaxCostUSD: s.cfg.MaxCostUSD}, nil
+	return body.ChatRequest, chatOptions{Fallbacks: body.FallbackModels, MaxCostUSD: s.conf().MaxCostUSD}, nil
 }
 
 func (s *server) handleChat(w http.ResponseWriter, r *http.Request) error {

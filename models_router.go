@@ -267,7 +267,7 @@ func (m *modelService) resolve(ctx context.Context, name string) ([]string, erro
 	for hop := 0; ; hop++ {
 		if hop > maxAliasHops {
 			return nil, errorf(codeConfig, "model alias %q resolves through more than %d aliases", name, maxAliasHops).
-				withHint("shorten the modelAliases chain in config.yaml")
+				withHint("shorten the modelAliases chain in config.yaml, " + takesEffect("modelAliases"))
 		}
 		switch name {
 		case "auto", "free", "local":
@@ -276,7 +276,7 @@ func (m *modelService) resolve(ctx context.Context, name string) ([]string, erro
 		if pid, rest, ok := strings.Cut(name, "/"); ok && providerByID(pid) != nil && rest != "" {
 			return []string{name}, nil
 		}
-		if target, ok := m.aliases[name]; ok {
+		if target, ok := m.aliasMap()[name]; ok {
 			if _, err := m.resolveAlias(name); err != nil {
 				return nil, err
 			}
@@ -301,19 +301,19 @@ func (m *modelService) resolveAlias(name string) (string, error) {
 	seen := []string{name}
 	cur := name
 	for {
-		next, ok := m.aliases[cur]
+		next, ok := m.aliasMap()[cur]
 		if !ok {
 			return cur, nil
 		}
 		next = strings.TrimSpace(next)
 		if slices.Contains(seen, next) {
 			return "", errorf(codeConfig, "model alias loop: %s", strings.Join(append(seen, next), " → ")).
-				withHint("fix modelAliases in config.yaml so every alias ends at a model")
+				withHint("fix modelAliases in config.yaml so every alias ends at a model, " + takesEffect("modelAliases"))
 		}
 		seen = append(seen, next)
 		if len(seen) > maxAliasHops+1 {
 			return "", errorf(codeConfig, "model alias %q resolves through more than %d aliases", name, maxAliasHops).
-				withHint("shorten the modelAliases chain in config.yaml")
+				withHint("shorten the modelAliases chain in config.yaml, " + takesEffect("modelAliases"))
 		}
 		cur = next
 	}

@@ -260,7 +260,7 @@ type sessionDeps struct {
 	now     func() time.Time
 	getenv  func(string) string
 	dataDir string
-	maxCost float64 // the direct-chat cost ceiling, for useModel
+	maxCost func() float64 // the direct-chat cost ceiling now (config maxCostUsd, reloadable); nil: none
 	red     *redactor
 }
 
@@ -276,6 +276,14 @@ type discoverEntry struct {
 	mtime time.Time
 	row   DiscoveredSession
 	ok    bool
+}
+
+// costCeiling is the direct-chat cost ceiling now.
+func (ss *sessionService) costCeiling() float64 {
+	if ss.maxCost == nil {
+		return 0
+	}
+	return ss.maxCost()
 }
 
 func newSessionService(d sessionDeps) *sessionService {

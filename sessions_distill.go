@@ -308,7 +308,7 @@ func (ss *sessionService) modelDistill(ctx context.Context, t *Transcript, model
 	}
 	req := ChatRequest{Model: firstNonEmpty(model, "auto"), System: distillPrompt, MaxTokens: 2000,
 		Messages: []ModelMessage{textMessage("user", b.String())}}
-	resp, err := ss.models.Chat(ctx, req, chatOptions{MaxCostUSD: ss.maxCost})
+	resp, err := ss.models.Chat(ctx, req, chatOptions{MaxCostUSD: ss.costCeiling()})
 	if err != nil {
 		return err
 	}

@@ -150,43 +150,11 @@ func knownModelNames() []string {
 	return names
 }
 
-// didYouMean is "; did you mean X?" for the known name nearest to name, when it is near enough (an edit
-// distance of at most 2, or a third of a longer name, and less than the name's length), else "".
+// didYouMean is "; did you mean X?" for the known name nearest to name (cli.go's nearest: the one
+// measure of a typo), else "".
 func didYouMean(name string, known []string) string {
-	best, bestD := "", -1
-	for _, k := range known {
-		if d := editDistance(strings.ToLower(name), strings.ToLower(k)); bestD < 0 || d < bestD {
-			best, bestD = k, d
-		}
+	if best := nearest(name, known); best != "" {
+		return "; did you mean " + best + "?"
 	}
-	if n := len([]rune(name)); bestD < 0 || bestD > max(2, n/3) || bestD >= n {
-		return ""
-	}
-	return "; did you mean " + best + "?"
-}
-
-// editDistance is the Damerau–Levenshtein distance (adjacent transpositions count once) between a and b.
-func editDistance(a, b string) int {
-	ra, rb := []rune(a), []rune(b)
-	d := make([][]int, len(ra)+1)
-	for i := range d {
-		d[i] = make([]int, len(rb)+1)
-		d[i][0] = i
-	}
-	for j := range rb {
-		d[0][j+1] = j + 1
-	}
-	for i := 1; i <= len(ra); i++ {
-		for j := 1; j <= len(rb); j++ {
-			cost := 1
-			if ra[i-1] == rb[j-1] {
-				cost = 0
-			}
-			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
-			if i > 1 && j > 1 && ra[i-1] == rb[j-2] && ra[i-2] == rb[j-1] {
-				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
-			}
-		}
-	}
-	return d[len(ra)][len(rb)]
+	return ""
 }

@@ -548,6 +548,11 @@ func TestDashboardBrowser(t *testing.T) {
 	p.eval(`document.querySelector('.xterm-helper-textarea').focus(), true`)
 	p.typeText("echo term-$((40+2))", true)
 	p.waitFor("the command's output in the terminal", `document.querySelector('.xterm-rows').textContent.includes('term-42')`)
+	if e2eProvider() == "docker" { // a shell on a pseudo-terminal (issue 26): cd sticks
+		p.typeText("cd /tmp", true)
+		p.typeText("echo at-$(pwd)", true)
+		p.waitFor("cd to stick in the terminal", `document.querySelector('.xterm-rows').textContent.includes('at-/tmp')`)
+	}
 	p.eval(`(() => { const i = document.querySelector('main form.row input:not([type=number])'); i.value = 'echo exec-$((6*7))'; i.form.requestSubmit(); return true; })()`)
 	p.waitFor("exec output", `document.querySelector('.console').innerText.includes('exec-42') && document.querySelector('.console').innerText.includes('[exit 0]')`)
 	// Upload through the file input, then download a file by clicking it.

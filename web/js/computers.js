@@ -1,10 +1,17 @@
 // computers.js — machines: the list (live through the computers topic) with create, stop/start and
-// destroy; one machine's page with a real terminal (xterm.js, vendored, over WS .../terminal: one command
-// per line, edited locally since the socket is not a pty), an exec console streaming stdout/stderr, a file
+// destroy; one machine's page with a real terminal (xterm.js, vendored, over WS .../terminal: a shell on a
+// pseudo-terminal where the provider has one, else one command per line edited locally), an exec console streaming stdout/stderr, a file
 // browser (list, enter, download a file or a directory as tar.gz, upload, delete) and exposed ports.
 
 import { get, post, api, stream, enc, socketURL } from './api.js';
 import { h, clear, badge, time, table, fail, toast, errorBox, field, download, json, latest } from './ui.js';
+
+// workLostOnStop: docker and podman keep a non-persistent machine's /work in memory, kubernetes in the pod
+// a stop deletes (the CLI's workLostOnStop, cli_computers.go, says the same).
+export function workLostOnStop(c) {
+  return !(c.spec && c.spec.persist) && ['docker', 'podman', 'kubernetes'].includes(c.provider);
+}
+export const stopWarning = (c) => `Stop ${c.name || c.id}? Its /work is in memory (persist: false): stopping empties it, and starting it again gives an empty /work.`;
 
 export function render(root, ctx, id) {
   return ctx.mode === 'detail' ? detail(root, ctx, id) : list(root, ctx);
@@ -31,7 +38,10 @@ async function list(root, ctx) {
       if (what === 'destroy') {
         if (!confirm(`Destroy ${c.name || c.id}? Its files are gone.`)) return;
         await api('DELETE', '/v1/computers/' + enc(c.id));
-      } else await post('/v1/computers/' + enc(c.id) + '/' + what);
+      } else {
+        if (what === 'stop' && workLostOnStop(c) && !confirm(stopWarning(c))) return;
+        await post('/v1/computers/' + enc(c.id) + '/' + what);
+      }
       toast(`${what}: ${c.name || c.id}`);
       load();
     } catch (e) { fail(e); }
@@ -102,8 +112,10 @@ async function detail(root, ctx, id) {
   grid.append(filesPanel(ctx, id, c.workdir || '/work'));
 }
 
-// terminalPanel: xterm.js over the terminal socket. Each line typed is one command (the socket runs one
-// command per message); history with ↑/↓, Ctrl+C clears the line, Ctrl+L clears the screen.
+// terminalPanel: xterm.js over the terminal socket. First it asks for a shell on a pseudo-terminal (tty
+// frames: keystrokes as stdin, the panel's size as resize); where the provider has none (local, sandbox:
+// E_NOT_IMPLEMENTED) each line typed is one command (the socket runs one command per message); history
+// with ↑/↓, Ctrl+C clears the line, Ctrl+L clears the screen.
 function terminalPanel(ctx, id) {
   const box = h('div.term', { 'aria-label': 'Terminal' });
   const status = h('span.small.muted', 'connecting…');
@@ -132,12 +144,20 @@ function terminalPanel(ctx, id) {
     ro.observe(box);
     ctx.cleanup(() => ro.disconnect());
     let line = '', busy = false, workdir = '', hist = [], hi = 0;
+    let mode = 'pending'; // pending (asked for a tty shell), tty, ended (the shell exited), line
     const prompt = () => term.write(`\x1b[32m${workdir || '$'}\x1b[0m $ `);
+    const shell = () => {
+      mode = 'pending';
+      ws.send(JSON.stringify({ type: 'exec', cmd: ['/bin/sh', '-c', 'if command -v bash >/dev/null 2>&1; then exec bash -l; else exec sh -l; fi'], tty: true, cols: term.cols, rows: term.rows }));
+    };
     const connect = () => {
       ws = new WebSocket(socketURL('/v1/computers/' + enc(id) + '/terminal'));
       ws.onmessage = (m) => {
         let f; try { f = JSON.parse(m.data); } catch { return; }
-        if (f.type === 'ready') { workdir = f.workdir || ''; status.textContent = 'connected'; status.className = 'small ok'; prompt(); fit(); }
+        if (f.type === 'ready') { workdir = f.workdir || ''; status.textContent = 'connected'; status.className = 'small ok'; fit(); shell(); }
+        else if (f.type === 'started') { mode = 'tty'; term.options.convertEol = false; } // a pty sends its own \r\n
+        else if (mode === 'pending' && f.type === 'error') { mode = 'line'; term.options.convertEol = true; prompt(); } // no tty here: one command per line
+        else if (mode === 'tty' && f.type === 'exit') { mode = 'ended'; term.write(`\r\n\x1b[33m[the shell exited${f.exitCode ? ' (' + f.exitCode + ')' : ''}: press Enter for a new one]\x1b[0m\r\n`); }
         else if (f.type === 'stdout') term.write(f.data);
         else if (f.type === 'stderr') term.write('\x1b[31m' + f.data + '\x1b[0m');
         else if (f.type === 'exit') { busy = false; if (f.exitCode) term.write(`\x1b[33m[exit ${f.exitCode}]\x1b[0m\r\n`); prompt(); }
@@ -152,7 +172,9 @@ function terminalPanel(ctx, id) {
     };
     connect();
     term.onData((d) => {
-      if (busy) return;
+      if (mode === 'tty') { ws.send(JSON.stringify({ type: 'stdin', data: d })); return; }
+      if (mode === 'ended') { if (d.includes('\r')) shell(); return; }
+      if (mode === 'pending' || busy) return;
       if (d.startsWith('\x1b')) { // arrows: history; other escape sequences are ignored
         if (d === '\x1b[A' || d === '\x1b[B') {
           hi = Math.max(0, Math.min(hist.length, hi + (d === '\x1b[A' ? -1 : 1)));
