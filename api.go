@@ -53,7 +53,8 @@ type server struct {
 	firstRun   bool
 	handler    http.Handler
 
-	bodyWindowFor time.Duration // tests shorten the body progress window (bodyWindow)
+	bodyWindowFor  time.Duration // tests shorten the body progress window (bodyWindow)
+	streamStallFor time.Duration // tests shorten an exec stream's 60 s stall limit
 
 	// diskFree reads the free space of the data directory (doctor); nil means the real one.
 	diskFree func(dir string) (avail, total uint64, err error)
