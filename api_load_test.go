@@ -5,12 +5,18 @@ package main
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
+	"os/exec"
+	"regexp"
 	"runtime"
 	rtmetrics "runtime/metrics"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -192,4 +198,118 @@ func TestStalledExecStreamDropped(t *testing.T) {
 	if ne, ok := err.(net.Error); ok && ne.Timeout() {
 		t.Fatal("the stalled stream's connection stayed open")
 	}
+}
+
+// Issue 25: at a descriptor limit of 256 (soft and hard), 300 slow clients do not lock /health out —
+// neither unauthenticated ones that sent their headers and hold the body back, nor authenticated ones
+// trickling a body — and every slow client is answered or closed. The server is the real binary in a
+// child process, its limit set by the shell that starts it.
+func TestDescriptorLimitKeepsHealth(t *testing.T) {
+	if _, err := exec.LookPath("sh"); err != nil {
+		t.Skip("needs sh")
+	}
+	const token = "a-long-enough-token-1234"
+	cmd := exec.Command("sh", "-c", `ulimit -n 256 && exec "$0" serve --port 0`, cliBinary(t))
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "AGENT_HOME=" + t.TempDir(),
+		"AGENT_TOKEN=" + token, "OLLAMA_BASE_URL=http://127.0.0.1:1", "LMSTUDIO_BASE_URL=http://127.0.0.1:1"}
+	stderr := newAddrWatcher()
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	var addr string
+	select {
+	case addr = <-stderr.addr:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("serve did not start:\n%s", stderr)
+	}
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/limits", cmd.Process.Pid)); err == nil &&
+		!regexp.MustCompile(`Max open files\s+256\s+256`).Match(b) {
+		t.Fatalf("the server's descriptor limit is not 256:\n%s", b)
+	}
+	health := func(what string) {
+		t.Helper()
+		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err != nil {
+			t.Fatalf("%s: /health: %v", what, err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(5 * time.Second)) // the issue's bound, not a timing assertion
+		fmt.Fprintf(c, "GET /health HTTP/1.1\r\nHost: %s\r\n\r\n", addr)
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("%s: /health did not answer within 5 s: %v %v", what, resp, err)
+		}
+		resp.Body.Close()
+	}
+	health("before")
+
+	// slow opens n clients sending head, then trickle (one byte a second when set; the body is declared
+	// 100,000 bytes long, under the 256 KiB net/http would wait for) until the server closes the
+	// connection; the channel it returns is closed when every client saw that or gave up after 60 s.
+	var held atomic.Int32
+	slow := func(n int, head string, trickle bool) (chan struct{}, []net.Conn) {
+		var conns []net.Conn
+		var wg sync.WaitGroup
+		for range n {
+			c, err := net.DialTimeout("tcp", addr, 10*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { c.Close() })
+			c.Write([]byte(head))
+			conns = append(conns, c)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				stop := make(chan struct{})
+				defer close(stop)
+				if trickle {
+					go func() {
+						tick := time.NewTicker(time.Second) // the trickle being tested, not a wait
+						defer tick.Stop()
+						for {
+							select {
+							case <-stop:
+								return
+							case <-tick.C:
+								if _, err := c.Write([]byte(" ")); err != nil {
+									return
+								}
+							}
+						}
+					}()
+				}
+				c.SetReadDeadline(time.Now().Add(60 * time.Second))
+				if _, err := io.Copy(io.Discard, c); err != nil { // until the server closes the connection
+					if ne, ok := err.(net.Error); ok && ne.Timeout() {
+						held.Add(1)
+					}
+				}
+			}()
+		}
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(done) }()
+		return done, conns
+	}
+	for _, kind := range []struct {
+		name, head string
+		trickle    bool
+	}{
+		{"unauthenticated, body held back", "POST /v1/agents HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n", false},
+		{"authenticated, body trickled", "POST /v1/agents/validate HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer " + token +
+			"\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n", true},
+	} {
+		done, conns := slow(300, fmt.Sprintf(kind.head, addr), kind.trickle)
+		health(kind.name)
+		<-done // each client ends by 60 s
+		if n := held.Swap(0); n > 0 {
+			t.Fatalf("%s: %d slow clients still held after 60 s", kind.name, n)
+		}
+		for _, c := range conns {
+			c.Close()
+		}
+	}
+	health("after")
 }

@@ -791,7 +791,7 @@ func TestConnectionCapKeepsHealth(t *testing.T) {
 		t.Fatal(err)
 	}
 	lim := newConnLimiter(ln, 3)
-	hs := &http.Server{Handler: ts.s, ConnContext: connContext, ReadHeaderTimeout: 10 * time.Second}
+	hs := &http.Server{Handler: ts.s, ConnContext: connContext, ConnState: lim.connState, ReadHeaderTimeout: 10 * time.Second}
 	go hs.Serve(lim)
 	t.Cleanup(func() { hs.Close() })
 	addr := ln.Addr().String()
