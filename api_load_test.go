@@ -313,3 +313,27 @@ func TestDescriptorLimitKeepsHealth(t *testing.T) {
 	}
 	health("after")
 }
+
+// The connection shed when cap and reserve are full is one that serves nobody, in a fixed order: closing
+// after its answer, then the longest idle, the oldest still in its headers, the slowest body; a running
+// handler (body read, or a hijacked socket) never.
+func TestConnectionShedOrder(t *testing.T) {
+	now := time.Now()
+	l := newConnLimiter(nil, 0)
+	add := func(c *limitedConn) *limitedConn { c.l = l; l.conns[c] = struct{}{}; return c }
+	add(&limitedConn{state: http.StateActive, since: now.Add(-time.Hour)}) // a handler running
+	add(&limitedConn{state: http.StateHijacked, since: now.Add(-time.Hour)})
+	fast := add(&limitedConn{state: http.StateActive, bodyPending: true, bodyFrom: now.Add(-10 * time.Second), bodyBytes: 100000})
+	slowest := add(&limitedConn{state: http.StateActive, bodyPending: true, bodyFrom: now.Add(-5 * time.Second), bodyBytes: 5})
+	headers := add(&limitedConn{state: http.StateNew, since: now.Add(-2 * time.Second)})
+	olderHeaders := add(&limitedConn{state: http.StateNew, since: now.Add(-3 * time.Second)})
+	idle := add(&limitedConn{state: http.StateIdle, since: now.Add(-time.Second)})
+	closing := add(&limitedConn{state: http.StateActive, answered: true, since: now})
+	for _, want := range []*limitedConn{closing, idle, olderHeaders, headers, slowest, fast, nil} {
+		got := l.victimLocked(now)
+		if got != want {
+			t.Fatalf("shed %+v, want %+v", got, want)
+		}
+		delete(l.conns, got)
+	}
+}

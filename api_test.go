@@ -783,7 +783,7 @@ func TestSlowClientsDoNotHoldConnections(t *testing.T) {
 }
 
 // Past the connection cap the server still answers /health (on the reserve) and refuses the rest with
-// 503; past the reserve it stops accepting rather than run out of descriptors.
+// 503 (past the reserve it sheds a connection that serves nobody: TestConnectionShedOrder).
 func TestConnectionCapKeepsHealth(t *testing.T) {
 	ts := newTestServer(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
