@@ -4,7 +4,8 @@
 //
 // Rules: every response carries X-Agent-Version; every failure is the contract's envelope
 // {error:{code,message,hint}}; an unknown path or a wrong method is 404 E_ROUTE_NOT_FOUND (never 405);
-// bodies are capped at 32 MB; JSON bodies are strict (unknown keys are 422); X-Forwarded-For is ignored.
+// bodies are capped at 32 MB; JSON bodies are strict (unknown keys are 422); X-Forwarded-For is ignored;
+// a body left unread (a request refused from its headers) is never waited for: the connection closes.
 package main
 
 import (
