@@ -4,7 +4,8 @@
 //
 // Rules: every response carries X-Agent-Version; every failure is the contract's envelope
 // {error:{code,message,hint}}; an unknown path or a wrong method is 404 E_ROUTE_NOT_FOUND (never 405);
-// bodies are capped at 32 MB; JSON bodies are strict (unknown keys are 422); X-Forwarded-For is ignored.
+// bodies are capped at 32 MB; JSON bodies are strict (unknown keys are 422); X-Forwarded-For is ignored;
+// a body left unread (a request refused from its headers) is never waited for: the connection closes.
 package main
 
 import (
@@ -57,7 +58,8 @@ type server struct {
 	firstRun   bool
 	handler    http.Handler
 
-	bodyWindowFor time.Duration // tests shorten the body progress window (bodyWindow)
+	bodyWindowFor  time.Duration // tests shorten the body progress window (bodyWindow)
+	streamStallFor time.Duration // tests shorten an exec stream's 60 s stall limit
 
 	// diskFree reads the free space of the data directory (doctor); nil means the real one.
 	diskFree func(dir string) (avail, total uint64, err error)
@@ -159,6 +161,20 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r = r.WithContext(context.WithValue(context.WithValue(r.Context(), requestIDKey{}, id), routeNoteKey{}, note))
 	lw := &loggedWriter{ResponseWriter: w}
 	w = lw
+	lc := connOf(r.Context())
+	var body *progressBody // set once the body may be read
+	defer func() {
+		// A body left unread (a request refused from its headers, or a handler that did not need it)
+		// is not waited for: net/http would read up to 256 KiB of it to reuse the connection, with no
+		// deadline, so a client holding it back would hold the connection (issue 25). The read ends at
+		// once and the connection closes after the answer.
+		if r.ContentLength != 0 && r.Body != http.NoBody && (body == nil || !body.eof) {
+			http.NewResponseController(w).SetReadDeadline(time.Now())
+		}
+		if lc != nil {
+			lc.handled()
+		}
+	}()
 	start := time.Now()
 	defer func() { // one line per request; the path only, never the query (it may carry ?token=)
 		s.metrics.httpDone(note.pattern, r.Method, lw.status, time.Since(start))
@@ -185,7 +201,7 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// send Origin on such requests; CLIs send none. So a write carrying a foreign Origin is refused, as the
 	// WebSocket upgrade is (DESIGN §3).
 	if o := r.Header.Get("Origin"); o != "" && !safeMethod(r.Method) && !s.originAllowed(o, r) {
-		s.refuse(w, r, errorf(codeExecDenied, "origin %q is not allowed", o).
+		s.refuseEarly(w, r, errorf(codeExecDenied, "origin %q is not allowed", o).
 			withHint("add the origin to corsOrigins in config.yaml, "+takesEffect("corsOrigins")))
 		return
 	}
@@ -193,30 +209,38 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// with a token-less server. Such a server (only possible on a loopback bind) answers only to loopback
 	// names, which a rebinding page cannot present.
 	if s.cfg.Token == "" && r.URL.Path != "/health" && !loopbackHostHeader(r.Host) {
-		s.refuse(w, r, errorf(codeExecDenied, "host %q is not a loopback name; this server has no token", r.Host).
+		s.refuseEarly(w, r, errorf(codeExecDenied, "host %q is not a loopback name; this server has no token", r.Host).
 			withHint("use http://127.0.0.1 or http://localhost, or set AGENT_TOKEN"))
 		return
 	}
-	if r.Context().Value(reserveConnKey{}) != nil && r.URL.Path != "/health" {
-		s.refuse(w, r, errAtCapacity())
+	if lc != nil && lc.reserve && r.URL.Path != "/health" {
+		s.refuseEarly(w, r, errAtCapacity())
 		return
 	}
 	if r.URL.Path != "/health" && !dashboardPage(r) && !s.publicMetrics(r) && !s.authorized(r) {
-		// Decided from the headers alone: the body is never waited for, and the connection is closed
-		// so the server does not drain it either (a trickled body must not hold a connection).
-		w.Header().Set("Connection", "close")
-		s.refuse(w, r, errorf(codeNoCredentials, "missing or wrong bearer token").
+		s.refuseEarly(w, r, errorf(codeNoCredentials, "missing or wrong bearer token").
 			withHint("send Authorization: Bearer <AGENT_TOKEN>"))
 		return
 	}
 	if r.ContentLength > maxBodyBytes { // declared too large: refuse before reading a byte
-		w.Header().Set("Connection", "close")
-		s.refuse(w, r, &http.MaxBytesError{Limit: maxBodyBytes})
+		s.refuseEarly(w, r, &http.MaxBytesError{Limit: maxBodyBytes})
 		return
 	}
-	r.Body = &progressBody{ReadCloser: http.MaxBytesReader(w, r.Body, maxBodyBytes), rc: http.NewResponseController(w),
-		window: s.bodyWindow()}
+	if lc != nil && r.ContentLength != 0 && r.Body != http.NoBody {
+		lc.bodyStarted()
+	}
+	body = &progressBody{ReadCloser: http.MaxBytesReader(w, r.Body, maxBodyBytes), rc: http.NewResponseController(w),
+		window: s.bodyWindow(), conn: lc}
+	r.Body = body
 	s.idem.serve(w, r, s.handler)
+}
+
+// refuseEarly answers a request refused from its headers alone: the body is never waited for, and the
+// connection is closed so the server does not drain it either (a trickled or held-back body must not
+// hold a connection, issue 25).
+func (s *server) refuseEarly(w http.ResponseWriter, r *http.Request, err error) {
+	w.Header().Set("Connection", "close")
+	s.refuse(w, r, err)
 }
 
 // bodyMinRate: a request body must keep coming — at least 1 KiB per bodyWindow — or it is cut off with
@@ -237,7 +261,9 @@ type progressBody struct {
 	rc      *http.ResponseController
 	window  time.Duration
 	started bool
-	since   int // bytes since the deadline was last moved
+	eof     bool         // read whole
+	since   int          // bytes since the deadline was last moved
+	conn    *limitedConn // told of the body's progress (shedding picks the slowest); nil under httptest
 }
 
 func (b *progressBody) Read(p []byte) (int, error) {
@@ -250,7 +276,11 @@ func (b *progressBody) Read(p []byte) (int, error) {
 		b.since = 0
 		b.rc.SetReadDeadline(time.Now().Add(b.window))
 	}
+	if b.conn != nil {
+		b.conn.bodyProgress(n, err != nil)
+	}
 	if err == io.EOF {
+		b.eof = true
 		b.rc.SetReadDeadline(time.Time{})
 	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
 		return n, errBodyTooSlow()

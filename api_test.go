@@ -783,7 +783,7 @@ func TestSlowClientsDoNotHoldConnections(t *testing.T) {
 }
 
 // Past the connection cap the server still answers /health (on the reserve) and refuses the rest with
-// 503; past the reserve it stops accepting rather than run out of descriptors.
+// 503 (past the reserve it sheds a connection that serves nobody: TestConnectionShedOrder).
 func TestConnectionCapKeepsHealth(t *testing.T) {
 	ts := newTestServer(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -791,7 +791,7 @@ func TestConnectionCapKeepsHealth(t *testing.T) {
 		t.Fatal(err)
 	}
 	lim := newConnLimiter(ln, 3)
-	hs := &http.Server{Handler: ts.s, ConnContext: connContext, ReadHeaderTimeout: 10 * time.Second}
+	hs := &http.Server{Handler: ts.s, ConnContext: connContext, ConnState: lim.connState, ReadHeaderTimeout: 10 * time.Second}
 	go hs.Serve(lim)
 	t.Cleanup(func() { hs.Close() })
 	addr := ln.Addr().String()

@@ -803,6 +803,11 @@ func (s *server) handleExecStream(w http.ResponseWriter, r *http.Request) error 
 		return err
 	}
 	sse := newSSE(w, ssePingEvery)
+	if d := s.streamStallFor; d > 0 {
+		sse.mu.Lock()
+		sse.stall = d
+		sse.mu.Unlock()
+	}
 	defer sse.close()
 	ctx, cancel := sse.bind(r.Context()) // a consumer gone or stalled aborts the work
 	defer cancel()
@@ -817,12 +822,18 @@ func (s *server) handleExecStream(w http.ResponseWriter, r *http.Request) error 
 	return nil
 }
 
+// streamMaxPending is how much command output one exec stream queues for its consumer (and the largest
+// frame): about 1 MB per stream in all with the frame on the wire and the result's head and tail.
+const streamMaxPending = 128 << 10
+
 // outputBatcher sits between a command's output and a slow consumer (an SSE stream): add never waits
 // for the network unless maxPending bytes are already queued, and the sender takes everything queued
 // at once, merging consecutive chunks of one stream into frames of up to maxFrame bytes. So the command
 // keeps running while a frame is on the wire, and a fast producer gets few big frames instead of one
 // per pipe read. Order across stdout and stderr is kept. Chunks arrive at UTF-8 boundaries, so merged
-// frames stay valid text.
+// frames stay valid text. What one stream holds is bounded (queued plus on the wire, at most about
+// 2×maxPending, issue 25): a consumer that does not read blocks add, which blocks the command's pipe (or
+// the exec channel's acknowledgements), so the backpressure reaches the machine instead of memory.
 type outputBatcher struct {
 	send       func(stream string, data []byte) error // data is the sender's only until it returns
 	maxFrame   int
@@ -846,7 +857,7 @@ type outputChunk struct {
 }
 
 func newOutputBatcher(send func(stream string, data []byte) error) *outputBatcher {
-	b := &outputBatcher{send: send, maxFrame: 1 << 20, maxPending: 4 << 20, minFrame: 64 << 10, linger: time.Millisecond, done: make(chan struct{})}
+	b := &outputBatcher{send: send, maxFrame: streamMaxPending, maxPending: streamMaxPending, minFrame: 64 << 10, linger: time.Millisecond, done: make(chan struct{})}
 	b.cond = sync.NewCond(&b.mu)
 	go b.run()
 	return b

@@ -138,7 +138,7 @@ func (s *sseWriter) sendOutput(stream string, data []byte) error {
 	b = append(b, `,"type":`...)
 	b = appendJSONString(b, stream)
 	b = append(b, "}\n\n"...)
-	if cap(b) <= 4<<20 {
+	if cap(b) <= 2<<20 { // a bigger one (a rare, escaped frame) is not kept for the stream's life
 		s.frame = b
 	}
 	return s.writeLocked(b)

@@ -467,8 +467,9 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		return errorf(codeConfig, "cannot listen on %s: %v", addr, err).
 			withHint(fmt.Sprintf("port %d may be in use; pick another with --port or AGENT_PORT", cfg.Port))
 	}
-	cfg.Port = ln.Addr().(*net.TCPAddr).Port           // --port 0 picked one: the doctor and the page show the real one
-	ln = newConnLimiter(ln, connCap(raiseFileLimit())) // /health answers even when slow clients pile up
+	cfg.Port = ln.Addr().(*net.TCPAddr).Port             // --port 0 picked one: the doctor and the page show the real one
+	lim := newConnLimiter(ln, connCap(raiseFileLimit())) // /health answers even when slow clients pile up
+	ln = lim
 	release, err := lockHome(cfg.Home, "")
 	if err != nil {
 		ln.Close()
@@ -487,6 +488,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		IdleTimeout:       120 * time.Second,
 		BaseContext:       func(net.Listener) context.Context { return s.streamCtx },
 		ConnContext:       connContext,
+		ConnState:         lim.connState,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}

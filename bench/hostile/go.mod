@@ -1,0 +1,3 @@
+module agentd-hostile
+
+go 1.26
