@@ -14,38 +14,76 @@
 //
 // # Audit map
 //
-// The trust boundary, in the order a request meets it (about 3,000 lines; each stop is a file and a
-// function):
+// Every place agentd's trust boundary is crossed, in the order a request meets it (about 3,032 lines
+// in the functions named; each stop names its file.go:Func, and TestAuditMapIsTrue fails when one no
+// longer exists or a stop outgrows its stated size):
 //
-//  1. api.go, (*server).ServeHTTP: version and request id, CORS, the foreign-Origin and DNS-rebinding
-//     refusals, the bearer token (authorized, tokenEqual: constant time), the 32 MB body cap,
-//     idempotency (api_idempotency.go); then routes(), the table of every endpoint, and decode (strict
-//     JSON) / writeError (the one code → status map; unclassified errors logged, never answered).
-//  2. computers_policy.go, commandPolicy.check: the one command policy every exec passes (API, terminal and
-//     its tty sessions (ExecTTY, computers_terminal.go: a host pseudo-terminal for docker/kubectl exec -it),
-//     agent tool): allowCommands, denyCommands, the built-in deny list at command position.
-//  3. computers_files.go, lexicalJail and (*computerService).jail: every path of the files API and the
-//     file tools (only /work and /tmp; then resolved inside the machine, symlinks followed, still inside);
-//     checkArchive and untarTo for uploads (links, specials and bombs refused before a byte is written).
-//  4. computers_netpolicy.go, netPolicy.checkURL and netPolicy.httpClient: which hosts fetch_url and
-//     http_request may reach, and netPolicy.dial, through which the egress proxy dials too (private
-//     ranges, the host's own addresses, allow/deny, redirects, the checked address is the dialled one).
-//  5. runs_guard.go, newRedactor and (*redactor).redact: secrets out of tool results, events, warnings
-//     and errors; dangerousTools and the approval modes (runs_approvals.go: ask fails closed).
-//  6. computers_engine.go, (*engineProvider).runArgs and checkEngineArgs (computers_spec.go): the container's
-//     argv (caps dropped, no-new-privileges, pids limit, read-only root, user 1000, limits), every engine
-//     call through (*engineProvider).cli (explicit argv, WaitDelay, stderr in the error). Host mounts:
-//     openMountSources (computers_spec.go: allowedMounts, every source opened from / without following a
-//     link, at create and at every start of every provider), bound by descriptor on the sandbox
-//     (bwrapArgs), checked by device and inode on docker and podman (verifyMounts) before the machine runs;
-//     computers_sandbox_disk.go, mountDisk: the one mount agentd makes on the host (root: a persist
-//     sandbox's disk image over its own directory).
-//  7. computers_local.go, localEnvAllow and (*localProvider).command: the local provider's environment
-//     allow-list (never the server's secrets) and its process groups; it guards, it does not isolate.
-//  8. computers_sandbox.go, (*sandboxProvider).bwrapArgs: a sandbox machine's namespaces and filesystem;
-//     as root, computers_sandbox_linux.go, helperBecome and helperBecame: the helper's drop to the
-//     machine's user (seccomp against user namespaces, bounding set, uid/gid, then a re-exec checked on
-//     every thread), the same in static and cgo builds.
+//  1. The HTTP gate: api.go:(*server).ServeHTTP (request id, the body cap, refusals decided from the
+//     headers alone and answered without waiting for a body: api.go:(*server).refuseEarly), the
+//     foreign-Origin and DNS-rebinding refusals (api.go:(*server).originAllowed, api.go:loopbackHostHeader,
+//     api.go:(*server).cors; `/mcp` from a loopback origin is the one exemption, mcp_http.go:mcpLoopbackOrigin),
+//     the bearer token (api.go:(*server).authorized, api.go:bearerToken, api.go:tokenEqual: constant time;
+//     `?token=` only on GET streams), public metrics (api.go:(*server).publicMetrics); slow and
+//     descriptor-hungry clients (api_conns.go:(*connLimiter).Accept, api_conns.go:(*connLimiter).victimLocked,
+//     api.go:(*progressBody).Read); one strict decoder for every JSON body, duplicate keys refused
+//     (api.go:decodeJSON, api.go:duplicateKey, api.go:exactKeys); one error map, unclassified errors logged
+//     under the request id and never answered (api.go:(*server).publicError). [370 lines]
+//  2. Webhook signatures and replays: triggers.go:verifyWebhook (GitHub HMAC, Standard Webhooks with its
+//     timestamp; constant-time compares), triggers.go:signedPromptOnly (on a signed webhook the prompt is
+//     the signed body), triggers.go:(*deliveryBook).begin (a GitHub-signed body once per window),
+//     triggers.go:(*server).handleWebhookTrigger. [146 lines]
+//  3. The command policy, one function for every exec (API, terminal, agent tool, MCP):
+//     computers_policy.go:(commandPolicy).check, computers_policy.go:builtinDenied,
+//     computers_policy.go:interpreterDenied, computers_policy.go:hasExpansion,
+//     computers_policy.go:splitCommand, computers_policy.go:firstWord, computers_policy.go:normalizePaths
+//     (what it cannot see is refused; a person's tty session is judged like a human-approved call:
+//     computers_terminal.go:(*computerService).ExecTTY). [447 lines]
+//  4. The file jail and archives: computers_files.go:lexicalJail, computers_files.go:(*computerService).jail
+//     (only /work and /tmp, resolved inside the machine, still inside), computers_helper.go:canonicalPath
+//     and computers_helper.go:openChecked (the same check where the file is opened, in the machine),
+//     computers_files.go:checkArchive, computers_files.go:resolveInArchive, computers_files.go:untarTo
+//     (links, specials and bombs refused before a byte is written). [261 lines]
+//  5. Host reads: a sessions `path` (sessions.go:(*sessionService).checkPath,
+//     sessions.go:(*sessionService).importPath: one message that reveals nothing of a file it cannot
+//     import), mount sources (computers_spec.go:(*computerService).openMountSources,
+//     computers_spec.go:(*computerService).checkMountSource, computers_engine_linux.go:openNoFollow:
+//     allowedMounts, opened from / without following a link at create and at every start; bound by
+//     descriptor on the sandbox, checked by device and inode on docker and podman:
+//     computers_engine.go:(*engineProvider).verifyMounts), config and token files (main.go:loadConfig,
+//     main.go:parseConfigFile). [290 lines]
+//  6. Network on a machine's behalf: computers_netpolicy.go:(netPolicy).checkURL,
+//     computers_netpolicy.go:(netPolicy).checkHost, computers_netpolicy.go:privateIP,
+//     computers_netpolicy.go:ownIP (every address of every interface, at each dial),
+//     computers_netpolicy.go:(netPolicy).dial (the checked address is the dialled one; fetch_url,
+//     http_request and the egress proxy all dial here), computers_netpolicy.go:(netPolicy).httpClient;
+//     the egress proxy and its server-name gate (computers_egress.go:(*computerService).serveEgress,
+//     computers_egress.go:helloServerName); port forwarding, which dials only into the machine
+//     (computers_ports.go:(*computerService).ExposePort, computers_ports.go:(*computerService).reachable).
+//     [354 lines]
+//  7. Redaction and approvals: runs_guard.go:newRedactor, runs_guard.go:(*redactor).redact,
+//     runs_guard.go:(*streamRedactor).write (secrets out of tool results, events, warnings, errors),
+//     runs_guard.go:effectiveApprovalMode (tighten only), runs_approvals.go:(*approvalBook).request (ask
+//     fails closed), runs_approvals.go:(*approvalBook).answer. [143 lines]
+//  8. Host processes: the engines' argv (computers_engine.go:(*engineProvider).runArgs,
+//     computers_spec.go:checkEngineArgs: caps dropped, no-new-privileges, read-only root, uid 1000, limits,
+//     no NUL, mount targets that cover nothing the machine needs: computers_spec.go:checkMountTarget;
+//     every call through computers_engine.go:(*engineProvider).call), kubectl
+//     (computers_kubernetes.go:(*kubeProvider).cli, computers_kubernetes.go:(*kubeProvider).podDoc), bwrap
+//     (computers_sandbox.go:(*sandboxProvider).bwrapArgs), the local provider (computers_local.go:(*localProvider).command:
+//     an environment allow-list, never the server's secrets; it guards, it does not isolate), MCP servers
+//     from config (mcp_client.go:(*mcpConn).open). [369 lines]
+//  9. Kernel state: iptables (computers_fullnet.go:fullRules, computers_fullnet.go:(*engineProvider).filterFull,
+//     computers_sandboxnet.go:sandboxNetRules), namespaces (computers_sandboxnet.go:(*sandboxProvider).netUp),
+//     cgroups (computers_sandbox_cgroup.go:(cgroupHost).create, computers_sandbox_cgroup.go:(cgroupHost).remove),
+//     uid maps (computers_sandbox_userns.go:(*sandboxProvider).startHelper), the helper's drop and seccomp
+//     (computers_sandbox_linux.go:helperBecome, computers_sandbox_linux.go:helperBecame,
+//     computers_sandbox_linux.go:denyUserNamespaces), the one mount agentd makes on the host
+//     (computers_sandbox_disk.go:(*sandboxProvider).mountDisk). [468 lines]
+// 10. The exec channel, an untrusted peer (every frame the host parses comes from the machine):
+//     computers_helper.go:readFrame, computers_channel.go:(*execChannel).frame,
+//     computers_channel.go:(*chanProc).deliver, computers_channel.go:(*execChannel).accepted,
+//     computers_channel_sock.go:acceptHelper (the one connection presenting the token; constant time),
+//     computers_channel_sock.go:listenUnixIn. [184 lines]
 //
 // This file holds main, run (the testable entry point), configuration loading and the serve lifecycle
 // (SIGHUP re-reads config.yaml: main_reload.go).
