@@ -64,7 +64,9 @@ func TestAuditMapIsTrue(t *testing.T) {
 
 	ref := regexp.MustCompile(`([a-z0-9_]+\.go):(\(\*?[A-Za-z0-9_]+\)\.[A-Za-z0-9_]+|[A-Za-z0-9_]+)`)
 	stated := regexp.MustCompile(`\[(\d[\d,]*) lines\]`)
-	near := func(got, want int) bool { return float64(got) >= 0.85*float64(want) && float64(got) <= 1.15*float64(want) }
+	near := func(got, want int) bool {
+		return float64(got) >= 0.85*float64(want) && float64(got) <= 1.15*float64(want)
+	}
 	stops := regexp.MustCompile(`(?m)^\s+\d+\. `).Split(amap, -1)[1:]
 	if len(stops) < 10 {
 		t.Fatalf("the audit map has %d stops; it lists every crossing (issue 27)", len(stops))
