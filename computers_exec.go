@@ -39,6 +39,10 @@ const (
 	// execPipeGrace bounds how long output pipes may stay open after the command ended (a background
 	// child holding stdout): the exec returns, the child keeps running.
 	execPipeGrace = 250 * time.Millisecond
+	// execPipeTail bounds what is read from a pipe once execPipeGrace passed: what it held then (the
+	// command's last output: a pipe holds at most 1 MiB, growPipe), never a background child's
+	// endless output, which would hold the exec until its timeout.
+	execPipeTail = 1<<20 + 64<<10
 )
 
 // UnmarshalJSON accepts a non-empty string or a non-empty array of strings.
@@ -414,13 +418,18 @@ func newOutputPipes(cmd *exec.Cmd, stdout, stderr io.Writer) (*outputPipes, erro
 
 // copyUntilPause copies r to dst until r ends or, past its read deadline, holds nothing more: what is
 // in the pipe when the deadline passes was written before the pause and is output (readNow), however
-// late this goroutine runs.
+// late this goroutine runs; past execPipeTail more, a background child that never pauses is writing.
 func copyUntilPause(dst io.Writer, r *os.File) {
 	buf := make([]byte, 64<<10)
+	late := 0 // read after the deadline
 	for {
 		n, err := r.Read(buf)
 		if errors.Is(err, os.ErrDeadlineExceeded) {
+			if late >= execPipeTail {
+				return
+			}
 			n, err = readNow(r, buf)
+			late += n
 		}
 		if n > 0 {
 			dst.Write(buf[:n])
