@@ -416,21 +416,13 @@ func newOutputPipes(cmd *exec.Cmd, stdout, stderr io.Writer) (*outputPipes, erro
 	return p, nil
 }
 
-// copyUntilPause copies r to dst until r ends or, past its read deadline, holds nothing more: what is
-// in the pipe when the deadline passes was written before the pause and is output (readNow), however
-// late this goroutine runs; past execPipeTail more, a background child that never pauses is writing.
+// copyUntilPause copies r to dst until r ends or, past its read deadline, holds nothing more
+// (readOutput).
 func copyUntilPause(dst io.Writer, r *os.File) {
 	buf := make([]byte, 64<<10)
-	late := 0 // read after the deadline
+	late := 0
 	for {
-		n, err := r.Read(buf)
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			if late >= execPipeTail {
-				return
-			}
-			n, err = readNow(r, buf)
-			late += n
-		}
+		n, err := readOutput(r, buf, &late)
 		if n > 0 {
 			dst.Write(buf[:n])
 		}
@@ -438,6 +430,21 @@ func copyUntilPause(dst io.Writer, r *os.File) {
 			return
 		}
 	}
+}
+
+// readOutput is one read of a command's output pipe, whose read deadline is set when the command ended
+// (execPipeGrace). Past it, what the pipe holds is read at once (readNow), however late this goroutine
+// runs: Go refuses a read past its deadline without looking, and what is there was written by the
+// command. late counts those reads; past execPipeTail, a background child that never pauses is writing,
+// and it must not hold the exec: the read ends (os.ErrDeadlineExceeded).
+func readOutput(r *os.File, buf []byte, late *int) (int, error) {
+	n, err := r.Read(buf)
+	if !errors.Is(err, os.ErrDeadlineExceeded) || *late >= execPipeTail {
+		return n, err
+	}
+	n, err = readNow(r, buf)
+	*late += n
+	return n, err
 }
 
 // started closes the write ends (the child has its copies); when the start failed, everything.

@@ -554,25 +554,14 @@ func (d *pipeDrain) Close() {
 // pump sends one output pipe as frames, waiting for acks when a window is in flight.
 func (h *helper) pump(p *helperProc, r *os.File, kind byte) {
 	buf := make([]byte, chanOutChunk)
-	late := 0 // read after the deadline runProcess set when the command exited
+	late := 0
 	for {
 		p.mu.Lock()
 		for p.unack >= chanWindow {
 			p.cond.Wait()
 		}
 		p.mu.Unlock()
-		n, err := r.Read(buf)
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			// The deadline is about the command's end, not about this goroutine being late: on a loaded
-			// host it can pass before the pump ever ran, and Go then refuses the read without looking.
-			// What the pipe holds already was written by the command and is its output; past that much,
-			// a background child that never pauses is writing (execPipeTail): it must not hold the exec.
-			if late >= execPipeTail {
-				return
-			}
-			n, err = readNow(r, buf)
-			late += n
-		}
+		n, err := readOutput(r, buf, &late) // past runProcess's deadline, at most execPipeTail more
 		if n > 0 {
 			p.mu.Lock()
 			p.unack += n
