@@ -462,8 +462,8 @@ func (p *outputPipes) started(ok bool) {
 	}
 }
 
-// ended runs once the command exited: what is in the pipes is read until the first pause
-// (execPipeGrace), then a background child's pipes go to d.
+// ended runs once the command exited: what arrives within execPipeGrace is read, then what the pipes
+// hold (at most execPipeTail, readOutput), then a background child's pipes go to d.
 func (p *outputPipes) ended(d *pipeDrain) {
 	if p == nil {
 		return
