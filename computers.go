@@ -996,6 +996,7 @@ func (c *computerService) reconcile(ctx context.Context, skip map[string]bool) m
 		if !c.probe(ctx, p).available {
 			continue
 		}
+		trials := c.trialIDs() // before the listing: a trial that ends meanwhile is no orphan either
 		live, err := p.owned(ctx)
 		if err != nil {
 			c.log.Warn("computers: reconcile", "provider", name, "err", err)
@@ -1052,7 +1053,7 @@ func (c *computerService) reconcile(ctx context.Context, skip map[string]bool) m
 		}
 		c.mu.Lock()
 		for id := range live {
-			if !known[id] && !c.isTrial(id) { // a trial machine (computers_proof.go) has no record
+			if !known[id] && !trials[id] && !c.isTrial(id) { // a trial machine (computers_proof.go) has no record
 				c.orphans[name+"/"+id] = name
 			}
 		}

@@ -40,6 +40,10 @@ const (
 	// execPipeGrace bounds how long output pipes may stay open after the command ended (a background
 	// child holding stdout): the exec returns, the child keeps running.
 	execPipeGrace = 250 * time.Millisecond
+	// execPipeTail bounds what is read from a pipe once execPipeGrace passed: what it held then (the
+	// command's last output: a pipe holds at most 1 MiB, growPipe), never a background child's
+	// endless output, which would hold the exec until its timeout.
+	execPipeTail = 1<<20 + 64<<10
 )
 
 // UnmarshalJSON accepts a non-empty string or a non-empty array of strings.
@@ -454,16 +458,13 @@ func newOutputPipes(cmd *exec.Cmd, stdout, stderr io.Writer) (*outputPipes, erro
 	return p, nil
 }
 
-// copyUntilPause copies r to dst until r ends or, past its read deadline, holds nothing more: what is
-// in the pipe when the deadline passes was written before the pause and is output (readNow), however
-// late this goroutine runs.
+// copyUntilPause copies r to dst until r ends or, past its read deadline, holds nothing more
+// (readOutput).
 func copyUntilPause(dst io.Writer, r *os.File) {
 	buf := make([]byte, 64<<10)
+	late := 0
 	for {
-		n, err := r.Read(buf)
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			n, err = readNow(r, buf)
-		}
+		n, err := readOutput(r, buf, &late)
 		if n > 0 {
 			dst.Write(buf[:n])
 		}
@@ -471,6 +472,21 @@ func copyUntilPause(dst io.Writer, r *os.File) {
 			return
 		}
 	}
+}
+
+// readOutput is one read of a command's output pipe, whose read deadline is set when the command ended
+// (execPipeGrace). Past it, what the pipe holds is read at once (readNow), however late this goroutine
+// runs: Go refuses a read past its deadline without looking, and what is there was written by the
+// command. late counts those reads; past execPipeTail, a background child that never pauses is writing,
+// and it must not hold the exec: the read ends (os.ErrDeadlineExceeded).
+func readOutput(r *os.File, buf []byte, late *int) (int, error) {
+	n, err := r.Read(buf)
+	if !errors.Is(err, os.ErrDeadlineExceeded) || *late >= execPipeTail {
+		return n, err
+	}
+	n, err = readNow(r, buf)
+	*late += n
+	return n, err
 }
 
 // started closes the write ends (the child has its copies); when the start failed, everything.
@@ -488,8 +504,8 @@ func (p *outputPipes) started(ok bool) {
 	}
 }
 
-// ended runs once the command exited: what is in the pipes is read until the first pause
-// (execPipeGrace), then a background child's pipes go to d.
+// ended runs once the command exited: what arrives within execPipeGrace is read, then what the pipes
+// hold (at most execPipeTail, readOutput), then a background child's pipes go to d.
 func (p *outputPipes) ended(d *pipeDrain) {
 	if p == nil {
 		return

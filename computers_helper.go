@@ -149,7 +149,6 @@ type helperProc struct {
 	mu     sync.Mutex
 	cond   *sync.Cond
 	unack  int           // output bytes sent and not yet acknowledged
-	exited bool          // the process is gone; reads on its pipes now end at the first pause
 	pgid   int           // guarded by mu: 0 until the process started
 	killed bool          // guarded by mu: a kill came (perhaps before the start)
 	done   chan struct{} // closed when the request is over
@@ -489,11 +488,8 @@ func (h *helper) runProcess(p *helperProc, req chanStart, stdinQ chan []byte) (i
 	go func() { defer pumps.Done(); h.pump(p, outR, frameStdout) }()
 	go func() { defer pumps.Done(); h.pump(p, errR, frameStderr) }()
 	err := cmd.Wait()
-	p.mu.Lock()
-	p.exited = true
-	p.mu.Unlock()
-	// Whatever still holds the pipes now is a background child: read what is there, stop at the first
-	// pause (execPipeGrace), as the per-call path does.
+	// Whatever still holds the pipes now is a background child: read what arrives within execPipeGrace,
+	// then what the pipes hold (at most execPipeTail), as the per-call path does.
 	outR.SetReadDeadline(time.Now().Add(execPipeGrace))
 	errR.SetReadDeadline(time.Now().Add(execPipeGrace))
 	pumps.Wait()
@@ -558,23 +554,14 @@ func (d *pipeDrain) Close() {
 // pump sends one output pipe as frames, waiting for acks when a window is in flight.
 func (h *helper) pump(p *helperProc, r *os.File, kind byte) {
 	buf := make([]byte, chanOutChunk)
+	late := 0
 	for {
 		p.mu.Lock()
 		for p.unack >= chanWindow {
 			p.cond.Wait()
 		}
-		exited := p.exited
 		p.mu.Unlock()
-		if exited {
-			r.SetReadDeadline(time.Now().Add(execPipeGrace)) // data that is there is read at once
-		}
-		n, err := r.Read(buf)
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			// The deadline is about a pause in the output, not about this goroutine being late: on a
-			// loaded host it can pass before the pump ever ran, and Go then refuses the read without
-			// looking. What the pipe holds already was written by the command and is its output.
-			n, err = readNow(r, buf)
-		}
+		n, err := readOutput(r, buf, &late) // past runProcess's deadline, at most execPipeTail more
 		if n > 0 {
 			p.mu.Lock()
 			p.unack += n

@@ -77,6 +77,32 @@ else:
 	}
 }
 
+// TestChattyBackgroundChildDoesNotHoldExec: a background child that writes without pause (a dev server
+// logging in a loop) must not hold the exec that started it: the exec ends with the command, and the
+// child keeps running. (Before: over the exec channel, the sandbox and docker, the helper read on while
+// the output kept coming, and the exec ended only at its timeout, reported timedOut with 124.)
+func TestChattyBackgroundChildDoesNotHoldExec(t *testing.T) {
+	for _, prov := range []string{"local", "docker", "podman", "sandbox", "kubernetes"} {
+		t.Run(prov, func(t *testing.T) {
+			t.Parallel()
+			requireProvider(t, prov)
+			e := newTestServer(t, withHostEnv)
+			m := e.create(map[string]any{"provider": prov, "idleTimeoutSec": 0})
+			defer e.call("DELETE", "/v1/computers/"+m.ID, nil, 204, nil)
+			// `timeout` bounds the child should the kill below not come; the pid file lets it be ended.
+			res := e.exec(m.ID, map[string]any{"cmd": "timeout 60 yes chatty & echo $! > chatty.pid", "timeoutSec": 30})
+			defer e.sh(m.ID, `kill "$(cat chatty.pid)"`)
+			if res.TimedOut || res.ExitCode != 0 {
+				t.Fatalf("the exec was held by its background child: exit %d, timedOut %v, stdout %q...", res.ExitCode, res.TimedOut, lastLines(res.Stdout[:min(len(res.Stdout), 200)], 3))
+			}
+			// The child was not killed with the exec: it is still there for the next one.
+			if out := strings.TrimSpace(e.sh(m.ID, `kill -0 "$(cat chatty.pid)" && echo alive`)); out != "alive" {
+				t.Fatalf("the background child did not outlive its exec: %q", out)
+			}
+		})
+	}
+}
+
 // TestMountSwapAtRestart (issue 24 item 1): a machine with a read-write mount of a host directory and a
 // second mount of a directory below it replaces that directory by a symlink to the host's root (the
 // issue's `rmdir /data/sub && ln -s / /data/sub`); at the next start the provider must mount what it

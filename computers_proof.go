@@ -16,12 +16,14 @@
 // trial and keeps answering with the old result until it ends (so nothing on a request path waits but
 // `auto`'s first selection of a provider never tried). `serve` asks for every provider at start;
 // otherwise the first doctor or selection does. Trial machines have no record: their ids are in trials,
-// which the reconciler counts as known (one left by a crash is an orphan at the next start, and reaped).
+// which the reconciler counts as known, before its listing and after (one left by a crash is an orphan
+// at the next start, and reaped).
 package main
 
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"time"
@@ -213,6 +215,13 @@ func (c *computerService) trial(ctx context.Context, p provider) proofResult {
 		return failed("started but a command in it failed", fmt.Errorf("`echo %s` exited %d with %q %q", proofWord, res.ExitCode, lastLines(res.Stdout, 3), lastLines(res.Stderr, 3)))
 	}
 	return proofResult{ok: true, version: pr.version}
+}
+
+// trialIDs are the trial machines of this server now (a copy).
+func (c *computerService) trialIDs() map[string]bool {
+	c.proof.mu.Lock()
+	defer c.proof.mu.Unlock()
+	return maps.Clone(c.proof.trials)
 }
 
 // isTrial: id is a trial machine of this server (the reconciler leaves it alone).

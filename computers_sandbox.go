@@ -167,7 +167,13 @@ func (s *sandboxProvider) canSizeTmpfs() bool {
 func bwrapOutput(ctx context.Context, bw string, args ...string) ([]byte, error) {
 	cmd := exec.CommandContext(ctx, bw, args...)
 	cmd.WaitDelay = 2 * time.Second
-	return cmd.CombinedOutput()
+	out, err := cmd.CombinedOutput()
+	if errors.Is(err, exec.ErrWaitDelay) {
+		// bwrap itself succeeded (Wait returns ErrWaitDelay only in place of nil): a descendant held the
+		// pipe past WaitDelay, as a loaded host's sandbox init can; the trial did not fail.
+		err = nil
+	}
+	return out, err
 }
 
 func (s *sandboxProvider) supports(sp ComputerSpec) error {

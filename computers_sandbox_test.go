@@ -313,3 +313,24 @@ func TestSandboxReadmeBuild(t *testing.T) {
 		t.Fatalf("inside the machine: %q, want %q", out, want)
 	}
 }
+
+// TestBwrapOutputSucceededIsSuccess: a bwrap that succeeded while a descendant held its output pipe past
+// WaitDelay (a loaded host's sandbox init, seen in TestComputerConformance/sandbox as "bwrap cannot
+// create a sandbox here: exec: WaitDelay expired before I/O complete") is a success, not a failed probe
+// that turns the provider unavailable.
+func TestBwrapOutputSucceededIsSuccess(t *testing.T) {
+	fake := filepath.Join(t.TempDir(), "bwrap")
+	// The descendant holds stdout for 4 s (WaitDelay is 2 s), then ends by itself.
+	if err := os.WriteFile(fake, []byte("#!/bin/sh\necho ok\nsleep 4 &\nexit 0\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out, err := bwrapOutput(context.Background(), fake)
+	if err != nil || !strings.HasPrefix(string(out), "ok") {
+		t.Fatalf("a bwrap that exited 0: %q %v", out, err)
+	}
+	// A bwrap that failed still fails.
+	os.WriteFile(fake, []byte("#!/bin/sh\necho 'bwrap: no' >&2\nexit 1\n"), 0o755)
+	if _, err := bwrapOutput(context.Background(), fake); err == nil {
+		t.Fatal("a bwrap that exited 1 succeeded")
+	}
+}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -164,4 +165,43 @@ func TestDoctorAvailabilityIsProven(t *testing.T) {
 			t.Errorf("a sandbox create: %v", msg)
 		}
 	})
+}
+
+// endingTrial lists a trial machine that ends right after the listing, before reconcile judges what it
+// listed, as a trial started by `serve` does while the startup reconcile runs.
+type endingTrial struct {
+	*localProvider
+	id string
+}
+
+func (p *endingTrial) owned(ctx context.Context) (map[string]bool, error) {
+	p.c.proof.mu.Lock()
+	delete(p.c.proof.trials, p.id) // the trial destroyed its machine meanwhile
+	p.c.proof.mu.Unlock()
+	return map[string]bool{p.id: true}, nil
+}
+
+// TestReconcileLeavesEndedTrialAlone: a trial machine (computers_proof.go) listed by reconcile and
+// destroyed by its trial before reconcile looked at it was taken for an orphan: reaped with a
+// computer_reaped event for a machine that never had a record, and a doctor warning meanwhile.
+func TestReconcileLeavesEndedTrialAlone(t *testing.T) {
+	e := newTestServer(t, withHostEnv)
+	c := e.s.computers
+	quiesce(c)
+	var p *endingTrial
+	for _, lp := range c.providers {
+		if l, ok := lp.(*localProvider); ok {
+			p = &endingTrial{localProvider: l, id: newID("cmp")}
+		}
+	}
+	c.proof.mu.Lock()
+	c.proof.trials[p.id] = true
+	c.proof.mu.Unlock()
+	c.providers = []provider{p}
+	c.reconcile(context.Background(), map[string]bool{})
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.orphans) != 0 {
+		t.Fatalf("orphans %v: the trial machine %s was taken for one", c.orphans, p.id)
+	}
 }

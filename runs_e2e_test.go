@@ -715,3 +715,31 @@ func TestE2EBrokenComputerEndsTheRunWithError(t *testing.T) {
 		})
 	}
 }
+
+// TestE2EComputerFailureIsRedacted: a run whose computer's setup fails ends `error` with the setup's
+// last lines, and a secret in them is redacted there, in the run's events and in the server's log, as
+// in a tool's output. (Before: the run's error, its summary and the log line carried it as printed.)
+func TestE2EComputerFailureIsRedacted(t *testing.T) {
+	secret := "ghp_" + strings.Repeat("Ab3", 12)
+	so := newScriptedOpenAI(t, func(r scriptReq) scriptReply {
+		return scriptReply{calls: []ToolCall{{ID: "c1", Name: "shell", Args: map[string]any{"command": "echo hi"}}}}
+	})
+	var log syncBuffer
+	te := newE2E(t, so, "", func(c *testSetup) { c.ComputerProvider = "local" }, withLog(&log))
+	te.createAgent(map[string]any{"name": "e2e-setup-leak", "computer": map[string]any{"setup": "echo token " + secret + "; exit 3"}})
+	evs := te.stream("e2e-setup-leak", map[string]any{"input": "say hi"}).all()
+	res := evs[len(evs)-1]["result"].(map[string]any)
+	if res["stopReason"] != "error" || res["error"] == nil {
+		t.Fatalf("run result: %v", res)
+	}
+	b, _ := json.Marshal(evs)
+	sum, _ := json.Marshal(te.latestRun("e2e-setup-leak"))
+	for what, s := range map[string]string{"events": string(b), "summary": string(sum), "log": log.String()} {
+		if strings.Contains(s, secret) {
+			t.Errorf("the secret printed by the failed setup is in the run's %s", what)
+		}
+	}
+	if !strings.Contains(string(b), "setup failed") {
+		t.Fatalf("the run's error does not say the setup failed: %s", res["error"])
+	}
+}
