@@ -348,7 +348,7 @@ func (m *modelService) openaiChat(ctx context.Context, c candidate, req ChatRequ
 const maxStreamToolCalls = 1024
 
 func (m *modelService) openaiReadStream(ctx context.Context, name string, body io.Reader, emit func(StreamEvent)) (*ChatResponse, error) {
-	rd := newSSEReader(body)
+	rd := newSSEReader(body, maxStreamLine)
 	out := &ChatResponse{ToolCalls: []ToolCall{}}
 	var text, thinking strings.Builder
 	type partial struct {
