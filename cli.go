@@ -18,7 +18,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -599,33 +598,24 @@ type cliEvent struct {
 // readEvents calls fn for every event of an SSE body until `event: done` (true) or the end (false); an
 // `event: error` frame ends it with its error.
 func readEvents(r io.Reader, fn func(ev cliEvent) error) (bool, error) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64<<10), 32<<20)
-	var cur cliEvent
-	for sc.Scan() {
-		line := sc.Text()
+	rd := newSSEReader(r, 32<<20)
+	for {
+		event, data, err := rd.next()
 		switch {
-		case strings.HasPrefix(line, "id: "):
-			cur.id = strings.TrimPrefix(line, "id: ")
-		case strings.HasPrefix(line, "event: "):
-			cur.event = strings.TrimPrefix(line, "event: ")
-		case strings.HasPrefix(line, "data: "):
-			cur.data = []byte(strings.TrimPrefix(line, "data: "))
-		case line == "":
-			switch {
-			case cur.event == "done":
-				return true, nil
-			case cur.event == "error" && cur.data != nil:
-				return false, streamError(cur.data)
-			case cur.data != nil:
-				if err := fn(cur); err != nil {
-					return false, err
-				}
+		case errors.Is(err, io.EOF) || err == nil && rd.cut:
+			return false, nil
+		case err != nil:
+			return false, err
+		case event == "done":
+			return true, nil
+		case event == "error" && data != nil:
+			return false, streamError(data)
+		case data != nil:
+			if err := fn(cliEvent{id: rd.id, event: event, data: data}); err != nil {
+				return false, err
 			}
-			cur = cliEvent{}
 		}
 	}
-	return false, sc.Err()
 }
 
 // stream sends a request for an SSE answer and reads it with readEvents.

@@ -1,4 +1,5 @@
-// events_sse.go — the hand-rolled Server-Sent Events writer shared by every streaming endpoint.
+// events_sse.go — the hand-rolled Server-Sent Events writer shared by every streaming endpoint, and the
+// one SSE reader (sseReader) every client of a stream uses.
 //
 // Entry point: newSSE(w, pingEvery) then send(v) per event, fail(err) for an error frame, and close() which
 // writes `event: done`. Rules (docs/API.md, DESIGN §3): Content-Type text/event-stream, Cache-Control
@@ -9,10 +10,13 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"strconv"
@@ -253,4 +257,63 @@ func (s *sseWriter) writeLocked(p []byte) error {
 		close(s.done)
 	}
 	return err
+}
+
+// sseReader reads Server-Sent Events for every client of a stream (model adapters, the CLI, the MCP client
+// and the MCP stdio relay): fields event, id and data (one space after the colon dropped; data lines
+// joined with "\n"), `:` comments and unknown fields skipped, a frame ends at a blank line. A line longer
+// than the reader's cap is an error (bufio.ErrTooLong).
+type sseReader struct {
+	sc  *bufio.Scanner
+	id  string // the id field of the frame next returned last ("" when it had none)
+	cut bool   // that frame was not ended by a blank line: the stream stopped inside it
+}
+
+func newSSEReader(r io.Reader, maxLine int) *sseReader {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), maxLine)
+	return &sseReader{sc: sc}
+}
+
+// next returns the next frame that has an event or a data field; io.EOF at a clean end.
+func (r *sseReader) next() (event string, data []byte, err error) {
+	have := false
+	r.id, r.cut = "", false
+	for r.sc.Scan() {
+		line := r.sc.Bytes()
+		if len(line) == 0 {
+			if have {
+				return event, data, nil
+			}
+			r.id = ""
+			continue
+		}
+		if line[0] == ':' {
+			continue
+		}
+		field, value, _ := bytes.Cut(line, []byte(":"))
+		value = bytes.TrimPrefix(value, []byte(" "))
+		switch string(field) {
+		case "event":
+			event, have = string(value), true
+		case "id":
+			r.id = string(value)
+		case "data":
+			if data == nil {
+				data = []byte{} // a frame with an empty data line still has data
+			} else {
+				data = append(data, '\n')
+			}
+			data = append(data, value...)
+			have = true
+		}
+	}
+	if err := r.sc.Err(); err != nil {
+		return "", nil, err
+	}
+	if have {
+		r.cut = true
+		return event, data, nil
+	}
+	return "", nil, io.EOF
 }

@@ -167,17 +167,7 @@ type oaiMessage struct {
 	Role       string          `json:"role"`
 	Content    json.RawMessage `json:"content"`
 	ToolCallID string          `json:"tool_call_id"`
-	ToolCalls  []oaiToolCall   `json:"tool_calls"`
-}
-
-type oaiToolCall struct {
-	Index    *int   `json:"index,omitempty"` // stream deltas only
-	ID       string `json:"id"`
-	Type     string `json:"type"`
-	Function struct {
-		Name      string `json:"name"`
-		Arguments string `json:"arguments"`
-	} `json:"function"`
+	ToolCalls  []oaToolCall    `json:"tool_calls"`
 }
 
 func (q *oaiRequest) includeUsage() bool {
@@ -325,14 +315,8 @@ func (s *server) handleOpenAIChat(w http.ResponseWriter, r *http.Request) error 
 
 // ---- the answer's shapes ----
 
-type oaiUsage struct {
-	PromptTokens     int `json:"prompt_tokens"`
-	CompletionTokens int `json:"completion_tokens"`
-	TotalTokens      int `json:"total_tokens"`
-}
-
-func usageOf(u Usage) *oaiUsage {
-	return &oaiUsage{PromptTokens: u.InputTokens, CompletionTokens: u.OutputTokens, TotalTokens: u.InputTokens + u.OutputTokens}
+func usageOf(u Usage) *oaUsage {
+	return &oaUsage{PromptTokens: u.InputTokens, CompletionTokens: u.OutputTokens, TotalTokens: u.InputTokens + u.OutputTokens}
 }
 
 // oaiExtra is agentd's addition to an answer (clients ignore unknown fields): the run behind it.
@@ -398,7 +382,7 @@ func (c *completionWriter) fail(err error) {
 }
 
 // whole writes the chat.completion object.
-func (c *completionWriter) whole(w http.ResponseWriter, text string, calls []oaiToolCall, reason string, u Usage, extra *oaiExtra) {
+func (c *completionWriter) whole(w http.ResponseWriter, text string, calls []oaToolCall, reason string, u Usage, extra *oaiExtra) {
 	var content any = text
 	if text == "" && len(calls) > 0 {
 		content = nil
@@ -653,7 +637,7 @@ func (s *server) gatewayDirect(w http.ResponseWriter, r *http.Request, q *oaiReq
 				i := calls
 				tc.Index = &i
 				calls++
-				cw.chunk(map[string]any{"tool_calls": []oaiToolCall{tc}}, "", nil)
+				cw.chunk(map[string]any{"tool_calls": []oaToolCall{tc}}, "", nil)
 			}
 		case "error":
 			failed = true
@@ -671,10 +655,10 @@ func (s *server) gatewayDirect(w http.ResponseWriter, r *http.Request, q *oaiReq
 }
 
 // wireToolCalls writes a model's tool calls in OpenAI's shape (arguments as a JSON string).
-func wireToolCalls(calls []ToolCall) []oaiToolCall {
-	out := make([]oaiToolCall, 0, len(calls))
+func wireToolCalls(calls []ToolCall) []oaToolCall {
+	out := make([]oaToolCall, 0, len(calls))
 	for _, c := range calls {
-		tc := oaiToolCall{ID: c.ID, Type: "function"}
+		tc := oaToolCall{ID: c.ID, Type: "function"}
 		tc.Function.Name = c.Name
 		args, _ := json.Marshal(c.Args)
 		if c.Args == nil {

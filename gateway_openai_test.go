@@ -465,8 +465,8 @@ func TestGatewayDirectModelFunctionTools(t *testing.T) {
 	var c struct {
 		Choices []struct {
 			Message struct {
-				Content   *string       `json:"content"`
-				ToolCalls []oaiToolCall `json:"tool_calls"`
+				Content   *string      `json:"content"`
+				ToolCalls []oaToolCall `json:"tool_calls"`
 			} `json:"message"`
 			FinishReason string `json:"finish_reason"`
 		} `json:"choices"`

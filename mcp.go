@@ -489,63 +489,62 @@ func mcpTools() map[string]mcpTool {
 				return ss.machineTool(ctx, impl, args, pr)
 			}}
 	}
-	readOnly := map[string]any{"readOnlyHint": true, "destructiveHint": false, "openWorldHint": false}
-	out["list_agents"] = mcpTool{name: "list_agents", title: "List agents", annotations: readOnly,
-		description: "List the agents defined on this agentd: name, description, model, tools, run count.",
-		schema:      obj(nil, map[string]any{}),
-		call: func(ctx context.Context, ss *mcpSession, _ map[string]any, _ *mcpProgress) *mcpToolResult {
-			return ss.v1(ctx, "/v1/agents")
-		}}
-	out["list_runs"] = mcpTool{name: "list_runs", title: "List runs", annotations: readOnly,
-		description: "List recorded runs, newest first, optionally of one agent; pass nextCursor back as cursor for the next page.",
-		schema: obj(nil, map[string]any{"agent": prop("string", "only this agent's runs"),
-			"limit":  map[string]any{"type": "integer", "minimum": 1, "maximum": 500, "description": "page size (default 50)"},
-			"cursor": prop("string", "nextCursor of the previous page")}),
-		call: func(ctx context.Context, ss *mcpSession, args map[string]any, _ *mcpProgress) *mcpToolResult {
-			var a struct {
-				Agent  string `arg:"agent"`
-				Limit  int    `arg:"limit"`
-				Cursor string `arg:"cursor"`
-			}
-			if err := toolArgs(args, &a); err != nil {
-				return toolErrText(err)
-			}
-			q := url.Values{}
-			if a.Agent != "" {
-				q.Set("agent", a.Agent)
-			}
-			if a.Limit > 0 {
-				q.Set("limit", strconv.Itoa(a.Limit))
-			}
-			if a.Cursor != "" {
-				q.Set("cursor", a.Cursor)
-			}
-			return ss.v1(ctx, "/v1/runs?"+q.Encode())
-		}}
-	out["get_run"] = mcpTool{name: "get_run", title: "Get a run", annotations: readOnly,
-		description: "Get one run: its result (text, stop reason, usage) and its recorded events.",
-		schema:      obj([]string{"runId"}, map[string]any{"runId": prop("string", "the run's id (run_...)")}),
-		call: func(ctx context.Context, ss *mcpSession, args map[string]any, _ *mcpProgress) *mcpToolResult {
-			var a struct {
-				ID string `arg:"runId,required"`
-			}
-			if err := toolArgs(args, &a); err != nil {
-				return toolErrText(err)
-			}
-			return ss.v1(ctx, "/v1/runs/"+url.PathEscape(a.ID))
-		}}
-	out["list_computers"] = mcpTool{name: "list_computers", title: "List computers", annotations: readOnly,
-		description: "List the machines agentd manages: id, name, provider, state, isolation.",
-		schema:      obj(nil, map[string]any{"all": prop("boolean", "include destroyed machines")}),
-		call: func(ctx context.Context, ss *mcpSession, args map[string]any, _ *mcpProgress) *mcpToolResult {
-			var a struct {
-				All bool `arg:"all"`
-			}
-			if err := toolArgs(args, &a); err != nil {
-				return toolErrText(err)
-			}
-			return ss.v1(ctx, "/v1/computers?all="+strconv.FormatBool(a.All))
-		}}
+	// The read-only control tools, one row each: the /v1 path a call GETs, built from its arguments.
+	reads := []struct {
+		name, title, description string
+		schema                   map[string]any
+		path                     func(args map[string]any) (string, error)
+	}{
+		{"list_agents", "List agents", "List the agents defined on this agentd: name, description, model, tools, run count.",
+			obj(nil, map[string]any{}),
+			func(map[string]any) (string, error) { return "/v1/agents", nil }},
+		{"list_runs", "List runs", "List recorded runs, newest first, optionally of one agent; pass nextCursor back as cursor for the next page.",
+			obj(nil, map[string]any{"agent": prop("string", "only this agent's runs"),
+				"limit":  map[string]any{"type": "integer", "minimum": 1, "maximum": 500, "description": "page size (default 50)"},
+				"cursor": prop("string", "nextCursor of the previous page")}),
+			func(args map[string]any) (string, error) {
+				var a struct {
+					Agent  string `arg:"agent"`
+					Limit  int    `arg:"limit"`
+					Cursor string `arg:"cursor"`
+				}
+				err := toolArgs(args, &a)
+				limit := ""
+				if a.Limit > 0 {
+					limit = strconv.Itoa(a.Limit)
+				}
+				return "/v1/runs" + queryOf("agent", a.Agent, "limit", limit, "cursor", a.Cursor), err
+			}},
+		{"get_run", "Get a run", "Get one run: its result (text, stop reason, usage) and its recorded events.",
+			obj([]string{"runId"}, map[string]any{"runId": prop("string", "the run's id (run_...)")}),
+			func(args map[string]any) (string, error) {
+				var a struct {
+					ID string `arg:"runId,required"`
+				}
+				err := toolArgs(args, &a)
+				return "/v1/runs/" + url.PathEscape(a.ID), err
+			}},
+		{"list_computers", "List computers", "List the machines agentd manages: id, name, provider, state, isolation.",
+			obj(nil, map[string]any{"all": prop("boolean", "include destroyed machines")}),
+			func(args map[string]any) (string, error) {
+				var a struct {
+					All bool `arg:"all"`
+				}
+				err := toolArgs(args, &a)
+				return "/v1/computers?all=" + strconv.FormatBool(a.All), err
+			}},
+	}
+	for _, t := range reads {
+		out[t.name] = mcpTool{name: t.name, title: t.title, description: t.description, schema: t.schema,
+			annotations: map[string]any{"readOnlyHint": true, "destructiveHint": false, "openWorldHint": false},
+			call: func(ctx context.Context, ss *mcpSession, args map[string]any, _ *mcpProgress) *mcpToolResult {
+				path, err := t.path(args)
+				if err != nil {
+					return toolErrText(err)
+				}
+				return ss.v1(ctx, path)
+			}}
+	}
 	out["run_agent"] = mcpTool{name: "run_agent", title: "Run an agent",
 		annotations: map[string]any{"readOnlyHint": false, "destructiveHint": true, "openWorldHint": true},
 		description: "Run one of agentd's agents on an input and return its final text and stop reason. The run is recorded like any other (get_run shows it).",

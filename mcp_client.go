@@ -15,7 +15,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -438,26 +437,19 @@ func (c *mcpConn) post(ctx context.Context, b []byte, id json.RawMessage, initia
 	}
 	if ct == "text/event-stream" {
 		var answer *rpcMessage
-		br := bufio.NewReader(resp.Body)
-		var data bytes.Buffer
+		rd := newSSEReader(resp.Body, maxBodyBytes)
 		for answer == nil {
-			line, err := br.ReadBytes('\n')
-			line = bytes.TrimRight(line, "\r\n")
-			if d, ok := bytes.CutPrefix(line, []byte("data:")); ok {
-				data.Write(bytes.TrimPrefix(d, []byte(" ")))
-			} else if len(line) == 0 && data.Len() > 0 {
-				var m rpcMessage
-				if json.Unmarshal(data.Bytes(), &m) == nil {
-					if m.Method == "" && string(m.ID) == string(id) {
-						answer = &m
-					} else {
-						c.receive(&m)
-					}
-				}
-				data.Reset()
-			}
-			if err != nil {
+			_, data, err := rd.next()
+			if err != nil || rd.cut {
 				break
+			}
+			var m rpcMessage
+			if len(data) > 0 && json.Unmarshal(data, &m) == nil {
+				if m.Method == "" && string(m.ID) == string(id) {
+					answer = &m
+				} else {
+					c.receive(&m)
+				}
 			}
 		}
 		if answer == nil {

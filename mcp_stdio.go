@@ -231,11 +231,15 @@ func relayMCP(ctx context.Context, endpoint, token string, stdin io.Reader, stdo
 		ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 		switch {
 		case ct == "text/event-stream":
-			readLines(resp.Body, func(l []byte) {
-				if d, ok := bytes.CutPrefix(bytes.TrimRight(l, "\r\n"), []byte("data:")); ok {
-					out.sendRaw(d)
+			for rd := newSSEReader(resp.Body, maxBodyBytes); ; {
+				_, data, err := rd.next()
+				if err != nil {
+					break
 				}
-			})
+				if data != nil {
+					out.sendRaw(data)
+				}
+			}
 		case ct == "application/json":
 			b, _ := io.ReadAll(resp.Body)
 			if m.Method == "initialize" {

@@ -262,7 +262,7 @@ func (m *modelService) anthropicChat(ctx context.Context, c candidate, req ChatR
 
 // anthropicReadStream assembles a streamed answer from the named events.
 func (m *modelService) anthropicReadStream(ctx context.Context, name string, body io.Reader, emit func(StreamEvent)) (*ChatResponse, error) {
-	rd := newSSEReader(body)
+	rd := newSSEReader(body, maxStreamLine)
 	out := &ChatResponse{ToolCalls: []ToolCall{}}
 	var text, thinking strings.Builder
 	type block struct {

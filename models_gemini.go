@@ -208,7 +208,7 @@ func (m *modelService) geminiChat(ctx context.Context, c candidate, req ChatRequ
 		}
 		return acc.result(), nil
 	}
-	rd := newSSEReader(resp.Body)
+	rd := newSSEReader(resp.Body, maxStreamLine)
 	for {
 		_, data, err := rd.next()
 		if errors.Is(err, io.EOF) {

@@ -46,12 +46,14 @@ type oaMessage struct {
 	ToolCallID string       `json:"tool_call_id,omitempty"`
 }
 
+// oaToolCall and oaUsage are the chat-completions wire shapes both ways: this adapter sends and reads
+// them, and the gateway (gateway_openai.go) reads and answers them.
 type oaToolCall struct {
-	Index    *int   `json:"index,omitempty"`
+	Index    *int   `json:"index,omitempty"` // stream deltas only
 	ID       string `json:"id,omitempty"`
 	Type     string `json:"type,omitempty"`
 	Function struct {
-		Name      string `json:"name,omitempty"`
+		Name      string `json:"name"`
 		Arguments string `json:"arguments"`
 	} `json:"function"`
 }
@@ -59,10 +61,11 @@ type oaToolCall struct {
 type oaUsage struct {
 	PromptTokens        int `json:"prompt_tokens"`
 	CompletionTokens    int `json:"completion_tokens"`
+	TotalTokens         int `json:"total_tokens"`
 	PromptTokensDetails *struct {
 		CachedTokens int `json:"cached_tokens"`
-	} `json:"prompt_tokens_details"`
-	PromptCacheHitTokens int `json:"prompt_cache_hit_tokens"`
+	} `json:"prompt_tokens_details,omitempty"`
+	PromptCacheHitTokens int `json:"prompt_cache_hit_tokens,omitempty"`
 }
 
 func (u *oaUsage) usage() Usage {
@@ -91,7 +94,7 @@ type oaChunk struct {
 		Index        int     `json:"index"`
 		Delta        oaDelta `json:"delta"`
 		Message      oaDelta `json:"message"`
-		FinishReason *string `json:"finish_reason"`
+		FinishReason string  `json:"finish_reason"`
 	} `json:"choices"`
 	Usage *oaUsage `json:"usage"`
 	XGroq *struct {
@@ -308,19 +311,7 @@ func (m *modelService) openaiChat(ctx context.Context, c candidate, req ChatRequ
 	if err != nil {
 		return nil, err
 	}
-	var r struct {
-		Choices []struct {
-			Message struct {
-				Content          *string      `json:"content"`
-				ReasoningContent string       `json:"reasoning_content"`
-				Reasoning        string       `json:"reasoning"`
-				ToolCalls        []oaToolCall `json:"tool_calls"`
-			} `json:"message"`
-			FinishReason string `json:"finish_reason"`
-		} `json:"choices"`
-		Usage *oaUsage        `json:"usage"`
-		Error json.RawMessage `json:"error"`
-	}
+	var r oaChunk
 	if err := json.Unmarshal(b, &r); err != nil {
 		return nil, streamBroken(name, "unparseable answer: "+err.Error())
 	}
@@ -348,7 +339,7 @@ func (m *modelService) openaiChat(ctx context.Context, c candidate, req ChatRequ
 const maxStreamToolCalls = 1024
 
 func (m *modelService) openaiReadStream(ctx context.Context, name string, body io.Reader, emit func(StreamEvent)) (*ChatResponse, error) {
-	rd := newSSEReader(body)
+	rd := newSSEReader(body, maxStreamLine)
 	out := &ChatResponse{ToolCalls: []ToolCall{}}
 	var text, thinking strings.Builder
 	type partial struct {
@@ -415,8 +406,8 @@ func (m *modelService) openaiReadStream(ctx context.Context, name string, body i
 				p.id, p.name = cmp.Or(tc.ID, p.id), cmp.Or(tc.Function.Name, p.name)
 				p.args.WriteString(tc.Function.Arguments)
 			}
-			if choice.FinishReason != nil && *choice.FinishReason != "" {
-				finish = *choice.FinishReason
+			if choice.FinishReason != "" {
+				finish = choice.FinishReason
 			}
 		}
 	}

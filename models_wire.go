@@ -1,5 +1,5 @@
 // models_wire.go — what every wire adapter shares: sending a request (auth headers, errors with status,
-// Retry-After and a scrubbed message), reading SSE and NDJSON streams, and normalising the loosely
+// Retry-After and a scrubbed message), reading NDJSON streams (SSE: events_sse.go's sseReader), and normalising the loosely
 // typed ChatRequest knobs (toolChoice, thinking, responseFormat).
 //
 // Rules: no SDKs, plain net/http; an upstream error body is reduced to its message and scrubbed of keys;
@@ -171,54 +171,6 @@ func shorten(s string, n int) string {
 		return s
 	}
 	return s[:n] + "…"
-}
-
-// sseReader reads Server-Sent Events: (event name, data) per frame, comments skipped.
-type sseReader struct {
-	sc *bufio.Scanner
-}
-
-func newSSEReader(r io.Reader) *sseReader {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), maxStreamLine)
-	return &sseReader{sc: sc}
-}
-
-// next returns the next frame; io.EOF at a clean end.
-func (r *sseReader) next() (event string, data []byte, err error) {
-	var buf []byte
-	have := false
-	for r.sc.Scan() {
-		line := r.sc.Bytes()
-		if len(line) == 0 {
-			if have {
-				return event, buf, nil
-			}
-			continue
-		}
-		if line[0] == ':' {
-			continue
-		}
-		field, value, _ := bytes.Cut(line, []byte(":"))
-		value = bytes.TrimPrefix(value, []byte(" "))
-		switch string(field) {
-		case "event":
-			event, have = string(value), true
-		case "data":
-			if buf != nil {
-				buf = append(buf, '\n')
-			}
-			buf = append(buf, value...)
-			have = true
-		}
-	}
-	if err := r.sc.Err(); err != nil {
-		return "", nil, err
-	}
-	if have {
-		return event, buf, nil
-	}
-	return "", nil, io.EOF
 }
 
 // streamBroken is the error of a stream that ended before its terminator or could not be parsed.

@@ -186,7 +186,7 @@ func TestParseRetryAfter(t *testing.T) {
 }
 
 func TestSSEReader(t *testing.T) {
-	rd := newSSEReader(strings.NewReader(": comment\nevent: a\ndata: 1\ndata: 2\n\ndata: x\n\n"))
+	rd := newSSEReader(strings.NewReader(": comment\nevent: a\ndata: 1\ndata: 2\n\ndata: x\n\n"), maxStreamLine)
 	ev, data, err := rd.next()
 	if err != nil || ev != "a" || string(data) != "1\n2" {
 		t.Fatalf("%q %q %v", ev, data, err)
