@@ -510,11 +510,6 @@ func (k *kubeProvider) waitReadyPod(ctx context.Context, name string, m *Compute
 	}
 }
 
-// events are the pod's last events, "Reason: message; ...".
-func (k *kubeProvider) events(ctx context.Context, m *ComputerInfo) string {
-	return firstNonEmpty(k.eventsOf(ctx, "Pod", k.pod(m), false), "(none)")
-}
-
 // eventsOf are an object's last events (only its warnings with warnings set), "Reason: message; ...";
 // "" when there are none.
 func (k *kubeProvider) eventsOf(ctx context.Context, kind, name string, warnings bool) string {

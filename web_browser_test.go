@@ -313,11 +313,6 @@ func (p *cdpPage) waitFor(what, cond string) {
 	}
 }
 
-func (p *cdpPage) text() string {
-	s, _ := p.eval(`document.querySelector('main').innerText`).(string)
-	return s
-}
-
 func (p *cdpPage) navigate(url string) {
 	p.t.Helper()
 	p.call("Page.navigate", map[string]any{"url": url})
