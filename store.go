@@ -489,26 +489,23 @@ func (st *store) ListRuns(ctx context.Context, agent string, limit int, before i
 	}
 	q += ` ORDER BY rowid DESC LIMIT ?`
 	args = append(args, limit+1)
-	rows, err := st.db.QueryContext(ctx, q, args...)
+	type row struct {
+		rowid int64
+		sum   string
+	}
+	rows, err := queryRows(ctx, st.db, func(rs *sql.Rows) (r row, err error) {
+		return r, rs.Scan(&r.rowid, &r.sum)
+	}, q, args...)
 	if err != nil {
 		return nil, 0, err
 	}
-	defer rows.Close()
-	var last int64
-	for rows.Next() {
-		var rowid int64
-		var sum string
-		if err := rows.Scan(&rowid, &sum); err != nil {
-			return nil, 0, err
-		}
-		if len(sums) == limit {
-			next = last
-			break
-		}
-		sums = append(sums, json.RawMessage(sum))
-		last = rowid
+	if len(rows) > limit { // the extra row only says another page follows
+		rows, next = rows[:limit], rows[limit-1].rowid
 	}
-	return sums, next, rows.Err()
+	for _, r := range rows {
+		sums = append(sums, json.RawMessage(r.sum))
+	}
+	return sums, next, nil
 }
 
 // GetRun returns a run's status, summary and result (empty while in flight).
