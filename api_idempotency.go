@@ -123,7 +123,10 @@ func (c *idempotencyCache) record(w http.ResponseWriter, r *http.Request, next h
 	completed := false // false when the handler panicked: nothing of it may be replayed
 	defer func() {
 		c.mu.Lock()
-		if completed && rec.status < 400 && !rec.streaming && !rec.overflow {
+		// A handler that outlived the key's TTL may find its entry replaced by a newer request's: that one
+		// is not this answer's to record or to delete.
+		mine := c.entries[ck] == e
+		if mine && completed && rec.status < 400 && !rec.streaming && !rec.overflow {
 			e.ok, e.status, e.body = true, rec.status, rec.buf.Bytes()
 			c.bytes += len(e.body)
 			e.header = w.Header().Clone()
@@ -135,7 +138,7 @@ func (c *idempotencyCache) record(w http.ResponseWriter, r *http.Request, next h
 				}
 			}
 			c.evictLocked()
-		} else {
+		} else if mine {
 			delete(c.entries, ck)
 		}
 		c.mu.Unlock()

@@ -869,3 +869,48 @@ func FuzzRequestDecoders(f *testing.F) {
 		}
 	})
 }
+
+// A first request that outlives the key's TTL, was replaced by a newer request with the same key, and then
+// fails, must not delete the newer request's recorded answer: a third request replays the second's answer
+// instead of running the work once more. (Before, record deleted whatever entry the key held.)
+func TestIdempotencyLateFailureKeepsNewerEntry(t *testing.T) {
+	var mu sync.Mutex
+	now := time.Unix(1_700_000_000, 0)
+	c := newIdempotencyCache(func() time.Time { mu.Lock(); defer mu.Unlock(); return now })
+	release, inFirst := make(chan struct{}), make(chan struct{})
+	var calls atomic.Int32
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) == 1 {
+			close(inFirst)
+			<-release
+			w.WriteHeader(500)
+			return
+		}
+		w.WriteHeader(201)
+		io.WriteString(w, "second")
+	})
+	post := func() *httptest.ResponseRecorder {
+		r := httptest.NewRequest("POST", "/v1/x", strings.NewReader("{}"))
+		r.Header.Set("Idempotency-Key", "late")
+		w := httptest.NewRecorder()
+		c.serve(w, r, h)
+		return w
+	}
+	first := make(chan *httptest.ResponseRecorder)
+	go func() { first <- post() }()
+	<-inFirst
+	mu.Lock()
+	now = now.Add(idemTTL + time.Second)
+	mu.Unlock()
+	if w := post(); w.Code != 201 {
+		t.Fatalf("second: %d", w.Code)
+	}
+	close(release)
+	if w := <-first; w.Code != 500 {
+		t.Fatalf("first: %d", w.Code)
+	}
+	w := post()
+	if w.Code != 201 || w.Header().Get("Idempotency-Replayed") != "true" || calls.Load() != 2 {
+		t.Fatalf("third: %d %v calls=%d (the late failure deleted the newer entry)", w.Code, w.Header(), calls.Load())
+	}
+}
