@@ -503,7 +503,11 @@ func (f *localFS) untar(ctx context.Context, g string, archive []byte) (int, err
 		return 0, fsErr("upload", g, err)
 	}
 	defer sub.Close()
-	return untarTo(sub, archive)
+	n, err := untarTo(sub, bytes.NewReader(archive), nil)
+	if err != nil {
+		return n, errArchive("%v", err)
+	}
+	return n, nil
 }
 
 func (f *localFS) tar(ctx context.Context, g string, w io.Writer) (int64, error) {
