@@ -11,15 +11,12 @@
 package main
 
 import (
-	"archive/tar"
 	"bytes"
-	"compress/gzip"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"io/fs"
 	"net/url"
 	"os"
 	"path"
@@ -271,8 +268,7 @@ func (c *cli) remoteIsDir(id, p string) bool {
 }
 
 func (c *cli) upload(local, id, dst string) error {
-	fi, err := os.Stat(local)
-	if err != nil {
+	if _, err := os.Stat(local); err != nil {
 		return err
 	}
 	// docker cp: into an existing directory under the source's name, else as dst itself.
@@ -280,66 +276,17 @@ func (c *cli) upload(local, id, dst string) error {
 	if !c.remoteIsDir(id, dst) {
 		dir, top = path.Dir(dst), path.Base(dst)
 	}
-	archive, err := tarLocal(local, top, fi)
-	if err != nil {
+	var archive bytes.Buffer
+	clean := filepath.Clean(local)
+	if err := tarTo(c.ctx, &archive, os.DirFS(filepath.Dir(clean)), filepath.Base(clean), top); err != nil {
 		return err
 	}
 	var out map[string]any
-	if err := c.call("POST", "/v1/computers/"+url.PathEscape(id)+"/fs/upload"+queryOf("path", dir), archive, &out); err != nil {
+	if err := c.call("POST", "/v1/computers/"+url.PathEscape(id)+"/fs/upload"+queryOf("path", dir), archive.Bytes(), &out); err != nil {
 		return err
 	}
 	fmt.Fprintf(c.stderr, "copied %v entries to %s:%s\n", out["entries"], id, path.Join(dir, top))
 	return nil
-}
-
-// tarLocal packs a file or a directory as a tar.gz whose top entry is named top.
-func tarLocal(local, top string, fi os.FileInfo) ([]byte, error) {
-	var buf bytes.Buffer
-	zw := gzip.NewWriter(&buf)
-	tw := tar.NewWriter(zw)
-	root := filepath.Clean(local)
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(root, p)
-		name := path.Join(top, filepath.ToSlash(rel))
-		link := ""
-		if info.Mode()&os.ModeSymlink != 0 {
-			link, _ = os.Readlink(p)
-		}
-		h, err := tar.FileInfoHeader(info, link)
-		if err != nil {
-			return err
-		}
-		h.Name, h.Uname, h.Gname = name, "", ""
-		if d.IsDir() {
-			h.Name += "/"
-		}
-		if err := tw.WriteHeader(h); err != nil {
-			return err
-		}
-		if info.Mode().IsRegular() {
-			f, err := os.Open(p)
-			if err != nil {
-				return err
-			}
-			defer f.Close()
-			_, err = io.Copy(tw, f)
-			return err
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	tw.Close()
-	zw.Close()
-	return buf.Bytes(), nil
 }
 
 func (c *cli) download(id, src, local string) error {

@@ -2,7 +2,8 @@
 // download, for every provider.
 //
 // Entry points: computerService.ReadFile, WriteFile, ListDir, DeletePath (used by the run loop) and the
-// /v1/computers/:id/fs* handlers; untarTo, the one extractor (the local provider's uploads, `agentd cp`).
+// /v1/computers/:id/fs* handlers; untarTo and tarTo, the one extractor and the one archive writer
+// (the local provider's uploads and downloads, `agentd cp`).
 //
 // Rules (docs/API.md Files, DESIGN §4): only /work and /tmp are exposed (a relative path is under /work);
 // the lexical check comes first, then the path is resolved INSIDE the machine (nearest existing
@@ -537,6 +538,70 @@ func untarTo(root *os.Root, r io.Reader, rename func(string) string) (int, error
 		}
 		n++
 	}
+}
+
+// tarTo writes name (a file or a directory of fsys; links stored as links, never followed) to w as a
+// tar.gz whose top entry is called top, owner names left out: the one archive writer, of the local
+// provider's downloads (fsys an os.Root) and of `agentd cp` uploads.
+func tarTo(ctx context.Context, w io.Writer, fsys fs.FS, name, top string) error {
+	zw := gzip.NewWriter(w)
+	tw := tar.NewWriter(zw)
+	add := func(p string, info fs.FileInfo) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		link := ""
+		if info.Mode()&fs.ModeSymlink != 0 {
+			var err error
+			if link, err = fs.ReadLink(fsys, p); err != nil {
+				return err
+			}
+		}
+		h, err := tar.FileInfoHeader(info, link)
+		if err != nil {
+			return err
+		}
+		rel := p // the path under name
+		if name != "." {
+			rel = strings.TrimPrefix(p, name)
+		}
+		h.Name, h.Uname, h.Gname = path.Join(top, rel), "", ""
+		if info.IsDir() {
+			h.Name += "/"
+		}
+		if err := tw.WriteHeader(h); err != nil || !info.Mode().IsRegular() {
+			return err
+		}
+		f, err := fsys.Open(p)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		_, err = io.Copy(tw, f)
+		return err
+	}
+	info, err := fs.Lstat(fsys, name)
+	if err == nil && info.IsDir() {
+		err = fs.WalkDir(fsys, name, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			info, err := d.Info()
+			if err != nil {
+				return err
+			}
+			return add(p, info)
+		})
+	} else if err == nil {
+		err = add(name, info)
+	}
+	if err == nil {
+		err = tw.Close()
+	}
+	if err == nil {
+		err = zw.Close()
+	}
+	return err
 }
 
 // leadsInside checks a link just made: followed through the links already in the destination, it must

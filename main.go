@@ -27,7 +27,8 @@
 //  3. computers_files.go, lexicalJail and (*computerService).jail: every path of the files API and the
 //     file tools (only /work and /tmp; then resolved inside the machine, symlinks followed, still inside);
 //     checkArchive and untarTo for uploads (links, specials and bombs refused before a byte is written;
-//     untarTo, on an os.Root, is also `agentd cp`'s extractor).
+//     untarTo, on an os.Root, is also `agentd cp`'s extractor; tarTo, the one archive writer, reads the
+//     local provider's downloads through an os.Root).
 //  4. computers_netpolicy.go, netPolicy.checkURL and netPolicy.httpClient: which hosts fetch_url and
 //     http_request may reach, and netPolicy.dial, through which the egress proxy dials too (private
 //     ranges, the host's own addresses, allow/deny, redirects, the checked address is the dialled one).
