@@ -11,15 +11,12 @@
 package main
 
 import (
-	"archive/tar"
 	"bytes"
-	"compress/gzip"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"io/fs"
 	"net/url"
 	"os"
 	"path"
@@ -271,8 +268,7 @@ func (c *cli) remoteIsDir(id, p string) bool {
 }
 
 func (c *cli) upload(local, id, dst string) error {
-	fi, err := os.Stat(local)
-	if err != nil {
+	if _, err := os.Stat(local); err != nil {
 		return err
 	}
 	// docker cp: into an existing directory under the source's name, else as dst itself.
@@ -280,66 +276,17 @@ func (c *cli) upload(local, id, dst string) error {
 	if !c.remoteIsDir(id, dst) {
 		dir, top = path.Dir(dst), path.Base(dst)
 	}
-	archive, err := tarLocal(local, top, fi)
-	if err != nil {
+	var archive bytes.Buffer
+	clean := filepath.Clean(local)
+	if err := tarTo(c.ctx, &archive, os.DirFS(filepath.Dir(clean)), filepath.Base(clean), top); err != nil {
 		return err
 	}
 	var out map[string]any
-	if err := c.call("POST", "/v1/computers/"+url.PathEscape(id)+"/fs/upload"+queryOf("path", dir), archive, &out); err != nil {
+	if err := c.call("POST", "/v1/computers/"+url.PathEscape(id)+"/fs/upload"+queryOf("path", dir), archive.Bytes(), &out); err != nil {
 		return err
 	}
 	fmt.Fprintf(c.stderr, "copied %v entries to %s:%s\n", out["entries"], id, path.Join(dir, top))
 	return nil
-}
-
-// tarLocal packs a file or a directory as a tar.gz whose top entry is named top.
-func tarLocal(local, top string, fi os.FileInfo) ([]byte, error) {
-	var buf bytes.Buffer
-	zw := gzip.NewWriter(&buf)
-	tw := tar.NewWriter(zw)
-	root := filepath.Clean(local)
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(root, p)
-		name := path.Join(top, filepath.ToSlash(rel))
-		link := ""
-		if info.Mode()&os.ModeSymlink != 0 {
-			link, _ = os.Readlink(p)
-		}
-		h, err := tar.FileInfoHeader(info, link)
-		if err != nil {
-			return err
-		}
-		h.Name, h.Uname, h.Gname = name, "", ""
-		if d.IsDir() {
-			h.Name += "/"
-		}
-		if err := tw.WriteHeader(h); err != nil {
-			return err
-		}
-		if info.Mode().IsRegular() {
-			f, err := os.Open(p)
-			if err != nil {
-				return err
-			}
-			defer f.Close()
-			_, err = io.Copy(tw, f)
-			return err
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	tw.Close()
-	zw.Close()
-	return buf.Bytes(), nil
 }
 
 func (c *cli) download(id, src, local string) error {
@@ -361,106 +308,26 @@ func (c *cli) download(id, src, local string) error {
 	return nil
 }
 
-// untarLocal unpacks a download under dir. Entries start with top (the remote name); with rename set,
-// top becomes rename. Nothing is written outside dir: every directory, file and link is made through an
-// os.Root opened on dir (which refuses to follow a link out of it, including one swapped in meanwhile);
-// absolute names and `..` are refused; a symlink's target must be relative and resolve inside dir through
-// the archive's own earlier links (l1 -> ., l2 -> l1/.. climb one level each), and after it is made it
-// must not lead out through a link already in dir.
+// untarLocal unpacks a download under dir with the server's extractor (untarTo). Entries start with top
+// (the remote name); with rename set, top becomes rename.
 func untarLocal(r io.Reader, dir, top, rename string) (int, error) {
-	zr, err := gzip.NewReader(r)
-	if err != nil {
-		return 0, fmt.Errorf("the download is not a gzip archive: %v", err)
-	}
 	root, err := os.OpenRoot(dir)
 	if err != nil {
 		return 0, err
 	}
 	defer root.Close()
-	tr := tar.NewReader(zr)
-	symlinks := map[string]string{} // the archive's symlinks made so far: name -> target
-	inside := func(name string) (string, error) {
-		name = path.Clean(name)
-		if rename != "" && (name == top || strings.HasPrefix(name, top+"/")) {
-			name = rename + strings.TrimPrefix(name, top)
+	var to func(string) string
+	if rename != "" {
+		to = func(name string) string {
+			if name == top || strings.HasPrefix(name, top+"/") {
+				return rename + strings.TrimPrefix(name, top)
+			}
+			return name
 		}
-		if path.IsAbs(name) || name == ".." || strings.HasPrefix(name, "../") {
-			return "", fmt.Errorf("refusing archive entry %q outside the destination", name)
-		}
-		return name, nil
 	}
-	n := 0
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			return n, nil
-		}
-		if err != nil {
-			return n, err
-		}
-		name, err := inside(h.Name)
-		if err != nil {
-			return n, err
-		}
-		if name == "." && h.Typeflag != tar.TypeDir {
-			return n, fmt.Errorf("refusing archive entry %q: not a file name", h.Name)
-		}
-		parent := path.Dir(name)
-		switch h.Typeflag {
-		case tar.TypeDir:
-			err = root.MkdirAll(name, 0o755)
-		case tar.TypeReg:
-			if err = root.MkdirAll(parent, 0o755); err == nil {
-				var f *os.File
-				if f, err = root.OpenFile(name, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, fs.FileMode(h.Mode)&0o777|0o600); err == nil {
-					_, err = io.Copy(f, tr)
-					if cerr := f.Close(); err == nil {
-						err = cerr
-					}
-				}
-			}
-		case tar.TypeSymlink:
-			if path.IsAbs(h.Linkname) {
-				return n, fmt.Errorf("refusing link %q -> %q: an absolute target", h.Name, h.Linkname)
-			}
-			if _, ok := resolveInArchive(symlinks, parent+"/"+h.Linkname, 0); !ok {
-				return n, fmt.Errorf("refusing link %q -> %q: it points outside the destination", h.Name, h.Linkname)
-			}
-			if err = root.MkdirAll(parent, 0o755); err == nil {
-				root.Remove(name)
-				if err = root.Symlink(h.Linkname, name); err == nil {
-					symlinks[name] = h.Linkname
-					err = leadsInside(root, name, h)
-				}
-			}
-		case tar.TypeLink:
-			var target string
-			if target, err = inside(h.Linkname); err != nil {
-				return n, err
-			}
-			if err = root.MkdirAll(parent, 0o755); err == nil {
-				root.Remove(name)
-				if err = root.Link(target, name); err == nil {
-					err = leadsInside(root, name, h)
-				}
-			}
-		default:
-			continue // devices and fifos are not recreated
-		}
-		if err != nil {
-			return n, err
-		}
-		n++
+	n, err := untarTo(root, r, to)
+	if err != nil {
+		return n, fmt.Errorf("the download: %w", err)
 	}
-}
-
-// leadsInside checks a link just made: followed through the links already in the destination, it must
-// stay inside it (a target that does not exist yet is fine); else the link is removed and refused.
-func leadsInside(root *os.Root, name string, h *tar.Header) error {
-	_, err := root.Stat(name)
-	if err == nil || errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	root.Remove(name)
-	return fmt.Errorf("refusing link %q -> %q: it leads outside the destination (%v)", h.Name, h.Linkname, err)
+	return n, nil
 }

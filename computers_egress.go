@@ -14,7 +14,8 @@
 // address it checked). One request per
 // plain-HTTP connection (sent upstream with Connection: close); CONNECT tunnels anything, but a TLS
 // ClientHello in the tunnel is held until its server name (SNI) is the CONNECT host or passes checkHost
-// too, so an allowed host cannot front for a refused one (helloGate, clientHelloSNI). Every refusal is
+// too, so an allowed host cannot front for a refused one (helloGate; clientHelloSNI reads the hello with
+// crypto/tls). Every refusal is
 // an `egress_refused` event on the computers topic, for the client a 403 whose body says why, and a line
 // at the end of the stderr of each exec of that machine that was running meanwhile. Without
 // the exec channel an egress machine has no proxy: it fails closed, with no network at all.
@@ -22,7 +23,9 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -129,13 +132,7 @@ func (c *computerService) serveEgress(ctx context.Context, machine string, np ne
 			}
 			return nil
 		}}
-		if n := br.Buffered(); n > 0 { // bytes the client sent after the CONNECT (a TLS hello, early)
-			b, _ := br.Peek(n)
-			if _, err := gate.Write(b); err != nil {
-				uc.Close()
-				return
-			}
-		}
+		gate.early, _ = br.Peek(br.Buffered()) // bytes the client sent after the CONNECT (a TLS hello, early)
 		splice(st, gate)
 		return
 	}
@@ -170,192 +167,75 @@ func (c *computerService) noteRefusal(machine, host, port, why string) {
 	c.mu.Unlock()
 }
 
-// helloGate is the upstream side of a CONNECT tunnel that holds the client's first bytes until they
-// are known not to be TLS, or are a whole ClientHello whose server name check allows. A refusal (or a
+// helloGate is the upstream side of a CONNECT tunnel. Its ReadFrom (splice's client-to-upstream copy)
+// holds the client's first bytes until they are known not to be TLS, or are a whole ClientHello whose
+// server name check allows; then it forwards them unchanged and copies the rest. A refusal (or a
 // handshake that cannot be read) closes the upstream, which ends the tunnel. Bytes from the upstream
-// flow meanwhile, so protocols whose server speaks first are not held up.
+// flow meanwhile (splice's other copy), so protocols whose server speaks first are not held up.
 type helloGate struct {
 	halfConn
-	check   func(sni string) error
-	buf     []byte
-	hello   helloReader // reads buf as it grows: each byte once, however the client cuts its writes
-	decided bool
-}
-
-const maxHelloBytes = 64 << 10
-
-func (g *helloGate) Write(p []byte) (int, error) {
-	if g.decided {
-		return g.halfConn.Write(p)
-	}
-	if len(p) == 0 {
-		return 0, nil
-	}
-	g.buf = append(g.buf, p...)
-	if g.buf[0] != tlsRecordHandshake { // not TLS: nothing names a server here
-		return g.release(len(p))
-	}
-	sni, complete, err := g.hello.read(g.buf)
-	switch {
-	case err == nil && !complete && len(g.buf) < maxHelloBytes:
-		return len(p), nil // wait for the rest of the hello
-	case err == nil && !complete:
-		err = errors.New("a TLS ClientHello larger than 64 KiB")
-	case err == nil && sni != "":
-		err = g.check(sni)
-	}
-	if err != nil {
-		g.halfConn.Close()
-		return 0, err
-	}
-	return g.release(len(p))
-}
-
-// release forwards what was held; from then on the gate is a plain connection.
-func (g *helloGate) release(n int) (int, error) {
-	g.decided = true
-	b := g.buf
-	g.buf = nil
-	if _, err := g.halfConn.Write(b); err != nil {
-		return 0, err
-	}
-	return n, nil
+	check func(sni string) error
+	early []byte // what the client sent after the CONNECT, read already
 }
 
 const (
+	maxHelloBytes      = 64 << 10
 	tlsRecordHandshake = 22
-	tlsClientHello     = 1
-	tlsExtServerName   = 0
 )
 
-// clientHelloSNI reads the server name of the TLS ClientHello at the start of b, which may span
-// several records. complete is false while more bytes are needed; a ClientHello without the extension
-// has no name (""). Anything else than a ClientHello is an error.
-func clientHelloSNI(b []byte) (sni string, complete bool, err error) {
-	var r helloReader
-	return r.read(b)
+func (g *helloGate) ReadFrom(r io.Reader) (int64, error) {
+	br := bufio.NewReader(io.MultiReader(bytes.NewReader(g.early), r))
+	var held []byte
+	if first, err := br.Peek(1); err == nil && first[0] == tlsRecordHandshake { // else nothing names a server
+		sni, read, err := clientHelloSNI(br)
+		if err == nil && sni != "" {
+			err = g.check(sni)
+		}
+		if err != nil {
+			g.halfConn.Close()
+			return 0, err
+		}
+		held = read
+	}
+	if _, err := g.halfConn.Write(held); err != nil {
+		return 0, err
+	}
+	n, err := io.Copy(g.halfConn, br)
+	return int64(len(held)) + n, err
 }
 
-// helloReader is clientHelloSNI over a buffer that grows between calls: the records read by one call
-// are not read again by the next (b must start with what the earlier calls saw).
-type helloReader struct {
-	used int    // bytes of b consumed as whole records
-	hs   []byte // the handshake messages, reassembled from those records' fragments
+// clientHelloSNI reads a TLS ClientHello from r with crypto/tls's own server handshake, stopped as soon
+// as the hello is parsed (it may span any number of records, cut anywhere). It returns the hello's
+// server name ("" when it has none) and every byte it read, at most 64 KiB. Anything else than a whole
+// ClientHello before r ends or the cap is an error.
+func clientHelloSNI(r io.Reader) (sni string, read []byte, err error) {
+	c := &helloConn{r: io.LimitReader(r, maxHelloBytes)}
+	gotHello := errors.New("the ClientHello is read")
+	err = tls.Server(c, &tls.Config{GetConfigForClient: func(h *tls.ClientHelloInfo) (*tls.Config, error) {
+		sni = h.ServerName
+		return nil, gotHello
+	}}).Handshake()
+	if !errors.Is(err, gotHello) {
+		return "", c.read, fmt.Errorf("not a TLS ClientHello of at most 64 KiB: %w", err)
+	}
+	return sni, c.read, nil
 }
 
-func (r *helloReader) read(b []byte) (sni string, complete bool, err error) {
-	for {
-		if len(r.hs) >= 4 {
-			if r.hs[0] != tlsClientHello {
-				return "", false, errors.New("the first TLS handshake message is not a ClientHello")
-			}
-			n := int(r.hs[1])<<16 | int(r.hs[2])<<8 | int(r.hs[3])
-			if n > maxHelloBytes {
-				return "", false, errors.New("a TLS ClientHello larger than 64 KiB")
-			}
-			if len(r.hs) >= 4+n {
-				sni, err := helloServerName(r.hs[4 : 4+n])
-				return sni, err == nil, err
-			}
-		}
-		rest := b[r.used:]
-		if len(rest) < 5 {
-			return "", false, nil
-		}
-		if rest[0] != tlsRecordHandshake {
-			return "", false, errors.New("a TLS record that is not a handshake came before the ClientHello ended")
-		}
-		n := int(rest[3])<<8 | int(rest[4])
-		if n == 0 || n > 1<<14 {
-			return "", false, errors.New("a TLS handshake record of an invalid length")
-		}
-		if len(rest) < 5+n {
-			return "", false, nil
-		}
-		r.hs = append(r.hs, rest[5:5+n]...)
-		r.used += 5 + n
-	}
+// helloConn is what clientHelloSNI's handshake runs over: it keeps what it reads, and drops the alert
+// the aborted handshake writes. The handshake calls no other method of a net.Conn.
+type helloConn struct {
+	net.Conn
+	r    io.Reader
+	read []byte
 }
 
-// helloServerName is the host_name of a ClientHello body's server_name extension (RFC 8446 4.1.2,
-// RFC 6066 3).
-func helloServerName(h []byte) (string, error) {
-	bad := errors.New("a malformed TLS ClientHello")
-	skip := func(n int) bool {
-		if n > len(h) {
-			return false
-		}
-		h = h[n:]
-		return true
-	}
-	vec := func(lenBytes int) ([]byte, bool) {
-		if len(h) < lenBytes {
-			return nil, false
-		}
-		n := 0
-		for _, c := range h[:lenBytes] {
-			n = n<<8 | int(c)
-		}
-		if len(h) < lenBytes+n {
-			return nil, false
-		}
-		v := h[lenBytes : lenBytes+n]
-		h = h[lenBytes+n:]
-		return v, true
-	}
-	if !skip(2 + 32) { // legacy_version, random
-		return "", bad
-	}
-	for _, lb := range []int{1, 2, 1} { // session id, cipher suites, compression methods
-		if _, ok := vec(lb); !ok {
-			return "", bad
-		}
-	}
-	if len(h) == 0 {
-		return "", nil // no extensions
-	}
-	exts, ok := vec(2)
-	if !ok {
-		return "", bad
-	}
-	h = exts
-	for len(h) > 0 {
-		if len(h) < 2 {
-			return "", bad
-		}
-		typ := int(h[0])<<8 | int(h[1])
-		h = h[2:]
-		data, ok := vec(2)
-		if !ok {
-			return "", bad
-		}
-		if typ != tlsExtServerName {
-			continue
-		}
-		h = data
-		list, ok := vec(2)
-		if !ok {
-			return "", bad
-		}
-		h = list
-		for len(h) > 0 {
-			if len(h) < 1 {
-				return "", bad
-			}
-			kind := h[0]
-			h = h[1:]
-			name, ok := vec(2)
-			if !ok {
-				return "", bad
-			}
-			if kind == 0 {
-				return string(name), nil
-			}
-		}
-		return "", nil
-	}
-	return "", nil
+func (c *helloConn) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.read = append(c.read, p[:n]...)
+	return n, err
 }
+
+func (c *helloConn) Write(p []byte) (int, error) { return len(p), nil }
 
 // refusalLog keeps a machine's last refusals, numbered, so an exec's stderr can end with those made while
 // it ran (a program that hides the proxy's 403 still leaves a trace the agent reads).

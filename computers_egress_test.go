@@ -3,6 +3,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -17,6 +18,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"testing/iotest"
 	"time"
 )
 
@@ -509,47 +511,49 @@ func helloBytes(t testing.TB, serverName string) []byte {
 		a.Close()
 	}()
 	b.SetReadDeadline(time.Now().Add(5 * time.Second))
-	buf := make([]byte, 64<<10)
-	var got []byte
-	for {
-		n, err := b.Read(buf)
-		got = append(got, buf[:n]...)
-		if _, complete, perr := clientHelloSNI(got); complete || perr != nil || err != nil {
-			break
-		}
-	}
+	_, got, err := clientHelloSNI(b)
 	b.Close()
+	if err != nil {
+		t.Fatalf("the hello for %q: %v", serverName, err)
+	}
 	return got
 }
 
+// tinyRecords is a hello re-cut into handshake records of n bytes each (as a middlebox, or a hostile
+// machine, may cut it).
+func tinyRecords(hello []byte, n int) []byte {
+	var out []byte
+	for body := hello[5:]; len(body) > 0; body = body[min(n, len(body)):] {
+		out = append(out, tlsRecordHandshake, hello[1], hello[2], 0, byte(min(n, len(body))))
+		out = append(out, body[:min(n, len(body))]...)
+	}
+	return out
+}
+
 // TestClientHelloSNI: the name crypto/tls's own ClientHello carries is read whole, fed in any pieces and
-// in records split as a middlebox may split them; a hello without a name has none; non-hellos are errors.
+// in records split as a middlebox may split them, and no byte after the hello is read; a hello without
+// a name has none; a hello cut short and non-hellos are errors.
 func TestClientHelloSNI(t *testing.T) {
 	for _, name := range []string{"example.com", "a.very.long.name.of.some.host.example.org", ""} {
 		hello := helloBytes(t, name)
-		if sni, complete, err := clientHelloSNI(hello); !complete || err != nil || sni != name {
-			t.Fatalf("%q: got %q complete=%v err=%v", name, sni, complete, err)
-		}
-		for i := 0; i < len(hello); i++ { // every prefix is "more, please"
-			if _, complete, err := clientHelloSNI(hello[:i]); complete || err != nil {
-				t.Fatalf("%q: the %d-byte prefix: complete=%v err=%v", name, i, complete, err)
+		for _, feed := range []struct {
+			what string
+			b    []byte
+		}{{"whole", hello}, {"in 7-byte records", tinyRecords(hello, 7)}, {"in 1-byte records", tinyRecords(hello, 1)}} {
+			for _, r := range []io.Reader{bytes.NewReader(feed.b), iotest.OneByteReader(bytes.NewReader(append(feed.b, "after"...)))} {
+				if sni, read, err := clientHelloSNI(r); err != nil || sni != name || string(read) != string(feed.b) {
+					t.Fatalf("%q %s: got %q, read %d bytes of %d, err %v", name, feed.what, sni, len(read), len(feed.b), err)
+				}
 			}
 		}
-		// The same handshake in records of 7 bytes each.
-		body := hello[5:]
-		var split []byte
-		for len(body) > 0 {
-			n := min(7, len(body))
-			split = append(split, tlsRecordHandshake, hello[1], hello[2], 0, byte(n))
-			split = append(split, body[:n]...)
-			body = body[n:]
-		}
-		if sni, complete, err := clientHelloSNI(split); !complete || err != nil || sni != name {
-			t.Fatalf("%q in 7-byte records: got %q complete=%v err=%v", name, sni, complete, err)
+		for i := 0; i < len(hello); i++ { // every prefix is not (yet) a hello
+			if _, _, err := clientHelloSNI(bytes.NewReader(hello[:i])); err == nil {
+				t.Fatalf("%q: the %d-byte prefix: no error", name, i)
+			}
 		}
 	}
 	for _, b := range [][]byte{[]byte("GET / HTTP/1.1\r\n"), {22, 3, 1, 0, 4, 2, 0, 0, 0}, {22, 3, 1, 0, 0}} {
-		if _, _, err := clientHelloSNI(b); err == nil {
+		if _, _, err := clientHelloSNI(bytes.NewReader(b)); err == nil {
 			t.Fatalf("%q: no error", b)
 		}
 	}
@@ -568,85 +572,86 @@ func (r *recordingConn) CloseWrite() error           { return nil }
 
 // TestHelloGate: the gate passes a hello whose name is allowed, and what follows it, untouched; it
 // closes the upstream on a refused name before a byte of the hello reaches it; a hello cut into 1-byte
-// records and fed a byte at a time is decided all the same; what is not TLS passes at once.
+// records and fed a byte at a time is decided all the same, as is one sent early (with the CONNECT);
+// what is not TLS passes at once; a hello over 64 KiB is refused.
 func TestHelloGate(t *testing.T) {
-	tiny := func(hello []byte) []byte { // the hello re-cut into records of one byte each
-		var out []byte
-		for _, c := range hello[5:] {
-			out = append(out, tlsRecordHandshake, hello[1], hello[2], 0, 1, c)
-		}
-		return out
-	}
 	for _, name := range []string{"allowed.example", "evil.example"} {
 		hello := helloBytes(t, name)
 		for _, feed := range []struct {
-			what string
-			b    []byte
-			step int
-		}{{"whole", hello, len(hello)}, {"byte by byte", hello, 1}, {"tiny records, byte by byte", tiny(hello), 1}} {
+			what  string
+			b     []byte
+			step  int
+			early int
+		}{{"whole", hello, len(hello), 0}, {"byte by byte", hello, 1, 0}, {"tiny records, byte by byte", tinyRecords(hello, 1), 1, 0},
+			{"partly early", hello, 1, 20}, {"all early", hello, 1, len(hello)}} {
 			up := &recordingConn{}
 			var checked []string
-			g := &helloGate{halfConn: up, check: func(sni string) error {
+			g := &helloGate{halfConn: up, early: feed.b[:feed.early], check: func(sni string) error {
 				checked = append(checked, sni)
 				if sni != "allowed.example" {
 					return errors.New("refused")
 				}
 				return nil
 			}}
-			var werr error
-			for b := feed.b; len(b) > 0 && werr == nil; b = b[min(feed.step, len(b)):] {
-				_, werr = g.Write(b[:min(feed.step, len(b))])
+			var r io.Reader = bytes.NewReader(append(feed.b[feed.early:len(feed.b):len(feed.b)], "after"...))
+			if feed.step == 1 {
+				r = iotest.OneByteReader(r)
 			}
+			_, err := g.ReadFrom(r)
 			if len(checked) != 1 || checked[0] != name {
 				t.Fatalf("%s, %s: checked %q", name, feed.what, checked)
 			}
 			if name == "evil.example" {
-				if werr == nil || !up.closed || len(up.got) != 0 {
-					t.Fatalf("%s, %s: err %v, closed %v, %d bytes upstream", name, feed.what, werr, up.closed, len(up.got))
+				if err == nil || !up.closed || len(up.got) != 0 {
+					t.Fatalf("%s, %s: err %v, closed %v, %d bytes upstream", name, feed.what, err, up.closed, len(up.got))
 				}
 				continue
 			}
-			g.Write([]byte("after"))
-			if werr != nil || up.closed || string(up.got) != string(feed.b)+"after" {
-				t.Fatalf("%s, %s: err %v, closed %v, upstream got %d bytes of %d", name, feed.what, werr, up.closed, len(up.got), len(feed.b)+5)
+			if err != nil || up.closed || string(up.got) != string(feed.b)+"after" {
+				t.Fatalf("%s, %s: err %v, closed %v, upstream got %d bytes of %d", name, feed.what, err, up.closed, len(up.got), len(feed.b)+5)
 			}
 		}
 	}
 	up := &recordingConn{}
 	g := &helloGate{halfConn: up, check: func(string) error { t.Fatal("checked a non-TLS stream"); return nil }}
-	if _, err := g.Write(nil); err != nil || len(up.got) != 0 {
-		t.Fatalf("an empty write: %v %q", err, up.got)
+	if _, err := g.ReadFrom(bytes.NewReader(nil)); err != nil || len(up.got) != 0 {
+		t.Fatalf("nothing sent: %v %q", err, up.got)
 	}
-	if _, err := g.Write([]byte("SSH-2.0-x\r\n")); err != nil || string(up.got) != "SSH-2.0-x\r\n" {
+	if _, err := g.ReadFrom(bytes.NewReader([]byte("SSH-2.0-x\r\n"))); err != nil || string(up.got) != "SSH-2.0-x\r\n" {
 		t.Fatalf("not TLS: %v %q", err, up.got)
+	}
+	// A handshake record stream that never ends a hello is refused at 64 KiB, not read on.
+	big := tinyRecords(append([]byte{tlsRecordHandshake, 3, 1, 0, 0, 1, 0, 0xff, 0xff}, make([]byte, 20<<10)...), 1)
+	up = &recordingConn{}
+	g = &helloGate{halfConn: up, check: func(string) error { return nil }}
+	if n, err := g.ReadFrom(bytes.NewReader(big)); err == nil || !up.closed || len(up.got) != 0 || n != 0 {
+		t.Fatalf("an endless hello: %d %v closed %v, %d bytes upstream", n, err, up.closed, len(up.got))
 	}
 }
 
 func FuzzClientHelloSNI(f *testing.F) {
-	f.Add(helloBytes(f, "example.com"))
+	hello := helloBytes(f, "example.com")
+	f.Add(hello)
+	f.Add(tinyRecords(hello, 1))
 	f.Add(helloBytes(f, ""))
 	f.Add([]byte{22, 3, 1, 0, 5, 1, 0, 0, 1, 3})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		sni, complete, err := clientHelloSNI(b)
-		if err != nil && (complete || sni != "") {
-			t.Fatalf("an error with a result: %q %v %v", sni, complete, err)
+		sni, read, err := clientHelloSNI(bytes.NewReader(b))
+		if err != nil && sni != "" {
+			t.Fatalf("an error with a name: %q %v", sni, err)
 		}
-		// Read as it arrives, in pieces, by one reader: the same answer as whole.
-		var r helloReader
-		var sniP string
-		var completeP bool
-		var errP error
-		for k := 1 + len(b)/7; ; k += 1 + len(b)/7 {
-			if sniP, completeP, errP = r.read(b[:min(k, len(b))]); completeP || errP != nil || k >= len(b) {
-				break
-			}
+		if len(read) > maxHelloBytes || !bytes.HasPrefix(b, read) {
+			t.Fatalf("read %d bytes, not a prefix of the input (%d)", len(read), len(b))
 		}
-		if sniP != sni || completeP != complete || (errP == nil) != (err == nil) {
-			t.Fatalf("in pieces: %q %v %v; whole: %q %v %v", sniP, completeP, errP, sni, complete, err)
+		// Read as it arrives, a byte at a time: the same answer, the same bytes.
+		sniP, readP, errP := clientHelloSNI(iotest.OneByteReader(bytes.NewReader(b)))
+		if sniP != sni || (errP == nil) != (err == nil) || (err == nil && string(readP) != string(read)) {
+			t.Fatalf("in pieces: %q %d %v; whole: %q %d %v", sniP, len(readP), errP, sni, len(read), err)
 		}
-		if complete && err == nil { // more bytes after a whole hello change nothing
-			if sni2, complete2, err2 := clientHelloSNI(append(b[:len(b):len(b)], 0x17, 3, 3, 0, 1, 0)); sni2 != sni || !complete2 || err2 != nil {
-				t.Fatalf("trailing bytes changed the answer: %q/%q %v %v", sni, sni2, complete2, err2)
+		if err == nil { // more bytes after a whole hello change nothing, and are not read
+			sni2, read2, err2 := clientHelloSNI(iotest.OneByteReader(bytes.NewReader(append(b[:len(read):len(read)], 0x17, 3, 3, 0, 1, 0))))
+			if sni2 != sni || err2 != nil || string(read2) != string(read) {
+				t.Fatalf("trailing bytes changed the answer: %q/%q %v", sni, sni2, err2)
 			}
 		}
 	})
@@ -665,23 +670,21 @@ func (discardHalfConn) CloseWrite() error           { return nil }
 // machine can send: the gate must stay linear in it).
 func BenchmarkHelloGate(b *testing.B) {
 	hello := helloBytes(b, "example.com")
-	var tiny []byte
-	for _, c := range hello[5:] {
-		tiny = append(tiny, 22, hello[1], hello[2], 0, 1, c)
-	}
 	for _, c := range []struct {
 		name string
 		b    []byte
 		step int
-	}{{"whole", hello, len(hello)}, {"1-byte-records-bytewise", tiny, 1}} {
+	}{{"whole", hello, len(hello)}, {"1-byte-records-bytewise", tinyRecords(hello, 1), 1}} {
 		b.Run(c.name, func(b *testing.B) {
 			b.SetBytes(int64(len(c.b)))
 			for b.Loop() {
 				g := &helloGate{halfConn: discardHalfConn{}, check: func(string) error { return nil }}
-				for p := c.b; len(p) > 0; p = p[min(c.step, len(p)):] {
-					if _, err := g.Write(p[:min(c.step, len(p))]); err != nil {
-						b.Fatal(err)
-					}
+				var r io.Reader = bytes.NewReader(c.b)
+				if c.step == 1 {
+					r = iotest.OneByteReader(r)
+				}
+				if _, err := g.ReadFrom(r); err != nil {
+					b.Fatal(err)
 				}
 			}
 		})

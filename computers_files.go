@@ -2,7 +2,8 @@
 // download, for every provider.
 //
 // Entry points: computerService.ReadFile, WriteFile, ListDir, DeletePath (used by the run loop) and the
-// /v1/computers/:id/fs* handlers.
+// /v1/computers/:id/fs* handlers; untarTo and tarTo, the one extractor and the one archive writer
+// (the local provider's uploads and downloads, `agentd cp`).
 //
 // Rules (docs/API.md Files, DESIGN §4): only /work and /tmp are exposed (a relative path is under /work);
 // the lexical check comes first, then the path is resolved INSIDE the machine (nearest existing
@@ -21,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"path"
@@ -448,34 +450,55 @@ func parentsOf(paths []string) []string {
 	return out
 }
 
-// untarTo extracts a checked archive under root (the local provider's upload directory, an os.Root, so
-// no entry can be written or linked through a symlink to outside it, whatever the tree holds by then).
-func untarTo(root *os.Root, archive []byte) (int, error) {
-	zr, err := gzip.NewReader(bytes.NewReader(archive))
+// untarTo unpacks a tar.gz under root: the one extractor, of the server (the local provider's uploads,
+// after checkArchive passed) and of the CLI (`agentd cp` downloads). Nothing is written outside root:
+// every directory, file and link is made through the os.Root (which refuses to follow a link out of it,
+// including one swapped in meanwhile); absolute names and `..` are refused; a symlink's target must be
+// relative and resolve inside root through the archive's own earlier links (l1 -> ., l2 -> l1/.. climb
+// one level each), and once made no link may lead out through a link already there; devices and fifos
+// are not recreated. rename (nil: none) maps each entry's and hard link target's cleaned name.
+func untarTo(root *os.Root, r io.Reader, rename func(string) string) (int, error) {
+	zr, err := gzip.NewReader(r)
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("not a gzip archive: %v", err)
 	}
 	tr := tar.NewReader(zr)
+	symlinks := map[string]string{} // the archive's symlinks made so far: name -> target
+	inside := func(name string) (string, error) {
+		name = path.Clean(name)
+		if rename != nil {
+			name = rename(name)
+		}
+		if path.IsAbs(name) || name == ".." || strings.HasPrefix(name, "../") {
+			return "", fmt.Errorf("refusing archive entry %q outside the destination", name)
+		}
+		return name, nil
+	}
 	n := 0
 	for {
-		hdr, err := tr.Next()
+		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
 			return n, nil
 		}
 		if err != nil {
-			return n, errArchive("reading the archive: %v", err)
+			return n, fmt.Errorf("reading the archive: %v", err)
 		}
-		dst := path.Clean(hdr.Name)
-		mode := os.FileMode(hdr.Mode).Perm()
-		switch hdr.Typeflag {
+		name, err := inside(h.Name)
+		if err != nil {
+			return n, err
+		}
+		if name == "." && h.Typeflag != tar.TypeDir {
+			return n, fmt.Errorf("refusing archive entry %q: not a file name", h.Name)
+		}
+		parent, mode := path.Dir(name), os.FileMode(h.Mode).Perm()
+		switch h.Typeflag {
 		case tar.TypeDir:
-			err = root.MkdirAll(dst, mode|0o700)
+			err = root.MkdirAll(name, mode|0o700)
 		case tar.TypeReg:
-			if err = root.MkdirAll(path.Dir(dst), 0o755); err == nil {
+			if err = root.MkdirAll(parent, 0o755); err == nil {
 				var f *os.File
-				root.Remove(dst)
-				f, err = root.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, mode|0o600)
-				if err == nil {
+				root.Remove(name)
+				if f, err = root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, mode|0o600); err == nil {
 					_, err = io.Copy(f, tr)
 					if cerr := f.Close(); err == nil {
 						err = cerr
@@ -483,23 +506,113 @@ func untarTo(root *os.Root, archive []byte) (int, error) {
 				}
 			}
 		case tar.TypeSymlink:
-			if err = root.MkdirAll(path.Dir(dst), 0o755); err == nil {
-				root.Remove(dst)
-				err = root.Symlink(hdr.Linkname, dst)
+			if path.IsAbs(h.Linkname) {
+				return n, fmt.Errorf("refusing link %q -> %q: an absolute target", h.Name, h.Linkname)
+			}
+			if _, ok := resolveInArchive(symlinks, parent+"/"+h.Linkname, 0); !ok {
+				return n, fmt.Errorf("refusing link %q -> %q: it points outside the destination", h.Name, h.Linkname)
+			}
+			if err = root.MkdirAll(parent, 0o755); err == nil {
+				root.Remove(name)
+				if err = root.Symlink(h.Linkname, name); err == nil {
+					symlinks[name] = h.Linkname
+					err = leadsInside(root, name, h)
+				}
 			}
 		case tar.TypeLink:
-			if err = root.MkdirAll(path.Dir(dst), 0o755); err == nil {
-				root.Remove(dst)
-				err = root.Link(path.Clean(hdr.Linkname), dst)
+			var target string
+			if target, err = inside(h.Linkname); err != nil {
+				return n, err
+			}
+			if err = root.MkdirAll(parent, 0o755); err == nil {
+				root.Remove(name)
+				if err = root.Link(target, name); err == nil {
+					err = leadsInside(root, name, h)
+				}
 			}
 		default:
 			continue
 		}
 		if err != nil {
-			return n, errArchive("unpacking %s: %v", dst, err)
+			return n, fmt.Errorf("unpacking %s: %w", name, err)
 		}
 		n++
 	}
+}
+
+// tarTo writes name (a file or a directory of fsys; links stored as links, never followed) to w as a
+// tar.gz whose top entry is called top, owner names left out: the one archive writer, of the local
+// provider's downloads (fsys an os.Root) and of `agentd cp` uploads.
+func tarTo(ctx context.Context, w io.Writer, fsys fs.FS, name, top string) error {
+	zw := gzip.NewWriter(w)
+	tw := tar.NewWriter(zw)
+	add := func(p string, info fs.FileInfo) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		link := ""
+		if info.Mode()&fs.ModeSymlink != 0 {
+			var err error
+			if link, err = fs.ReadLink(fsys, p); err != nil {
+				return err
+			}
+		}
+		h, err := tar.FileInfoHeader(info, link)
+		if err != nil {
+			return err
+		}
+		rel := p // the path under name
+		if name != "." {
+			rel = strings.TrimPrefix(p, name)
+		}
+		h.Name, h.Uname, h.Gname = path.Join(top, rel), "", ""
+		if info.IsDir() {
+			h.Name += "/"
+		}
+		if err := tw.WriteHeader(h); err != nil || !info.Mode().IsRegular() {
+			return err
+		}
+		f, err := fsys.Open(p)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		_, err = io.Copy(tw, f)
+		return err
+	}
+	info, err := fs.Lstat(fsys, name)
+	if err == nil && info.IsDir() {
+		err = fs.WalkDir(fsys, name, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			info, err := d.Info()
+			if err != nil {
+				return err
+			}
+			return add(p, info)
+		})
+	} else if err == nil {
+		err = add(name, info)
+	}
+	if err == nil {
+		err = tw.Close()
+	}
+	if err == nil {
+		err = zw.Close()
+	}
+	return err
+}
+
+// leadsInside checks a link just made: followed through the links already in the destination, it must
+// stay inside it (a target that does not exist yet is fine); else the link is removed and refused.
+func leadsInside(root *os.Root, name string, h *tar.Header) error {
+	_, err := root.Stat(name)
+	if err == nil || errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	root.Remove(name)
+	return fmt.Errorf("refusing link %q -> %q: it leads outside the destination (%v)", h.Name, h.Linkname, err)
 }
 
 // ---- download ----

@@ -2,9 +2,11 @@ package main
 
 import (
 	"archive/tar"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"net/url"
@@ -410,6 +412,51 @@ func TestMountSources(t *testing.T) {
 		body := map[string]any{"provider": "docker", "mounts": []any{map[string]any{"source": src, "target": "/data"}}}
 		if msg := e.wantError("POST", "/v1/computers", body, 422, codeSpecInvalid)["message"].(string); !strings.Contains(msg, "mounts.0.source") {
 			t.Errorf("%s: %s", src, msg)
+		}
+	}
+}
+
+// TestTarToRoundTrip: the one writer and the one extractor agree: a tree with a hidden file, a nested
+// directory and a relative link comes back the same under the new top name, the link stored as a link;
+// a single file and a link at the top are archived as themselves; the tree's root given as "." works.
+func TestTarToRoundTrip(t *testing.T) {
+	src := t.TempDir()
+	os.MkdirAll(filepath.Join(src, "d", "sub"), 0o755)
+	os.WriteFile(filepath.Join(src, "d", ".hidden"), []byte("h"), 0o600)
+	os.WriteFile(filepath.Join(src, "d", "sub", "f"), []byte("f"), 0o644)
+	os.Symlink("sub/f", filepath.Join(src, "d", "ln"))
+	os.Symlink("d", filepath.Join(src, "top-link"))
+	for _, c := range []struct {
+		fsys      fs.FS
+		name, top string
+		want      map[string]string // path -> content, or "->target" for a link
+	}{
+		{os.DirFS(src), "d", "copy", map[string]string{"copy/.hidden": "h", "copy/sub/f": "f", "copy/ln": "->sub/f"}},
+		{os.DirFS(filepath.Join(src, "d")), ".", "dot", map[string]string{"dot/.hidden": "h", "dot/sub/f": "f", "dot/ln": "->sub/f"}},
+		{os.DirFS(src), "d/sub/f", "one", map[string]string{"one": "f"}},
+		{os.DirFS(src), "top-link", "tl", map[string]string{"tl": "->d"}},
+	} {
+		var buf bytes.Buffer
+		if err := tarTo(t.Context(), &buf, c.fsys, c.name, c.top); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		dst := t.TempDir()
+		root, _ := os.OpenRoot(dst)
+		_, err := untarTo(root, &buf, nil)
+		root.Close()
+		if err != nil {
+			t.Fatalf("%s: untar: %v", c.name, err)
+		}
+		for p, want := range c.want {
+			got := ""
+			if l, err := os.Readlink(filepath.Join(dst, p)); err == nil {
+				got = "->" + l
+			} else if b, err := os.ReadFile(filepath.Join(dst, p)); err == nil {
+				got = string(b)
+			}
+			if got != want {
+				t.Errorf("%s: %s is %q, want %q", c.name, p, got, want)
+			}
 		}
 	}
 }

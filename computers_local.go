@@ -503,22 +503,25 @@ func (f *localFS) untar(ctx context.Context, g string, archive []byte) (int, err
 		return 0, fsErr("upload", g, err)
 	}
 	defer sub.Close()
-	return untarTo(sub, archive)
+	n, err := untarTo(sub, bytes.NewReader(archive), nil)
+	if err != nil {
+		return n, errArchive("%v", err)
+	}
+	return n, nil
 }
 
 func (f *localFS) tar(ctx context.Context, g string, w io.Writer) (int64, error) {
-	hp := f.host(g)
-	if _, err := os.Lstat(hp); err != nil {
+	root, rel, err := f.open(g)
+	if err != nil {
+		return 0, err
+	}
+	defer root.Close()
+	if _, err := root.Lstat(rel); err != nil {
 		return 0, fsErr("download", g, err)
 	}
 	cw := &countingWriter{w: w}
-	cmd := exec.CommandContext(ctx, "tar", "-czf", "-", "-C", filepath.Dir(hp), "--", filepath.Base(hp))
-	cmd.Stdout = cw
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	cmd.WaitDelay = time.Second
-	if err := cmd.Run(); err != nil {
-		return cw.n, errorf(codeFSDenied, "archiving %s failed: %s", g, strings.TrimSpace(stderr.String())).withHint("check the path")
+	if err := tarTo(ctx, cw, root.FS(), rel, path.Base(rel)); err != nil {
+		return cw.n, errorf(codeFSDenied, "archiving %s failed: %v", g, err).withHint("check the path")
 	}
 	return cw.n, nil
 }

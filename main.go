@@ -14,7 +14,7 @@
 //
 // # Audit map
 //
-// Every place agentd's trust boundary is crossed, in the order a request meets it (about 3,032 lines
+// Every place agentd's trust boundary is crossed, in the order a request meets it (about 3,080 lines
 // in the functions named; each stop names its file.go:Func, and TestAuditMapIsTrue fails when one no
 // longer exists or a stop outgrows its stated size):
 //
@@ -41,8 +41,10 @@
 //  4. The file jail and archives: computers_files.go:lexicalJail, computers_files.go:(*computerService).jail
 //     (only /work and /tmp, resolved inside the machine, still inside), computers_helper.go:canonicalPath
 //     and computers_helper.go:openChecked (the same check where the file is opened, in the machine),
-//     computers_files.go:checkArchive, computers_files.go:resolveInArchive, computers_files.go:untarTo
-//     (links, specials and bombs refused before a byte is written). [261 lines]
+//     computers_files.go:checkArchive, computers_files.go:resolveInArchive, computers_files.go:untarTo,
+//     computers_files.go:leadsInside (links, specials and bombs refused before a byte is written; one
+//     extractor on os.Root for the server and `agentd cp`). computers_files.go:tarTo, the one writer, never
+//     follows a link. [360 lines]
 //  5. Host reads: a sessions `path` (sessions.go:(*sessionService).checkPath,
 //     sessions.go:(*sessionService).importPath: one message that reveals nothing of a file it cannot
 //     import), mount sources (computers_spec.go:(*computerService).openMountSources,
@@ -57,9 +59,10 @@
 //     computers_netpolicy.go:(netPolicy).dial (the checked address is the dialled one; fetch_url,
 //     http_request and the egress proxy all dial here), computers_netpolicy.go:(netPolicy).httpClient;
 //     the egress proxy and its server-name gate (computers_egress.go:(*computerService).serveEgress,
-//     computers_egress.go:helloServerName); port forwarding, which dials only into the machine
+//     computers_egress.go:(*helloGate).ReadFrom, computers_egress.go:clientHelloSNI:
+//     crypto/tls reads the server name); port forwarding, which dials only into the machine
 //     (computers_ports.go:(*computerService).ExposePort, computers_ports.go:(*computerService).reachable).
-//     [354 lines]
+//     [303 lines]
 //  7. Redaction and approvals: runs_guard.go:newRedactor, runs_guard.go:(*redactor).redact,
 //     runs_guard.go:(*streamRedactor).write (secrets out of tool results, events, warnings, errors),
 //     runs_guard.go:effectiveApprovalMode (tighten only), runs_approvals.go:(*approvalBook).request (ask
