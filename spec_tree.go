@@ -1,6 +1,6 @@
 // spec_tree.go — the neutral value tree every spec becomes before validation, and its two readers: YAML
-// (gopkg.in/yaml.v3) and JSON (a small walker that keeps key order and reports duplicate keys, which
-// encoding/json would lose).
+// (gopkg.in/yaml.v3) and JSON (a json.Decoder token walk that keeps key order and reports duplicate keys,
+// which decoding into a map would lose).
 //
 // Rules: objects keep key order and report duplicate keys; numbers keep whether they are integral; YAML
 // anchors and aliases are refused while the tree is built, so an alias bomb costs no more than its text;
@@ -8,6 +8,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -250,7 +251,7 @@ func yamlScalar(n *yaml.Node, path string) (any, error) {
 
 // jsonTree parses one JSON value into the neutral tree, keeping key order and catching duplicate keys
 // (encoding/json would silently keep the last one). The input is checked by json.Valid first (which also
-// bounds nesting), so the small parser below only walks well-formed JSON.
+// bounds nesting), so the token walk below only meets well-formed JSON.
 func jsonTree(raw []byte) (any, error) {
 	if !utf8.Valid(raw) {
 		return nil, &specInputError{"", "JSON is not valid UTF-8"}
@@ -264,123 +265,61 @@ func jsonTree(raw []byte) (any, error) {
 		}
 		return nil, &specInputError{"", msg}
 	}
-	p := &jsonParser{b: raw}
-	return p.value(0)
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	nodes := 0
+	return jsonValue(dec, &nodes, 0)
 }
 
-type jsonParser struct {
-	b     []byte
-	i     int
-	nodes int
-}
-
-func (p *jsonParser) skip() {
-	for p.i < len(p.b) {
-		switch p.b[p.i] {
-		case ' ', '\t', '\n', '\r':
-			p.i++
-		default:
-			return
-		}
-	}
-}
-
-func (p *jsonParser) value(depth int) (any, error) {
-	if p.nodes++; p.nodes > maxSpecNodes {
+// jsonValue reads the next value of dec into the tree; objects are walked token by token so their key
+// order and duplicate keys survive.
+func jsonValue(dec *json.Decoder, nodes *int, depth int) (any, error) {
+	if *nodes++; *nodes > maxSpecNodes {
 		return nil, errTooManyNodes()
 	}
 	if depth > maxSpecDepth {
 		return nil, &specInputError{"", fmt.Sprintf("document nests deeper than %d levels", maxSpecDepth)}
 	}
-	p.skip()
-	switch c := p.b[p.i]; {
-	case c == '{':
-		p.i++
-		o := &specObj{vals: map[string]any{}}
-		for {
-			p.skip()
-			if p.b[p.i] == '}' {
-				p.i++
-				return o, nil
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, &specInputError{"", "Invalid JSON: " + err.Error()}
+	}
+	switch t := tok.(type) {
+	case json.Delim:
+		if t == '{' {
+			o := &specObj{vals: map[string]any{}}
+			for dec.More() {
+				k, _ := dec.Token() // a key: the input is valid JSON
+				v, err := jsonValue(dec, nodes, depth+1)
+				if err != nil {
+					return nil, underPath(err, k.(string))
+				}
+				o.set(k.(string), v)
 			}
-			if p.b[p.i] == ',' {
-				p.i++
-				p.skip()
-			}
-			k := p.str()
-			p.skip()
-			p.i++ // ':'
-			v, err := p.value(depth + 1)
-			if err != nil {
-				return nil, underPath(err, k)
-			}
-			o.set(k, v)
+			dec.Token() // '}'
+			return o, nil
 		}
-	case c == '[':
-		p.i++
 		out := []any{}
-		for {
-			p.skip()
-			if p.b[p.i] == ']' {
-				p.i++
-				return out, nil
-			}
-			if p.b[p.i] == ',' {
-				p.i++
-			}
-			v, err := p.value(depth + 1)
+		for dec.More() {
+			v, err := jsonValue(dec, nodes, depth+1)
 			if err != nil {
 				return nil, underPath(err, strconv.Itoa(len(out)))
 			}
 			out = append(out, v)
 		}
-	case c == '"':
-		return p.str(), nil
-	case c == 't':
-		p.i += 4
-		return true, nil
-	case c == 'f':
-		p.i += 5
-		return false, nil
-	case c == 'n':
-		p.i += 4
-		return nil, nil
-	default:
-		start := p.i
-		for p.i < len(p.b) && strings.IndexByte("+-0123456789.eE", p.b[p.i]) >= 0 {
-			p.i++
-		}
-		lit := string(p.b[start:p.i])
-		f, err := strconv.ParseFloat(lit, 64)
+		dec.Token() // ']'
+		return out, nil
+	case json.Number:
+		f, err := strconv.ParseFloat(string(t), 64)
 		if math.IsInf(f, 0) { // a value validation reports at its path, beside every other issue
-			return specNum{f: f, huge: lit}, nil
+			return specNum{f: f, huge: string(t)}, nil
 		}
 		if err != nil {
-			return nil, &specInputError{"", fmt.Sprintf("number %s is not a number", lit)}
+			return nil, &specInputError{"", fmt.Sprintf("number %s is not a number", t)}
 		}
 		return newSpecNum(f), nil
 	}
-}
-
-// str reads a string literal at p.i; escapes are decoded by encoding/json, plain strings are sliced.
-func (p *jsonParser) str() string {
-	start := p.i
-	p.i++
-	escaped := false
-	for p.b[p.i] != '"' {
-		if p.b[p.i] == '\\' {
-			escaped = true
-			p.i++
-		}
-		p.i++
-	}
-	p.i++
-	if !escaped {
-		return string(p.b[start+1 : p.i-1])
-	}
-	var s string
-	json.Unmarshal(p.b[start:p.i], &s)
-	return s
+	return tok, nil // string, bool or nil
 }
 
 // plainValue turns a tree value into ordinary Go values (for metadata, carried through untouched).
