@@ -286,11 +286,17 @@ func TestExecChannelFaults(t *testing.T) {
 // findHelperBinary: a static Linux build is the helper with no note; a cgo build is used with a note
 // saying what it needs; anything that is not a Linux executable of this architecture turns the channel off.
 func TestFindHelperBinary(t *testing.T) {
-	if p, note := findHelperBinary(cliBinary(t)); p == "" || note != "" {
+	static := filepath.Join(t.TempDir(), "agentd-static")
+	build := exec.Command("go", "build", "-o", static, ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("static build: %v %s", err, out)
+	}
+	if p, note := findHelperBinary(static); p == "" || note != "" {
 		t.Fatalf("static build: %q %q", p, note)
 	}
 	dyn := filepath.Join(t.TempDir(), "agentd-cgo")
-	build := exec.Command("go", "build", "-o", dyn, ".")
+	build = exec.Command("go", "build", "-o", dyn, ".")
 	build.Env = append(os.Environ(), "CGO_ENABLED=1")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("cgo build: %v %s", err, out)

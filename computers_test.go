@@ -1112,6 +1112,26 @@ func TestComputerProviderSelection(t *testing.T) {
 	e.call("DELETE", "/v1/computers/"+m.ID, nil, 204, nil)
 }
 
+// fakeTrials sets providers' trial results (computers_proof.go) as if their trials had ended so, once the
+// trials already asked for have ended (they would overwrite the fake).
+func fakeTrials(t *testing.T, c *computerService, ok map[string]bool) {
+	t.Helper()
+	eventually(t, "the pending trials to end", func() bool {
+		c.proof.mu.Lock()
+		defer c.proof.mu.Unlock()
+		return len(c.proof.pending) == 0
+	})
+	c.proof.mu.Lock()
+	defer c.proof.mu.Unlock()
+	for name, v := range ok {
+		r := proofResult{ok: v, at: c.now()}
+		if !v {
+			r.reason, r.hint = "set by the test", "none"
+		}
+		c.proof.results[name] = r
+	}
+}
+
 // waitStartProbes waits for the probes the start's background reconcile runs, so that none of them
 // overwrites a probe result a test sets.
 func waitStartProbes(t *testing.T, c *computerService) {

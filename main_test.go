@@ -410,7 +410,9 @@ func TestMainRefusesNonLoopbackWithoutToken(t *testing.T) {
 }
 
 // startServeChild starts `agentd serve` on home as a child process (helperCommand) and waits until it
-// listens; the child is killed at cleanup. Crash tests kill it themselves (SIGKILL) and start another.
+// listens; at cleanup it is stopped as a user stops it (SIGTERM: its machines' trials and channels close;
+// SIGKILL only if it has not ended within a minute). Crash tests kill it themselves (SIGKILL) and start
+// another.
 func startServeChild(t *testing.T, home string) (*exec.Cmd, *testServer) {
 	t.Helper()
 	cmd := helperCommand(t, "serve", "AGENT_HOME="+home, "AGENT_TOKEN=")
@@ -421,7 +423,17 @@ func startServeChild(t *testing.T, home string) (*exec.Cmd, *testServer) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		ended := make(chan struct{})
+		go func() { cmd.Wait(); close(ended) }()
+		select {
+		case <-ended:
+		case <-time.After(time.Minute):
+			cmd.Process.Kill()
+			<-ended
+		}
+	})
 	addrCh := make(chan string, 1)
 	var said strings.Builder // what the child printed before it listened (guarded by the channel)
 	go func() {
