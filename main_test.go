@@ -423,17 +423,7 @@ func startServeChild(t *testing.T, home string) (*exec.Cmd, *testServer) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		ended := make(chan struct{})
-		go func() { cmd.Wait(); close(ended) }()
-		select {
-		case <-ended:
-		case <-time.After(time.Minute):
-			cmd.Process.Kill()
-			<-ended
-		}
-	})
+	t.Cleanup(func() { stopGently(cmd) })
 	addrCh := make(chan string, 1)
 	var said strings.Builder // what the child printed before it listened (guarded by the channel)
 	go func() {

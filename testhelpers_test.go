@@ -459,15 +459,7 @@ func serveBinary(t testing.TB, bin, home, cfg string, env ...string) (*testServe
 	copied := make(chan struct{})
 	go func() { defer close(copied); io.Copy(&log, stderr) }()
 	stop := func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		ended := make(chan struct{})
-		go func() { cmd.Wait(); close(ended) }()
-		select {
-		case <-ended:
-		case <-time.After(time.Minute):
-			cmd.Process.Kill()
-			<-ended
-		}
+		stopGently(cmd)
 		<-copied
 		if t.Failed() {
 			t.Logf("%s serve's log:\n%s", bin, log.String())
@@ -480,4 +472,19 @@ func serveBinary(t testing.TB, bin, home, cfg string, env ...string) (*testServe
 	ts := &testServer{t: t, url: "http://" + addr, once: &sync.Once{}, stop: stop}
 	t.Cleanup(ts.close)
 	return ts, cmd
+}
+
+// stopGently stops an agentd process as a user does (SIGTERM: its trials, channels and machines' streams
+// close) and waits; SIGKILL only if it has not ended within a minute. A process already waited for returns
+// at once.
+func stopGently(cmd *exec.Cmd) {
+	cmd.Process.Signal(syscall.SIGTERM)
+	ended := make(chan struct{})
+	go func() { cmd.Wait(); close(ended) }()
+	select {
+	case <-ended:
+	case <-time.After(time.Minute):
+		cmd.Process.Kill()
+		<-ended
+	}
 }
