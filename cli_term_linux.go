@@ -84,7 +84,17 @@ func setWindowSize(f *os.File, cols, rows int) error {
 		return fmt.Errorf("window size %dx%d out of range", cols, rows)
 	}
 	ws := struct{ Row, Col, X, Y uint16 }{Row: uint16(rows), Col: uint16(cols)}
-	return ioctl(f.Fd(), syscall.TIOCSWINSZ, unsafe.Pointer(&ws))
+	// Through the file's RawConn, not f.Fd(): Control holds the descriptor against a concurrent Close (a
+	// terminal session's resize racing its end), and then answers "file already closed" instead.
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var ierr error
+	if err := rc.Control(func(fd uintptr) { ierr = ioctl(fd, syscall.TIOCSWINSZ, unsafe.Pointer(&ws)) }); err != nil {
+		return err
+	}
+	return ierr
 }
 
 // controllingTerminal makes cmd lead a new session whose controlling terminal is its stdin (a pty
