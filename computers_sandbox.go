@@ -515,8 +515,8 @@ func (s *sandboxProvider) closeMachine(m *ComputerInfo) {
 func (s *sandboxProvider) close() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s.sweepNets(ctx, nil)
-	s.cgroups().sweep(nil)
+	s.sweepNets(ctx, s.netIDs(), nil)
+	s.cgroups().sweep(s.cgroups().list(), nil)
 	s.unmountDisks()
 }
 
@@ -559,10 +559,11 @@ func (s *sandboxProvider) status(ctx context.Context, m *ComputerInfo) (string, 
 
 // owned lists the machines' directories; one is "running" unless its record says stopped.
 func (s *sandboxProvider) owned(ctx context.Context) (map[string]bool, error) {
+	nets, cgs := s.netIDs(), s.cgroups().list() // before the directories (cgroupHost.list)
 	dirs, err := machineDirs(s.root)
 	if err == nil {
-		s.sweepNets(ctx, dirs)
-		s.cgroups().sweep(dirs)
+		s.sweepNets(ctx, nets, dirs)
+		s.cgroups().sweep(cgs, dirs)
 	}
 	return dirs, err
 }
