@@ -288,10 +288,6 @@ func (s *sandboxProvider) diskNote(m *ComputerInfo) string {
 	return fmt.Sprintf("NOT bounded in total: %s, so diskMb (%d MB) bounds each file, not their sum: the machine can fill the host's disk; use docker or podman for a bounded persistent /work", why, m.Spec.DiskMB)
 }
 
-// sandboxMountFD is bwrap's descriptor of the machine's first mount source (the next ones follow), after
-// the three of startHelper's waits (computers_sandbox_userns.go).
-const sandboxMountFD = setupBlockFD + 1
-
 // bwrapArgs is the whole machine: namespaces, the filesystem, then the helper with the limits. A mount
 // is bound from the descriptor helperCmd opened its source on, never from its path: a directory swapped
 // for a symlink between that open and bwrap's mount cannot redirect it (issue 24).
@@ -390,12 +386,9 @@ func (s *sandboxProvider) helperCmd(ctx context.Context, m *ComputerInfo) *exec.
 	if err != nil {
 		errs = append(errs, err)
 	}
-	var extra []*os.File
-	for i, src := range ms {
-		if extra == nil {
-			extra = make([]*os.File, sandboxMountFD-3+len(ms))
-		}
-		extra[sandboxMountFD-3+i] = src.f
+	var fds bwrapFiles // bwrap's descriptors (computers_sandbox_userns.go); startHelper adds its waits' ends
+	for _, src := range ms {
+		fds.mounts = append(fds.mounts, src.f)
 	}
 	argv := append(append([]string{bw}, s.startFlags(s.remapped(), len(procs) > 0)...), s.bwrapArgs(m)...)
 	if s.filteredFull(m.Spec) {
@@ -408,7 +401,7 @@ func (s *sandboxProvider) helperCmd(ctx context.Context, m *ComputerInfo) *exec.
 	}
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Env = s.env(m)
-	cmd.ExtraFiles = extra
+	cmd.ExtraFiles = fds.files()
 	if len(errs) > 0 {
 		cmd.Err = errors.Join(errs...) // Start fails with it
 	}

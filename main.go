@@ -30,7 +30,7 @@
 //     under the request id and never answered (api.go:(*server).publicError). [370 lines]
 //  2. Webhook signatures and replays: triggers.go:verifyWebhook (GitHub HMAC, Standard Webhooks with its
 //     timestamp; constant-time compares), triggers.go:signedPromptOnly (on a signed webhook the prompt is
-//     the signed body), triggers.go:(*deliveryBook).begin (a GitHub-signed body once per window),
+//     the signed body), api_idempotency.go:(*replayBook).begin (a GitHub-signed body once per window),
 //     triggers.go:(*server).handleWebhookTrigger. [146 lines]
 //  3. The command policy, one function for every exec (API, terminal, agent tool, MCP):
 //     computers_policy.go:(commandPolicy).check, computers_policy.go:builtinDenied,
