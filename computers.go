@@ -136,8 +136,6 @@ type provider interface {
 	fs(m *ComputerInfo) machineFS
 	// supports refuses a spec the provider cannot honour (never silently ignored).
 	supports(sp ComputerSpec) error
-	// guestAddr is the host-reachable address of a guest port.
-	guestAddr(ctx context.Context, m *ComputerInfo, port int) (string, error)
 	// killLeftovers kills, in a machine adopted after a restart, the processes of the previous server's
 	// execs (no client is left to read them or to cancel them) and says how many groups it killed.
 	killLeftovers(ctx context.Context, m *ComputerInfo) int
@@ -287,7 +285,7 @@ func (c *computerService) Close() {
 		c.closeChannel(rt)
 		c.flushLastUsed(context.Background(), id)
 	}
-	for _, p := range c.providers { // kubernetes: its kubectl port-forwards; sandbox: cgroups, namespaces
+	for _, p := range c.providers { // kubernetes: its pod watch and network check; sandbox: cgroups, namespaces
 		if cl, ok := p.(interface{ close() }); ok {
 			cl.close()
 		}

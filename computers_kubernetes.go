@@ -20,11 +20,12 @@
 // start applies it again (without persist a fresh /work, as docker's tmpfs), destroy removes pod, policy
 // and claim in one call. A pod deleted or ended behind agentd's back turns the computer stopped with a
 // computer_stopped event, noticed by the owner's pod watch (computers_kubernetes_watch.go) or at the next
-// use, whichever comes first. Exec, files and the terminal go over the warm exec channel (one long
-// `kubectl exec -i` into agentd's helper, copied into the pod over exec at create and start: no bind
-// mount crosses nodes), else one `kubectl exec` per call; ports through `kubectl port-forward --address
-// 127.0.0.1`. The warm pool keeps pods too (computers_pool.go). Refused, not ignored: packages and
-// another user (runAsNonRoot, no exec user in Kubernetes), host mounts (the pod's node is not this host).
+// use, whichever comes first. Exec, files and the
+// terminal go over the warm exec channel (one long `kubectl exec -i` into agentd's helper, copied into
+// the pod over exec at create and start: no bind mount crosses nodes), else one `kubectl exec` per call;
+// ports over the channel only (computers_ports.go). The warm pool keeps pods too (computers_pool.go).
+// Refused, not ignored: packages and another user (runAsNonRoot, no exec user in Kubernetes), host
+// mounts (the pod's node is not this host).
 package main
 
 import (
@@ -33,7 +34,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"slices"
@@ -73,36 +73,16 @@ type kubeProvider struct {
 	cfg kubeConfig
 	c   *computerService
 
-	mu  sync.Mutex
-	fwd map[string]map[int]*kubeForward // machine id → guest port → its kubectl port-forward
-
 	stopMu sync.Mutex   // markStopped, once per machine
 	watch  kubeWatcher  // the owner's pod watch (computers_kubernetes_watch.go)
 	net    kubeNetCheck // whether the cluster enforces NetworkPolicies (computers_kubernetes_netcheck.go)
-}
-
-// kubeForward is one `kubectl port-forward` process listening on 127.0.0.1:local; done closes when it
-// has exited (its goroutine waits for it; closeForwards kills it and waits for done).
-type kubeForward struct {
-	cmd   *exec.Cmd
-	local int
-	done  chan struct{}
-}
-
-func (f *kubeForward) alive() bool {
-	select {
-	case <-f.done:
-		return false
-	default:
-		return true
-	}
 }
 
 func newKubeProvider(cfg kubeConfig, c *computerService) *kubeProvider {
 	if cfg.Namespace == "" {
 		cfg.Namespace = kubeDefaultNS
 	}
-	return &kubeProvider{cfg: cfg, c: c, fwd: map[string]map[int]*kubeForward{}}
+	return &kubeProvider{cfg: cfg, c: c}
 }
 
 func (k *kubeProvider) meta() providerMeta {
@@ -147,7 +127,7 @@ func (k *kubeProvider) pod(m *ComputerInfo) string {
 // kubeVerbs are the permissions agentd needs in its namespace (README: the Role).
 var kubeVerbs = [][2]string{
 	{"create", "pods"}, {"get", "pods"}, {"list", "pods"}, {"watch", "pods"}, {"patch", "pods"}, {"delete", "pods"},
-	{"create", "pods/exec"}, {"create", "pods/portforward"}, {"list", "events"},
+	{"create", "pods/exec"}, {"list", "events"},
 	{"get", "networkpolicies"}, {"create", "networkpolicies"}, {"patch", "networkpolicies"}, {"delete", "networkpolicies"},
 	{"create", "persistentvolumeclaims"}, {"get", "persistentvolumeclaims"}, {"list", "persistentvolumeclaims"}, {"delete", "persistentvolumeclaims"},
 }
@@ -593,7 +573,6 @@ func (k *kubeProvider) start(ctx context.Context, m *ComputerInfo) error {
 }
 
 func (k *kubeProvider) deletePod(ctx context.Context, m *ComputerInfo) error {
-	k.closeForwards(m.ID)
 	_, err := k.call(ctx, nil, "delete", "pod", k.pod(m), "--ignore-not-found", "--wait=true", "--grace-period=1", "--timeout="+kubeDeleteTimeout)
 	return err
 }
@@ -608,7 +587,6 @@ func (k *kubeProvider) stop(ctx context.Context, m *ComputerInfo) error {
 // destroy removes the pod, its NetworkPolicy and its claim (whichever exist: an orphan's spec is not
 // known) in one kubectl call, and waits until they are gone.
 func (k *kubeProvider) destroy(ctx context.Context, m *ComputerInfo) error {
-	k.closeForwards(m.ID)
 	n := k.pod(m)
 	_, err := k.call(ctx, nil, "delete", "pod/"+n, "networkpolicy/"+n, "pvc/"+n, "--ignore-not-found", "--wait=true", "--grace-period=1", "--timeout="+kubeDeleteTimeout)
 	if err != nil {
@@ -670,8 +648,6 @@ func (k *kubeProvider) markStopped(ctx context.Context, m *ComputerInfo, p *kube
 			reason, msg = kubeEndedReason, "the machine's pod ended outside agentd (phase "+p.Status.Phase+")"
 		}
 		k.deletePod(context.WithoutCancel(ctx), m)
-	} else {
-		k.closeForwards(m.ID)
 	}
 	rt := k.c.runtime(m.ID)
 	k.c.closePorts(rt)
@@ -827,87 +803,8 @@ func (k *kubeProvider) fs(m *ComputerInfo) machineFS {
 	}}
 }
 
-// ---- ports ----
-
-// guestAddr is a `kubectl port-forward` of the guest port on 127.0.0.1 (one per machine and port, kept
-// until the machine stops); the service's forwarder gives it its hostPort.
-func (k *kubeProvider) guestAddr(ctx context.Context, m *ComputerInfo, port int) (string, error) {
-	if m.Spec.Network.Mode == "none" {
-		return "", errorf(codeComputerFailed, "computer %s has network mode none, so no port can be reached", m.ID).
-			withHint("create the computer with network.mode egress or full")
-	}
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if f := k.fwd[m.ID][port]; f != nil {
-		if f.alive() {
-			return net.JoinHostPort("127.0.0.1", strconv.Itoa(f.local)), nil
-		}
-		delete(k.fwd[m.ID], port)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0") // a free port for kubectl to listen on
-	if err != nil {
-		return "", errorf(codeComputerFailed, "cannot find a free host port: %v", err)
-	}
-	local := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	cmd := k.cli(k.c.ctx, "port-forward", "--address", "127.0.0.1", "pod/"+k.pod(m), fmt.Sprintf("%d:%d", local, port))
-	var out bytes.Buffer
-	lb := &limitedBuffer{b: &out, max: 4096} // one writer for both: exec.Cmd then writes from one goroutine
-	cmd.Stdout, cmd.Stderr = lb, lb
-	if err := cmd.Start(); err != nil {
-		return "", errorf(codeComputerFailed, "cannot start kubectl port-forward: %v", err).withHint("check kubectl")
-	}
-	f := &kubeForward{cmd: cmd, local: local, done: make(chan struct{})}
-	go func() { defer close(f.done); cmd.Wait() }()
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(local))
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		if conn, err := net.DialTimeout("tcp", addr, 200*time.Millisecond); err == nil {
-			conn.Close()
-			break
-		}
-		if time.Now().After(deadline) || !f.alive() || ctx.Err() != nil {
-			cmd.Process.Kill()
-			<-f.done
-			return "", errorf(codeComputerFailed, "kubectl port-forward did not listen: %s", firstLine(out.String())).
-				withHint("check the pods/portforward verb of agentd's Role")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if k.fwd[m.ID] == nil {
-		k.fwd[m.ID] = map[int]*kubeForward{}
-	}
-	k.fwd[m.ID][port] = f
-	return addr, nil
-}
-
-// closeForwards ends a machine's port-forwards (stop, destroy, a pod gone).
-func (k *kubeProvider) closeForwards(id string) {
-	k.mu.Lock()
-	fs := k.fwd[id]
-	delete(k.fwd, id)
-	k.mu.Unlock()
-	for _, f := range fs {
-		f.cmd.Process.Kill()
-		<-f.done
-	}
-}
-
-// close ends the pod watch, the network-policy check and every port-forward (the service's Close).
+// close ends the pod watch and the network-policy check (the service's Close).
 func (k *kubeProvider) close() {
 	k.stopWatch()
 	k.stopNetCheck()
-	k.mu.Lock()
-	ids := make([]string, 0, len(k.fwd))
-	for id := range k.fwd {
-		ids = append(ids, id)
-	}
-	k.mu.Unlock()
-	for _, id := range ids {
-		k.closeForwards(id)
-	}
 }
-
-// relayed says the provider's guest address is a relay that accepts before the guest does: a port is
-// reachable only when the relay keeps the connection open (computers_ports.go).
-func (k *kubeProvider) relayed() bool { return true }
