@@ -217,6 +217,7 @@ type computerService struct {
 	rt       map[string]*machineRT
 	probes   map[string]probeResult
 	orphans  map[string]string // "<provider>/<id>" → provider, found at reconcile
+	podsGone chan struct{}     // kubernetes' pod watch wakes the reaper's pod sweep (computers_reaper.go)
 	creating sync.Mutex        // quota check + insert are atomic
 	pool     warmPool          // computers_pool.go
 	proof    proofs            // computers_proof.go: the trials behind "available"
@@ -232,6 +233,7 @@ func newComputerService(d computerDeps) (*computerService, error) {
 		computerDeps:  d,
 		downloadLimit: 256 << 20, uploadLimit: 1 << 30, readLimit: 256 << 20,
 		rt: map[string]*machineRT{}, probes: map[string]probeResult{}, orphans: map[string]string{},
+		podsGone: make(chan struct{}, 1),
 	}
 	c.setNow(d.clock)
 	owner, err := loadOwnerID(d.home)

@@ -19,8 +19,8 @@
 // it cannot get there (image missing, unschedulable, no class or provisioner). stop deletes the pod,
 // start applies it again (without persist a fresh /work, as docker's tmpfs), destroy removes pod, policy
 // and claim in one call. A pod deleted or ended behind agentd's back turns the computer stopped with a
-// computer_stopped event, noticed by the owner's pod watch (computers_kubernetes_watch.go) or at the next
-// use, whichever comes first. Exec, files and the
+// computer_stopped event, noticed by the reaper's pod sweep that the owner's pod watch wakes
+// (computers_kubernetes_watch.go) or at the next use, whichever comes first. Exec, files and the
 // terminal go over the warm exec channel (one long `kubectl exec -i` into agentd's helper, copied into
 // the pod over exec at create and start: no bind mount crosses nodes), else one `kubectl exec` per call;
 // ports over the channel only (computers_ports.go). The warm pool keeps pods too (computers_pool.go).
