@@ -19,7 +19,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -523,23 +522,6 @@ func (e *engineProvider) killLeftovers(ctx context.Context, m *ComputerInfo) int
 	}
 	n, _ := strconv.Atoi(strings.TrimSpace(out))
 	return n
-}
-
-func (e *engineProvider) guestAddr(ctx context.Context, m *ComputerInfo, port int) (string, error) {
-	if noRoute(m.Spec) {
-		return "", errorf(codeComputerFailed, "computer %s has network mode %s, so no port can be reached", m.ID, m.Spec.Network.Mode).
-			withHint("create the computer with network.mode egress or full")
-	}
-	out, err := e.call(ctx, nil, "inspect", "--format", "{{range .NetworkSettings.Networks}}{{.IPAddress}} {{end}}", e.container(m))
-	if err != nil {
-		return "", errorf(codeComputerFailed, "cannot find the machine's address: %s", err.Error()).withHint("check the engine")
-	}
-	for _, ip := range strings.Fields(out) {
-		if net.ParseIP(ip) != nil {
-			return net.JoinHostPort(ip, strconv.Itoa(port)), nil
-		}
-	}
-	return "", errorf(codeComputerFailed, "the machine has no network address").withHint("check the engine's network")
 }
 
 // ---- files inside the machine ----

@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"net"
 	"os"
 	"os/exec"
 	"path"
@@ -287,10 +286,6 @@ func signalOf(ee *exec.ExitError) int {
 		return int(ws.Signal())
 	}
 	return 0
-}
-
-func (l *localProvider) guestAddr(ctx context.Context, m *ComputerInfo, port int) (string, error) {
-	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), nil
 }
 
 // hostNetwork: a local machine's ports are the host's.

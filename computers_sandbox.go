@@ -39,7 +39,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"net"
 	"os"
 	"os/exec"
 	"path"
@@ -586,21 +585,6 @@ func (s *sandboxProvider) fs(m *ComputerInfo) machineFS { return &engineFS{c: s.
 // an empty one, and a filtered full one of its own.
 func (s *sandboxProvider) hostNetwork(m *ComputerInfo) bool {
 	return !noRoute(m.Spec) && !s.filteredFull(m.Spec)
-}
-
-func (s *sandboxProvider) guestAddr(ctx context.Context, m *ComputerInfo, port int) (string, error) {
-	if s.filteredFull(m.Spec) {
-		addr := s.guestNetAddr(ctx, m)
-		if addr == "" {
-			return "", errorf(codeComputerFailed, "computer %s has no network address yet", m.ID).withHint("run a command in it first, or start it")
-		}
-		return net.JoinHostPort(addr, strconv.Itoa(port)), nil
-	}
-	if !s.hostNetwork(m) {
-		return "", errorf(codeComputerFailed, "computer %s has network mode %s, so no port can be reached", m.ID, m.Spec.Network.Mode).
-			withHint("create the computer with network.mode egress or full")
-	}
-	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), nil
 }
 
 // killLeftovers: nothing of a previous server's sandbox survives it (its bwrap died with it).

@@ -71,7 +71,8 @@
 //     computers_spec.go:checkEngineArgs: caps dropped, no-new-privileges, read-only root, uid 1000, limits,
 //     no NUL, mount targets that cover nothing the machine needs: computers_spec.go:checkMountTarget;
 //     every call through computers_engine.go:(*engineProvider).call), kubectl
-//     (computers_kubernetes.go:(*kubeProvider).cli, computers_kubernetes.go:(*kubeProvider).podDoc), bwrap
+//     (computers_kubernetes.go:(*kubeProvider).cli, computers_kubernetes.go:(*kubeProvider).podDoc and the
+//     pod template it fills, kubeManifests), bwrap
 //     (computers_sandbox.go:(*sandboxProvider).bwrapArgs), the local provider (computers_local.go:(*localProvider).command:
 //     an environment allow-list, never the server's secrets; it guards, it does not isolate), MCP servers
 //     from config (mcp_client.go:(*mcpConn).open). [369 lines]
