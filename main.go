@@ -83,7 +83,7 @@
 //     computers_sandbox_linux.go:denyUserNamespaces), the one mount agentd makes on the host
 //     (computers_sandbox_disk.go:(*sandboxProvider).mountDisk). [468 lines]
 //  10. The exec channel, an untrusted peer (every frame the host parses comes from the machine):
-//     computers_helper.go:readFrame, computers_channel.go:(*execChannel).frame,
+//     computers_wire.go:readFrame, computers_channel.go:(*execChannel).frame,
 //     computers_channel.go:(*chanProc).deliver, computers_channel.go:(*execChannel).accepted,
 //     computers_channel_sock.go:acceptHelper (the one connection presenting the token; constant time),
 //     computers_channel_sock.go:listenUnixIn. [184 lines]
