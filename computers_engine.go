@@ -7,10 +7,9 @@
 // Rules (DESIGN §4): containers are labelled agentd.id / agentd.provider / agentd.owner, run with
 // --cap-drop ALL, no-new-privileges, a pids limit, --init, a read-only root (writable only when packages
 // must be installed) with tmpfs /tmp and /run, /work as a tmpfs (or the named volume agentd-<id> with
-// persist), cpu and memory limits, -u 1000:1000 unless `user`, and `sleep infinity`. An exec runs under a
-// small wrapper that records its process group in /tmp and announces the end of the command on both
-// streams, so a second exec can kill the whole tree inside the machine and a background child cannot
-// hold the exec open. Files are handled inside the machine (readlink -m, cat, find, tar).
+// persist), cpu and memory limits, -u 1000:1000 unless `user`, and `sleep infinity`. Execs and files go
+// over the machine's exec channel, else through the per-call fallback (computers_percall.go: one
+// `docker exec` per call; files then by shell scripts inside the machine: readlink -m, cat, find, tar).
 package main
 
 import (
@@ -434,16 +433,6 @@ func (e *engineProvider) owned(ctx context.Context) (map[string]bool, error) {
 
 // ---- exec ----
 
-func (e *engineProvider) pidFile(p *procSpec) string { return "/tmp/.agentd-exec-" + p.token + ".pid" }
-
-// execWrapper records the process group (the exec is a session leader) and announces the end of the
-// command with its exit code on both streams.
-func (e *engineProvider) execWrapper(p *procSpec) string {
-	mk := strings.ReplaceAll(markerPrefix(p.token), "\x1e", `\036`)
-	return p.sizeFirst() + `echo $$ > ` + e.pidFile(p) + ` 2>/dev/null; "$@"; rc=$?; rm -f ` + e.pidFile(p) +
-		`; printf '` + mk + `%03d\036' "$rc"; printf '` + mk + `%03d\036' "$rc" >&2; exit $rc`
-}
-
 func (e *engineProvider) execArgs(m *ComputerInfo, user, cwd string, env map[string]string, interactive, tty bool) []string {
 	a := []string{"exec"}
 	if interactive {
@@ -466,26 +455,12 @@ func (e *engineProvider) execArgs(m *ComputerInfo, user, cwd string, env map[str
 }
 
 func (e *engineProvider) command(ctx context.Context, m *ComputerInfo, p *procSpec) (*procHandle, error) {
-	if !p.tty && (p.user == "" || p.user == machineUser(m)) {
-		if ch := e.c.channel(ctx, e, m); ch != nil {
-			return &procHandle{remote: ch, req: chanStart{Argv: p.argv, Cwd: p.cwd, Env: p.env, Token: p.token}}, nil
-		}
-	}
-	if m.Spec.Network.Mode == "egress" {
-		e.c.channel(ctx, e, m) // an exec on the per-call path (root, a tty) also finds the egress proxy there
-	}
-	args := e.execArgs(m, p.user, p.cwd, p.env, p.stdin != nil || p.term != nil, p.tty)
-	args = append(args, "/bin/sh", "-c", e.execWrapper(p), "agentd")
-	args = append(args, p.argv...)
-	cmd := e.cli(ctx, args...)
-	cmd.Cancel = func() error {
-		kctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		e.killTree(kctx, m, p)
-		return cmd.Process.Kill()
-	}
-	cmd.WaitDelay = execPipeGrace
-	return &procHandle{cmd: cmd, endMarker: true}, nil
+	return e.c.machineCommand(ctx, e, m, p), nil
+}
+
+// perCallCmd is the fallback's host process (computers_percall.go): one `docker exec`.
+func (e *engineProvider) perCallCmd(ctx context.Context, m *ComputerInfo, p *procSpec, argv []string) *exec.Cmd {
+	return e.cli(ctx, append(e.execArgs(m, p.user, p.cwd, p.env, p.stdin != nil || p.term != nil, p.tty), argv...)...)
 }
 
 // channelSocket: a machine made with the socket directory mounted moves its channel there.
@@ -502,27 +477,8 @@ func (e *engineProvider) helperCmd(ctx context.Context, m *ComputerInfo) *exec.C
 	return e.cli(ctx, append(e.execArgs(m, "", "/", nil, true, false), helperInMachine, "machine-helper")...)
 }
 
-// killTree kills the exec's process group inside the machine, as the exec's own user (root there has
-// no CAP_KILL). It waits briefly for the pid file in case the kill races the start.
-func (e *engineProvider) killTree(ctx context.Context, m *ComputerInfo, p *procSpec) {
-	f := e.pidFile(p)
-	script := `i=0; while [ ! -s ` + f + ` ] && [ $i -lt 20 ]; do sleep 0.05; i=$((i+1)); done; ` +
-		`p=$(cat ` + f + ` 2>/dev/null) && [ -n "$p" ] && { kill -9 -$p 2>/dev/null || kill -9 $p; }; rm -f ` + f
-	e.call(ctx, nil, append(e.execArgs(m, p.user, "/", nil, false, false), "/bin/sh", "-c", script)...)
-}
-
-// killLeftovers kills the process group of every exec whose pid file is still there: the wrapper (and
-// the channel's helper) removes it when the command ends, so what is left belongs to a server that died.
 func (e *engineProvider) killLeftovers(ctx context.Context, m *ComputerInfo) int {
-	script := `n=0; for f in /tmp/.agentd-exec-*.pid /tmp/.agentd-chan-*.pid; do [ -f "$f" ] || continue; p=$(cat "$f"); rm -f "$f"; ` +
-		`[ -n "$p" ] && { kill -9 -"$p" 2>/dev/null || kill -9 "$p" 2>/dev/null; } && n=$((n+1)); done; echo $n`
-	out, err := e.call(ctx, nil, append(e.execArgs(m, "", "/", nil, false, false), "/bin/sh", "-c", script)...)
-	if err != nil {
-		e.c.log.Warn("computers: killing leftover processes", "computer", m.ID, "err", err)
-		return 0
-	}
-	n, _ := strconv.Atoi(strings.TrimSpace(out))
-	return n
+	return e.c.killLeftovers(ctx, e, m)
 }
 
 func (e *engineProvider) guestAddr(ctx context.Context, m *ComputerInfo, port int) (string, error) {
@@ -544,17 +500,17 @@ func (e *engineProvider) guestAddr(ctx context.Context, m *ComputerInfo, port in
 
 // ---- files inside the machine ----
 
-func (e *engineProvider) fs(m *ComputerInfo) machineFS { return &engineFS{e: e, c: e.c, host: e, m: m} }
+func (e *engineProvider) fs(m *ComputerInfo) machineFS {
+	return &engineFS{pc: e, c: e.c, host: e, m: m}
+}
 
-// engineFS does file operations inside a machine: over its exec channel, else (docker and podman only)
-// through one engine exec per call. The sandbox uses it too, with e nil: the channel is its only way in.
+// engineFS does file operations inside a machine: over its exec channel, else through the per-call
+// fallback (computers_percall.go). The sandbox uses it too, with pc nil: the channel is its only way in.
 type engineFS struct {
-	e    *engineProvider // nil: no per-call path
+	pc   perCaller // nil: no fallback
 	c    *computerService
 	host channelHost
 	m    *ComputerInfo
-	// perCall, when e is nil, is another provider's per-call path (kubernetes: one kubectl exec).
-	perCall func(ctx context.Context, interactive bool, argv []string) *exec.Cmd
 }
 
 const fsOpTimeout = 10 * time.Minute
@@ -599,16 +555,10 @@ func (f *engineFS) do(ctx context.Context, op string, stdin io.Reader, stdout io
 		} // not sent: the channel was already down, so the per-call path below does the work
 		cherr = err
 	}
-	if f.e == nil && f.perCall == nil {
+	if f.pc == nil {
 		return &engineError{args: []string{"exec"}, err: cherr, stderr: "the machine's helper is not running: " + cherr.Error()}
 	}
-	var cmd *exec.Cmd
-	if f.e != nil {
-		a := f.e.execArgs(f.m, "", "/", nil, stdin != nil, false)
-		cmd = f.e.cli(ctx, append(append(a, "/bin/sh", "-c", script, "agentd"), args...)...)
-	} else {
-		cmd = f.perCall(ctx, stdin != nil, append([]string{"/bin/sh", "-c", script, "agentd"}, args...))
-	}
+	cmd := f.pc.perCallCmd(ctx, f.m, &procSpec{cwd: "/", stdin: stdin}, append([]string{"/bin/sh", "-c", script, "agentd"}, args...))
 	var stderr bytes.Buffer
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, &stderr
 	if err := cmd.Run(); err != nil {
