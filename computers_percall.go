@@ -38,8 +38,7 @@ func (c *computerService) machineCommand(ctx context.Context, host perCaller, m 
 		if ch := c.channel(ctx, host, m); ch != nil {
 			return &procHandle{remote: ch, req: chanStart{Argv: p.argv, Cwd: p.cwd, Env: p.env, Token: p.token}}
 		}
-	}
-	if m.Spec.Network.Mode == "egress" {
+	} else if m.Spec.Network.Mode == "egress" {
 		c.channel(ctx, host, m) // an exec on the fallback (another user, a tty) also finds the egress proxy there
 	}
 	argv := p.argv
