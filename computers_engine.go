@@ -515,14 +515,10 @@ type engineFS struct {
 
 const fsOpTimeout = 10 * time.Minute
 
-// sh runs a script inside the machine as its user with stdin and stdout wired through: over the
-// machine's exec channel when it is up, else through one engine exec.
-func (f *engineFS) sh(ctx context.Context, stdin io.Reader, stdout io.Writer, script string, args ...string) error {
-	return f.do(ctx, "", stdin, stdout, script, args...)
-}
-
-// do is sh, except that with op set and the channel up, the helper does the operation itself (its Go
-// twin of the script, computers_helper.go) instead of starting a shell.
+// do runs a script inside the machine as its user with stdin and stdout wired through: over the
+// machine's exec channel when it is up, else through the per-call fallback. With op set and the channel
+// up, the helper does the operation itself (its Go twin of the script, computers_helper.go) instead of
+// starting a shell.
 func (f *engineFS) do(ctx context.Context, op string, stdin io.Reader, stdout io.Writer, script string, args ...string) error {
 	ctx, cancel := context.WithTimeout(ctx, fsOpTimeout)
 	defer cancel()
@@ -654,14 +650,14 @@ func (f *engineFS) remove(ctx context.Context, p string, recursive bool) error {
 	}
 	script := `[ -e "$1" ] || [ -L "$1" ] || { echo "no such file or directory" >&2; exit 1; }
 if [ -d "$1" ] && [ ! -L "$1" ]; then if [ "$2" = 1 ]; then exec rm -rf -- "$1"; else exec rmdir -- "$1"; fi; else exec rm -f -- "$1"; fi`
-	if err := f.sh(ctx, nil, io.Discard, script, p, rec); err != nil {
+	if err := f.do(ctx, "", nil, io.Discard, script, p, rec); err != nil {
 		return fsFail("delete", p, err)
 	}
 	return nil
 }
 
 func (f *engineFS) untar(ctx context.Context, dir string, archive []byte) (int, error) {
-	err := f.sh(ctx, bytes.NewReader(archive), io.Discard,
+	err := f.do(ctx, "", bytes.NewReader(archive), io.Discard,
 		`mkdir -p -- "$1" && exec tar -xzf - -C "$1" --no-same-owner --no-overwrite-dir`, dir)
 	if err != nil {
 		return 0, fsFail("upload to", dir, err)
@@ -672,7 +668,7 @@ func (f *engineFS) untar(ctx context.Context, dir string, archive []byte) (int, 
 func (f *engineFS) tar(ctx context.Context, p string, w io.Writer) (int64, error) {
 	if w == nil {
 		var out bytes.Buffer
-		err := f.sh(ctx, nil, &out, `[ -e "$1" ] || { echo "no such file or directory" >&2; exit 1; }
+		err := f.do(ctx, "", nil, &out, `[ -e "$1" ] || { echo "no such file or directory" >&2; exit 1; }
 tar -czf - -C "$(dirname -- "$1")" -- "$(basename -- "$1")" | wc -c`, p)
 		if err != nil {
 			return 0, fsFail("download", p, err)
@@ -684,7 +680,7 @@ tar -czf - -C "$(dirname -- "$1")" -- "$(basename -- "$1")" | wc -c`, p)
 		return n, nil
 	}
 	cw := &countingWriter{w: w}
-	if err := f.sh(ctx, nil, cw, `exec tar -czf - -C "$(dirname -- "$1")" -- "$(basename -- "$1")"`, p); err != nil {
+	if err := f.do(ctx, "", nil, cw, `exec tar -czf - -C "$(dirname -- "$1")" -- "$(basename -- "$1")"`, p); err != nil {
 		return cw.n, fsFail("download", p, err)
 	}
 	return cw.n, nil
