@@ -23,10 +23,10 @@
 // computer_stopped event, noticed by the reaper's pod sweep that the owner's pod watch wakes
 // (computers_kubernetes_watch.go) or at the next use, whichever comes first. Exec, files and the
 // terminal go over the warm exec channel (one long `kubectl exec -i` into agentd's helper, copied into
-// the pod over exec at create and start: no bind mount crosses nodes), else one `kubectl exec` per call;
-// ports over the channel only (computers_ports.go). The warm pool keeps pods too (computers_pool.go).
-// Refused, not ignored: packages and another user (runAsNonRoot, no exec user in Kubernetes), host
-// mounts (the pod's node is not this host).
+// the pod over exec at create and start: no bind mount crosses nodes), else the per-call fallback
+// (computers_percall.go: one `kubectl exec` per call); ports over the channel only (computers_ports.go).
+// The warm pool keeps pods too (computers_pool.go). Refused, not ignored: packages and another user
+// (runAsNonRoot, no exec user in Kubernetes), host mounts (the pod's node is not this host).
 package main
 
 import (
@@ -39,7 +39,6 @@ import (
 	"os"
 	"os/exec"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"text/template"
@@ -740,16 +739,6 @@ func (k *kubeProvider) execArgs(m *ComputerInfo, interactive, tty bool) []string
 	return append(a, k.pod(m), "-c", kubeContainer, "--")
 }
 
-// execWrapper is the engine's wrapper (process group in a pid file, the end announced on both streams)
-// after a cd into the exec's cwd ($1): kubectl exec has no -w, -e or -u.
-func (k *kubeProvider) execWrapper(p *procSpec) string {
-	mk := strings.ReplaceAll(markerPrefix(p.token), "\x1e", `\036`)
-	pid := "/tmp/.agentd-exec-" + p.token + ".pid"
-	return `cd -- "$1" 2>/dev/null || { echo "cannot enter the working directory $1" >&2; exit 126; }; shift; ` +
-		p.sizeFirst() + `echo $$ > ` + pid + ` 2>/dev/null; "$@"; rc=$?; rm -f ` + pid +
-		`; printf '` + mk + `%03d\036' "$rc"; printf '` + mk + `%03d\036' "$rc" >&2; exit $rc`
-}
-
 // envArgs prefixes argv with `env -- K=V ...` (sorted, so the argv is stable).
 func envArgs(env map[string]string) []string {
 	if len(env) == 0 {
@@ -772,27 +761,16 @@ func (k *kubeProvider) command(ctx context.Context, m *ComputerInfo, p *procSpec
 		return nil, errorf(codeNotImplemented, "the kubernetes provider cannot run a command as another user").
 			withHint("omit user: pods run as 1000:1000 (runAsNonRoot) and kubectl exec has no user option")
 	}
-	if !p.tty {
-		if ch := k.c.channel(ctx, k, m); ch != nil {
-			return &procHandle{remote: ch, req: chanStart{Argv: p.argv, Cwd: p.cwd, Env: p.env, Token: p.token}}, nil
-		}
-	}
-	argv := p.argv
-	if p.tty && p.term == nil { // kubectl gives a TTY only when its own stdin is a terminal: util-linux script makes one inside
-		argv = []string{"script", "-qefc", shellJoin(argv), "/dev/null"}
-	}
-	// On a host pseudo-terminal (an interactive terminal, ExecTTY) kubectl's stdin is one: -i -t.
-	args := append(k.execArgs(m, p.stdin != nil || p.term != nil, p.term != nil), envArgs(p.env)...)
-	args = append(append(args, "/bin/sh", "-c", k.execWrapper(p), "agentd", p.cwd), argv...)
-	cmd := k.cli(ctx, args...)
-	cmd.Cancel = func() error {
-		kctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		k.killTree(kctx, m, p)
-		return cmd.Process.Kill()
-	}
-	cmd.WaitDelay = execPipeGrace
-	return &procHandle{cmd: cmd, endMarker: true}, nil
+	p.user = "" // the pod's own
+	return k.c.machineCommand(ctx, k, m, p), nil
+}
+
+// perCallCmd is the fallback's host process (computers_percall.go): one `kubectl exec`, which has no -w,
+// -e or -u: the env through `env --`, the cwd through a cd first, -t only on a host terminal (ExecTTY).
+func (k *kubeProvider) perCallCmd(ctx context.Context, m *ComputerInfo, p *procSpec, argv []string) *exec.Cmd {
+	a := append(k.execArgs(m, p.stdin != nil || p.term != nil, p.term != nil), envArgs(p.env)...)
+	a = append(a, "/bin/sh", "-c", `cd -- "$1" 2>/dev/null || { echo "cannot enter the working directory $1" >&2; exit 126; }; shift; exec "$@"`, "agentd", p.cwd)
+	return k.cli(ctx, append(a, argv...)...)
 }
 
 // helperCmd is the channel's process: one long `kubectl exec -i` into the copied helper.
@@ -800,37 +778,11 @@ func (k *kubeProvider) helperCmd(ctx context.Context, m *ComputerInfo) *exec.Cmd
 	return k.cli(ctx, append(k.execArgs(m, true, false), helperInMachine, "machine-helper")...)
 }
 
-// killTree kills the exec's process group inside the machine (the engine's script, over kubectl exec).
-func (k *kubeProvider) killTree(ctx context.Context, m *ComputerInfo, p *procSpec) {
-	f := "/tmp/.agentd-exec-" + p.token + ".pid"
-	script := `i=0; while [ ! -s ` + f + ` ] && [ $i -lt 20 ]; do sleep 0.05; i=$((i+1)); done; ` +
-		`p=$(cat ` + f + ` 2>/dev/null) && [ -n "$p" ] && { kill -9 -$p 2>/dev/null || kill -9 $p; }; rm -f ` + f
-	k.call(ctx, nil, append(k.execArgs(m, false, false), "/bin/sh", "-c", script)...)
-}
-
-// killLeftovers kills the process groups a previous server's execs left (their pid files remain).
 func (k *kubeProvider) killLeftovers(ctx context.Context, m *ComputerInfo) int {
-	script := `n=0; for f in /tmp/.agentd-exec-*.pid /tmp/.agentd-chan-*.pid; do [ -f "$f" ] || continue; p=$(cat "$f"); rm -f "$f"; ` +
-		`[ -n "$p" ] && { kill -9 -"$p" 2>/dev/null || kill -9 "$p" 2>/dev/null; } && n=$((n+1)); done; echo $n`
-	out, err := k.call(ctx, nil, append(k.execArgs(m, false, false), "/bin/sh", "-c", script)...)
-	if err != nil {
-		k.c.log.Warn("computers: killing leftover processes", "computer", m.ID, "err", err)
-		return 0
-	}
-	n, _ := strconv.Atoi(strings.TrimSpace(out))
-	return n
+	return k.c.killLeftovers(ctx, k, m)
 }
 
-// perCall is the files' per-call path: one `kubectl exec` running a script.
-func (k *kubeProvider) perCall(ctx context.Context, m *ComputerInfo, interactive bool, argv []string) *exec.Cmd {
-	return k.cli(ctx, append(k.execArgs(m, interactive, false), argv...)...)
-}
-
-func (k *kubeProvider) fs(m *ComputerInfo) machineFS {
-	return &engineFS{c: k.c, host: k, m: m, perCall: func(ctx context.Context, interactive bool, argv []string) *exec.Cmd {
-		return k.perCall(ctx, m, interactive, argv)
-	}}
-}
+func (k *kubeProvider) fs(m *ComputerInfo) machineFS { return &engineFS{pc: k, c: k.c, host: k, m: m} }
 
 // close ends the pod watch and the network-policy check (the service's Close).
 func (k *kubeProvider) close() {

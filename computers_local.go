@@ -360,8 +360,6 @@ func (f *localFS) open(g string) (root *os.Root, rel string, err error) {
 	return root, strings.TrimPrefix(path.Clean("/"+g), "/"), nil
 }
 
-func (f *localFS) host(g string) string { hp, _ := f.l.hostPath(f.m, g); return hp }
-
 func fsErr(op, g string, err error) error {
 	switch {
 	case errors.Is(err, fs.ErrNotExist):

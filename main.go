@@ -14,7 +14,7 @@
 //
 // # Audit map
 //
-// Every place agentd's trust boundary is crossed, in the order a request meets it (about 3,080 lines
+// Every place agentd's trust boundary is crossed, in the order a request meets it (about 3,103 lines
 // in the functions named; each stop names its file.go:Func, and TestAuditMapIsTrue fails when one no
 // longer exists or a stop outgrows its stated size):
 //
@@ -70,12 +70,13 @@
 //  8. Host processes: the engines' argv (computers_engine.go:(*engineProvider).runArgs,
 //     computers_spec.go:checkEngineArgs: caps dropped, no-new-privileges, read-only root, uid 1000, limits,
 //     no NUL, mount targets that cover nothing the machine needs: computers_spec.go:checkMountTarget;
-//     every call through computers_engine.go:(*engineProvider).call), kubectl
+//     every call through computers_engine.go:(*engineProvider).call; an exec over the exec channel, else
+//     the one per-call fallback: computers_percall.go:(*computerService).machineCommand), kubectl
 //     (computers_kubernetes.go:(*kubeProvider).cli, computers_kubernetes.go:(*kubeProvider).podDoc and the
 //     pod template it fills, kubeManifests), bwrap
 //     (computers_sandbox.go:(*sandboxProvider).bwrapArgs), the local provider (computers_local.go:(*localProvider).command:
 //     an environment allow-list, never the server's secrets; it guards, it does not isolate), MCP servers
-//     from config (mcp_client.go:(*mcpConn).open). [369 lines]
+//     from config (mcp_client.go:(*mcpConn).open). [392 lines]
 //  9. Kernel state: iptables (computers_fullnet.go:fullRules, computers_fullnet.go:(*engineProvider).filterFull,
 //     computers_sandboxnet.go:sandboxNetRules), namespaces (computers_sandboxnet.go:(*sandboxProvider).netUp),
 //     cgroups (computers_sandbox_cgroup.go:(cgroupHost).create, computers_sandbox_cgroup.go:(cgroupHost).remove),
@@ -84,7 +85,7 @@
 //     computers_sandbox_linux.go:denyUserNamespaces), the one mount agentd makes on the host
 //     (computers_sandbox_disk.go:(*sandboxProvider).mountDisk). [468 lines]
 //  10. The exec channel, an untrusted peer (every frame the host parses comes from the machine):
-//     computers_helper.go:readFrame, computers_channel.go:(*execChannel).frame,
+//     computers_wire.go:readFrame, computers_channel.go:(*execChannel).frame,
 //     computers_channel.go:(*chanProc).deliver, computers_channel.go:(*execChannel).accepted,
 //     computers_channel_sock.go:acceptHelper (the one connection presenting the token; constant time),
 //     computers_channel_sock.go:listenUnixIn. [184 lines]
