@@ -14,7 +14,7 @@
 //
 // # Audit map
 //
-// Every place agentd's trust boundary is crossed, in the order a request meets it (about 3,103 lines
+// Every place agentd's trust boundary is crossed, in the order a request meets it (about 3,061 lines
 // in the functions named; each stop names its file.go:Func, and TestAuditMapIsTrue fails when one no
 // longer exists or a stop outgrows its stated size):
 //
@@ -31,7 +31,7 @@
 //  2. Webhook signatures and replays: triggers.go:verifyWebhook (GitHub HMAC, Standard Webhooks with its
 //     timestamp; constant-time compares), triggers.go:signedPromptOnly (on a signed webhook the prompt is
 //     the signed body), api_idempotency.go:(*replayBook).begin (a GitHub-signed body once per window),
-//     triggers.go:(*server).handleWebhookTrigger. [146 lines]
+//     triggers.go:(*server).handleWebhookTrigger. [147 lines]
 //  3. The command policy, one function for every exec (API, terminal, agent tool, MCP):
 //     computers_policy.go:(commandPolicy).check, computers_policy.go:builtinDenied,
 //     computers_policy.go:interpreterDenied, computers_policy.go:hasExpansion,
@@ -76,14 +76,14 @@
 //     pod template it fills, kubeManifests), bwrap
 //     (computers_sandbox.go:(*sandboxProvider).bwrapArgs), the local provider (computers_local.go:(*localProvider).command:
 //     an environment allow-list, never the server's secrets; it guards, it does not isolate), MCP servers
-//     from config (mcp_client.go:(*mcpConn).open). [392 lines]
+//     from config (mcp_client.go:(*mcpConn).open). [355 lines]
 //  9. Kernel state: iptables (computers_fullnet.go:fullRules, computers_fullnet.go:(*engineProvider).filterFull,
 //     computers_sandboxnet.go:sandboxNetRules), namespaces (computers_sandboxnet.go:(*sandboxProvider).netUp),
 //     cgroups (computers_sandbox_cgroup.go:(cgroupHost).create, computers_sandbox_cgroup.go:(cgroupHost).remove),
 //     uid maps (computers_sandbox_userns.go:(*sandboxProvider).startHelper), the helper's drop and seccomp
 //     (computers_sandbox_linux.go:helperBecome, computers_sandbox_linux.go:helperBecame,
 //     computers_sandbox_linux.go:denyUserNamespaces), the one mount agentd makes on the host
-//     (computers_sandbox_disk.go:(*sandboxProvider).mountDisk). [468 lines]
+//     (computers_sandbox_disk.go:(*sandboxProvider).mountDisk). [462 lines]
 //  10. The exec channel, an untrusted peer (every frame the host parses comes from the machine):
 //     computers_wire.go:readFrame, computers_channel.go:(*execChannel).frame,
 //     computers_channel.go:(*chanProc).deliver, computers_channel.go:(*execChannel).accepted,
