@@ -76,6 +76,7 @@ func (s *server) routes() *http.ServeMux {
 
 	mux.HandleFunc("GET /health", s.api(s.handleHealth))
 	mux.HandleFunc("GET /v1/doctor", s.api(s.handleDoctor))
+	mux.HandleFunc("GET /openapi.json", s.api(s.handleOpenAPI)) // api_openapi.go (issue 31)
 	mux.HandleFunc("GET /v1/events", s.api(s.handleEvents))
 
 	// Agents.
