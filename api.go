@@ -51,9 +51,10 @@ type server struct {
 	runs       *runService
 	triggers   *triggerService
 	sessions   *sessionService
-	mcp        *mcpSessions // MCP sessions (mcp.go)
-	mcpClients *mcpClients  // MCP servers agents use as tools (mcp_client.go)
-	metrics    *metrics     // metrics.go: GET /metrics
+	mcp        *mcpSessions  // MCP sessions (mcp.go)
+	mcpClients *mcpClients   // MCP servers agents use as tools (mcp_client.go)
+	metrics    *metrics      // metrics.go: GET /metrics
+	agentTests agentTestBook // each agent's last test report (runs_tests.go)
 	startedAt  time.Time
 	firstRun   bool
 	handler    http.Handler
@@ -86,6 +87,8 @@ func (s *server) routes() *http.ServeMux {
 	mux.HandleFunc("GET /v1/agents/{name}", s.api(s.handleGetAgent))
 	mux.HandleFunc("PUT /v1/agents/{name}", s.api(s.handlePutAgent))
 	mux.HandleFunc("DELETE /v1/agents/{name}", s.api(s.handleDeleteAgent))
+	mux.HandleFunc("POST /v1/agents/{name}/test", s.api(s.handleTestAgent)) // additions: agent tests (runs_tests.go)
+	mux.HandleFunc("GET /v1/agents/{name}/test", s.api(s.handleLastTests))
 
 	// Running an agent, runs and approvals.
 	mux.HandleFunc("POST /v1/agents/{name}/run", s.api(s.handleRun))

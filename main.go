@@ -213,6 +213,9 @@ func runValidate(args []string, stdout io.Writer) error {
 		switch {
 		case err != nil:
 			issues = []string{"(root): " + err.Error()}
+		case isTestFile(file): // an agent's tests (runs_tests.go), checked as strictly as a spec
+			_, tis := parseAgentTests(string(b))
+			issues = issueStrings(tis)
 		case strings.EqualFold(filepath.Ext(file), ".json"):
 			spec, issues = parseSpecJSON(b)
 		default:
