@@ -10,7 +10,8 @@
 // with its dotted path and line; the spec's examples are cases (their answer must be contained,
 // case-insensitively) unless the file or the request says `examples: false`; every case must end
 // `complete` unless its expect.stopReason says otherwise; text checks are case-insensitive except
-// `matches` (a Go regular expression). A case's computer is created for it and destroyed after, even when
+// `matches` (a Go regular expression); a case's `approve` answers its run's approvals at once, else they
+// wait like any run's. A case's computer is created for it and destroyed after, even when
 // the request goes away; runs are ordinary runs (trigger `test`), recorded like any other. The last
 // results per agent are kept in memory (lost on restart).
 package main
@@ -44,6 +45,7 @@ type testCase struct {
 	Name    string            `json:"name"`
 	Input   string            `json:"input"`
 	Vars    map[string]string `json:"vars,omitempty"`
+	Approve *bool             `json:"approve,omitempty"` // answer the run's approvals at once (nil: like any run)
 	Expect  caseExpect        `json:"expect"`
 	Example bool              `json:"example,omitempty"` // made from one of the spec's examples
 }
@@ -288,7 +290,12 @@ func (p *testParser) testCase(n *yaml.Node, at string) (testCase, bool) {
 				c.Input = s
 			}
 		},
-		"vars":   func(v *yaml.Node, k string) { c.Vars = p.stringMap(v, k) },
+		"vars": func(v *yaml.Node, k string) { c.Vars = p.stringMap(v, k) },
+		"approve": func(v *yaml.Node, k string) {
+			if b, ok := p.boolean(v, k); ok {
+				c.Approve = &b
+			}
+		},
 		"expect": func(v *yaml.Node, k string) { c.Expect = p.expect(v, k) },
 	})
 	if !seen["input"] {
@@ -568,7 +575,15 @@ func (s *server) runCase(ctx context.Context, spec *AgentSpec, c testCase, o tes
 		return res
 	}
 	p.ComputerID, p.Trigger, p.Models = compID, "test", models
-	ar, err := s.runs.start(spec, p, nil)
+	var sink func(runEvent, []byte)
+	if c.Approve != nil { // an unattended case answers its approvals (the entry exists before the event)
+		sink = func(ev runEvent, _ []byte) {
+			if ev.Type == "approval_required" {
+				s.runs.approvals.answer(ev.ApprovalID, *c.Approve, false)
+			}
+		}
+	}
+	ar, err := s.runs.start(spec, p, sink)
 	if err != nil {
 		res.Reasons = append(res.Reasons, asAPIError(err).Message)
 		return res

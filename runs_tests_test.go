@@ -188,6 +188,16 @@ func TestAgentTestEndpoint(t *testing.T) {
 	if last.Report.Passed != 1 || len(last.Report.Cases) != 1 || last.Report.Cases[0].Exchanges != nil {
 		t.Fatalf("last report %+v", last.Report)
 	}
+	// An agent that asks before writing: a case with approve answers at once, either way.
+	asking := map[string]any{"name": "asker", "model": "openai/gpt-4o-mini", "tools": []string{"files"},
+		"guardrails": map[string]any{"approvalMode": "ask"}}
+	cases4, _ := testFrames(t, te, "asker", map[string]any{"spec": asking, "examples": false, "tests": "cases:\n" +
+		"  - {name: yes, input: please write the file, approve: true, expect: {files: {out/answer.txt: forty}}}\n" +
+		"  - {name: no, input: please write the file, approve: false, expect: {files: {out/answer.txt: forty}}}\n"})
+	if yes, no := caseByName(t, cases4, "yes"), caseByName(t, cases4, "no"); !yes.OK || no.OK ||
+		!strings.Contains(strings.Join(no.Reasons, ";"), "file out/answer.txt: ") {
+		t.Fatalf("approvals: %+v", cases4)
+	}
 	te.wantError("POST", "/v1/agents/nobody/test", nil, 404, "E_AGENT_NOT_FOUND")
 	te.wantError("POST", "/v1/agents/quiz/test", map[string]any{"examples": false}, 422, "E_SPEC_INVALID")
 	te.wantError("POST", "/v1/agents/quiz/test", map[string]any{"spec": map[string]any{"name": "other"}}, 422, "E_SPEC_INVALID")
