@@ -326,6 +326,19 @@ func TestAgentTestExamplesOffline(t *testing.T) {
 		!strings.Contains(jf.Suites[0].Cases[0].Failure.Message, "no longer matches the recording") {
 		t.Fatalf("junit of the failure (%v):\n%s", err, b)
 	}
+	// A stored agent by name: this server has none of that name; usage mistakes are exit 2.
+	r = agentdTest(t, ts.url, "--json", "ghost")
+	var out struct {
+		Failed int
+		Agents []testOutcome
+	}
+	if r.code != 1 || json.Unmarshal([]byte(r.stdout), &out) != nil || len(out.Agents) != 1 || out.Agents[0].Error == nil ||
+		out.Agents[0].Error.Code != codeAgentNotFound || !strings.Contains(r.stderr, `ghost: agent "ghost" not found`) {
+		t.Fatalf("an unknown agent:\n%s", r)
+	}
+	if r = agentdTest(t, ts.url, "--record", "x", "--replay", "y", "ghost"); r.code != 2 {
+		t.Fatalf("--record with --replay:\n%s", r)
+	}
 	// A broken test file is reported offline, with its lines, before any run.
 	os.WriteFile(filepath.Join(dir, "triager.test.yaml"), []byte("cases:\n  - input: x\n    expect: {contain: y}\n"), 0o644)
 	r = agentdTest(t, ts.url, filepath.Join(dir, "triager.yaml"))
