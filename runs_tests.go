@@ -11,9 +11,10 @@
 // case-insensitively) unless the file or the request says `examples: false`; every case must end
 // `complete` unless its expect.stopReason says otherwise; text checks are case-insensitive except
 // `matches` (a Go regular expression); a case's `approve` answers its run's approvals at once, else they
-// wait like any run's. A case's computer is created for it and destroyed after, even when
-// the request goes away; runs are ordinary runs (trigger `test`), recorded like any other. The last
-// results per agent are kept in memory (lost on restart).
+// wait like any run's. A case whose agent has a computer and a tool that needs it (or that checks files)
+// gets a machine of its own, created for it and destroyed after, even when the request goes away; runs
+// are ordinary runs (trigger `test`), recorded like any other. The last results per agent are kept in
+// memory (lost on restart).
 package main
 
 import (
@@ -550,7 +551,7 @@ func (s *server) runCase(ctx context.Context, spec *AgentSpec, c testCase, o tes
 	}
 	// The case's own computer: created now, destroyed after whatever happens (a request going away too).
 	compID := ""
-	if spec.Computer.IsEnabled() {
+	if spec.Computer.IsEnabled() && (needsMachine(s.runs, spec) || len(c.Expect.Files) > 0) {
 		sp := spec.Computer
 		sp.Enabled = nil
 		sp.Name = spec.Name + "-test-" + strings.ToLower(randomChars(6))
@@ -611,6 +612,11 @@ func (s *server) runCase(ctx context.Context, spec *AgentSpec, c testCase, o tes
 		res.Exchanges = rec.exchanges()
 	}
 	return res
+}
+
+// needsMachine: the agent has a computer and a tool that needs it (MCP tools never do).
+func needsMachine(rs *runService, spec *AgentSpec) bool {
+	return slices.ContainsFunc(resolveTools(spec, rs.getenv), func(name string) bool { return rs.tools[name].needsComputer })
 }
 
 // ---- the endpoints ----
