@@ -72,6 +72,9 @@ func (c *cli) testTargets(args []string) ([]testTarget, int, error) {
 			if files, err = specFiles([]string{a}); err != nil {
 				return nil, 0, err
 			}
+			if len(files) == 0 {
+				return nil, 0, fmt.Errorf("%s: no spec files (*.yaml, *.yml, *.json) in this directory", a)
+			}
 		} else if isTestFile(a) {
 			base := strings.TrimSuffix(strings.TrimSuffix(a, ".yml"), ".yaml")
 			base = strings.TrimSuffix(base, ".test")
