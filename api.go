@@ -51,10 +51,9 @@ type server struct {
 	runs       *runService
 	triggers   *triggerService
 	sessions   *sessionService
-	mcp        *mcpSessions  // MCP sessions (mcp.go)
-	mcpClients *mcpClients   // MCP servers agents use as tools (mcp_client.go)
-	metrics    *metrics      // metrics.go: GET /metrics
-	agentTests agentTestBook // each agent's last test report (runs_tests.go)
+	mcp        *mcpSessions // MCP sessions (mcp.go)
+	mcpClients *mcpClients  // MCP servers agents use as tools (mcp_client.go)
+	metrics    *metrics     // metrics.go: GET /metrics
 	startedAt  time.Time
 	firstRun   bool
 	handler    http.Handler

@@ -13,8 +13,8 @@
 // `matches` (a Go regular expression); a case's `approve` answers its run's approvals at once, else they
 // wait like any run's. A case whose agent has a computer and a tool that needs it (or that checks files)
 // gets a machine of its own, created for it and destroyed after, even when the request goes away; runs
-// are ordinary runs (trigger `test`), recorded like any other. The last results per agent are kept in
-// memory (lost on restart).
+// are ordinary runs (trigger `test`), recorded like any other. Each agent's last report is kept in the
+// store (agent_tests), removed with the agent.
 package main
 
 import (
@@ -642,28 +642,6 @@ type testReport struct {
 	Cases      []caseResult `json:"cases"`
 }
 
-// agentTestBook keeps each agent's last test report. The zero value is ready.
-type agentTestBook struct {
-	mu   sync.Mutex
-	last map[string]testReport
-}
-
-func (b *agentTestBook) put(r testReport) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.last == nil {
-		b.last = map[string]testReport{}
-	}
-	b.last[r.Agent] = r
-}
-
-func (b *agentTestBook) get(agent string) (testReport, bool) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	r, ok := b.last[agent]
-	return r, ok
-}
-
 // readTestRequest resolves the agent under test, its cases and the options, or a 4xx error.
 func (s *server) readTestRequest(r *http.Request) (*AgentSpec, []testCase, testRunOptions, error) {
 	var o testRunOptions
@@ -768,7 +746,11 @@ func (s *server) handleTestAgent(w http.ResponseWriter, r *http.Request) error {
 			rep.Failed++
 		}
 	}
-	s.agentTests.put(rep)
+	if b, err := json.Marshal(rep); err == nil {
+		if err := s.store.PutAgentTestReport(context.WithoutCancel(ctx), rep.Agent, b); err != nil {
+			s.log.Warn("cannot keep the test report", "agent", rep.Agent, "err", err)
+		}
+	}
 	sse.send(map[string]any{"type": "test_end", "agent": spec.Name, "passed": rep.Passed, "failed": rep.Failed,
 		"durationMs": time.Since(start).Milliseconds()})
 	return nil
@@ -780,10 +762,13 @@ func (s *server) handleLastTests(w http.ResponseWriter, r *http.Request) error {
 	if _, err := s.loadAgent(r.Context(), name); err != nil {
 		return err
 	}
-	if rep, ok := s.agentTests.get(name); ok {
-		writeJSON(w, http.StatusOK, map[string]any{"report": rep})
-		return nil
+	b, err := s.store.AgentTestReport(r.Context(), name)
+	switch {
+	case errors.Is(err, errNotFound):
+		b = []byte("null")
+	case err != nil:
+		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"report": nil})
+	writeJSON(w, http.StatusOK, map[string]any{"report": json.RawMessage(b)})
 	return nil
 }

@@ -198,6 +198,13 @@ func TestAgentTestEndpoint(t *testing.T) {
 		!strings.Contains(strings.Join(no.Reasons, ";"), "file out/answer.txt: ") {
 		t.Fatalf("approvals: %+v", cases4)
 	}
+	// Deleting the agent deletes its report: an agent made again under the name has none.
+	te.call("DELETE", "/v1/agents/quiz", nil, 204, nil)
+	te.createAgent(map[string]any{"name": "quiz", "persona": persona, "examples": spec["examples"]})
+	if r := te.do("GET", "/v1/agents/quiz/test", nil).json(t); r["report"] != nil {
+		t.Fatalf("a report of the deleted agent: %v", r)
+	}
+	te.wantError("GET", "/v1/agents/nobody/test", nil, 404, "E_AGENT_NOT_FOUND")
 	te.wantError("POST", "/v1/agents/nobody/test", nil, 404, "E_AGENT_NOT_FOUND")
 	te.wantError("POST", "/v1/agents/quiz/test", map[string]any{"examples": false}, 422, "E_SPEC_INVALID")
 	te.wantError("POST", "/v1/agents/quiz/test", map[string]any{"spec": map[string]any{"name": "other"}}, 422, "E_SPEC_INVALID")
