@@ -66,7 +66,8 @@
 //  7. Redaction and approvals: runs_guard.go:newRedactor, runs_guard.go:(*redactor).redact,
 //     runs_guard.go:(*streamRedactor).write (secrets out of tool results, events, warnings, errors),
 //     runs_guard.go:effectiveApprovalMode (tighten only), runs_approvals.go:(*approvalBook).request (ask
-//     fails closed), runs_approvals.go:(*approvalBook).answer. [143 lines]
+//     fails closed), runs_approvals.go:(*approvalBook).answer; recorded model exchanges leave the server
+//     (agentd test --record) only through runs_replay.go:scrubExchange. [162 lines]
 //  8. Host processes: the engines' argv (computers_engine.go:(*engineProvider).runArgs,
 //     computers_spec.go:checkEngineArgs: caps dropped, no-new-privileges, read-only root, uid 1000, limits,
 //     no NUL, mount targets that cover nothing the machine needs: computers_spec.go:checkMountTarget;
@@ -215,6 +216,9 @@ func runValidate(args []string, stdout io.Writer) error {
 		switch {
 		case err != nil:
 			issues = []string{"(root): " + err.Error()}
+		case isTestFile(file): // an agent's tests (runs_tests.go), checked as strictly as a spec
+			_, tis := parseAgentTests(string(b))
+			issues = issueStrings(tis)
 		case strings.EqualFold(filepath.Ext(file), ".json"):
 			spec, issues = parseSpecJSON(b)
 		default:
