@@ -275,6 +275,9 @@ type config struct {
 	// Kubernetes (issue 19): machines as pods through kubectl; the provider exists only when this is set.
 	Kubernetes *kubeConfig `yaml:"kubernetes"`
 
+	// SSH (issue 29): machines as directories on a Linux host over ssh; the provider exists only when set.
+	SSH *sshConfig `yaml:"ssh"`
+
 	firstRun     bool
 	serveArgs    []string            // the flags it was loaded with: a reload reads config.yaml under the same ones
 	level        *slog.LevelVar      // the logger's level (logLevel), which a reload changes (main_reload.go)
@@ -469,10 +472,17 @@ func (cfg config) check() error {
 		return bad("reaperIntervalSec", cfg.ReaperIntervalSec, "at least 1")
 	case cfg.MaxCostUSD < 0:
 		return bad("maxCostUsd", cfg.MaxCostUSD, "0 or more")
-	case !slices.Contains([]string{"auto", "docker", "podman", "kubernetes", "sandbox", "local"}, cfg.ComputerProvider):
-		return bad("computerProvider", fmt.Sprintf("%q", cfg.ComputerProvider), "one of auto, docker, podman, kubernetes, sandbox, local")
+	case !slices.Contains([]string{"auto", "docker", "podman", "kubernetes", "sandbox", "local", "ssh"}, cfg.ComputerProvider):
+		return bad("computerProvider", fmt.Sprintf("%q", cfg.ComputerProvider), "one of auto, docker, podman, kubernetes, sandbox, local, ssh")
 	case cfg.ComputerProvider == "kubernetes" && cfg.Kubernetes == nil: // issue 19: only when configured
 		return bad("computerProvider", `"kubernetes"`, "set only with a kubernetes: block saying where the cluster is")
+	case cfg.ComputerProvider == "ssh" && cfg.SSH == nil: // issue 29: only when configured
+		return bad("computerProvider", `"ssh"`, "set only with an ssh: block saying which host (target: user@host)")
+	}
+	if cfg.SSH != nil {
+		if err := cfg.SSH.check(); err != nil {
+			return err
+		}
 	}
 	return checkWarmPool(cfg.WarmPool, cfg.MaxComputers, bad) // computers_pool.go
 }
@@ -597,7 +607,7 @@ func newServer(cfg config, logger *slog.Logger, now func() time.Time) (*server, 
 	if s.computers, err = newComputerService(computerDeps{helper: helper, helperNote: helperNote, store: st, hub: s.hub, log: logger, clock: now,
 		getenv: cfg.getenv, home: cfg.Home, provider: cfg.ComputerProvider, images: cfg.Images, registries: cfg.AllowedRegistries, mountRoots: cfg.AllowedMounts,
 		maxComputers: cfg.MaxComputers, reapInterval: time.Duration(cfg.ReaperIntervalSec) * time.Second,
-		warmPool: cfg.WarmPool, metrics: s.metrics, kube: cfg.Kubernetes}); err != nil {
+		warmPool: cfg.WarmPool, metrics: s.metrics, kube: cfg.Kubernetes, ssh: cfg.SSH}); err != nil {
 		s.models.Close()
 		st.Close()
 		return nil, err
