@@ -373,3 +373,41 @@ func TestSSHConfigTarget(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkSSHExec: an exec through agentd over the machine's ControlMaster, beside a plain `ssh host
+// true` (a connection of its own: key exchange and authentication every time) and a bare session over
+// the same master (`ssh -S … true`, agentd's floor), interleaved in one run against the test sshd:
+//
+//	AGENT_TEST_SSH=1 go test -run '^$' -bench SSHExec -benchtime 30x .
+func BenchmarkSSHExec(b *testing.B) {
+	d := startSSHD(b)
+	e := newTestServer(b, withHostEnv, withSSH(d))
+	m := e.create(map[string]any{"provider": "ssh", "network": map[string]any{"mode": "full"}})
+	p := e.s.computers.providerByName("ssh").(*sshProvider)
+	mm, err := p.master(context.Background(), &m)
+	if err != nil {
+		b.Fatal(err)
+	}
+	run := func(cmd *exec.Cmd) time.Duration {
+		t0 := time.Now()
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.Fatalf("%v: %s", err, out)
+		}
+		return time.Since(t0)
+	}
+	var api, plain, mux []time.Duration
+	b.ResetTimer()
+	for range b.N {
+		t0 := time.Now()
+		if r, err := e.s.computers.Exec(context.Background(), m.ID, ExecRequest{Cmd: execCommand{Shell: "true"}}, nil); err != nil || r.ExitCode != 0 {
+			b.Fatalf("exec: %+v %v", r, err)
+		}
+		api = append(api, time.Since(t0))
+		plain = append(plain, run(p.cli(context.Background(), muxOpts(""), []string{"-T"}, "true")))
+		mux = append(mux, run(p.cli(context.Background(), muxOpts(mm.sock), []string{"-T"}, "true")))
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(pct(api, 0.5).Microseconds())/1000, "agentd-exec-p50-ms")
+	b.ReportMetric(float64(pct(mux, 0.5).Microseconds())/1000, "mux-true-p50-ms")
+	b.ReportMetric(float64(pct(plain, 0.5).Microseconds())/1000, "plain-ssh-true-p50-ms")
+}

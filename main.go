@@ -14,7 +14,7 @@
 //
 // # Audit map
 //
-// Every place agentd's trust boundary is crossed, in the order a request meets it (about 3,080 lines
+// Every place agentd's trust boundary is crossed, in the order a request meets it (about 3,165 lines
 // in the functions named; each stop names its file.go:Func, and TestAuditMapIsTrue fails when one no
 // longer exists or a stop outgrows its stated size):
 //
@@ -74,7 +74,13 @@
 //     (computers_kubernetes.go:(*kubeProvider).cli, computers_kubernetes.go:(*kubeProvider).podDoc), bwrap
 //     (computers_sandbox.go:(*sandboxProvider).bwrapArgs), the local provider (computers_local.go:(*localProvider).command:
 //     an environment allow-list, never the server's secrets; it guards, it does not isolate), MCP servers
-//     from config (mcp_client.go:(*mcpConn).open). [369 lines]
+//     from config (mcp_client.go:(*mcpConn).open); the ssh host (issue 29): one helper for every ssh
+//     process (computers_ssh.go:(*sshProvider).opts, computers_ssh.go:(*sshProvider).cli: BatchMode, host
+//     keys checked against the configured known_hosts, strictly unless acceptNewHostKeys, only the
+//     configured key, no agent or X11 forwarding), what runs there (computers_ssh.go:(*sshProvider).execScript:
+//     env -i, the machine's private directory, a cwd still inside once its links are followed) and its files
+//     (computers_ssh_fs.go:(*sshFS).resolve: the host's paths resolved there and mapped back into the jail).
+//     [454 lines]
 //  9. Kernel state: iptables (computers_fullnet.go:fullRules, computers_fullnet.go:(*engineProvider).filterFull,
 //     computers_sandboxnet.go:sandboxNetRules), namespaces (computers_sandboxnet.go:(*sandboxProvider).netUp),
 //     cgroups (computers_sandbox_cgroup.go:(cgroupHost).create, computers_sandbox_cgroup.go:(cgroupHost).remove),
