@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -410,4 +411,41 @@ func BenchmarkSSHExec(b *testing.B) {
 	b.ReportMetric(float64(pct(api, 0.5).Microseconds())/1000, "agentd-exec-p50-ms")
 	b.ReportMetric(float64(pct(mux, 0.5).Microseconds())/1000, "mux-true-p50-ms")
 	b.ReportMetric(float64(pct(plain, 0.5).Microseconds())/1000, "plain-ssh-true-p50-ms")
+}
+
+// FuzzSSHTarget: whatever ssh.target holds, an accepted one reaches ssh's argv as a user and a host that
+// cannot be read as an option and carry nothing a shell would act on.
+func FuzzSSHTarget(f *testing.F) {
+	for _, s := range []string{"root@host", "me@[::1]:22", "me@h:-1", "-oProxyCommand=x@h", "a@b@c", "me@h:22:33"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		u, h, p, err := parseSSHTarget(s)
+		if err != nil {
+			return
+		}
+		if u == "" || h == "" || strings.HasPrefix(u, "-") || strings.HasPrefix(h, "-") || p < 1 || p > 65535 || strings.ContainsAny(u+h, " '\"\\;&|`$\n\x00") {
+			t.Fatalf("%q accepted as %q %q %d", s, u, h, p)
+		}
+	})
+}
+
+// TestSSHConfigChecked: a bad ssh block, or computerProvider ssh without one, stops the server at start
+// with E_CONFIG naming the key.
+func TestSSHConfigChecked(t *testing.T) {
+	for file, want := range map[string]string{
+		"ssh: {target: nohost}\n":                  "ssh.target",
+		"ssh: {target: me@h, key: relative/key}\n": "ssh.key",
+		"ssh: {target: me@h, knownHosts: kh}\n":    "ssh.knownHosts",
+		"computerProvider: ssh\n":                  "an ssh: block",
+		"ssh: {target: \"me@h;reboot\"}\n":         "shell characters",
+	} {
+		home := t.TempDir()
+		writeConfig(t, home, file)
+		_, err := loadConfig(nil, envOf(map[string]string{"AGENT_HOME": home}), io.Discard)
+		var ae *apiError
+		if !errors.As(err, &ae) || ae.Code != codeConfig || !strings.Contains(ae.Message, want) {
+			t.Errorf("%s: %v", file, err)
+		}
+	}
 }
