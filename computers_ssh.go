@@ -320,7 +320,7 @@ func (s *sshProvider) sshHint(msg string) string {
 	case strings.Contains(msg, "has changed"):
 		return fmt.Sprintf("if the host was really reinstalled, remove its old key (ssh-keygen -R '[%s]:%d' -f %s) and connect again; otherwise someone may be in the middle", s.host, s.port, s.knownHosts())
 	case strings.Contains(msg, "is not in"):
-		return fmt.Sprintf("record the host's key (ssh-keyscan -p %d %s >> %s, after checking its fingerprint), or set ssh.acceptNewHostKeys: true in config.yaml", s.port, s.host, s.knownHosts())
+		return fmt.Sprintf("record the host's key (ssh-keyscan -p %d %s >> %s, after checking its fingerprint), or set ssh.acceptNewHostKeys: true in config.yaml, %s", s.port, s.host, s.knownHosts(), takesEffect("ssh"))
 	case strings.Contains(msg, "refused the key"):
 		return "add the public half of ssh.key to the user's ~/.ssh/authorized_keys on the host"
 	}
@@ -510,7 +510,7 @@ func (s *sshProvider) probe(ctx context.Context) probeResult {
 	}
 	if s.conf.Key != "" {
 		if _, err := os.Stat(s.conf.Key); err != nil {
-			return probeResult{reason: fmt.Sprintf("ssh.key %s cannot be read: %v", s.conf.Key, err), hint: "fix ssh.key in config.yaml"}
+			return probeResult{reason: fmt.Sprintf("ssh.key %s cannot be read: %v", s.conf.Key, err), hint: "fix ssh.key in config.yaml, " + takesEffect("ssh")}
 		}
 	}
 	var out bytes.Buffer
