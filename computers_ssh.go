@@ -579,18 +579,23 @@ func (s *sshProvider) start(ctx context.Context, m *ComputerInfo) error {
 	if _, err := s.master(ctx, m); err != nil {
 		return err
 	}
-	if st, err := s.status(ctx, m); err != nil {
+	var out bytes.Buffer
+	if err := s.call(ctx, m, nil, &out, `[ -d "$1/work" ] || { echo missing; exit 0; }; rm -f -- "$1/.stopped"`, s.rel(m)); err != nil {
 		return s.failed("cannot check the machine's directory", err)
-	} else if st == "missing" {
+	} else if strings.TrimSpace(out.String()) == "missing" {
 		s.closeMaster(m.ID)
 		return errorf(codeComputerNotFound, "the directory of computer %s is gone from %s", m.ID, s.target()).withHint("delete the computer and create a new one")
 	}
 	return nil
 }
 
-// stop kills the machine's processes on the host and closes its connection; its directory stays.
+// stop kills the machine's processes on the host and closes its connection; its directory stays, marked
+// stopped (a restarted server adopts it as stopped, not running).
 func (s *sshProvider) stop(ctx context.Context, m *ComputerInfo) error {
 	s.killAll(ctx, m)
+	if err := s.call(ctx, m, nil, nil, `[ ! -d "$1" ] || : > "$1/.stopped"`, s.rel(m)); err != nil {
+		s.c.log.Warn("computers: marking an ssh machine stopped", "computer", m.ID, "err", err)
+	}
 	s.dropForwards(m.ID)
 	s.closeMaster(m.ID)
 	return nil
@@ -621,17 +626,18 @@ func (s *sshProvider) status(ctx context.Context, m *ComputerInfo) (string, erro
 	return "running", nil
 }
 
-// owned lists this owner's machine directories on the host; each is "running" unless its record says
-// stopped (the caller knows).
+// owned lists this owner's machine directories on the host: id → running (not marked stopped).
 func (s *sshProvider) owned(ctx context.Context) (map[string]bool, error) {
 	var out bytes.Buffer
-	err := s.call(ctx, nil, nil, &out, `cd "$1" 2>/dev/null || exit 0; for d in cmp_*; do [ -d "$d" ] && echo "$d"; done; true`, ".agentd/"+s.c.owner)
+	err := s.call(ctx, nil, nil, &out, `cd "$1" 2>/dev/null || exit 0; for d in cmp_*; do [ -d "$d/work" ] || continue; if [ -e "$d/.stopped" ]; then echo "$d stopped"; else echo "$d running"; fi; done; true`, ".agentd/"+s.c.owner)
 	if err != nil {
 		return nil, err
 	}
 	res := map[string]bool{}
-	for _, id := range strings.Fields(out.String()) {
-		res[id] = true
+	for _, line := range strings.Split(out.String(), "\n") {
+		if id, st, ok := strings.Cut(line, " "); ok && strings.HasPrefix(id, "cmp_") {
+			res[id] = st == "running"
+		}
 	}
 	return res, nil
 }

@@ -449,3 +449,27 @@ func TestSSHConfigChecked(t *testing.T) {
 		}
 	}
 }
+
+// TestSSHStoppedStaysStopped: a machine stopped before agentd restarts is adopted stopped (its directory
+// is marked on the host), and starts again with its files.
+func TestSSHStoppedStaysStopped(t *testing.T) {
+	d := startSSHD(t)
+	home := t.TempDir()
+	a := newTestServer(t, withHostEnv, withSSH(d), withHome(home))
+	a.keep = true
+	m := a.create(map[string]any{"provider": "ssh", "network": map[string]any{"mode": "full"}, "idleTimeoutSec": 0})
+	a.sh(m.ID, "echo kept > f")
+	a.call("POST", "/v1/computers/"+m.ID+"/stop", nil, 200, nil)
+	a.close()
+	b := newTestServer(t, withHostEnv, withSSH(d), withHome(home))
+	var got ComputerInfo
+	if b.call("GET", "/v1/computers/"+m.ID, nil, 200, &got); got.State != "stopped" {
+		t.Fatalf("a stopped machine after the restart: %+v", got)
+	}
+	b.call("POST", "/v1/computers/"+m.ID+"/start", nil, 200, nil)
+	if out := b.sh(m.ID, "cat f"); out != "kept\n" {
+		t.Fatalf("after start: %q", out)
+	}
+	b.call("DELETE", "/v1/computers/"+m.ID, nil, 204, nil)
+	checkNoSSHLeaks(t, b)
+}
