@@ -601,9 +601,22 @@ func (s *sshProvider) stop(ctx context.Context, m *ComputerInfo) error {
 	return nil
 }
 
+// destroy kills the machine's processes and removes its directory (and this owner's, once empty). A host
+// that does not answer is asked twice more, a second apart (a restarting sshd): no leaked machines.
 func (s *sshProvider) destroy(ctx context.Context, m *ComputerInfo) error {
 	s.killAll(ctx, m)
-	err := s.call(ctx, m, nil, nil, `[ ! -e "$1" ] || { chmod -R u+rwx -- "$1" 2>/dev/null; rm -rf -- "$1"; }`, s.rel(m))
+	var err error
+	for attempt := 1; ; attempt++ {
+		err = s.call(ctx, m, nil, nil, `[ ! -e "$1" ] || { chmod -R u+rwx -- "$1" 2>/dev/null; rm -rf -- "$1"; }; rmdir -- "${1%/*}" 2>/dev/null; true`, s.rel(m))
+		var se *sshError
+		if err == nil || attempt == 3 || !errors.As(err, &se) || !se.connFailed() {
+			break
+		}
+		select {
+		case <-time.After(time.Second):
+		case <-ctx.Done():
+		}
+	}
 	s.dropForwards(m.ID)
 	s.closeMaster(m.ID)
 	if err != nil {

@@ -212,6 +212,17 @@ func checkNoSSHLeaks(t *testing.T, e *testServer) {
 	}
 }
 
+// settleTrials waits for the ssh provider's trial machine (computers_proof.go) to have ended, so a test
+// that restarts the server or changes its key does not break the trial instead.
+func settleTrials(t *testing.T, e *testServer) {
+	t.Helper()
+	p := e.s.computers.providerByName("ssh")
+	eventually(t, "the ssh provider's trial to end", func() bool {
+		r, pending := e.s.computers.proofOf(p)
+		return !r.at.IsZero() && !pending
+	})
+}
+
 // TestSSHDroppedConnection: the server restarts under a running exec: the exec fails saying the
 // connection dropped (500 E_EXEC_FAILED, never a fake exit code), and the next exec works over a
 // rebuilt connection.
@@ -222,6 +233,7 @@ func TestSSHDroppedConnection(t *testing.T) {
 	if out := e.sh(m.ID, "echo before"); out != "before\n" {
 		t.Fatalf("before: %q", out)
 	}
+	settleTrials(t, e)
 	type answer struct {
 		res *ExecResult
 		err error
@@ -259,6 +271,7 @@ func TestSSHHostKeys(t *testing.T) {
 	t.Run("changed", func(t *testing.T) {
 		e := newTestServer(t, withHostEnv, withSSH(d))
 		m := e.create(full)
+		settleTrials(t, e)
 		// The host is reinstalled: a new host key, the server restarted.
 		os.Remove(filepath.Join(d.dir, "host"))
 		os.Remove(filepath.Join(d.dir, "host.pub"))
