@@ -1,8 +1,9 @@
-// computers.go — the computer service: providers (docker, podman, kubernetes, sandbox, local), lifecycle,
+// computers.go — the computer service: providers (docker, podman, kubernetes, sandbox, local, ssh), lifecycle,
 // records, and the /v1/computers lifecycle endpoints. What a spec may ask lives in computers_spec.go, exec
 // in computers_exec.go, files in computers_files.go, ports in computers_ports.go, the terminal in
 // computers_terminal.go, the reaper in computers_reaper.go, the warm pool in computers_pool.go; the
-// providers in computers_engine.go, computers_kubernetes.go, computers_sandbox.go and computers_local.go.
+// providers in computers_engine.go, computers_kubernetes.go, computers_sandbox.go, computers_local.go and
+// computers_ssh.go.
 //
 // Entry points used elsewhere (the run loop depends on these exact signatures): EnsureForAgent, Get,
 // Exec, ReadFile, WriteFile, ListDir, DeletePath, ExposePort; doctor for the doctor report.
@@ -196,6 +197,7 @@ type computerDeps struct {
 	warmPool     map[string]int // warmPool (config): flavor → machines kept ready (computers_pool.go)
 	metrics      *metrics       // exec and create durations (metrics.go); nil counts nothing
 	kube         *kubeConfig    // kubernetes (config): the provider exists only when set (computers_kubernetes.go)
+	ssh          *sshConfig     // ssh (config): the provider exists only when set (computers_ssh.go)
 }
 
 // computerService owns machines and the reaper goroutine.
@@ -252,6 +254,9 @@ func newComputerService(d computerDeps) (*computerService, error) {
 		newSandboxProvider(c), // computers_sandbox.go: bubblewrap namespaces, between the engines and local
 		newLocalProvider(c),
 	)
+	if d.ssh != nil { // last: `auto` never picks another host over this one; name it (computers_ssh.go)
+		c.providers = append(c.providers, newSSHProvider(*d.ssh, c))
+	}
 	c.proof = newProofs(len(c.providers))
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.wg.Add(1)

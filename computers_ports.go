@@ -3,7 +3,8 @@
 // Entry points: computerService.ExposePort (the run loop's expose_port tool) and handleExposePort.
 // Rules (DESIGN §4): a forwarder on 127.0.0.1:<ephemeral> whose every connection is a stream over the
 // machine's exec channel to 127.0.0.1:<port> inside it (computers_stream.go), on docker, podman,
-// kubernetes and a sandbox with a network of its own; a machine without the channel gets
+// kubernetes and a sandbox with a network of its own (ssh: the forward of its own connection, the one
+// provider without a channel: forwarding); a machine without the channel gets
 // E_COMPUTER_FAILED saying why, network none E_COMPUTER_FAILED. local, and a sandbox in mode full
 // without root (the host's network), answer the port themselves. Exposing a port twice returns the
 // same binding; forwarders close on stop and destroy (and with the server).
@@ -12,6 +13,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -169,6 +171,12 @@ func (c *computerService) ExposePort(ctx context.Context, id string, port int) (
 		b = PortBinding{HostPort: port, URL: fmt.Sprintf("http://127.0.0.1:%d", port)}
 	case fw != nil:
 		b = PortBinding{HostPort: fw.port(), URL: fmt.Sprintf("http://127.0.0.1:%d", fw.port())}
+	case isForwarding(p):
+		hp, err := forwardedPort(ctx, p, m, port)
+		if err != nil {
+			return nil, err
+		}
+		b = PortBinding{HostPort: hp, URL: fmt.Sprintf("http://127.0.0.1:%d", hp)}
 	default:
 		dial, err := c.guestDialer(ctx, p, m, port)
 		if err != nil {
@@ -183,9 +191,12 @@ func (c *computerService) ExposePort(ctx context.Context, id string, port int) (
 		c.mu.Unlock()
 		b = PortBinding{HostPort: fw.port(), URL: fmt.Sprintf("http://127.0.0.1:%d", fw.port())}
 	}
-	if fw != nil {
+	switch {
+	case fw != nil:
 		b.Reachable = fw.dial.answers(time.Second)
-	} else {
+	case isForwarding(p):
+		b.Reachable = relayAnswers(b.HostPort, time.Second)
+	default:
 		b.Reachable = hostPortAnswers(port, time.Second)
 	}
 	old, had := m.Ports[key]
@@ -223,6 +234,41 @@ func (c *computerService) guestDialer(ctx context.Context, p provider, m *Comput
 	}, nil
 }
 
+// forwarding is a provider whose own connection forwards a guest port to a host port (ssh: the
+// machine's master, `ssh -O forward -L`), with no exec channel to carry a stream: the binding is that
+// host port, with no forwarder of agentd's.
+type forwarding interface {
+	guestAddr(ctx context.Context, m *ComputerInfo, port int) (string, error)
+}
+
+func isForwarding(p provider) bool { _, ok := p.(forwarding); return ok }
+
+func forwardedPort(ctx context.Context, p provider, m *ComputerInfo, port int) (int, error) {
+	addr, err := p.(forwarding).guestAddr(ctx, m, port)
+	if err != nil {
+		return 0, err
+	}
+	a, err := net.ResolveTCPAddr("tcp", addr)
+	if err != nil {
+		return 0, errorf(codeComputerFailed, "the %s provider forwarded port %d to %q: %v", m.Provider, port, addr, err)
+	}
+	return a.Port, nil
+}
+
+// relayAnswers reports whether the guest answers behind a forward that accepts before the guest does
+// and closes a connection the guest refused: one still open after timeout, or that sent a byte, counts.
+func relayAnswers(hostPort int, timeout time.Duration) bool {
+	c, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(hostPort)), timeout)
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	c.SetReadDeadline(time.Now().Add(timeout))
+	n, err := c.Read(make([]byte, 1))
+	var ne net.Error
+	return n > 0 || errors.As(err, &ne) && ne.Timeout()
+}
+
 // hostNetworked is a provider whose machine may share the host's network (local; a sandbox not in
 // network mode none): a guest port is then the host's port, with no forwarder.
 type hostNetworked interface{ hostNetwork(m *ComputerInfo) bool }
@@ -253,6 +299,10 @@ func (c *computerService) reachable(m *ComputerInfo, port int) bool {
 		up = dial.answers(300 * time.Millisecond)
 	case sharesHostNetwork(c.providerByName(m.Provider), m):
 		up = hostPortAnswers(port, 300*time.Millisecond)
+	case isForwarding(c.providerByName(m.Provider)):
+		if hp, err := forwardedPort(context.Background(), c.providerByName(m.Provider), m, port); err == nil {
+			up = relayAnswers(hp, 300*time.Millisecond)
+		}
 	}
 	c.mu.Lock()
 	if rt.reach == nil {

@@ -174,6 +174,9 @@ func (c *computerService) trial(ctx context.Context, p provider) proofResult {
 		return proofResult{version: pr.version, reason: fmt.Sprintf("%s answers, but a trial machine %s: %s", p.meta().name, what, ae.Message), hint: hint}
 	}
 	sp := ComputerSpec{Name: "agentd-trial"} // a user's first machine: every default
+	if p.meta().isolationKind == "machine" {
+		sp.Network.Mode = "full" // ssh: the one mode it can honour, which its users must ask for (computers_ssh.go)
+	}
 	applyComputerDefaults(&sp)
 	if err := p.supports(sp); err != nil {
 		return failed("is refused", err)

@@ -158,7 +158,7 @@ func (c *computerService) imageFor(sp ComputerSpec) string {
 
 // machineImage is the image a machine of sp runs on p: none on local and sandbox (the host's userland).
 func (c *computerService) machineImage(p provider, sp ComputerSpec) string {
-	if _, sandbox := p.(*sandboxProvider); !p.meta().isolated || sandbox {
+	if _, sandbox := p.(*sandboxProvider); !p.meta().isolated || sandbox || p.meta().isolationKind == "machine" { // ssh: the host's system
 		return ""
 	}
 	return c.imageFor(sp)

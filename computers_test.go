@@ -129,12 +129,16 @@ func tarGz(t testing.TB, entries []tar.Header, bodies map[string]string) []byte 
 // TestComputerConformance is THE conformance suite, run against every provider: one machine per provider
 // is shared by the subtests that only use it; those that need machines of their own run in parallel.
 func TestComputerConformance(t *testing.T) {
-	for i, prov := range []string{"local", "docker", "podman", "sandbox", "kubernetes"} {
+	for i, prov := range []string{"local", "docker", "podman", "sandbox", "kubernetes", "ssh"} {
 		t.Run(prov, func(t *testing.T) {
 			t.Parallel()
-			requireProvider(t, prov)
-			c := &conformance{prov: prov, local: prov == "local", hostNet: prov == "local", portBase: 41000 + i*10,
-				e: newTestServer(t, withHostEnv, func(c *testSetup) { c.MaxComputers = 4 })}
+			c := &conformance{prov: prov, local: prov == "local", hostNet: prov == "local", portBase: 41000 + i*10, opts: []testOption{withHostEnv}}
+			if prov == "ssh" { // a real OpenSSH server on loopback (computers_ssh_test.go)
+				c.opts = append(c.opts, withSSH(startSSHD(t)))
+			} else {
+				requireProvider(t, prov)
+			}
+			c.e = c.server(t, func(c *testSetup) { c.MaxComputers = 4 })
 			c.run(t)
 		})
 	}
@@ -189,6 +193,20 @@ type conformance struct {
 	portBase int         // spreads ports and sleep markers between the providers running at once
 	e        *testServer // the provider's server
 	id       string      // the shared machine
+	opts     []testOption
+}
+
+// server starts a server of the provider's run (its options, then extra).
+func (c *conformance) server(t *testing.T, extra ...testOption) *testServer {
+	return newTestServer(t, append(slices.Clone(c.opts), extra...)...)
+}
+
+// spec is a create body for the provider: ssh honours only network mode full, which it must be asked.
+func (c *conformance) spec(body map[string]any) map[string]any {
+	if _, set := body["network"]; c.prov == "ssh" && !set {
+		body["network"] = map[string]any{"mode": "full"}
+	}
+	return body
 }
 
 // sub runs a subtest with the server bound to it.
@@ -202,8 +220,8 @@ func (c *conformance) parallel(t *testing.T, name string, f func(t *testing.T, e
 }
 
 func (c *conformance) run(t *testing.T) {
-	spec := map[string]any{"provider": c.prov, "name": "conf-" + c.prov, "idleTimeoutSec": 0,
-		"env": map[string]string{"SPEC_VAR": "from-spec"}}
+	spec := c.spec(map[string]any{"provider": c.prov, "name": "conf-" + c.prov, "idleTimeoutSec": 0,
+		"env": map[string]string{"SPEC_VAR": "from-spec"}})
 	if os.Getenv("AGENT_TEST_CHANNEL") == "0" && !c.local {
 		// Egress (the default) reaches out only over the exec channel, off here: the shared machine takes
 		// the bridge (TestEgressFailsClosed checks egress without the channel; ports/expose, ports without it).
@@ -243,7 +261,7 @@ func (c *conformance) lifecycle(t *testing.T) {
 	c.sub(t, "lifecycle/stop-start-destroy", func(t *testing.T, e *testServer) {
 		sub, _ := e.s.hub.subscribe()
 		defer e.s.hub.unsubscribe(sub)
-		m2 := e.create(map[string]any{"provider": c.prov, "idleTimeoutSec": 0, "labels": map[string]string{"team": "a"}})
+		m2 := e.create(c.spec(map[string]any{"provider": c.prov, "idleTimeoutSec": 0, "labels": map[string]string{"team": "a"}}))
 		var got ComputerInfo
 		var list struct{ Computers []ComputerInfo }
 		if e.call("POST", "/v1/computers/"+m2.ID+"/stop", nil, 200, &got); got.State != "stopped" {
@@ -300,14 +318,14 @@ func (c *conformance) lifecycle(t *testing.T) {
 
 func (c *conformance) setup(t *testing.T) {
 	c.parallel(t, "setup/script", func(t *testing.T, e *testServer) {
-		ok := e.create(map[string]any{"provider": c.prov, "setup": "echo provisioned > setup.txt"})
+		ok := e.create(c.spec(map[string]any{"provider": c.prov, "setup": "echo provisioned > setup.txt"}))
 		if out := e.sh(ok.ID, "cat setup.txt"); out != "provisioned\n" {
 			t.Fatalf("setup: %q", out)
 		}
 		e.call("DELETE", "/v1/computers/"+ok.ID, nil, 204, nil)
 	})
 	c.parallel(t, "setup/failure", func(t *testing.T, e *testServer) {
-		env := e.wantError("POST", "/v1/computers", map[string]any{"provider": c.prov, "setup": "echo broken >&2; exit 3"}, 500, codeComputerFailed)
+		env := e.wantError("POST", "/v1/computers", c.spec(map[string]any{"provider": c.prov, "setup": "echo broken >&2; exit 3"}), 500, codeComputerFailed)
 		d, _ := env["details"].(map[string]any)
 		var bad ComputerInfo
 		e.call("GET", "/v1/computers/"+fmt.Sprint(d["computerId"]), nil, 200, &bad)
@@ -317,25 +335,25 @@ func (c *conformance) setup(t *testing.T) {
 		e.call("DELETE", "/v1/computers/"+bad.ID, nil, 204, nil)
 	})
 	c.parallel(t, "setup/packages", func(t *testing.T, e *testServer) {
-		if c.local || c.prov == "sandbox" || c.prov == "kubernetes" { // the host's /usr, read-only; a non-root pod
-			e.wantError("POST", "/v1/computers", map[string]any{"provider": c.prov, "packages": []string{"jq"}}, 501, codeNotImplemented)
+		if c.local || c.prov == "sandbox" || c.prov == "kubernetes" || c.prov == "ssh" { // the host's /usr, read-only; a non-root pod; a shared host
+			e.wantError("POST", "/v1/computers", c.spec(map[string]any{"provider": c.prov, "packages": []string{"jq"}}), 501, codeNotImplemented)
 			return
 		}
 		if os.Getenv("AGENT_TEST_PACKAGES") != "1" {
 			t.Skip("packages need a Debian mirror reachable from the machine (AGENT_TEST_PACKAGES=1)")
 		}
-		pk := e.create(map[string]any{"provider": c.prov, "packages": []string{"jq"}})
+		pk := e.create(c.spec(map[string]any{"provider": c.prov, "packages": []string{"jq"}}))
 		if out := e.sh(pk.ID, "echo '{\"a\":7}' | jq .a; id -u"); out != "7\n1000\n" {
 			t.Fatalf("packages: %q", out)
 		}
 		e.call("DELETE", "/v1/computers/"+pk.ID, nil, 204, nil)
 	})
 	c.parallel(t, "setup/persist", func(t *testing.T, e *testServer) {
-		if c.local {
-			t.Skip("a local machine's /work is a host directory")
+		if c.local || c.prov == "ssh" {
+			t.Skip("a local or ssh machine's /work is a directory on its host (persistent, and pwd shows its real path)")
 		}
 		// persist keeps /work across stop and start; without it /work is a tmpfs.
-		p := e.create(map[string]any{"provider": c.prov, "persist": true, "workdir": "/work/proj"})
+		p := e.create(c.spec(map[string]any{"provider": c.prov, "persist": true, "workdir": "/work/proj"}))
 		e.sh(p.ID, "pwd > where && echo kept > f")
 		e.call("POST", "/v1/computers/"+p.ID+"/stop", nil, 200, nil)
 		e.call("POST", "/v1/computers/"+p.ID+"/start", nil, 200, nil)
@@ -345,10 +363,10 @@ func (c *conformance) setup(t *testing.T) {
 		e.call("DELETE", "/v1/computers/"+p.ID, nil, 204, nil)
 	})
 	c.parallel(t, "setup/hardening", func(t *testing.T, e *testServer) {
-		if c.local {
-			t.Skip("a local machine is not a container")
+		if c.local || c.prov == "ssh" {
+			t.Skip("a local or ssh machine is not a container (ssh refuses network mode none: TestSSHRefusals)")
 		}
-		n := e.create(map[string]any{"provider": c.prov, "network": map[string]any{"mode": "none"}})
+		n := e.create(c.spec(map[string]any{"provider": c.prov, "network": map[string]any{"mode": "none"}}))
 		out := e.sh(n.ID, "id -u; touch /etc/x 2>/dev/null && echo root-writable; grep CapEff /proc/self/status")
 		if !strings.HasPrefix(out, "1000\n") || strings.Contains(out, "root-writable") || !strings.Contains(out, "0000000000000000") {
 			t.Fatalf("hardening: %q", out)
@@ -452,7 +470,7 @@ func (c *conformance) execs(t *testing.T) {
 		if r := e.exec(id, map[string]any{"cmd": "test -t 1 && echo tty; exit 4", "tty": true}); r.ExitCode != 4 || !strings.HasPrefix(r.Stdout, "tty") {
 			t.Fatalf("tty: %+v", r)
 		}
-		if c.prov == "kubernetes" { // runAsNonRoot, and kubectl exec has no user
+		if c.prov == "kubernetes" || c.prov == "ssh" { // runAsNonRoot, and kubectl exec has no user; ssh.target's user
 			e.wantError("POST", x, map[string]any{"cmd": "true", "user": "root"}, 501, codeNotImplemented)
 			return
 		}
@@ -674,11 +692,11 @@ func (c *conformance) uploads(t *testing.T) {
 func (c *conformance) ports(t *testing.T) {
 	id, ports := c.id, "/v1/computers/"+c.id+"/ports"
 	c.sub(t, "ports/expose", func(t *testing.T, e *testServer) {
-		if _, err := exec.LookPath("python3"); (c.local || c.prov == "sandbox") && err != nil {
+		if _, err := exec.LookPath("python3"); (c.local || c.prov == "sandbox" || c.prov == "ssh") && err != nil { // ssh: the test's host is this one
 			t.Skip("the " + c.prov + " port test serves with the host's python3, which this host lacks")
 		}
 		port := c.portBase + 1
-		if !c.hostNet {
+		if !c.hostNet && c.prov != "ssh" { // an ssh machine's ports are its host's
 			port = 8000
 		}
 		if os.Getenv("AGENT_TEST_CHANNEL") == "0" && !c.hostNet { // a guest port is a stream over the channel, off here
@@ -880,15 +898,15 @@ func (c *conformance) badInput(t *testing.T) {
 func (c *conformance) quota(t *testing.T) {
 	t.Run("quota/max-computers", func(t *testing.T) {
 		t.Parallel()
-		q := newTestServer(t, withHostEnv, func(c *testSetup) { c.MaxComputers = 2 })
-		a := q.create(map[string]any{"provider": c.prov})
-		b := q.create(map[string]any{"provider": c.prov})
-		env := q.wantError("POST", "/v1/computers", map[string]any{"provider": c.prov}, 429, codeQuota)
+		q := c.server(t, func(c *testSetup) { c.MaxComputers = 2 })
+		a := q.create(c.spec(map[string]any{"provider": c.prov}))
+		b := q.create(c.spec(map[string]any{"provider": c.prov}))
+		env := q.wantError("POST", "/v1/computers", c.spec(map[string]any{"provider": c.prov}), 429, codeQuota)
 		if d, _ := env["details"].(map[string]any); d["limit"].(float64) != 2 {
 			t.Fatalf("quota details: %v", env)
 		}
 		q.call("POST", "/v1/computers/"+b.ID+"/stop", nil, 200, nil) // stopped machines do not count
-		third := q.create(map[string]any{"provider": c.prov})
+		third := q.create(c.spec(map[string]any{"provider": c.prov}))
 		q.wantError("POST", "/v1/computers/"+b.ID+"/start", nil, 429, codeQuota)
 		for _, m := range []ComputerInfo{a, b, third} {
 			q.call("DELETE", "/v1/computers/"+m.ID, nil, 204, nil)
@@ -899,10 +917,10 @@ func (c *conformance) quota(t *testing.T) {
 func (c *conformance) reaper(t *testing.T) {
 	t.Run("reaper/idle-and-lifetime", func(t *testing.T) {
 		t.Parallel()
-		r := newTestServer(t, withHostEnv)
-		idle := r.create(map[string]any{"provider": c.prov, "idleTimeoutSec": 5})
-		life := r.create(map[string]any{"provider": c.prov, "idleTimeoutSec": 0, "maxLifetimeSec": 30})
-		keep := r.create(map[string]any{"provider": c.prov, "idleTimeoutSec": 0})
+		r := c.server(t)
+		idle := r.create(c.spec(map[string]any{"provider": c.prov, "idleTimeoutSec": 5}))
+		life := r.create(c.spec(map[string]any{"provider": c.prov, "idleTimeoutSec": 0, "maxLifetimeSec": 30}))
+		keep := r.create(c.spec(map[string]any{"provider": c.prov, "idleTimeoutSec": 0}))
 		sub, _ := r.s.hub.subscribe()
 		defer r.s.hub.unsubscribe(sub)
 		base, cs := time.Now(), r.s.computers
@@ -935,9 +953,9 @@ func (c *conformance) reaper(t *testing.T) {
 	})
 	t.Run("reaper/exec-is-activity", func(t *testing.T) {
 		t.Parallel()
-		r := newTestServer(t, withHostEnv)
+		r := c.server(t)
 		base, cs := time.Now(), r.s.computers
-		busy := r.create(map[string]any{"provider": c.prov, "idleTimeoutSec": 5})
+		busy := r.create(c.spec(map[string]any{"provider": c.prov, "idleTimeoutSec": 5}))
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() {
@@ -966,7 +984,7 @@ func (c *conformance) restart(t *testing.T) {
 	if !c.local {
 		c.parallel(t, "lifecycle/vanished", func(t *testing.T, e *testServer) {
 			// A machine removed behind agentd's back while it runs.
-			vanish := e.create(map[string]any{"provider": c.prov})
+			vanish := e.create(c.spec(map[string]any{"provider": c.prov}))
 			e.s.computers.providerByName(c.prov).destroy(context.Background(), &vanish)
 			if c.prov == "kubernetes" { // a pod deleted behind agentd's back: the watch stops the computer (TestKubernetesFaults)
 				var got ComputerInfo
@@ -984,14 +1002,14 @@ func (c *conformance) restart(t *testing.T) {
 	t.Run("restart/adopt-and-reconcile", func(t *testing.T) {
 		t.Parallel()
 		home := t.TempDir()
-		a := newTestServer(t, withHostEnv, withHome(home))
+		a := c.server(t, withHome(home))
 		a.keep = true
-		spec := map[string]any{"provider": c.prov, "idleTimeoutSec": 0}
+		spec := c.spec(map[string]any{"provider": c.prov, "idleTimeoutSec": 0})
 		if c.prov == "sandbox" { // a sandbox's /work outlives its bwrap (which dies with the server) only with persist
 			spec["persist"] = true
 		}
 		live := a.create(spec)
-		gone := a.create(map[string]any{"provider": c.prov, "idleTimeoutSec": 0})
+		gone := a.create(c.spec(map[string]any{"provider": c.prov, "idleTimeoutSec": 0}))
 		a.sh(live.ID, "echo kept > note")
 		// A process left running by an exec of a server that dies: its group is recorded as the exec
 		// wrapper records it (engines), or it carries the machine's id (local).
@@ -1026,7 +1044,7 @@ func (c *conformance) restart(t *testing.T) {
 			}
 			t.Cleanup(func() { p.destroy(context.Background(), &orphan) })
 		}
-		b := newTestServer(t, withHostEnv, withHome(home))
+		b := c.server(t, withHome(home))
 		var got ComputerInfo
 		if b.call("GET", "/v1/computers/"+live.ID, nil, 200, &got); got.State != "running" {
 			t.Fatalf("adopted: %+v", got)

@@ -14,7 +14,7 @@
 //
 // # Audit map
 //
-// Every place agentd's trust boundary is crossed, in the order a request meets it (about 3,061 lines
+// Every place agentd's trust boundary is crossed, in the order a request meets it (about 3,165 lines
 // in the functions named; each stop names its file.go:Func, and TestAuditMapIsTrue fails when one no
 // longer exists or a stop outgrows its stated size):
 //
@@ -77,7 +77,13 @@
 //     pod template it fills, kubeManifests), bwrap
 //     (computers_sandbox.go:(*sandboxProvider).bwrapArgs), the local provider (computers_local.go:(*localProvider).command:
 //     an environment allow-list, never the server's secrets; it guards, it does not isolate), MCP servers
-//     from config (mcp_client.go:(*mcpConn).open). [355 lines]
+//     from config (mcp_client.go:(*mcpConn).open); the ssh host (issue 29): one helper for every ssh
+//     process (computers_ssh.go:(*sshProvider).opts, computers_ssh.go:(*sshProvider).cli: BatchMode, host
+//     keys checked against the configured known_hosts, strictly unless acceptNewHostKeys, only the
+//     configured key, no agent or X11 forwarding), what runs there (computers_ssh.go:(*sshProvider).execScript:
+//     env -i, the machine's private directory, a cwd still inside once its links are followed) and its files
+//     (computers_ssh_fs.go:(*sshFS).resolve: the host's paths resolved there and mapped back into the jail).
+//     [440 lines]
 //  9. Kernel state: iptables (computers_fullnet.go:fullRules, computers_fullnet.go:(*engineProvider).filterFull,
 //     computers_sandboxnet.go:sandboxNetRules), namespaces (computers_sandboxnet.go:(*sandboxProvider).netUp),
 //     cgroups (computers_sandbox_cgroup.go:(cgroupHost).create, computers_sandbox_cgroup.go:(cgroupHost).remove),
@@ -281,6 +287,9 @@ type config struct {
 	// Kubernetes (issue 19): machines as pods through kubectl; the provider exists only when this is set.
 	Kubernetes *kubeConfig `yaml:"kubernetes"`
 
+	// SSH (issue 29): machines as directories on a Linux host over ssh; the provider exists only when set.
+	SSH *sshConfig `yaml:"ssh"`
+
 	firstRun     bool
 	serveArgs    []string            // the flags it was loaded with: a reload reads config.yaml under the same ones
 	level        *slog.LevelVar      // the logger's level (logLevel), which a reload changes (main_reload.go)
@@ -475,10 +484,17 @@ func (cfg config) check() error {
 		return bad("reaperIntervalSec", cfg.ReaperIntervalSec, "at least 1")
 	case cfg.MaxCostUSD < 0:
 		return bad("maxCostUsd", cfg.MaxCostUSD, "0 or more")
-	case !slices.Contains([]string{"auto", "docker", "podman", "kubernetes", "sandbox", "local"}, cfg.ComputerProvider):
-		return bad("computerProvider", fmt.Sprintf("%q", cfg.ComputerProvider), "one of auto, docker, podman, kubernetes, sandbox, local")
+	case !slices.Contains([]string{"auto", "docker", "podman", "kubernetes", "sandbox", "local", "ssh"}, cfg.ComputerProvider):
+		return bad("computerProvider", fmt.Sprintf("%q", cfg.ComputerProvider), "one of auto, docker, podman, kubernetes, sandbox, local, ssh")
 	case cfg.ComputerProvider == "kubernetes" && cfg.Kubernetes == nil: // issue 19: only when configured
 		return bad("computerProvider", `"kubernetes"`, "set only with a kubernetes: block saying where the cluster is")
+	case cfg.ComputerProvider == "ssh" && cfg.SSH == nil: // issue 29: only when configured
+		return bad("computerProvider", `"ssh"`, "set only with an ssh: block saying which host (target: user@host)")
+	}
+	if cfg.SSH != nil {
+		if err := cfg.SSH.check(); err != nil {
+			return err
+		}
 	}
 	return checkWarmPool(cfg.WarmPool, cfg.MaxComputers, bad) // computers_pool.go
 }
@@ -603,7 +619,7 @@ func newServer(cfg config, logger *slog.Logger, now func() time.Time) (*server, 
 	if s.computers, err = newComputerService(computerDeps{helper: helper, helperNote: helperNote, store: st, hub: s.hub, log: logger, clock: now,
 		getenv: cfg.getenv, home: cfg.Home, provider: cfg.ComputerProvider, images: cfg.Images, registries: cfg.AllowedRegistries, mountRoots: cfg.AllowedMounts,
 		maxComputers: cfg.MaxComputers, reapInterval: time.Duration(cfg.ReaperIntervalSec) * time.Second,
-		warmPool: cfg.WarmPool, metrics: s.metrics, kube: cfg.Kubernetes}); err != nil {
+		warmPool: cfg.WarmPool, metrics: s.metrics, kube: cfg.Kubernetes, ssh: cfg.SSH}); err != nil {
 		s.models.Close()
 		st.Close()
 		return nil, err
