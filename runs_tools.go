@@ -28,8 +28,6 @@ import (
 	"sort"
 	"strings"
 	"time"
-
-	"golang.org/x/net/html"
 )
 
 // toolImpl is one tool: what the model sees and what runs.
@@ -803,57 +801,9 @@ func looksHTML(b []byte) bool {
 	return strings.Contains(head, "<html") || strings.Contains(head, "<!doctype html")
 }
 
-// htmlToText keeps the readable text of a page: no scripts, styles or markup; block elements on lines.
-func htmlToText(b []byte) string {
-	z := html.NewTokenizer(bytes.NewReader(b))
-	var out strings.Builder
-	skip := 0
-	newline := func() {
-		s := out.String()
-		if len(s) > 0 && !strings.HasSuffix(s, "\n") {
-			out.WriteByte('\n')
-		}
-	}
-	for {
-		switch z.Next() {
-		case html.ErrorToken:
-			return collapseBlankLines(out.String())
-		case html.StartTagToken, html.SelfClosingTagToken:
-			name, _ := z.TagName()
-			switch string(name) {
-			case "script", "style", "noscript", "template", "svg", "head":
-				skip++
-			case "br", "p", "div", "li", "tr", "h1", "h2", "h3", "h4", "h5", "h6", "section", "article", "pre", "blockquote", "table", "ul", "ol", "header", "footer":
-				newline()
-				if string(name) == "li" {
-					out.WriteString("- ")
-				}
-			}
-		case html.EndTagToken:
-			name, _ := z.TagName()
-			switch string(name) {
-			case "script", "style", "noscript", "template", "svg", "head":
-				if skip > 0 {
-					skip--
-				}
-			case "p", "div", "li", "tr", "h1", "h2", "h3", "h4", "h5", "h6", "section", "article", "pre", "blockquote", "table":
-				newline()
-			}
-		case html.TextToken:
-			if skip > 0 {
-				continue
-			}
-			t := strings.Join(strings.Fields(string(z.Text())), " ")
-			if t != "" {
-				s := out.String()
-				if len(s) > 0 && !strings.HasSuffix(s, "\n") && !strings.HasSuffix(s, " ") {
-					out.WriteByte(' ')
-				}
-				out.WriteString(t)
-			}
-		}
-	}
-}
+// htmlToText keeps the readable text of a page: no scripts, styles or markup; block elements on lines
+// (computers_browse.go:parsePage).
+func htmlToText(b []byte) string { return parsePage(b, nil).text }
 
 func collapseBlankLines(s string) string {
 	lines := strings.Split(s, "\n")
