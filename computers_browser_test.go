@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"image/png"
 	"net/url"
@@ -283,4 +284,86 @@ func FuzzDevToolsActivePort(f *testing.F) {
 			t.Fatalf("accepted %q → %d %q", s, port, path)
 		}
 	})
+}
+
+// TestBrowserAgentRun (issue 28): an agent with a scripted model does the page's whole round through the
+// browser tools on a real machine: it serves the pages, opens them, reads the snapshot's lines
+// (`e42 button "Send"`), types into the form and clicks submit by ref, reads the result, and saves a
+// screenshot in /work.
+func TestBrowserAgentRun(t *testing.T) {
+	requireBrowser(t, "docker")
+	e := newTestServer(t, withHostEnv, withBrowserImage)
+	var pages strings.Builder
+	for name, body := range browserTestPages {
+		fmt.Fprintf(&pages, "cat > %s <<'EOF'\n%s\nEOF\n", name, body)
+	}
+	setup := "mkdir -p /work/www && cd /work/www\n" + pages.String() + `setsid nohup python3 -m http.server 8000 >/dev/null 2>&1 &
+python3 -c '
+import time, urllib.request
+for i in range(300):
+    try:
+        urllib.request.urlopen("http://127.0.0.1:8000/", timeout=2); print("up"); break
+    except Exception:
+        time.sleep(0.1)
+'`
+	// refIn finds the ref of role "name" in the last tool result the model was sent.
+	refIn := func(req ChatRequest, role, name string) string {
+		msgs := req.Messages
+		last := msgs[len(msgs)-1].Content[0].Content
+		for _, line := range strings.Split(last, "\n") {
+			if f := strings.Fields(line); len(f) >= 2 && f[1] == role && strings.Contains(line, `"`+name+`"`) {
+				return f[0]
+			}
+		}
+		t.Errorf("no %s %q in the tool result %q", role, name, last)
+		return "e0"
+	}
+	m := &fakeModel{}
+	m.script = func(_ context.Context, n int, req ChatRequest) (*ChatResponse, error) {
+		switch n {
+		case 0:
+			return toolResp(call("c0", "shell", map[string]any{"command": setup})), nil
+		case 1:
+			return toolResp(call("c1", "browser_goto", map[string]any{"url": "http://localhost:8000/"})), nil
+		case 2:
+			return toolResp(call("c2", "browser_snapshot", map[string]any{})), nil
+		case 3:
+			return toolResp(call("c3", "browser_type", map[string]any{"ref": refIn(req, "textbox", "Your name"), "text": "Grace"})), nil
+		case 4:
+			return toolResp(call("c4", "browser_click", map[string]any{"ref": refIn(req, "button", "Send")})), nil
+		case 5:
+			return toolResp(call("c5", "browser_snapshot", map[string]any{})), nil
+		case 6:
+			return toolResp(call("c6", "browser_screenshot", map[string]any{})), nil
+		}
+		return textResp("done"), nil
+	}
+	e.s.runs.Close()
+	e.s.runs = newRunService(runDeps{store: e.s.store, hub: e.s.hub, models: m, computers: e.s.computers,
+		now: time.Now, log: e.s.log, getenv: os.Getenv, home: t.TempDir(), metrics: e.s.metrics})
+	e.putAgent(testSpec("surfer", func(sp *AgentSpec) {
+		sp.Tools = []string{"computer", "browser"}
+		sp.Computer = ComputerSpec{Provider: "docker", Flavor: "browser", MemoryMB: 2048, Network: NetworkSpec{Mode: "egress"}}
+	}))
+	res := e.run("surfer", map[string]any{"input": "check the form"})
+	if res["stopReason"] != "complete" {
+		t.Fatalf("run: %v", res)
+	}
+	reqs := m.requests()
+	result := func(step int) string { msgs := reqs[step].Messages; return msgs[len(msgs)-1].Content[0].Content }
+	if !strings.Contains(result(6), `StaticText "Hello, Grace"`) || !strings.Contains(result(6), "result.html?name=Grace") {
+		t.Fatalf("the snapshot after submitting: %q", result(6))
+	}
+	shot := result(7)
+	i := strings.Index(shot, "/work/")
+	if !strings.HasPrefix(shot, "saved a ") || i < 0 {
+		t.Fatalf("screenshot result: %q", shot)
+	}
+	ms, _ := e.s.computers.list(context.Background(), false)
+	if len(ms) != 1 {
+		t.Fatalf("machines: %+v", ms)
+	}
+	if out := e.sh(ms[0].ID, "head -c 8 "+strings.TrimSpace(shot[i:])+" | od -c | head -1"); !strings.Contains(out, "P   N   G") {
+		t.Fatalf("the screenshot file is not a PNG: %q", out)
+	}
 }

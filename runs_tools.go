@@ -3,7 +3,8 @@
 // Entry points: toolCatalog (every tool, by name), resolveTools (a spec's `tools` list → the names this run
 // offers). Bundles (docs/API.md tools table): computer = shell, expose_port, computer_info; files = read_file,
 // write_file, edit_file, list_dir, search_files, move, delete; web = fetch_url (+ web_search when
-// BRAVE_API_KEY is set); http = http_request (opt-in).
+// BRAVE_API_KEY is set); http = http_request (opt-in); browser = browse, browser_goto, browser_snapshot,
+// browser_click, browser_type, browser_screenshot (opt-in; computers_browser_tools.go).
 // Rules: tools needing a machine are dropped when computer.enabled is false; unknown names are dropped;
 // every exec goes through the agent's command policy; every file path goes through the computer's jail;
 // fetch_url and http_request obey the network policy (private, loopback and link-local addresses refused
@@ -69,6 +70,7 @@ var toolBundles = map[string][]string{
 	"files":    {"read_file", "write_file", "edit_file", "list_dir", "search_files", "move", "delete"},
 	"web":      {"fetch_url", "web_search"},
 	"http":     {"http_request"},
+	"browser":  {"browse", "browser_goto", "browser_snapshot", "browser_click", "browser_type", "browser_screenshot"},
 }
 
 const searchKeyEnv = "BRAVE_API_KEY"
@@ -115,9 +117,9 @@ func obj(required []string, props map[string]any) map[string]any {
 
 func prop(typ, desc string) map[string]any { return map[string]any{"type": typ, "description": desc} }
 
-// toolCatalog returns every tool agentd knows.
+// toolCatalog returns every tool agentd knows (the browser's: computers_browser_tools.go).
 func toolCatalog() map[string]toolImpl {
-	return map[string]toolImpl{
+	tools := map[string]toolImpl{
 		"shell": {needsComputer: true, streams: true, run: toolShell, def: ToolDef{Name: "shell",
 			Description: "Run a shell command (sh -c) on the agent's computer and return its exit code and output. The working directory is /work unless cwd is given. No state persists between calls except files.",
 			Parameters: obj([]string{"command"}, map[string]any{
@@ -180,6 +182,10 @@ func toolCatalog() map[string]toolImpl {
 				"headers": map[string]any{"type": "object", "additionalProperties": map[string]any{"type": "string"}},
 			})}},
 	}
+	for name, t := range browserTools() {
+		tools[name] = t
+	}
+	return tools
 }
 
 // ---- argument helpers ----
