@@ -14,7 +14,7 @@
 //
 // # Audit map
 //
-// Every place agentd's trust boundary is crossed, in the order a request meets it (about 3,080 lines
+// Every place agentd's trust boundary is crossed, in the order a request meets it (about 3,400 lines
 // in the functions named; each stop names its file.go:Func, and TestAuditMapIsTrue fails when one no
 // longer exists or a stop outgrows its stated size):
 //
@@ -87,6 +87,16 @@
 //     computers_channel.go:(*chanProc).deliver, computers_channel.go:(*execChannel).accepted,
 //     computers_channel_sock.go:acceptHelper (the one connection presenting the token; constant time),
 //     computers_channel_sock.go:listenUnixIn. [184 lines]
+//  11. The browser in the machine (issue 28): its network is the machine's — `browse` dials the machine's
+//     loopback through its port path and every other host through its network policy
+//     (computers_browse.go:(*computerService).machineClient, computers_browse.go:isLoopbackName,
+//     computers_browse.go:(*computerService).machineDial, computers_browse.go:(*computerService).Browse),
+//     Chromium's through the egress proxy (computers_browser.go:browserFlags), only http(s) pages
+//     (computers_browser.go:checkBrowserURL); Chromium is started through Exec, so under the command policy
+//     (computers_browser.go:(*computerService).startBrowser); its DevTools endpoint is an untrusted peer
+//     (computers_browser.go:parseDevToolsActivePort, computers_browser_cdp.go:dialCDP,
+//     computers_browser_cdp.go:(*cdpConn).read: bounded messages, unknown ones dropped), and a ref acts
+//     only on the document it was read from (computers_browser.go:(*machineBrowser).checkRef). [318 lines]
 //
 // This file holds main, run (the testable entry point), configuration loading and the serve lifecycle
 // (SIGHUP re-reads config.yaml: main_reload.go).
