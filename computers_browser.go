@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -950,4 +951,36 @@ func (s *server) handleBrowserClose(w http.ResponseWriter, r *http.Request) erro
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
+}
+
+// doctorBrowser is the doctor's view of the in-machine browser: the host's Chromium (which sandbox and
+// local machines run), the browser flavor's image on the selected engine, and what is missing with how
+// to get it.
+type doctorBrowser struct {
+	Host         string   `json:"host"` // the host's Chromium, "" when there is none
+	Image        string   `json:"image,omitempty"`
+	ImagePresent bool     `json:"imagePresent"`
+	Missing      []string `json:"missing"`
+}
+
+func (c *computerService) browserDoctor(images []doctorImage) doctorBrowser {
+	d := doctorBrowser{Missing: []string{}}
+	for _, name := range browserBinaries {
+		if p, err := exec.LookPath(name); err == nil {
+			d.Host = p
+			break
+		}
+	}
+	if d.Host == "" {
+		d.Missing = append(d.Missing, "the host has no Chromium, which sandbox and local machines run: apt-get install chromium (Debian)")
+	}
+	for _, im := range images {
+		if im.Flavor == "browser" {
+			d.Image, d.ImagePresent = im.Image, im.Present
+			if !im.Present {
+				d.Missing = append(d.Missing, fmt.Sprintf("%s has no image %s for the browser flavor: build it offline with scripts/test-image.sh --flavor browser (Debian's chromium from the Debian mirror), or set images: {browser: <image with chromium>} in config.yaml", im.Provider, im.Image))
+			}
+		}
+	}
+	return d
 }

@@ -367,3 +367,33 @@ for i in range(300):
 		t.Fatalf("the screenshot file is not a PNG: %q", out)
 	}
 }
+
+// TestBrowserMissing (issue 28): a machine without Chromium says so and how to get it (status, goto),
+// and so does the doctor.
+func TestBrowserMissing(t *testing.T) {
+	requireProvider(t, "docker")
+	e := newTestServer(t, withHostEnv)
+	m := e.create(map[string]any{"provider": "docker", "idleTimeoutSec": 0}) // the base image: no chromium
+	defer e.call("DELETE", "/v1/computers/"+m.ID, nil, 204, nil)
+	var st BrowserStatus
+	e.call("GET", "/v1/computers/"+m.ID+"/browser/status", nil, 200, &st)
+	if st.Installed || st.Running || !strings.Contains(st.Hint, "scripts/test-image.sh --flavor browser") {
+		t.Fatalf("status without chromium: %+v", st)
+	}
+	body := e.wantError("POST", "/v1/computers/"+m.ID+"/browser/goto", map[string]any{"url": "http://localhost:1/"}, 501, codeNotImplemented)
+	if !strings.Contains(fmt.Sprint(body), "flavor browser") {
+		t.Fatalf("goto without chromium: %v", body)
+	}
+	e.wantError("POST", "/v1/computers/"+m.ID+"/browser/goto", map[string]any{"url": "file:///etc/passwd"}, 422, codeSpecInvalid)
+	e.wantError("POST", "/v1/computers/"+m.ID+"/browser/snapshot", map[string]any{"limit": 5001}, 422, codeSpecInvalid)
+	e.wantError("POST", "/v1/computers/"+m.ID+"/browse", map[string]any{"url": "http://localhost/", "maxBytes": 10}, 422, codeSpecInvalid)
+
+	d := e.s.computers.browserDoctor([]doctorImage{{Flavor: "browser", Image: browserImage, Provider: "docker"}})
+	if len(d.Missing) == 0 || !strings.Contains(strings.Join(d.Missing, "\n"), "scripts/test-image.sh --flavor browser") {
+		t.Fatalf("doctor without the image: %+v", d)
+	}
+	rep := e.call("GET", "/v1/doctor", nil, 200, nil).json(t)
+	if _, ok := rep["browser"].(map[string]any); !ok {
+		t.Fatalf("the doctor has no browser section: %v", rep["browser"])
+	}
+}
