@@ -127,8 +127,11 @@ func TestBrowserInMachine(t *testing.T) {
 					e.call("DELETE", "/v1/computers/"+m.ID, nil, 204, nil)
 				}
 			}()
+			t0 := time.Now()
+			step := func(what string) { t.Logf("%6.1fs %s", time.Since(t0).Seconds(), what) }
 			base := "http://localhost:8000/"
 			serveTestPages(e, m.ID, 8000)
+			step("pages served")
 
 			// browse: fetched from inside the machine (localhost is the machine's own), read as text.
 			var br BrowseResult
@@ -152,6 +155,7 @@ func TestBrowserInMachine(t *testing.T) {
 				t.Fatalf("status before first use: %+v", st)
 			}
 
+			step("status")
 			var g GotoResult
 			e.call("POST", "/v1/computers/"+m.ID+"/browser/goto", map[string]any{"url": base}, 200, &g)
 			if !g.Loaded || g.Title != "Shop" || g.Status != 200 || g.URL != base {
@@ -188,12 +192,14 @@ func TestBrowserInMachine(t *testing.T) {
 			e.wantError("POST", "/v1/computers/"+m.ID+"/browser/click", map[string]any{"ref": send.Ref}, 500, codeToolError)
 			e.wantError("POST", "/v1/computers/"+m.ID+"/browser/click", map[string]any{"ref": "nope"}, 422, codeSpecInvalid)
 
+			step("form submitted")
 			shot := e.do("GET", "/v1/computers/"+m.ID+"/browser/screenshot", nil)
 			img, err := png.Decode(bytes.NewReader(shot.body))
 			if shot.status != 200 || err != nil || img.Bounds().Dx() != browserWidth || img.Bounds().Dy() != browserHeight {
 				t.Fatalf("screenshot: status %d, %v, %v", shot.status, err, img)
 			}
 
+			step("screenshot")
 			// The browser's traffic goes through the machine's egress rules.
 			e.call("POST", "/v1/computers/"+m.ID+"/browser/goto", map[string]any{"url": "http://denied.example/", "timeoutSec": 20}, 200, &g)
 			if g.Status == 200 || (g.Error == "" && g.Status != 403) {
@@ -209,6 +215,7 @@ func TestBrowserInMachine(t *testing.T) {
 				return false
 			})
 
+			step("egress refused")
 			// A crashed browser starts again on next use.
 			if r := e.exec(m.ID, map[string]any{"cmd": "d='" + browserDir(m.ID) + "'\n" + browserKill}); r.ExitCode != 0 {
 				t.Fatalf("killing chromium: %+v", r)
@@ -222,6 +229,7 @@ func TestBrowserInMachine(t *testing.T) {
 				t.Fatalf("goto after a crash: %+v", g)
 			}
 
+			step("restarted after a crash")
 			// Idle for longer than browserIdleAfter on the service's clock: stopped, processes and all.
 			e.s.computers.setNow(func() time.Time { return time.Now().Add(browserIdleAfter + time.Minute) })
 			eventually(t, "the idle browser stops", func() bool {
@@ -230,6 +238,7 @@ func TestBrowserInMachine(t *testing.T) {
 			})
 			e.s.computers.setNow(time.Now)
 
+			step("stopped when idle")
 			// Destroy leaves no Chromium process.
 			e.call("POST", "/v1/computers/"+m.ID+"/browser/goto", map[string]any{"url": base}, 200, &g)
 			if len(hostBrowserPids(m.ID)) == 0 {
@@ -237,6 +246,7 @@ func TestBrowserInMachine(t *testing.T) {
 			}
 			e.call("DELETE", "/v1/computers/"+m.ID, nil, 204, nil)
 			destroyed = true
+			step("destroyed")
 			eventually(t, "no chromium process is left after destroy", func() bool { return len(hostBrowserPids(m.ID)) == 0 })
 		})
 	}
