@@ -156,4 +156,3 @@ func memoryOf(pids []string) (rss, pss int) {
 	}
 	return rss, pss
 }
-

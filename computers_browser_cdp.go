@@ -91,38 +91,7 @@ func (c *cdpConn) read() {
 		if err = websocket.Message.Receive(c.ws, &raw); err != nil {
 			break
 		}
-		var msg struct {
-			ID     *int64          `json:"id"`
-			Result json.RawMessage `json:"result"`
-			Error  *cdpError       `json:"error"`
-			cdpEvent
-		}
-		if json.Unmarshal(raw, &msg) != nil {
-			continue // not a message of the protocol: dropped
-		}
-		if msg.ID != nil {
-			c.mu.Lock()
-			ch := c.pending[*msg.ID]
-			delete(c.pending, *msg.ID)
-			c.mu.Unlock()
-			if ch != nil {
-				ch <- cdpAnswer{Result: msg.Result, Err: msg.Error}
-			}
-			continue
-		}
-		if msg.Method == "" {
-			continue
-		}
-		c.mu.Lock()
-		for s := range c.subs {
-			if s.session == msg.SessionID && s.methods[msg.Method] {
-				select {
-				case s.ch <- msg.cdpEvent:
-				default: // a subscriber that falls behind loses events
-				}
-			}
-		}
-		c.mu.Unlock()
+		c.handle(raw)
 	}
 	c.mu.Lock()
 	if c.err == nil {
@@ -134,6 +103,43 @@ func (c *cdpConn) read() {
 	}
 	c.mu.Unlock()
 	close(c.closed)
+}
+
+// handle routes one message from the browser: an answer to its caller, an event to its subscribers;
+// anything else is dropped.
+func (c *cdpConn) handle(raw []byte) {
+	var msg struct {
+		ID     *int64          `json:"id"`
+		Result json.RawMessage `json:"result"`
+		Error  *cdpError       `json:"error"`
+		cdpEvent
+	}
+	if json.Unmarshal(raw, &msg) != nil {
+		return // not a message of the protocol
+	}
+	if msg.ID != nil {
+		c.mu.Lock()
+		ch := c.pending[*msg.ID]
+		delete(c.pending, *msg.ID)
+		c.mu.Unlock()
+		if ch != nil {
+			ch <- cdpAnswer{Result: msg.Result, Err: msg.Error}
+		}
+		return
+	}
+	if msg.Method == "" {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for s := range c.subs {
+		if s.session == msg.SessionID && s.methods[msg.Method] {
+			select {
+			case s.ch <- msg.cdpEvent:
+			default: // a subscriber that falls behind loses events
+			}
+		}
+	}
 }
 
 // done is closed when the connection has ended (the browser exited, crashed or was closed).

@@ -407,3 +407,27 @@ func TestBrowserMissing(t *testing.T) {
 		t.Fatalf("the doctor has no browser section: %v", rep["browser"])
 	}
 }
+
+// FuzzCDPMessage: whatever the browser sends, the reader routes or drops it without panicking, and an
+// answer reaches only the caller waiting for its id.
+func FuzzCDPMessage(f *testing.F) {
+	f.Add([]byte(`{"id":1,"result":{"frameId":"x"}}`))
+	f.Add([]byte(`{"id":1,"error":{"code":-32000,"message":"No node"}}`))
+	f.Add([]byte(`{"method":"Page.loadEventFired","params":{},"sessionId":"s"}`))
+	f.Add([]byte(`{"id":"1"}`))
+	f.Add([]byte(`[1,2]`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		ch := make(chan cdpAnswer, 1)
+		c := &cdpConn{pending: map[int64]chan cdpAnswer{1: ch}, subs: map[*cdpSub]struct{}{}}
+		evs, stop := c.subscribe("s", "Page.loadEventFired")
+		defer stop()
+		c.handle(b)
+		c.handle(b) // twice: a repeated answer finds nobody waiting
+		if len(ch) > 1 || len(evs) > 2 {
+			t.Fatalf("routed %d answers, %d events", len(ch), len(evs))
+		}
+		if _, waiting := c.pending[1]; len(ch) == 1 && waiting {
+			t.Fatal("an answered call is still waiting")
+		}
+	})
+}

@@ -95,7 +95,7 @@
 //     (computers_browser.go:checkBrowserURL); Chromium is started through Exec, so under the command policy
 //     (computers_browser.go:(*computerService).startBrowser); its DevTools endpoint is an untrusted peer
 //     (computers_browser.go:parseDevToolsActivePort, computers_browser_cdp.go:dialCDP,
-//     computers_browser_cdp.go:(*cdpConn).read: bounded messages, unknown ones dropped), and a ref acts
+//     computers_browser_cdp.go:(*cdpConn).read, computers_browser_cdp.go:(*cdpConn).handle: bounded messages, unknown ones dropped), and a ref acts
 //     only on the document it was read from (computers_browser.go:(*machineBrowser).checkRef). [318 lines]
 //
 // This file holds main, run (the testable entry point), configuration loading and the serve lifecycle
