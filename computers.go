@@ -276,9 +276,11 @@ func newComputerService(d computerDeps) (*computerService, error) {
 	return c, nil
 }
 
-// Close stops the reaper and the port forwarders and waits; machines keep running and are adopted at
+// Close stops the in-machine browsers, the reaper and the port forwarders and waits; machines keep
+// running and are adopted at
 // the next start.
 func (c *computerService) Close() {
+	c.endBrowsers() // computers_browser.go: through the exec channels, so before they go
 	c.cancel()
 	c.wg.Wait()
 	defer c.drain.Close()

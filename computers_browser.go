@@ -372,6 +372,34 @@ func (c *computerService) closeBrowser(rt *machineRT) {
 	}
 }
 
+// endBrowsers stops every machine's browser, processes too, when the service closes (before its exec
+// channels go): the machines are adopted by the next server, and an orphaned Chromium would hold a
+// machine's memory until its next browser call.
+func (c *computerService) endBrowsers() {
+	c.mu.Lock()
+	rts := make(map[string]*machineRT, len(c.rt))
+	for id, rt := range c.rt {
+		rts[id] = rt
+	}
+	c.mu.Unlock()
+	var wg sync.WaitGroup
+	for id, rt := range rts {
+		rt.brMu.Lock()
+		b := rt.br
+		rt.brMu.Unlock()
+		if b == nil {
+			continue
+		}
+		wg.Go(func() {
+			c.closeBrowser(rt)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			c.browserShell(ctx, id, "d='"+browserDir(id)+"'\n"+browserKill, 10*time.Second)
+		})
+	}
+	wg.Wait()
+}
+
 // ---- operations ----
 
 // BrowserStatus says whether machine id has Chromium, which, and whether it is running.

@@ -114,7 +114,7 @@ func hostBrowserPids(id string) []string {
 // the browser; a killed browser starts again on next use; an idle one stops on the service's clock; and
 // destroy leaves no Chromium process.
 func TestBrowserInMachine(t *testing.T) {
-	for _, prov := range []string{"docker", "sandbox"} {
+	for _, prov := range []string{"docker", "podman", "sandbox"} {
 		t.Run(prov, func(t *testing.T) {
 			requireBrowser(t, prov)
 			e := newTestServer(t, withHostEnv, withBrowserImage)
@@ -430,4 +430,24 @@ func FuzzCDPMessage(f *testing.F) {
 			t.Fatal("an answered call is still waiting")
 		}
 	})
+}
+
+// TestBrowserEndsWithServer (issue 28): a server that shuts down leaves its machines running for the
+// next one, but not their Chromium: nothing would drive it, and it would hold the machine's memory.
+func TestBrowserEndsWithServer(t *testing.T) {
+	requireBrowser(t, "docker")
+	e := newTestServer(t, withHostEnv, withBrowserImage)
+	m := e.create(map[string]any{"provider": "docker", "flavor": "browser", "idleTimeoutSec": 0, "memoryMb": 2048})
+	p := e.s.computers.providerByName("docker")
+	defer p.destroy(context.Background(), &m)
+	e.call("POST", "/v1/computers/"+m.ID+"/browser/goto", map[string]any{"url": "about:blank"}, 200, nil)
+	if len(hostBrowserPids(m.ID)) == 0 {
+		t.Fatal("no chromium process for the machine")
+	}
+	e.keep = true
+	e.close()
+	if st, err := p.status(context.Background(), &m); err != nil || st != "running" {
+		t.Fatalf("the machine after the server's shutdown: %q %v", st, err)
+	}
+	eventually(t, "no chromium left in the machine after the server's shutdown", func() bool { return len(hostBrowserPids(m.ID)) == 0 })
 }
