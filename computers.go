@@ -277,8 +277,7 @@ func newComputerService(d computerDeps) (*computerService, error) {
 }
 
 // Close stops the in-machine browsers, the reaper and the port forwarders and waits; machines keep
-// running and are adopted at
-// the next start.
+// running and are adopted at the next start.
 func (c *computerService) Close() {
 	c.endBrowsers() // computers_browser.go: through the exec channels, so before they go
 	c.cancel()
