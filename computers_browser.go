@@ -3,7 +3,8 @@
 //
 // Entry points: computerService.browser (the machine's browser, started on first use, started again
 // after it crashed), BrowserStatus, BrowserGoto, BrowserSnapshot, BrowserClick, BrowserType,
-// BrowserScreenshot, BrowserClose; closeBrowser (stop, destroy, vanish and shutdown call it); the handlers.
+// BrowserScreenshot, BrowserClose; closeBrowser (stop, destroy and vanish call it), endBrowsers (the
+// service's Close: Chromium stopped in every machine, which lives on); browserDoctor; the handlers.
 //
 // Rules: Chromium runs in the machine, as the machine's user, started through the machine's own exec path
 // (Exec: the command policy applies), headless, with its DevTools port on the machine's loopback only
@@ -13,7 +14,8 @@
 // every request goes through the machine's egress proxy (--proxy-server; loopback is never proxied), so
 // the machine's rules apply; in mode none the machine has only its loopback. `--no-sandbox` only inside
 // machines (the machine is the sandbox, and it has neither user namespaces nor a setuid helper to give
-// Chromium's own); on local Chromium keeps its sandbox. One operation at a time per browser; an idle
+// Chromium's own); on local Chromium keeps its sandbox. One operation at a time per browser; a click or
+// a type waits up to 0.7 s for a navigation it may have started (then for its load); an idle
 // browser (browserIdleAfter, measured on the service's clock) is stopped by its own goroutine; the
 // browser dies with its machine (destroy and stop end it; the machine's end kills its processes).
 // Refs are `e<backendDOMNodeId>`: stable for a node while the page lives, unknown after it navigated.
