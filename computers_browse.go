@@ -99,30 +99,30 @@ func isLoopbackName(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// machineDial connects to 127.0.0.1:port inside machine m: over its exec channel where it has one (the
-// port path of computers_ports.go), on the host where the machine shares the host's network, else at
-// the provider's guest address (kubernetes: its port-forward reaches the pod's loopback).
+// machineDial connects to 127.0.0.1:port inside machine m: on the host where the machine shares the
+// host's network, else over its exec channel (the path its exposed ports take).
 func (c *computerService) machineDial(ctx context.Context, m *ComputerInfo, port int) (halfConn, error) {
 	p := c.providerByName(m.Provider)
 	if p == nil {
 		return nil, errorf(codeComputerFailed, "computer %s has no provider %q here", m.ID, m.Provider)
 	}
 	if sharesHostNetwork(p, m) {
-		return tcpDialer(net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))(ctx)
-	}
-	if host, ok := p.(channelHost); ok {
-		ch, err := c.channelErr(ctx, host, m)
+		conn, err := (&net.Dialer{Timeout: 5 * time.Second}).DialContext(ctx, "tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 		if err != nil {
-			return nil, errorf(codeComputerFailed, "the loopback of computer %s is reached over its exec channel, which is unavailable: %v", m.ID, err).
-				withHint("turn execChannel on in config.yaml (" + takesEffect("execChannel") + ")")
+			return nil, err
 		}
-		return ch.dial(ctx, port)
+		return asHalfConn(conn), nil
 	}
-	target, err := p.guestAddr(ctx, m, port)
+	host, ok := p.(channelHost)
+	if !ok {
+		return nil, errorf(codeComputerFailed, "the %s provider cannot reach a machine's loopback", m.Provider)
+	}
+	ch, err := c.channelErr(ctx, host, m)
 	if err != nil {
-		return nil, err
+		return nil, errorf(codeComputerFailed, "the loopback of computer %s is reached over its exec channel, which is unavailable: %v", m.ID, err).
+			withHint("turn execChannel on in config.yaml (" + takesEffect("execChannel") + ")")
 	}
-	return tcpDialer(target)(ctx)
+	return ch.dial(ctx, port)
 }
 
 // streamConn makes a halfConn (a channel stream) a net.Conn for net/http; deadlines are the request's
