@@ -117,6 +117,14 @@ func (s *server) routes() *http.ServeMux {
 	mux.HandleFunc("GET /v1/computers/{id}/fs/download", s.api(s.handleDownload))
 	mux.HandleFunc("POST /v1/computers/{id}/ports", s.api(s.handleExposePort))
 	mux.HandleFunc("GET /v1/computers/{id}/terminal", s.api(s.handleTerminal))
+	mux.HandleFunc("POST /v1/computers/{id}/browse", s.api(s.handleBrowse))
+	mux.HandleFunc("GET /v1/computers/{id}/browser/status", s.api(s.handleBrowserStatus))
+	mux.HandleFunc("POST /v1/computers/{id}/browser/goto", s.api(s.handleBrowserGoto))
+	mux.HandleFunc("POST /v1/computers/{id}/browser/snapshot", s.api(s.handleBrowserSnapshot))
+	mux.HandleFunc("POST /v1/computers/{id}/browser/click", s.api(s.handleBrowserClick))
+	mux.HandleFunc("POST /v1/computers/{id}/browser/type", s.api(s.handleBrowserType))
+	mux.HandleFunc("GET /v1/computers/{id}/browser/screenshot", s.api(s.handleBrowserScreenshot))
+	mux.HandleFunc("DELETE /v1/computers/{id}/browser", s.api(s.handleBrowserClose))
 
 	// Models.
 	mux.HandleFunc("GET /v1/models", s.api(s.handleListModels))

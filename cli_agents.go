@@ -1039,6 +1039,9 @@ func (c *cli) doctor(args []string) error {
 		}
 		c.table([]string{"FLAVOR", "IMAGE", "ENGINE", "STATE"}, rows)
 	}
+	for _, m := range rep.Browser.Missing { // the in-machine browser (computers_browser.go)
+		fmt.Fprintln(c.stdout, "browser: "+m)
+	}
 	if len(rep.Pool.Flavors) > 0 { // the warm pool (computers_pool.go), when warmPool is configured
 		fmt.Fprintln(c.stdout)
 		rows = [][]string{}

@@ -170,6 +170,9 @@ type machineRT struct {
 	chOff string       // why this machine cannot have one (then every call takes the per-call path)
 
 	refused refusalLog // guarded by computerService.mu: the egress proxy's recent refusals (computers_egress.go)
+
+	brMu sync.Mutex      // guards br (computers_browser.go)
+	br   *machineBrowser // the machine's running Chromium, nil until first use
 }
 
 type reachCheck struct {
@@ -222,8 +225,11 @@ type computerService struct {
 	podsGone chan struct{}     // kubernetes' pod watch wakes the reaper's pod sweep (computers_reaper.go)
 	creating sync.Mutex        // quota check + insert are atomic
 	pool     warmPool          // computers_pool.go
-	proof    proofs            // computers_proof.go: the trials behind "available"
-	drain    pipeDrain         // local commands' output pipes still held by their background children
+	// browserCfg are the in-machine browsers' timings (computers_browser.go); a test may shorten them
+	// before the first browser starts.
+	browserCfg browserSettings
+	proof      proofs    // computers_proof.go: the trials behind "available"
+	drain      pipeDrain // local commands' output pipes still held by their background children
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -275,9 +281,10 @@ func newComputerService(d computerDeps) (*computerService, error) {
 	return c, nil
 }
 
-// Close stops the reaper and the port forwarders and waits; machines keep running and are adopted at
-// the next start.
+// Close stops the in-machine browsers, the reaper and the port forwarders and waits; machines keep
+// running and are adopted at the next start.
 func (c *computerService) Close() {
+	c.endBrowsers() // computers_browser.go: through the exec channels, so before they go
 	c.cancel()
 	c.wg.Wait()
 	defer c.drain.Close()
@@ -289,6 +296,7 @@ func (c *computerService) Close() {
 	c.mu.Unlock()
 	for id, rt := range rts {
 		c.closePorts(rt)
+		c.closeBrowser(rt)
 		c.closeChannel(rt)
 		c.flushLastUsed(context.Background(), id)
 	}
@@ -494,7 +502,7 @@ func (c *computerService) doctor(ctx context.Context) (providers []doctorProvide
 			warnings = append(warnings, fmt.Sprintf("only a non-isolated computer provider (%s) is available: commands run on this host, guarded but not isolated; install Docker, Podman or bubblewrap (the sandbox provider) for isolation", m.name))
 		}
 		if e, ok := p.(*engineProvider); ok {
-			for _, flavor := range []string{"base", "python", "node", "full"} {
+			for _, flavor := range flavors {
 				img := c.imageFor(ComputerSpec{Flavor: flavor})
 				_, err := e.call(ctx, nil, "image", "inspect", "--format", "{{.Id}}", img)
 				images = append(images, doctorImage{Flavor: flavor, Image: img, Provider: m.name, Present: err == nil})
@@ -773,6 +781,7 @@ func (c *computerService) stop(ctx context.Context, idOrName string) (*ComputerI
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lifecycleTimout)
 	defer cancel()
 	c.closePorts(rt)
+	c.closeBrowser(rt)
 	c.closeChannel(rt)
 	if err := p.stop(lctx, m); err != nil {
 		return nil, err
@@ -846,6 +855,7 @@ func (c *computerService) destroy(ctx context.Context, idOrName, reason string) 
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lifecycleTimout)
 	defer cancel()
 	c.closePorts(rt)
+	c.closeBrowser(rt)
 	c.closeChannel(rt)
 	if p != nil {
 		if err := p.destroy(lctx, m); err != nil {
@@ -891,6 +901,7 @@ func (c *computerService) lockMachine(ctx context.Context, idOrName string) (*Co
 func (c *computerService) markGone(ctx context.Context, m *ComputerInfo) error {
 	rt := c.runtime(m.ID)
 	c.closePorts(rt)
+	c.closeBrowser(rt)
 	c.closeChannel(rt)
 	m.State, m.Ports, m.Error = stateDestroyed, map[string]PortBinding{}, "the machine disappeared"
 	c.save(ctx, m)

@@ -144,7 +144,13 @@ func checkMountTarget(target string) error {
 var defaultImages = map[string]string{
 	"base": "docker.io/library/debian:bookworm-slim", "python": "docker.io/library/python:3.12-slim",
 	"node": "docker.io/library/node:22-slim", "full": "docker.io/library/debian:bookworm",
+	// browser (issue 28): Debian's chromium on bookworm, built offline by scripts/test-image.sh --flavor
+	// browser; no registry has it, so it is local to the engine (on local and sandbox: the host's chromium).
+	"browser": "agentd-test:browser",
 }
+
+// flavors are the names computer.flavor accepts, in the order messages list them.
+var flavors = []string{"base", "python", "node", "full", "browser"}
 
 func (c *computerService) imageFor(sp ComputerSpec) string {
 	if sp.Image != "" {
@@ -320,7 +326,7 @@ func (c *computerService) allowedRegistries() []string {
 		return r
 	}
 	var out []string
-	for _, f := range []string{"base", "python", "node", "full"} {
+	for _, f := range flavors {
 		if r := imageRegistry(c.imageFor(ComputerSpec{Flavor: f})); !slices.Contains(out, r) {
 			out = append(out, r)
 		}

@@ -28,6 +28,7 @@ type DoctorReport struct {
 	Selection doctorSelection       `json:"selection"`
 	Images    []doctorImage         `json:"images"`     // addition: each flavor's image on the selected engine
 	Pool      doctorPool            `json:"pool"`       // addition: the warm pool (computers_pool.go)
+	Browser   doctorBrowser         `json:"browser"`    // addition: Chromium for the machines (computers_browser.go)
 	MCP       []map[string]any      `json:"mcpServers"` // addition: config.yaml's MCP servers and their state (mcp_client.go)
 	Warnings  []string              `json:"warnings"`
 }
@@ -131,6 +132,7 @@ func (s *server) doctor(ctx context.Context) DoctorReport {
 	}
 	providers, sel, images, cw := s.computers.doctor(ctx)
 	rep.Images = images
+	rep.Browser = s.computers.browserDoctor(images)
 	var pw []string
 	rep.Pool, pw = s.computers.poolDoctor(ctx) // the warm pool: per flavor ready/target, or why it is off
 	cw = append(cw, pw...)

@@ -14,7 +14,7 @@
 //
 // # Audit map
 //
-// Every place agentd's trust boundary is crossed, in the order a request meets it (about 3,165 lines
+// Every place agentd's trust boundary is crossed, in the order a request meets it (about 3,500 lines
 // in the functions named; each stop names its file.go:Func, and TestAuditMapIsTrue fails when one no
 // longer exists or a stop outgrows its stated size):
 //
@@ -62,7 +62,7 @@
 //     computers_egress.go:(*helloGate).ReadFrom, computers_egress.go:clientHelloSNI:
 //     crypto/tls reads the server name); port forwarding, which dials only into the machine
 //     (computers_ports.go:(*computerService).ExposePort, computers_ports.go:(*computerService).reachable).
-//     [303 lines]
+//     [316 lines]
 //  7. Redaction and approvals: runs_guard.go:newRedactor, runs_guard.go:(*redactor).redact,
 //     runs_guard.go:(*streamRedactor).write (secrets out of tool results, events, warnings, errors),
 //     runs_guard.go:effectiveApprovalMode (tighten only), runs_approvals.go:(*approvalBook).request (ask
@@ -96,6 +96,16 @@
 //     computers_channel.go:(*chanProc).deliver, computers_channel.go:(*execChannel).accepted,
 //     computers_channel_sock.go:acceptHelper (the one connection presenting the token; constant time),
 //     computers_channel_sock.go:listenUnixIn. [184 lines]
+//  11. The browser in the machine (issue 28): its network is the machine's — `browse` dials the machine's
+//     loopback through its port path and every other host through its network policy
+//     (computers_browse.go:(*computerService).machineClient, computers_browse.go:isLoopbackName,
+//     computers_browse.go:(*computerService).machineDial, computers_browse.go:(*computerService).Browse),
+//     Chromium's through the egress proxy (computers_browser.go:browserFlags), only http(s) pages
+//     (computers_browser.go:checkBrowserURL); Chromium is started through Exec, so under the command policy
+//     (computers_browser.go:(*computerService).startBrowser); its DevTools endpoint is an untrusted peer
+//     (computers_browser.go:parseDevToolsActivePort, computers_browser_cdp.go:dialCDP,
+//     computers_browser_cdp.go:(*cdpConn).read, computers_browser_cdp.go:(*cdpConn).handle: bounded messages, unknown ones dropped), and a ref acts
+//     only on the document it was read from (computers_browser.go:(*machineBrowser).checkRef). [322 lines]
 //
 // This file holds main, run (the testable entry point), configuration loading and the serve lifecycle
 // (SIGHUP re-reads config.yaml: main_reload.go).

@@ -3,7 +3,8 @@
 // Entry points: toolCatalog (every tool, by name), resolveTools (a spec's `tools` list → the names this run
 // offers). Bundles (docs/API.md tools table): computer = shell, expose_port, computer_info; files = read_file,
 // write_file, edit_file, list_dir, search_files, move, delete; web = fetch_url (+ web_search when
-// BRAVE_API_KEY is set); http = http_request (opt-in).
+// BRAVE_API_KEY is set); http = http_request (opt-in); browser = browse, browser_goto, browser_snapshot,
+// browser_click, browser_type, browser_screenshot (opt-in; computers_browser_tools.go).
 // Rules: tools needing a machine are dropped when computer.enabled is false; unknown names are dropped;
 // every exec goes through the agent's command policy; every file path goes through the computer's jail;
 // fetch_url and http_request obey the network policy (private, loopback and link-local addresses refused
@@ -28,8 +29,6 @@ import (
 	"sort"
 	"strings"
 	"time"
-
-	"golang.org/x/net/html"
 )
 
 // toolImpl is one tool: what the model sees and what runs.
@@ -71,6 +70,7 @@ var toolBundles = map[string][]string{
 	"files":    {"read_file", "write_file", "edit_file", "list_dir", "search_files", "move", "delete"},
 	"web":      {"fetch_url", "web_search"},
 	"http":     {"http_request"},
+	"browser":  {"browse", "browser_goto", "browser_snapshot", "browser_click", "browser_type", "browser_screenshot"},
 }
 
 const searchKeyEnv = "BRAVE_API_KEY"
@@ -117,9 +117,9 @@ func obj(required []string, props map[string]any) map[string]any {
 
 func prop(typ, desc string) map[string]any { return map[string]any{"type": typ, "description": desc} }
 
-// toolCatalog returns every tool agentd knows.
+// toolCatalog returns every tool agentd knows (the browser's: computers_browser_tools.go).
 func toolCatalog() map[string]toolImpl {
-	return map[string]toolImpl{
+	tools := map[string]toolImpl{
 		"shell": {needsComputer: true, streams: true, run: toolShell, def: ToolDef{Name: "shell",
 			Description: "Run a shell command (sh -c) on the agent's computer and return its exit code and output. The working directory is /work unless cwd is given. No state persists between calls except files.",
 			Parameters: obj([]string{"command"}, map[string]any{
@@ -182,6 +182,10 @@ func toolCatalog() map[string]toolImpl {
 				"headers": map[string]any{"type": "object", "additionalProperties": map[string]any{"type": "string"}},
 			})}},
 	}
+	for name, t := range browserTools() {
+		tools[name] = t
+	}
+	return tools
 }
 
 // ---- argument helpers ----
@@ -803,57 +807,9 @@ func looksHTML(b []byte) bool {
 	return strings.Contains(head, "<html") || strings.Contains(head, "<!doctype html")
 }
 
-// htmlToText keeps the readable text of a page: no scripts, styles or markup; block elements on lines.
-func htmlToText(b []byte) string {
-	z := html.NewTokenizer(bytes.NewReader(b))
-	var out strings.Builder
-	skip := 0
-	newline := func() {
-		s := out.String()
-		if len(s) > 0 && !strings.HasSuffix(s, "\n") {
-			out.WriteByte('\n')
-		}
-	}
-	for {
-		switch z.Next() {
-		case html.ErrorToken:
-			return collapseBlankLines(out.String())
-		case html.StartTagToken, html.SelfClosingTagToken:
-			name, _ := z.TagName()
-			switch string(name) {
-			case "script", "style", "noscript", "template", "svg", "head":
-				skip++
-			case "br", "p", "div", "li", "tr", "h1", "h2", "h3", "h4", "h5", "h6", "section", "article", "pre", "blockquote", "table", "ul", "ol", "header", "footer":
-				newline()
-				if string(name) == "li" {
-					out.WriteString("- ")
-				}
-			}
-		case html.EndTagToken:
-			name, _ := z.TagName()
-			switch string(name) {
-			case "script", "style", "noscript", "template", "svg", "head":
-				if skip > 0 {
-					skip--
-				}
-			case "p", "div", "li", "tr", "h1", "h2", "h3", "h4", "h5", "h6", "section", "article", "pre", "blockquote", "table":
-				newline()
-			}
-		case html.TextToken:
-			if skip > 0 {
-				continue
-			}
-			t := strings.Join(strings.Fields(string(z.Text())), " ")
-			if t != "" {
-				s := out.String()
-				if len(s) > 0 && !strings.HasSuffix(s, "\n") && !strings.HasSuffix(s, " ") {
-					out.WriteByte(' ')
-				}
-				out.WriteString(t)
-			}
-		}
-	}
-}
+// htmlToText keeps the readable text of a page: no scripts, styles or markup; block elements on lines
+// (computers_browse.go:parsePage).
+func htmlToText(b []byte) string { return parsePage(b, nil).text }
 
 func collapseBlankLines(s string) string {
 	lines := strings.Split(s, "\n")

@@ -598,7 +598,7 @@ func (c *specCheck) computer(o *specObj, p string, dst *ComputerSpec, create boo
 		dst.Enabled = optional(c, o, "enabled", func(b *bool) { c.boolean(o, p, "enabled", b) })
 	}
 	c.str(o, p, "provider", false, -1, false, &dst.Provider)
-	c.enum(o, p, "flavor", []string{"base", "python", "node", "full"}, &dst.Flavor)
+	c.enum(o, p, "flavor", flavors, &dst.Flavor)
 	c.str(o, p, "image", false, -1, false, &dst.Image)
 	c.number(o, p, "cpus", bounds{lo: 0, hi: 64, hasLo: true, hasHi: true, loOpen: true}, &dst.CPUs)
 	c.integer(o, p, "memoryMb", bounds{lo: 0, hi: 131072, hasLo: true, hasHi: true, loOpen: true}, &dst.MemoryMB)

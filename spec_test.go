@@ -113,7 +113,7 @@ func TestSpecIssues(t *testing.T) {
 		{"temperature", "name: a\ntemperature: 2.1\n", []string{"temperature: Number must be less than or equal to 2"}},
 		{"cpus", "name: a\ncomputer: {cpus: 0}\n", []string{"computer.cpus: Number must be greater than 0"}},
 		{"memoryMb", "name: a\ncomputer: {memoryMb: 131073}\n", []string{"computer.memoryMb: Number must be less than or equal to 131072"}},
-		{"flavor enum", "name: a\ncomputer: {flavor: alpine}\n", []string{"computer.flavor: Invalid enum value. Expected 'base' | 'python' | 'node' | 'full', received 'alpine'"}},
+		{"flavor enum", "name: a\ncomputer: {flavor: alpine}\n", []string{"computer.flavor: Invalid enum value. Expected 'base' | 'python' | 'node' | 'full' | 'browser', received 'alpine'"}},
 		{"computer name not in agent spec", "name: a\ncomputer: {name: x}\n", []string{"computer: Unrecognized key(s) in object: 'name'"}},
 		{"env value type", "name: a\ncomputer: {env: {A: 1}}\n", []string{"computer.env.A: Expected string, received number"}},
 		{"mount required", "name: a\ncomputer: {mounts: [{source: /x}]}\n", []string{"computer.mounts.0.target: Required"}},
