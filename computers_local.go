@@ -42,6 +42,9 @@ func (l *localProvider) meta() providerMeta {
 }
 
 func (l *localProvider) probe(ctx context.Context) probeResult {
+	if reason, hint := localHostRefusal(); reason != "" { // Windows: platform_windows.go
+		return probeResult{reason: reason, hint: hint}
+	}
 	if _, err := exec.LookPath("sh"); err != nil {
 		return probeResult{reason: "no /bin/sh on this host", hint: "install a POSIX shell"}
 	}
@@ -217,13 +220,7 @@ func (l *localProvider) command(ctx context.Context, m *ComputerInfo, p *procSpe
 		}
 	}
 	cmd.Dir, cmd.Env = dir, env
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error {
-		if cmd.Process != nil {
-			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		}
-		return nil
-	}
+	localProcessGroup(cmd) // platform_unix.go
 	cmd.WaitDelay = execPipeGrace
 	if p.stdin == nil {
 		cmd.Stdin = nil // /dev/null
@@ -268,11 +265,9 @@ func (l *localProvider) killAll(m *ComputerInfo) int {
 				continue
 			}
 			found = true
-			if pgid, err := syscall.Getpgid(pid); err == nil && pgid != syscall.Getpgrp() {
-				syscall.Kill(-pgid, syscall.SIGKILL)
+			if pgid := killGroupOf(pid); pgid != 0 { // platform_unix.go
 				groups[pgid] = true
 			}
-			syscall.Kill(pid, syscall.SIGKILL)
 		}
 		if !found {
 			return len(groups)
@@ -408,7 +403,7 @@ func (f *localFS) write(ctx context.Context, g string, r io.Reader) error {
 	if err := root.MkdirAll(path.Dir(rel), 0o755); err != nil {
 		return fsErr("write", g, err)
 	}
-	file, err := root.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW, 0o644)
+	file, err := root.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|oNoFollow, 0o644)
 	if err != nil {
 		return fsErr("write", g, err)
 	}
