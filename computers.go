@@ -198,6 +198,7 @@ type computerDeps struct {
 	warmPool     map[string]int // warmPool (config): flavor → machines kept ready (computers_pool.go)
 	metrics      *metrics       // exec and create durations (metrics.go); nil counts nothing
 	kube         *kubeConfig    // kubernetes (config): the provider exists only when set (computers_kubernetes.go)
+	fly          *flyConfig     // fly (config): the provider exists only when set (computers_fly.go)
 }
 
 // computerService owns machines and the reaper goroutine.
@@ -247,6 +248,9 @@ func newComputerService(d computerDeps) (*computerService, error) {
 	}
 	if d.kube != nil { // after docker and podman, before the sandbox; used only when configured
 		c.providers = append(c.providers, newKubeProvider(*d.kube, c))
+	}
+	if d.fly != nil { // Fly Machines: used only when configured
+		c.providers = append(c.providers, newFlyProvider(*d.fly, c))
 	}
 	c.providers = append(c.providers,
 		newSandboxProvider(c), // computers_sandbox.go: bubblewrap namespaces, between the engines and local

@@ -175,6 +175,9 @@ func (c *computerService) trial(ctx context.Context, p provider) proofResult {
 	}
 	sp := ComputerSpec{Name: "agentd-trial"} // a user's first machine: every default
 	applyComputerDefaults(&sp)
+	if fo, ok := p.(interface{ fullNetworkOnly() bool }); ok && fo.fullNetworkOnly() {
+		sp.Network.Mode = "full" // what every machine there must ask for (fly): the rest is refused, never widened
+	}
 	if err := p.supports(sp); err != nil {
 		return failed("is refused", err)
 	}

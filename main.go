@@ -275,6 +275,9 @@ type config struct {
 	// Kubernetes (issue 19): machines as pods through kubectl; the provider exists only when this is set.
 	Kubernetes *kubeConfig `yaml:"kubernetes"`
 
+	// Fly Machines (issue 29): machines as Fly.io microVMs through the Machines API; only when this is set.
+	Fly *flyConfig `yaml:"fly"`
+
 	firstRun     bool
 	serveArgs    []string            // the flags it was loaded with: a reload reads config.yaml under the same ones
 	level        *slog.LevelVar      // the logger's level (logLevel), which a reload changes (main_reload.go)
@@ -469,10 +472,16 @@ func (cfg config) check() error {
 		return bad("reaperIntervalSec", cfg.ReaperIntervalSec, "at least 1")
 	case cfg.MaxCostUSD < 0:
 		return bad("maxCostUsd", cfg.MaxCostUSD, "0 or more")
-	case !slices.Contains([]string{"auto", "docker", "podman", "kubernetes", "sandbox", "local"}, cfg.ComputerProvider):
-		return bad("computerProvider", fmt.Sprintf("%q", cfg.ComputerProvider), "one of auto, docker, podman, kubernetes, sandbox, local")
+	case !slices.Contains([]string{"auto", "docker", "podman", "kubernetes", "fly", "sandbox", "local"}, cfg.ComputerProvider):
+		return bad("computerProvider", fmt.Sprintf("%q", cfg.ComputerProvider), "one of auto, docker, podman, kubernetes, fly, sandbox, local")
 	case cfg.ComputerProvider == "kubernetes" && cfg.Kubernetes == nil: // issue 19: only when configured
 		return bad("computerProvider", `"kubernetes"`, "set only with a kubernetes: block saying where the cluster is")
+	case cfg.ComputerProvider == "fly" && cfg.Fly == nil: // issue 29: only when configured
+		return bad("computerProvider", `"fly"`, "set only with a fly: block naming the app (fly: {app: NAME, region: CODE})")
+	case cfg.Fly != nil && cfg.Fly.App == "":
+		return bad("fly.app", `""`, "the Fly app the machines belong to (create it with fly apps create NAME)")
+	case cfg.Fly != nil && cfg.Fly.CPUKind != "" && cfg.Fly.CPUKind != "shared" && cfg.Fly.CPUKind != "performance":
+		return bad("fly.cpuKind", fmt.Sprintf("%q", cfg.Fly.CPUKind), "shared or performance")
 	}
 	return checkWarmPool(cfg.WarmPool, cfg.MaxComputers, bad) // computers_pool.go
 }
@@ -597,7 +606,7 @@ func newServer(cfg config, logger *slog.Logger, now func() time.Time) (*server, 
 	if s.computers, err = newComputerService(computerDeps{helper: helper, helperNote: helperNote, store: st, hub: s.hub, log: logger, clock: now,
 		getenv: cfg.getenv, home: cfg.Home, provider: cfg.ComputerProvider, images: cfg.Images, registries: cfg.AllowedRegistries, mountRoots: cfg.AllowedMounts,
 		maxComputers: cfg.MaxComputers, reapInterval: time.Duration(cfg.ReaperIntervalSec) * time.Second,
-		warmPool: cfg.WarmPool, metrics: s.metrics, kube: cfg.Kubernetes}); err != nil {
+		warmPool: cfg.WarmPool, metrics: s.metrics, kube: cfg.Kubernetes, fly: cfg.Fly}); err != nil {
 		s.models.Close()
 		st.Close()
 		return nil, err
