@@ -38,7 +38,7 @@ type ComputerInfo struct {
 	Provider      string                 `json:"provider"`
 	State         string                 `json:"state"` // creating, running, stopped, destroyed, error
 	Isolated      bool                   `json:"isolated"`
-	IsolationKind string                 `json:"isolationKind"` // kernel | namespaces | guardrails
+	IsolationKind string                 `json:"isolationKind"` // kernel | namespaces | guardrails | vm (fly)
 	Image         string                 `json:"image"`
 	Workdir       string                 `json:"workdir"`
 	CreatedAt     string                 `json:"createdAt"`
@@ -382,6 +382,9 @@ func (c *computerService) selectProvider(ctx context.Context, name string) (prov
 	if name == "" || name == "auto" {
 		var reasons []string
 		for _, p := range c.providers {
+			if namedOnly(p) {
+				continue
+			}
 			r := c.awaitProof(ctx, p)
 			if r.ok {
 				return p, nil
@@ -409,6 +412,13 @@ func (c *computerService) selectProvider(ctx context.Context, name string) (prov
 	return p, nil
 }
 
+// namedOnly: a provider `auto` never picks, because auto's default spec (network egress) is refused
+// there (fly: a machine has Fly's full network); it is used when named.
+func namedOnly(p provider) bool {
+	fo, ok := p.(interface{ fullNetworkOnly() bool })
+	return ok && fo.fullNetworkOnly()
+}
+
 // selected is the provider selectProvider would pick, from the trials' results alone (the doctor never
 // waits): nil with the reason when none is proven yet or none can run.
 func (c *computerService) selected() (provider, string) {
@@ -421,6 +431,9 @@ func (c *computerService) selected() (provider, string) {
 	}
 	var reasons []string
 	for _, p := range cands {
+		if namedOnly(p) && c.provider != p.meta().name {
+			continue
+		}
 		r, _ := c.proofOf(p)
 		switch {
 		case r.ok:

@@ -38,12 +38,30 @@ type fakeFly struct {
 	dirs     map[string]string         // fid → the machine's root (work/, tmp/)
 	n        int
 
+	k fakeFlyKnobs // guarded by mu: set them with set
+}
+
+// fakeFlyKnobs are what a test makes the fake do.
+type fakeFlyKnobs struct {
 	neverStarts bool   // wait for started answers 408 after its timeout
 	createFail  string // a testdata file answered 422 to a create
 	execHang    bool   // exec answers only when the client gives up
 	execReplay  string // a testdata file answered 200 to an exec
 	execStatus  int    // with execBody: the exec's error answer
 	execBody    string
+}
+
+// set changes the knobs (requests of the proof's trial run beside the test's).
+func (f *fakeFly) set(change func(k *fakeFlyKnobs)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	change(&f.k)
+}
+
+func (f *fakeFly) knobs() fakeFlyKnobs {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.k
 }
 
 type fakeFlyReq struct {
@@ -171,8 +189,8 @@ func (f *fakeFly) addMachine(name string, metadata map[string]any, cfg map[strin
 }
 
 func (f *fakeFly) create(w http.ResponseWriter, body map[string]any) {
-	if f.createFail != "" {
-		f.reply(w, 422, f.createFail)
+	if k := f.knobs(); k.createFail != "" {
+		f.reply(w, 422, k.createFail)
 		return
 	}
 	cfg, _ := body["config"].(map[string]any)
@@ -210,7 +228,7 @@ func (f *fakeFly) machine(w http.ResponseWriter, r *http.Request, fid, action st
 		f.reply(w, 200, "wait_ok.json")
 	case action == "wait":
 		state := r.URL.Query().Get("state")
-		if state == "started" && f.neverStarts {
+		if state == "started" && f.knobs().neverStarts {
 			secs, _ := strconv.Atoi(r.URL.Query().Get("timeout"))
 			select { // the API blocks up to timeout seconds, then answers 408
 			case <-time.After(time.Duration(min(max(secs, 1), 2)) * time.Second):
@@ -236,15 +254,15 @@ func (f *fakeFly) machine(w http.ResponseWriter, r *http.Request, fid, action st
 
 // exec runs the command under bwrap with the machine's own /work and /tmp, or answers as told.
 func (f *fakeFly) exec(w http.ResponseWriter, r *http.Request, fid string, body map[string]any) {
-	switch {
-	case f.execStatus != 0:
-		f.reply(w, f.execStatus, f.execBody)
+	switch k := f.knobs(); {
+	case k.execStatus != 0:
+		f.reply(w, k.execStatus, k.execBody)
 		return
-	case f.execHang:
+	case k.execHang:
 		<-r.Context().Done()
 		return
-	case f.execReplay != "":
-		f.reply(w, 200, f.execReplay)
+	case k.execReplay != "":
+		f.reply(w, 200, k.execReplay)
 		return
 	}
 	var argv []string
@@ -454,27 +472,27 @@ func TestFlyErrors(t *testing.T) {
 		r, _ := e.s.computers.proofOf(e.s.computers.providerByName("fly"))
 		return r.ok
 	})
-	fake.createFail = "create_invalid.json"
+	fake.set(func(k *fakeFlyKnobs) { k.createFail = "create_invalid.json" })
 	r := e.do("POST", "/v1/computers", flySpec)
 	if r.status != 500 || r.errCode(t) != codeComputerFailed || !strings.Contains(string(r.body), "not a multiple of 256") || !strings.Contains(string(r.body), "422") {
 		t.Fatalf("create refused by Fly: %d %s", r.status, r.body)
 	}
 	noToken(r.body)
-	fake.createFail = ""
+	fake.set(func(k *fakeFlyKnobs) { k.createFail = "" })
 
-	fake.execStatus, fake.execBody = 502, "server_error.html"
+	fake.set(func(k *fakeFlyKnobs) { k.execStatus, k.execBody = 502, "server_error.html" })
 	r = e.do("POST", "/v1/computers/"+m.ID+"/exec", map[string]any{"cmd": "true"})
 	if r.status != 500 || r.errCode(t) != codeExecFailed || !strings.Contains(string(r.body), "502") {
 		t.Fatalf("exec answered 502: %d %s", r.status, r.body)
 	}
 	noToken(r.body)
-	fake.execStatus = 0
+	fake.set(func(k *fakeFlyKnobs) { k.execStatus = 0 })
 
-	fake.execReplay = "exec_killed.json" // killed by SIGKILL: 128+9, as on the other providers
+	fake.set(func(k *fakeFlyKnobs) { k.execReplay = "exec_killed.json" }) // killed by SIGKILL: 128+9, as on the other providers
 	if res := e.exec(m.ID, map[string]any{"cmd": "sleep 100"}); res.ExitCode != 137 {
 		t.Fatalf("killed: %+v", res)
 	}
-	fake.execReplay = ""
+	fake.set(func(k *fakeFlyKnobs) { k.execReplay = "" })
 
 	e.wantError("POST", "/v1/computers", map[string]any{"provider": "fly"}, 501, codeNotImplemented) // egress by default: not enforceable
 	e.wantError("POST", "/v1/computers/"+m.ID+"/exec", map[string]any{"cmd": "true", "tty": true}, 501, codeNotImplemented)
@@ -503,7 +521,7 @@ func TestFlyExecTimeout(t *testing.T) {
 	fake := newFakeFly(t)
 	e := newFlyServer(t, fake)
 	m := e.create(flySpec)
-	fake.execHang = true
+	fake.set(func(k *fakeFlyKnobs) { k.execHang = true })
 	res := e.exec(m.ID, map[string]any{"cmd": "sleep 30", "timeoutSec": 1})
 	if !res.TimedOut || res.ExitCode != execTimedOutCode {
 		t.Fatalf("timeout: %+v", res)
@@ -512,14 +530,14 @@ func TestFlyExecTimeout(t *testing.T) {
 	if secs := x[len(x)-1].body["timeout"].(float64); secs < 1 || secs > 2 {
 		t.Fatalf("the exec's own timeout was %v s, not the request's 1 s", secs)
 	}
-	fake.execHang = false
+	fake.set(func(k *fakeFlyKnobs) { k.execHang = false })
 	e.call("DELETE", "/v1/computers/"+m.ID, nil, 204, nil)
 }
 
 // TestFlyNeverStarts: a machine that does not reach started is destroyed, and the create fails.
 func TestFlyNeverStarts(t *testing.T) {
 	fake := newFakeFly(t)
-	fake.neverStarts = true
+	fake.set(func(k *fakeFlyKnobs) { k.neverStarts = true })
 	e := newFlyServer(t, fake, func(c *testSetup) { c.Fly.startTimeout = 2 * time.Second })
 	r := e.do("POST", "/v1/computers", flySpec)
 	if r.status != 500 || r.errCode(t) != codeComputerFailed || !strings.Contains(string(r.body), "did not start") {

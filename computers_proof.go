@@ -175,7 +175,7 @@ func (c *computerService) trial(ctx context.Context, p provider) proofResult {
 	}
 	sp := ComputerSpec{Name: "agentd-trial"} // a user's first machine: every default
 	applyComputerDefaults(&sp)
-	if fo, ok := p.(interface{ fullNetworkOnly() bool }); ok && fo.fullNetworkOnly() {
+	if namedOnly(p) {
 		sp.Network.Mode = "full" // what every machine there must ask for (fly): the rest is refused, never widened
 	}
 	if err := p.supports(sp); err != nil {

@@ -14,7 +14,7 @@
 //
 // # Audit map
 //
-// Every place agentd's trust boundary is crossed, in the order a request meets it (about 3,080 lines
+// Every place agentd's trust boundary is crossed, in the order a request meets it (about 3,190 lines
 // in the functions named; each stop names its file.go:Func, and TestAuditMapIsTrue fails when one no
 // longer exists or a stop outgrows its stated size):
 //
@@ -87,6 +87,11 @@
 //     computers_channel.go:(*chanProc).deliver, computers_channel.go:(*execChannel).accepted,
 //     computers_channel_sock.go:acceptHelper (the one connection presenting the token; constant time),
 //     computers_channel_sock.go:listenUnixIn. [184 lines]
+//  11. The Fly Machines API, a remote service holding a secret: computers_fly.go:(*flyProvider).do (THE
+//     call: FLY_API_TOKEN read at each call, sent only in the Authorization header, scrubbed from Fly's
+//     error bodies, never logged), computers_fly.go:(*flyProvider).execCall (every byte of an exec and of
+//     the file scripts crosses here, base64 both ways, after the command policy), computers_fly.go:(*flyProvider).list
+//     (only machines whose metadata names this server's owner are adopted or reaped). [120 lines]
 //
 // This file holds main, run (the testable entry point), configuration loading and the serve lifecycle
 // (SIGHUP re-reads config.yaml: main_reload.go).
