@@ -5,7 +5,8 @@
 // group (killed whole on timeout, cancel, stop and destroy) with an environment built from an allow-list
 // plus the exec's env — never the server's secrets. Each process carries AGENTD_COMPUTER_ID so stop and
 // destroy find the machine's processes even after a restart. Mounts, packages, another user, a tty and
-// network policy cannot be honoured here and are refused, not ignored.
+// network policy cannot be honoured here and are refused, not ignored. Process groups and the Windows
+// refusal (no POSIX shell there) are in platform_unix.go / platform_windows.go.
 package main
 
 import (
