@@ -565,16 +565,22 @@ func (f *flyProvider) execCall(ctx context.Context, m *ComputerInfo, cwd string,
 	if err := f.do(ctx, "POST", f.machinePath(fid, "/exec"), nil, req, &res); err != nil {
 		return 0, err
 	}
-	out, err := base64.StdEncoding.DecodeString(strings.Join(strings.Fields(res.Stdout), ""))
-	if err != nil { // not the wrapper's output: the shell itself failed before it
-		out = []byte(res.Stdout)
-	}
-	stdout.Write(out)
+	stdout.Write(flyStdout(res.Stdout))
 	io.WriteString(stderr, res.Stderr)
 	if res.ExitCode == 0 && res.ExitSignal > 0 {
 		return 128 + res.ExitSignal, nil
 	}
 	return res.ExitCode, nil
+}
+
+// flyStdout is the command's stdout from the wrapper's base64 (line-wrapped); what is not base64 (the
+// shell failed before the wrapper ran) is passed as it came.
+func flyStdout(s string) []byte {
+	out, err := base64.StdEncoding.DecodeString(strings.Join(strings.Fields(s), ""))
+	if err != nil {
+		return []byte(s)
+	}
+	return out
 }
 
 func (f *flyProvider) command(ctx context.Context, m *ComputerInfo, p *procSpec) (*procHandle, error) {

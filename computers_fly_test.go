@@ -8,6 +8,7 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -585,4 +586,22 @@ func TestFlyAdoptsByMetadata(t *testing.T) {
 	if foreign["state"] == "destroyed" {
 		t.Fatal("another server's machine was destroyed")
 	}
+}
+
+// FuzzFlyStdout: any exec answer's stdout decodes without a panic, and what the wrapper's base64 (with
+// its line breaks) encodes comes back byte for byte.
+func FuzzFlyStdout(f *testing.F) {
+	f.Add([]byte("hi\n"), "")
+	f.Add([]byte{0, 1, 2, 255}, "not base64 at all")
+	f.Fuzz(func(t *testing.T, b []byte, raw string) {
+		flyStdout(raw)
+		enc := base64.StdEncoding.EncodeToString(b)
+		var wrapped strings.Builder // base64(1) wraps at 76 columns
+		for i := 0; i < len(enc); i += 76 {
+			wrapped.WriteString(enc[i:min(i+76, len(enc))] + "\n")
+		}
+		if got := flyStdout(wrapped.String()); string(got) != string(b) {
+			t.Fatalf("%q came back as %q", b, got)
+		}
+	})
 }
