@@ -32,20 +32,6 @@ const (
 	reserveReadLimit = 5 * time.Second
 )
 
-// raiseFileLimit lifts the soft descriptor limit to the hard one and returns the result.
-func raiseFileLimit() uint64 {
-	var rl syscall.Rlimit
-	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl) != nil {
-		return 1024
-	}
-	if rl.Cur < rl.Max {
-		rl.Cur = rl.Max
-		syscall.Setrlimit(syscall.RLIMIT_NOFILE, &rl)
-		syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl)
-	}
-	return uint64(rl.Cur) // int64 on the BSDs
-}
-
 // connCap is the cap for a descriptor limit: what is left after the store, engines' pipes, machines'
 // forwarders and the reserve.
 func connCap(fdLimit uint64) int {

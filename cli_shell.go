@@ -21,7 +21,6 @@ import (
 	"os/signal"
 	"strings"
 	"sync"
-	"syscall"
 	"unicode/utf8"
 
 	"golang.org/x/net/websocket"
@@ -124,7 +123,7 @@ func (c *cli) ttySession(t *terminal, in *os.File, argv []string, interactive bo
 		defer restore()
 	}
 	winch := make(chan os.Signal, 1)
-	signal.Notify(winch, syscall.SIGWINCH)
+	notifyResize(winch)
 	defer signal.Stop(winch)
 	if interactive { // keystrokes as typed; the reader ends with the process (stdin stays open until then)
 		go func() {
@@ -254,7 +253,7 @@ func (c *cli) rawShell(conn *websocket.Conn, in *os.File, frames <-chan termFram
 	}
 	sendSize()
 	winch := make(chan os.Signal, 1)
-	signal.Notify(winch, syscall.SIGWINCH)
+	notifyResize(winch)
 	defer signal.Stop(winch)
 	keys := make(chan byte)
 	go func() {

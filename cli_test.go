@@ -15,10 +15,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
-	"unsafe"
 )
 
 // The CLI tests run the built binary against a real server on a loopback port, as a user would.
@@ -326,62 +324,6 @@ func TestCLIComputers(t *testing.T) {
 	}
 }
 
-// shell on a real pseudo-terminal, on a provider without a tty (local): it says so and falls back to one
-// command per line in raw mode: a typed command's output, Ctrl-D, the terminal restored. (On a provider
-// with a tty, shell is a real shell: TestCLIExecTTY.)
-func TestCLIShellOnAPseudoTerminal(t *testing.T) {
-	te := newE2E(t, cliModel(t), "")
-	te.agentdOK("up", "--provider", "local", "--name", "ttybox")
-	master, slave := testPTY(t)
-	before := termios(t, slave)
-	cmd := exec.Command(cliBinary(t), "shell", "ttybox")
-	cmd.Env = []string{"AGENT_URL=" + te.url, "PATH=" + os.Getenv("PATH")}
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var screen bytes.Buffer
-	go func() {
-		b := make([]byte, 4096)
-		for {
-			n, err := master.Read(b)
-			mu.Lock()
-			screen.Write(b[:n])
-			mu.Unlock()
-			if err != nil {
-				return
-			}
-		}
-	}()
-	seen := func(s string) bool { mu.Lock(); defer mu.Unlock(); return strings.Contains(screen.String(), s) }
-	eventually(t, "the prompt", func() bool { return seen("ttybox:/work$ ") })
-	if !seen("the local provider has no tty; one command per line instead") {
-		t.Errorf("shell did not say why it falls back: %q", screen.String())
-	}
-	master.Write([]byte("echo typ\x7fped-in-a-pty\r"))
-	eventually(t, "the command's output", func() bool { return seen("\r\nped-in-a-pty\r\n") || seen("typed-in-a-pty\r\n") })
-	master.Write([]byte{4}) // Ctrl-D
-	waited := make(chan error, 1)
-	go func() { waited <- cmd.Wait() }()
-	select {
-	case err := <-waited:
-		if err != nil {
-			t.Fatalf("shell: %v\n%s", err, screen.String())
-		}
-	case <-time.After(20 * time.Second):
-		cmd.Process.Kill()
-		t.Fatalf("shell did not exit on Ctrl-D:\n%s", screen.String())
-	}
-	if !seen("typed-in-a-pty") && !seen("ped-in-a-pty") {
-		t.Fatalf("screen: %q", screen.String())
-	}
-	if after := termios(t, slave); after != before {
-		t.Fatal("the terminal was not restored")
-	}
-}
-
 // testPTY opens a pseudo-terminal pair for a test (openPTY, cli_term_linux.go), closed at cleanup.
 func testPTY(t *testing.T) (master, slave *os.File) {
 	t.Helper()
@@ -391,14 +333,6 @@ func testPTY(t *testing.T) (master, slave *os.File) {
 	}
 	t.Cleanup(func() { m.Close(); s.Close() })
 	return m, s
-}
-
-func termios(t *testing.T, f *os.File) syscall.Termios {
-	var tio syscall.Termios
-	if err := ioctl(f.Fd(), syscall.TCGETS, unsafe.Pointer(&tio)); err != nil {
-		t.Fatal(err)
-	}
-	return tio
 }
 
 func TestCLIModelsTriggersEventsDoctor(t *testing.T) {

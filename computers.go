@@ -39,7 +39,7 @@ type ComputerInfo struct {
 	Provider      string                 `json:"provider"`
 	State         string                 `json:"state"` // creating, running, stopped, destroyed, error
 	Isolated      bool                   `json:"isolated"`
-	IsolationKind string                 `json:"isolationKind"` // kernel | namespaces | guardrails
+	IsolationKind string                 `json:"isolationKind"` // kernel | namespaces | guardrails | vm (fly)
 	Image         string                 `json:"image"`
 	Workdir       string                 `json:"workdir"`
 	CreatedAt     string                 `json:"createdAt"`
@@ -201,6 +201,7 @@ type computerDeps struct {
 	metrics      *metrics       // exec and create durations (metrics.go); nil counts nothing
 	kube         *kubeConfig    // kubernetes (config): the provider exists only when set (computers_kubernetes.go)
 	ssh          *sshConfig     // ssh (config): the provider exists only when set (computers_ssh.go)
+	fly          *flyConfig     // fly (config): the provider exists only when set (computers_fly.go)
 }
 
 // computerService owns machines and the reaper goroutine.
@@ -255,6 +256,9 @@ func newComputerService(d computerDeps) (*computerService, error) {
 	}
 	if d.kube != nil { // after docker and podman, before the sandbox; used only when configured
 		c.providers = append(c.providers, newKubeProvider(*d.kube, c))
+	}
+	if d.fly != nil { // Fly Machines: used only when configured
+		c.providers = append(c.providers, newFlyProvider(*d.fly, c))
 	}
 	c.providers = append(c.providers,
 		newSandboxProvider(c), // computers_sandbox.go: bubblewrap namespaces, between the engines and local
@@ -391,6 +395,9 @@ func (c *computerService) selectProvider(ctx context.Context, name string) (prov
 	if name == "" || name == "auto" {
 		var reasons []string
 		for _, p := range c.providers {
+			if namedOnly(p) {
+				continue
+			}
 			r := c.awaitProof(ctx, p)
 			if r.ok {
 				return p, nil
@@ -418,6 +425,13 @@ func (c *computerService) selectProvider(ctx context.Context, name string) (prov
 	return p, nil
 }
 
+// namedOnly: a provider `auto` never picks, because auto's default spec (network egress) is refused
+// there (fly: a machine has Fly's full network); it is used when named.
+func namedOnly(p provider) bool {
+	fo, ok := p.(interface{ fullNetworkOnly() bool })
+	return ok && fo.fullNetworkOnly()
+}
+
 // selected is the provider selectProvider would pick, from the trials' results alone (the doctor never
 // waits): nil with the reason when none is proven yet or none can run.
 func (c *computerService) selected() (provider, string) {
@@ -430,6 +444,9 @@ func (c *computerService) selected() (provider, string) {
 	}
 	var reasons []string
 	for _, p := range cands {
+		if namedOnly(p) && c.provider != p.meta().name {
+			continue
+		}
 		r, _ := c.proofOf(p)
 		switch {
 		case r.ok:

@@ -493,6 +493,8 @@ type engineFS struct {
 	c    *computerService
 	host channelHost
 	m    *ComputerInfo
+	// call, with host nil, is the only path of a provider without a channel: one API call (fly).
+	call func(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, argv []string) (int, error)
 }
 
 const fsOpTimeout = 10 * time.Minute
@@ -504,6 +506,21 @@ const fsOpTimeout = 10 * time.Minute
 func (f *engineFS) do(ctx context.Context, op string, stdin io.Reader, stdout io.Writer, script string, args ...string) error {
 	ctx, cancel := context.WithTimeout(ctx, fsOpTimeout)
 	defer cancel()
+	if f.call != nil { // computers_fly.go: no channel, one exec call per operation
+		var stderr bytes.Buffer
+		code, err := f.call(ctx, stdin, stdout, &limitedBuffer{b: &stderr, max: 64 << 10}, append([]string{"/bin/sh", "-c", script, "agentd"}, args...))
+		if err == nil && code != 0 {
+			err = fmt.Errorf("exit status %d", code)
+		}
+		if err != nil {
+			msg := strings.TrimSpace(stderr.String())
+			if msg == "" {
+				msg = err.Error()
+			}
+			return &engineError{args: []string{"exec"}, err: err, stderr: msg}
+		}
+		return nil
+	}
 	ch, cherr := f.c.channelErr(ctx, f.host, f.m)
 	if ch != nil {
 		var stderr bytes.Buffer

@@ -217,6 +217,9 @@ type procHandle struct {
 	endMarker bool
 	remote    *execChannel // when set, req runs over the machine's exec channel instead of cmd
 	req       chanStart
+	// call, when set, runs the process as one API call instead of cmd (fly: computers_fly.go): its
+	// output is written when it returns, with the exit code.
+	call func(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer) (int, error)
 }
 
 // execPrepared is an exec that passed validation and the policy, ready to run.
@@ -336,6 +339,9 @@ func (c *computerService) runProc(ctx context.Context, p provider, m *ComputerIn
 	stderr := newOutputSink("stderr", maxOut, emit, h.endMarker, ps.token, markers)
 	if h.remote != nil {
 		return c.runOverChannel(ctx, tctx, p, m, h, ps.stdin, stdout, stderr)
+	}
+	if h.call != nil {
+		return c.runOverCall(ctx, tctx, p, m, h, ps.stdin, stdout, stderr) // computers_fly.go
 	}
 	var copied chan struct{} // a terminal's output: read from the master until the slave's last holder exits
 	var pipes *outputPipes

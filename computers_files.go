@@ -29,7 +29,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 )
 
 // machineFS is one provider's file operations on resolved guest paths.
@@ -498,7 +497,7 @@ func untarTo(root *os.Root, r io.Reader, rename func(string) string) (int, error
 			if err = root.MkdirAll(parent, 0o755); err == nil {
 				var f *os.File
 				root.Remove(name)
-				if f, err = root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, mode|0o600); err == nil {
+				if f, err = root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL|oNoFollow, mode|0o600); err == nil {
 					_, err = io.Copy(f, tr)
 					if cerr := f.Close(); err == nil {
 						err = cerr

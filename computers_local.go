@@ -5,7 +5,8 @@
 // group (killed whole on timeout, cancel, stop and destroy) with an environment built from an allow-list
 // plus the exec's env — never the server's secrets. Each process carries AGENTD_COMPUTER_ID so stop and
 // destroy find the machine's processes even after a restart. Mounts, packages, another user, a tty and
-// network policy cannot be honoured here and are refused, not ignored.
+// network policy cannot be honoured here and are refused, not ignored. Process groups and the Windows
+// refusal (no POSIX shell there) are in platform_unix.go / platform_windows.go.
 package main
 
 import (
@@ -41,6 +42,9 @@ func (l *localProvider) meta() providerMeta {
 }
 
 func (l *localProvider) probe(ctx context.Context) probeResult {
+	if reason, hint := localHostRefusal(); reason != "" { // Windows: platform_windows.go
+		return probeResult{reason: reason, hint: hint}
+	}
 	if _, err := exec.LookPath("sh"); err != nil {
 		return probeResult{reason: "no /bin/sh on this host", hint: "install a POSIX shell"}
 	}
@@ -216,13 +220,7 @@ func (l *localProvider) command(ctx context.Context, m *ComputerInfo, p *procSpe
 		}
 	}
 	cmd.Dir, cmd.Env = dir, env
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error {
-		if cmd.Process != nil {
-			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		}
-		return nil
-	}
+	localProcessGroup(cmd) // platform_unix.go
 	cmd.WaitDelay = execPipeGrace
 	if p.stdin == nil {
 		cmd.Stdin = nil // /dev/null
@@ -267,11 +265,9 @@ func (l *localProvider) killAll(m *ComputerInfo) int {
 				continue
 			}
 			found = true
-			if pgid, err := syscall.Getpgid(pid); err == nil && pgid != syscall.Getpgrp() {
-				syscall.Kill(-pgid, syscall.SIGKILL)
+			if pgid := killGroupOf(pid); pgid != 0 { // platform_unix.go
 				groups[pgid] = true
 			}
-			syscall.Kill(pid, syscall.SIGKILL)
 		}
 		if !found {
 			return len(groups)
@@ -401,7 +397,7 @@ func (f *localFS) write(ctx context.Context, g string, r io.Reader) error {
 	if err := root.MkdirAll(path.Dir(rel), 0o755); err != nil {
 		return fsErr("write", g, err)
 	}
-	file, err := root.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW, 0o644)
+	file, err := root.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|oNoFollow, 0o644)
 	if err != nil {
 		return fsErr("write", g, err)
 	}

@@ -178,6 +178,9 @@ func (c *computerService) trial(ctx context.Context, p provider) proofResult {
 		sp.Network.Mode = "full" // ssh: the one mode it can honour, which its users must ask for (computers_ssh.go)
 	}
 	applyComputerDefaults(&sp)
+	if namedOnly(p) {
+		sp.Network.Mode = "full" // what every machine there must ask for (fly): the rest is refused, never widened
+	}
 	if err := p.supports(sp); err != nil {
 		return failed("is refused", err)
 	}

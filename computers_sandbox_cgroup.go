@@ -29,7 +29,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 )
 
@@ -347,7 +346,7 @@ func (h cgroupHost) remove(id string) error {
 		for deadline := time.Now().Add(5 * time.Second); ; {
 			for _, p := range strings.Fields(readTrim(filepath.Join(d, "cgroup.procs"))) {
 				if pid, perr := strconv.Atoi(p); perr == nil && pid > 0 {
-					syscall.Kill(pid, syscall.SIGKILL)
+					killPid(pid)
 				}
 			}
 			if err = os.Remove(d); err == nil || os.IsNotExist(err) || time.Now().After(deadline) {

@@ -16,7 +16,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"syscall"
 	"time"
 )
 
@@ -42,8 +41,7 @@ func (s *sandboxProvider) diskImage(m *ComputerInfo) string {
 
 // diskMounted: the machine's work directory is a mount point (another device than its parent).
 func (s *sandboxProvider) diskMounted(m *ComputerInfo) bool {
-	var w, d syscall.Stat_t
-	return syscall.Stat(filepath.Join(s.dir(m), "work"), &w) == nil && syscall.Stat(s.dir(m), &d) == nil && w.Dev != d.Dev
+	return otherDevice(filepath.Join(s.dir(m), "work"), s.dir(m)) // computers_sandbox_linux.go
 }
 
 // mountDisk loop-mounts a persist machine's image over its work directory, making the image (sparse,

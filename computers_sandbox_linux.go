@@ -277,3 +277,15 @@ func denyUserNamespaces() error {
 	}
 	return nil
 }
+
+// otherDevice: dir is on another device than parent (a mount point over it).
+func otherDevice(dir, parent string) bool {
+	var w, d syscall.Stat_t
+	return syscall.Stat(dir, &w) == nil && syscall.Stat(parent, &d) == nil && w.Dev != d.Dev
+}
+
+// ownedBy: fi's owner and group are both id.
+func ownedBy(fi os.FileInfo, id int) bool {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && int(st.Uid) == id && int(st.Gid) == id
+}

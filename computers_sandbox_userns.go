@@ -33,7 +33,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 )
 
@@ -214,7 +213,7 @@ func (s *sandboxProvider) ownForMachine(path string) error {
 	if err != nil {
 		return err
 	}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Uid == sandboxHostID && st.Gid == sandboxHostID {
+	if ownedBy(fi, sandboxHostID) { // computers_sandbox_linux.go
 		return nil // owned already: what is below was made by the machine's own user
 	}
 	return filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {

@@ -180,7 +180,11 @@ const (
 // judged after the provider is selected (a spec may name none, and `auto` may select kubernetes, where
 // the node decides: an unschedulable request fails with the pod's events).
 func checkHostCPUs(sp ComputerSpec, p provider) error {
-	if _, cluster := p.(*kubeProvider); cluster || sp.CPUs <= float64(runtime.NumCPU()) {
+	switch p.(type) {
+	case *kubeProvider, *flyProvider: // machines on other hosts
+		return nil
+	}
+	if sp.CPUs <= float64(runtime.NumCPU()) {
 		return nil
 	}
 	return errorf(codeSpecInvalid, "cpus: %g is more than this host's %d CPUs", sp.CPUs, runtime.NumCPU()).

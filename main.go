@@ -14,7 +14,7 @@
 //
 // # Audit map
 //
-// Every place agentd's trust boundary is crossed, in the order a request meets it (about 3,500 lines
+// Every place agentd's trust boundary is crossed, in the order a request meets it (about 3,610 lines
 // in the functions named; each stop names its file.go:Func, and TestAuditMapIsTrue fails when one no
 // longer exists or a stop outgrows its stated size):
 //
@@ -83,7 +83,7 @@
 //     configured key, no agent or X11 forwarding), what runs there (computers_ssh.go:(*sshProvider).execScript:
 //     env -i, the machine's private directory, a cwd still inside once its links are followed) and its files
 //     (computers_ssh_fs.go:(*sshFS).resolve: the host's paths resolved there and mapped back into the jail).
-//     [440 lines]
+//     [434 lines]
 //  9. Kernel state: iptables (computers_fullnet.go:fullRules, computers_fullnet.go:(*engineProvider).filterFull,
 //     computers_sandboxnet.go:sandboxNetRules), namespaces (computers_sandboxnet.go:(*sandboxProvider).netUp),
 //     cgroups (computers_sandbox_cgroup.go:(cgroupHost).create, computers_sandbox_cgroup.go:(cgroupHost).remove),
@@ -106,6 +106,11 @@
 //     (computers_browser.go:parseDevToolsActivePort, computers_browser_cdp.go:dialCDP,
 //     computers_browser_cdp.go:(*cdpConn).read, computers_browser_cdp.go:(*cdpConn).handle: bounded messages, unknown ones dropped), and a ref acts
 //     only on the document it was read from (computers_browser.go:(*machineBrowser).checkRef). [322 lines]
+//  12. The Fly Machines API, a remote service holding a secret: computers_fly.go:(*flyProvider).do (THE
+//     call: FLY_API_TOKEN read at each call, sent only in the Authorization header, scrubbed from Fly's
+//     error bodies, never logged), computers_fly.go:(*flyProvider).execCall (every byte of an exec and of
+//     the file scripts crosses here, base64 both ways, after the command policy), computers_fly.go:(*flyProvider).list
+//     (only machines whose metadata names this server's owner are adopted or reaped). [116 lines]
 //
 // This file holds main, run (the testable entry point), configuration loading and the serve lifecycle
 // (SIGHUP re-reads config.yaml: main_reload.go).
@@ -299,6 +304,8 @@ type config struct {
 
 	// SSH (issue 29): machines as directories on a Linux host over ssh; the provider exists only when set.
 	SSH *sshConfig `yaml:"ssh"`
+	// Fly Machines (issue 29): machines as Fly.io microVMs through the Machines API; only when this is set.
+	Fly *flyConfig `yaml:"fly"`
 
 	firstRun     bool
 	serveArgs    []string            // the flags it was loaded with: a reload reads config.yaml under the same ones
@@ -494,12 +501,18 @@ func (cfg config) check() error {
 		return bad("reaperIntervalSec", cfg.ReaperIntervalSec, "at least 1")
 	case cfg.MaxCostUSD < 0:
 		return bad("maxCostUsd", cfg.MaxCostUSD, "0 or more")
-	case !slices.Contains([]string{"auto", "docker", "podman", "kubernetes", "sandbox", "local", "ssh"}, cfg.ComputerProvider):
-		return bad("computerProvider", fmt.Sprintf("%q", cfg.ComputerProvider), "one of auto, docker, podman, kubernetes, sandbox, local, ssh")
+	case !slices.Contains([]string{"auto", "docker", "podman", "kubernetes", "sandbox", "local", "ssh", "fly"}, cfg.ComputerProvider):
+		return bad("computerProvider", fmt.Sprintf("%q", cfg.ComputerProvider), "one of auto, docker, podman, kubernetes, sandbox, local, ssh, fly")
 	case cfg.ComputerProvider == "kubernetes" && cfg.Kubernetes == nil: // issue 19: only when configured
 		return bad("computerProvider", `"kubernetes"`, "set only with a kubernetes: block saying where the cluster is")
 	case cfg.ComputerProvider == "ssh" && cfg.SSH == nil: // issue 29: only when configured
 		return bad("computerProvider", `"ssh"`, "set only with an ssh: block saying which host (target: user@host)")
+	case cfg.ComputerProvider == "fly" && cfg.Fly == nil: // issue 29: only when configured
+		return bad("computerProvider", `"fly"`, "set only with a fly: block naming the app (fly: {app: NAME, region: CODE})")
+	case cfg.Fly != nil && cfg.Fly.App == "":
+		return bad("fly.app", `""`, "the Fly app the machines belong to (create it with fly apps create NAME)")
+	case cfg.Fly != nil && cfg.Fly.CPUKind != "" && cfg.Fly.CPUKind != "shared" && cfg.Fly.CPUKind != "performance":
+		return bad("fly.cpuKind", fmt.Sprintf("%q", cfg.Fly.CPUKind), "shared or performance")
 	}
 	if cfg.SSH != nil {
 		if err := cfg.SSH.check(); err != nil {
@@ -629,7 +642,7 @@ func newServer(cfg config, logger *slog.Logger, now func() time.Time) (*server, 
 	if s.computers, err = newComputerService(computerDeps{helper: helper, helperNote: helperNote, store: st, hub: s.hub, log: logger, clock: now,
 		getenv: cfg.getenv, home: cfg.Home, provider: cfg.ComputerProvider, images: cfg.Images, registries: cfg.AllowedRegistries, mountRoots: cfg.AllowedMounts,
 		maxComputers: cfg.MaxComputers, reapInterval: time.Duration(cfg.ReaperIntervalSec) * time.Second,
-		warmPool: cfg.WarmPool, metrics: s.metrics, kube: cfg.Kubernetes, ssh: cfg.SSH}); err != nil {
+		warmPool: cfg.WarmPool, metrics: s.metrics, kube: cfg.Kubernetes, ssh: cfg.SSH, fly: cfg.Fly}); err != nil {
 		s.models.Close()
 		st.Close()
 		return nil, err

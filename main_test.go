@@ -132,7 +132,10 @@ func TestConfigErrors(t *testing.T) {
 		{"reaper interval", "reaperIntervalSec: 0\n", nil, nil, codeConfig, "reaperIntervalSec is 0", nil},
 		{"negative machines", "maxComputers: -1\n", nil, nil, codeConfig, "maxComputers", nil},
 		{"negative cost", "maxCostUsd: -2\n", nil, nil, codeConfig, "maxCostUsd", nil},
-		{"unknown provider", "computerProvider: vmware\n", nil, nil, codeConfig, "one of auto, docker, podman, kubernetes, sandbox, local", nil},
+		{"unknown provider", "computerProvider: vmware\n", nil, nil, codeConfig, "one of auto, docker, podman, kubernetes, sandbox, local, ssh, fly", nil},
+		{"fly without its block", "computerProvider: fly\n", nil, nil, codeConfig, "set only with a fly: block", nil},
+		{"fly without an app", "fly: {region: ord}\n", nil, nil, codeConfig, "fly.app", nil},
+		{"fly cpu kind", "fly: {app: a, cpuKind: gpu}\n", nil, nil, codeConfig, "shared or performance", nil},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -721,8 +724,8 @@ func TestEngineChildDiesWithTheServer(t *testing.T) {
 		cmd.Process.Kill()
 		t.Fatalf("no child pid: %v", err)
 	}
-	if err := syscall.Kill(pid, 0); err != nil {
-		t.Fatalf("the child is not running: %v", err)
+	if !processAlive(pid) {
+		t.Fatalf("the child %d is not running", pid)
 	}
 	cmd.Process.Signal(syscall.SIGKILL)
 	cmd.Wait()
