@@ -1,16 +1,17 @@
-// runs_tools.go — the tools a run offers the model: their JSON schemas and implementations.
+// runs_tools.go — the tools a run offers the model: their JSON schemas, argument decoding, and the
+// computer and files tools.
 //
 // Entry points: toolCatalog (every tool, by name), resolveTools (a spec's `tools` list → the names this run
-// offers). Bundles (docs/API.md tools table): computer = shell, expose_port, computer_info; files = read_file,
-// write_file, edit_file, list_dir, search_files, move, delete; web = fetch_url (+ web_search when
-// BRAVE_API_KEY is set); http = http_request (opt-in).
+// offers), toolArgs (a call's arguments → a struct). Bundles (docs/API.md tools table): computer = shell,
+// expose_port, computer_info; files = read_file, write_file, edit_file, list_dir, search_files, move,
+// delete; web = fetch_url (+ web_search when a search key is set); http = http_request (opt-in). The web
+// and http tools live in runs_tools_web.go.
 // Rules: tools needing a machine are dropped when computer.enabled is false; unknown names are dropped;
 // every exec goes through the agent's command policy; every file path goes through the computer's jail;
-// fetch_url and http_request obey the network policy (private, loopback and link-local addresses refused
-// unless named in computer.network.allow; the check is made on the resolved address at dial time, so every
-// redirect and every DNS answer is re-checked). A tool failure is an error result for the model, never the
-// end of the run — except that a run whose computer cannot be created or started ends `error` (runs_loop.go);
-// failures of the platform (not of the command) are logged with the run, the tool and the code.
+// the network tools obey the network policy (runs_tools_web.go). A tool failure is an error result for
+// the model, never the end of the run — except that a run whose computer cannot be created or started
+// ends `error` (runs_loop.go); failures of the platform (not of the command) are logged with the run, the
+// tool and the code.
 package main
 
 import (
@@ -18,18 +19,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
-	"net/url"
 	"path"
 	"reflect"
 	"regexp"
 	"slices"
 	"sort"
 	"strings"
-	"time"
-
-	"golang.org/x/net/html"
 )
 
 // toolImpl is one tool: what the model sees and what runs.
@@ -722,226 +717,4 @@ func toolDelete(ctx context.Context, env *toolEnv, args map[string]any) (string,
 		return "", err
 	}
 	return "deleted " + p, nil
-}
-
-// ---- web and http ----
-
-// netPolicy is the agent's computer.network block, applied to fetch_url and http_request.
-func (e *toolEnv) netPolicy() netPolicy {
-	n := e.ar.spec.Computer.Network
-	return netPolicy{mode: n.Mode, allow: n.Allow, deny: n.Deny}
-}
-
-const fetchMaxBytes = 5 << 20
-
-func toolFetchURL(ctx context.Context, env *toolEnv, args map[string]any) (string, error) {
-	var a struct {
-		URL string `arg:"url,required"`
-	}
-	if err := toolArgs(args, &a); err != nil {
-		return "", err
-	}
-	resp, body, err := env.netRequest(ctx, http.MethodGet, a.URL, nil, map[string]any{"User-Agent": "agentd/" + version,
-		"Accept": "text/html,text/plain,application/json;q=0.9,*/*;q=0.5"}, 30*time.Second)
-	if err != nil {
-		return "", err
-	}
-	ct := resp.Header.Get("Content-Type")
-	text := string(body)
-	switch {
-	case strings.Contains(ct, "html") || (ct == "" && looksHTML(body)):
-		text = htmlToText(body)
-	case strings.HasPrefix(ct, "text/") || strings.Contains(ct, "json") || strings.Contains(ct, "xml") || strings.Contains(ct, "javascript"):
-	default:
-		if isBinary(body) {
-			text = fmt.Sprintf("[binary content of type %q, %d bytes, not shown]", ct, len(body))
-		}
-	}
-	out := fmt.Sprintf("URL: %s\nStatus: %d\nContent-Type: %s\n\n%s", resp.Request.URL, resp.StatusCode, ct, text)
-	if resp.StatusCode >= 400 {
-		return out, errorf(codeToolError, "the server answered %d", resp.StatusCode)
-	}
-	return out, nil
-}
-
-// netRequest makes a request the network policy allows and reads at most fetchMaxBytes of the answer.
-func (e *toolEnv) netRequest(ctx context.Context, method, rawURL string, body io.Reader, header map[string]any,
-	timeout time.Duration) (*http.Response, []byte, error) {
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		return nil, nil, argError("not a URL: %v", err)
-	}
-	np := e.netPolicy()
-	if err := np.checkURL(u); err != nil {
-		return nil, nil, err
-	}
-	req, err := http.NewRequestWithContext(ctx, method, u.String(), body)
-	if err != nil {
-		return nil, nil, argError("bad request: %v", err)
-	}
-	for k, v := range header {
-		if s, ok := v.(string); ok {
-			req.Header.Set(k, s)
-		}
-	}
-	client := np.httpClient(timeout)
-	defer client.CloseIdleConnections() // the client is this call's: its kept-alive connections too
-	resp, err := client.Do(req)
-	if err != nil {
-		return nil, nil, fetchError(err)
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, fetchMaxBytes))
-	if err != nil {
-		return nil, nil, fetchError(err)
-	}
-	return resp, data, nil
-}
-
-func looksHTML(b []byte) bool {
-	head := strings.ToLower(string(b[:min(len(b), 512)]))
-	return strings.Contains(head, "<html") || strings.Contains(head, "<!doctype html")
-}
-
-// htmlToText keeps the readable text of a page: no scripts, styles or markup; block elements on lines.
-func htmlToText(b []byte) string {
-	z := html.NewTokenizer(bytes.NewReader(b))
-	var out strings.Builder
-	skip := 0
-	newline := func() {
-		s := out.String()
-		if len(s) > 0 && !strings.HasSuffix(s, "\n") {
-			out.WriteByte('\n')
-		}
-	}
-	for {
-		switch z.Next() {
-		case html.ErrorToken:
-			return collapseBlankLines(out.String())
-		case html.StartTagToken, html.SelfClosingTagToken:
-			name, _ := z.TagName()
-			switch string(name) {
-			case "script", "style", "noscript", "template", "svg", "head":
-				skip++
-			case "br", "p", "div", "li", "tr", "h1", "h2", "h3", "h4", "h5", "h6", "section", "article", "pre", "blockquote", "table", "ul", "ol", "header", "footer":
-				newline()
-				if string(name) == "li" {
-					out.WriteString("- ")
-				}
-			}
-		case html.EndTagToken:
-			name, _ := z.TagName()
-			switch string(name) {
-			case "script", "style", "noscript", "template", "svg", "head":
-				if skip > 0 {
-					skip--
-				}
-			case "p", "div", "li", "tr", "h1", "h2", "h3", "h4", "h5", "h6", "section", "article", "pre", "blockquote", "table":
-				newline()
-			}
-		case html.TextToken:
-			if skip > 0 {
-				continue
-			}
-			t := strings.Join(strings.Fields(string(z.Text())), " ")
-			if t != "" {
-				s := out.String()
-				if len(s) > 0 && !strings.HasSuffix(s, "\n") && !strings.HasSuffix(s, " ") {
-					out.WriteByte(' ')
-				}
-				out.WriteString(t)
-			}
-		}
-	}
-}
-
-func collapseBlankLines(s string) string {
-	lines := strings.Split(s, "\n")
-	out := lines[:0]
-	for _, l := range lines {
-		l = strings.TrimSpace(l)
-		if l == "" {
-			continue
-		}
-		out = append(out, l)
-	}
-	return strings.Join(out, "\n")
-}
-
-func toolHTTPRequest(ctx context.Context, env *toolEnv, args map[string]any) (string, error) {
-	var a struct {
-		URL     string         `arg:"url,required"`
-		Method  string         `arg:"method"`
-		Body    string         `arg:"body"`
-		Headers map[string]any `arg:"headers"`
-	}
-	if err := toolArgs(args, &a); err != nil {
-		return "", err
-	}
-	var body io.Reader
-	if a.Body != "" {
-		body = strings.NewReader(a.Body)
-	}
-	resp, data, err := env.netRequest(ctx, strings.ToUpper(firstNonEmpty(a.Method, "GET")), a.URL, body, a.Headers, 60*time.Second)
-	if err != nil {
-		return "", err
-	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "HTTP %s\n", resp.Status)
-	for _, k := range sortedKeys(resp.Header) {
-		fmt.Fprintf(&b, "%s: %s\n", k, strings.Join(resp.Header[k], ", "))
-	}
-	b.WriteString("\n")
-	b.Write(data)
-	return b.String(), nil
-}
-
-func toolWebSearch(ctx context.Context, env *toolEnv, args map[string]any) (string, error) {
-	a := struct {
-		Query string `arg:"query,required"`
-		Count int    `arg:"count"`
-	}{Count: 8}
-	if err := toolArgs(args, &a); err != nil {
-		return "", err
-	}
-	key := env.ar.rs.getenv(searchKeyEnv)
-	if key == "" {
-		return "", errorf(codeToolError, "web search is not configured").withHint("set " + searchKeyEnv)
-	}
-	base := firstNonEmpty(env.ar.rs.getenv("BRAVE_BASE_URL"), "https://api.search.brave.com/res/v1")
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/web/search?"+url.Values{
-		"q": {a.Query}, "count": {fmt.Sprint(min(max(a.Count, 1), 20))}}.Encode(), nil)
-	if err != nil {
-		return "", err
-	}
-	req.Header.Set("Accept", "application/json")
-	req.Header.Set("X-Subscription-Token", key)
-	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
-	if err != nil {
-		return "", errorf(codeToolError, "web search failed: %v", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return "", errorf(codeToolError, "web search answered %s", resp.Status)
-	}
-	var out struct {
-		Web struct {
-			Results []struct {
-				Title       string `json:"title"`
-				URL         string `json:"url"`
-				Description string `json:"description"`
-			} `json:"results"`
-		} `json:"web"`
-	}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 4<<20)).Decode(&out); err != nil {
-		return "", errorf(codeToolError, "web search answer unreadable: %v", err)
-	}
-	if len(out.Web.Results) == 0 {
-		return "no results", nil
-	}
-	var b strings.Builder
-	for i, r := range out.Web.Results {
-		fmt.Fprintf(&b, "%d. %s\n   %s\n   %s\n", i+1, r.Title, r.URL, htmlToText([]byte(r.Description)))
-	}
-	return b.String(), nil
 }
