@@ -120,6 +120,7 @@ func toolCatalog() map[string]toolImpl {
 			Parameters: obj([]string{"command"}, map[string]any{
 				"command":    prop("string", "the command line, run under /bin/sh -c"),
 				"cwd":        prop("string", "working directory (under /work or /tmp)"),
+				"stdin":      prop("string", "text given to the command on its standard input (closed after it)"),
 				"timeoutSec": map[string]any{"type": "integer", "minimum": 1, "maximum": 3600, "description": "time limit; at most the agent's execTimeoutSec"},
 			})}},
 		"expose_port": {needsComputer: true, run: toolExposePort, def: ToolDef{Name: "expose_port",
@@ -134,10 +135,17 @@ func toolCatalog() map[string]toolImpl {
 				"path":       prop("string", "file path under /work or /tmp (relative paths are under /work)"),
 				"start_line": map[string]any{"type": "integer", "minimum": 1},
 				"end_line":   map[string]any{"type": "integer", "minimum": 1},
+				"startLine":  map[string]any{"type": "integer", "minimum": 1, "description": "same as start_line"},
+				"endLine":    map[string]any{"type": "integer", "minimum": 1, "description": "same as end_line"},
+				"maxBytes":   map[string]any{"type": "integer", "minimum": 1, "description": "stop the output after this many bytes (whole lines); the result says where to go on"},
 			})}},
 		"write_file": {needsComputer: true, run: toolWriteFile, def: ToolDef{Name: "write_file",
-			Description: "Create or overwrite a file on the computer with the given content.",
-			Parameters:  obj([]string{"path", "content"}, map[string]any{"path": prop("string", "file path"), "content": prop("string", "the whole new content")})}},
+			Description: "Create or overwrite a file on the computer with the given content, or append to it.",
+			Parameters: obj([]string{"path", "content"}, map[string]any{"path": prop("string", "file path"),
+				"content": prop("string", "the whole new content (with append: the text to add at the end)"),
+				"append":  prop("boolean", "add content at the end of the file (created when absent) instead of replacing it"),
+				"mode":    prop("string", `permission bits in octal, such as "0755" for a script or "0600" for a secret (at most 0777)`),
+			})}},
 		"edit_file": {needsComputer: true, run: toolEditFile, def: ToolDef{Name: "edit_file",
 			Description: "Replace an exact piece of text in a file. old_string must match exactly once unless replace_all is true; include surrounding lines to make it unique.",
 			Parameters: obj([]string{"path", "old_string", "new_string"}, map[string]any{
@@ -154,6 +162,8 @@ func toolCatalog() map[string]toolImpl {
 			Description: "Search file contents under a directory with a regular expression; returns path:line:text matches.",
 			Parameters: obj([]string{"pattern"}, map[string]any{
 				"pattern": prop("string", "regular expression"), "path": prop("string", "directory (default /work)"),
+				"glob":        prop("string", `only files whose name matches this glob, such as "*.go" (a glob with a / matches the path under the directory)`),
+				"ignoreCase":  prop("boolean", "match letters of either case"),
 				"max_results": map[string]any{"type": "integer", "minimum": 1, "maximum": 1000},
 			})}},
 		"move": {needsComputer: true, run: toolMove, def: ToolDef{Name: "move",
@@ -164,7 +174,8 @@ func toolCatalog() map[string]toolImpl {
 			Parameters:  obj([]string{"path"}, map[string]any{"path": prop("string", "path to delete"), "recursive": prop("boolean", "delete a directory and its content")})}},
 		"fetch_url": {run: toolFetchURL, def: ToolDef{Name: "fetch_url",
 			Description: "Fetch a web page or document over http(s) and return it as text (HTML is converted to text).",
-			Parameters:  obj([]string{"url"}, map[string]any{"url": prop("string", "http or https URL")})}},
+			Parameters: obj([]string{"url"}, map[string]any{"url": prop("string", "http or https URL"),
+				"maxBytes": map[string]any{"type": "integer", "minimum": 1, "maximum": fetchMaxBytes, "description": "return at most this many bytes of the text"}})}},
 		"web_search": {run: toolWebSearch, def: ToolDef{Name: "web_search",
 			Description: "Search the web and return titles, URLs and snippets.",
 			Parameters: obj([]string{"query"}, map[string]any{"query": prop("string", "search terms"),
@@ -174,7 +185,8 @@ func toolCatalog() map[string]toolImpl {
 			Parameters: obj([]string{"url"}, map[string]any{
 				"method": map[string]any{"type": "string", "enum": []string{"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"}},
 				"url":    prop("string", "http or https URL"), "body": prop("string", "request body"),
-				"headers": map[string]any{"type": "object", "additionalProperties": map[string]any{"type": "string"}},
+				"headers":  map[string]any{"type": "object", "additionalProperties": map[string]any{"type": "string"}},
+				"maxBytes": map[string]any{"type": "integer", "minimum": 1, "maximum": fetchMaxBytes, "description": "return at most this many bytes of the body"},
 			})}},
 	}
 }
@@ -184,14 +196,22 @@ func toolCatalog() map[string]toolImpl {
 func argError(format string, a ...any) error { return errorf(codeToolError, format, a...) }
 
 // toolArgs decodes a tool call's arguments into the fields of the struct *v by their `arg` tags ("name"
-// or "name,required"). An absent argument leaves its field as set by the caller (the default). Models
+// or "name,required"; "name|alias" takes the first of the names present). An absent argument leaves its field as set by the caller (the default). Models
 // are loose with types, so integers may come quoted and booleans as "true"; any other mismatch, or a
 // missing required argument, is E_TOOL_ERROR naming the argument.
 func toolArgs(args map[string]any, v any) error {
 	rv := reflect.ValueOf(v).Elem()
 	for i := range rv.NumField() {
-		name, opt, _ := strings.Cut(rv.Type().Field(i).Tag.Get("arg"), ",")
-		raw, ok := args[name]
+		names, opt, _ := strings.Cut(rv.Type().Field(i).Tag.Get("arg"), ",")
+		var raw any
+		ok := false
+		name := names
+		for _, n := range strings.Split(names, "|") {
+			if raw, ok = args[n]; ok && raw != nil {
+				name = n
+				break
+			}
+		}
 		if !ok || raw == nil {
 			if opt == "required" {
 				return argError("missing required argument %q", name)
@@ -254,6 +274,7 @@ func toolShell(ctx context.Context, env *toolEnv, args map[string]any) (string, 
 	a := struct {
 		Command string `arg:"command,required"`
 		Cwd     string `arg:"cwd"`
+		Stdin   string `arg:"stdin"`
 		Timeout int    `arg:"timeoutSec"`
 	}{Timeout: lim.ExecTimeoutSec}
 	if err := toolArgs(args, &a); err != nil {
@@ -277,10 +298,12 @@ func toolShell(ctx context.Context, env *toolEnv, args map[string]any) (string, 
 	if err != nil {
 		return "", err
 	}
-	res, err := env.ar.rs.computers.Exec(ctx, id, ExecRequest{
-		Cmd: execCommand{Shell: a.Command}, Cwd: a.Cwd, TimeoutSec: timeout,
-		MaxOutputBytes: min(lim.MaxOutputBytes, 16<<20), Policy: pol,
-	}, env.delta)
+	req := ExecRequest{Cmd: execCommand{Shell: a.Command}, Cwd: a.Cwd, TimeoutSec: timeout,
+		MaxOutputBytes: min(lim.MaxOutputBytes, 16<<20), Policy: pol}
+	if _, given := args["stdin"]; given {
+		req.Stdin = &a.Stdin
+	}
+	res, err := env.ar.rs.computers.Exec(ctx, id, req, env.delta)
 	if err != nil {
 		return "", err
 	}
@@ -355,9 +378,10 @@ func toolComputerInfo(ctx context.Context, env *toolEnv, args map[string]any) (s
 
 func toolReadFile(ctx context.Context, env *toolEnv, args map[string]any) (string, error) {
 	a := struct {
-		Path  string `arg:"path,required"`
-		Start int    `arg:"start_line"`
-		End   int    `arg:"end_line"`
+		Path     string `arg:"path,required"`
+		Start    int    `arg:"start_line|startLine"`
+		End      int    `arg:"end_line|endLine"`
+		MaxBytes int    `arg:"maxBytes"`
 	}{Start: 1}
 	if err := toolArgs(args, &a); err != nil {
 		return "", err
@@ -399,10 +423,15 @@ func toolReadFile(ctx context.Context, env *toolEnv, args map[string]any) (strin
 		fmt.Fprintf(&b, "[lines %d-%d of %d]\n", start, end, total)
 	}
 	for i := start; i <= end; i++ {
-		fmt.Fprintf(&b, "%6d\t%s", i, lines[i-1])
-		if !strings.HasSuffix(lines[i-1], "\n") {
-			b.WriteByte('\n')
+		line := fmt.Sprintf("%6d\t%s", i, lines[i-1])
+		if !strings.HasSuffix(line, "\n") {
+			line += "\n"
 		}
+		if a.MaxBytes > 0 && b.Len()+len(line) > a.MaxBytes && i > start {
+			fmt.Fprintf(&b, "[stopped before line %d: maxBytes %d reached; read on with startLine %d]\n", i, a.MaxBytes, i)
+			break
+		}
+		b.WriteString(line)
 	}
 	return b.String(), nil
 }
@@ -411,18 +440,90 @@ func toolWriteFile(ctx context.Context, env *toolEnv, args map[string]any) (stri
 	var a struct {
 		Path    string `arg:"path,required"`
 		Content string `arg:"content,required"`
+		Append  bool   `arg:"append"`
 	}
 	if err := toolArgs(args, &a); err != nil {
+		return "", err
+	}
+	mode, hasMode, err := fileModeArg(args["mode"])
+	if err != nil {
 		return "", err
 	}
 	id, p, err := env.jailed(ctx, a.Path)
 	if err != nil {
 		return "", err
 	}
-	if err := env.ar.rs.computers.WriteFile(ctx, id, p, []byte(a.Content)); err != nil {
+	c := env.ar.rs.computers
+	chmod := []string{"chmod", fmt.Sprintf("%04o", mode), "--"}
+	if hasMode { // refused by the command policy before anything is written
+		if ae := env.policy().check(strings.Join(append(chmod, path.Base(p)), " ")); ae != nil {
+			return "", ae
+		}
+	}
+	data, verb := []byte(a.Content), "wrote"
+	if a.Append {
+		old, err := c.ReadFile(ctx, id, p)
+		if err != nil && fileExists(ctx, c, id, p) {
+			return "", err
+		}
+		data, verb = append(old, data...), "appended"
+	}
+	if err := c.WriteFile(ctx, id, p, data); err != nil {
 		return "", err
 	}
-	return fmt.Sprintf("wrote %d bytes to %s", len(a.Content), p), nil
+	msg := fmt.Sprintf("%s %d bytes to %s", verb, len(a.Content), p)
+	if !hasMode {
+		return msg, nil
+	}
+	// chmod runs in the machine on the path the jail resolved, through the command policy.
+	full, err := c.Resolve(ctx, id, p, false)
+	if err != nil {
+		return "", err
+	}
+	root, rel := splitRoot(full)
+	res, err := c.Exec(ctx, id, ExecRequest{Cmd: execCommand{Argv: append(chmod, rel)}, Cwd: root,
+		TimeoutSec: min(env.ar.lim.ExecTimeoutSec, 60), Policy: env.policy()}, nil)
+	if err != nil {
+		return "", err
+	}
+	if res.ExitCode != 0 {
+		return "", argError("%s; chmod failed: %s", msg, strings.TrimSpace(res.Stderr))
+	}
+	return fmt.Sprintf("%s (mode %04o)", msg, mode), nil
+}
+
+// fileModeArg reads write_file's mode: octal digits as a string ("0755", "755", "0o755") or as a number
+// whose decimal digits are the octal ones (models write 755). Permission bits only: at most 0777.
+func fileModeArg(v any) (mode uint32, given bool, err error) {
+	var s string
+	switch m := v.(type) {
+	case nil:
+		return 0, false, nil
+	case string:
+		s = strings.TrimPrefix(strings.TrimPrefix(strings.TrimSpace(m), "0o"), "0O")
+	default:
+		n, ok := argInt(v)
+		if !ok || n < 0 {
+			return 0, false, argError("mode must be octal permission bits such as \"0755\"")
+		}
+		s = fmt.Sprint(n)
+	}
+	var n uint64
+	if len(s) == 0 || len(s) > 4 || strings.Trim(s, "01234567") != "" {
+		return 0, false, argError("mode %v is not octal permission bits such as \"0755\"", v)
+	}
+	fmt.Sscanf(s, "%o", &n)
+	if n > 0o777 {
+		return 0, false, argError("mode %v sets more than the permission bits (at most 0777)", v)
+	}
+	return uint32(n), true, nil
+}
+
+// fileExists reports whether p names an entry of its directory: append treats a read error on an absent
+// file (or one in an absent directory) as an empty file.
+func fileExists(ctx context.Context, c runComputers, id, p string) bool {
+	ents, err := c.ListDir(ctx, id, path.Dir(p))
+	return err == nil && slices.ContainsFunc(ents, func(e DirEntry) bool { return e.Name == path.Base(p) })
 }
 
 func toolEditFile(ctx context.Context, env *toolEnv, args map[string]any) (string, error) {
@@ -521,20 +622,49 @@ func toolListDir(ctx context.Context, env *toolEnv, args map[string]any) (string
 	return b.String(), nil
 }
 
-const searchScript = `if command -v rg >/dev/null 2>&1; then rg --line-number --no-heading --color never --max-columns 300 -e "$1" -- "$2" 2>/dev/null | head -n "$3"; else echo __AGENTD_NO_RG__; fi`
+// searchScript: $1 pattern, $2 directory, $3 most matches, $4 glob (may be empty), $5 the case flag.
+const searchScript = `if command -v rg >/dev/null 2>&1; then rg --line-number --no-heading --color never --max-columns 300 "$5" ${4:+"--glob=$4"} -e "$1" -- "$2" 2>/dev/null | head -n "$3"; else echo __AGENTD_NO_RG__; fi`
+
+// searchOpts bound and narrow a search: at most max matches, in files whose name matches glob.
+type searchOpts struct {
+	max  int
+	glob string
+}
+
+// globMatch: a glob without a slash matches a file's name, one with a slash its path under the root.
+func (o searchOpts) globMatch(root, full string) bool {
+	if o.glob == "" {
+		return true
+	}
+	if strings.Contains(o.glob, "/") {
+		ok, _ := path.Match(o.glob, strings.TrimPrefix(strings.TrimPrefix(full, root), "/"))
+		return ok
+	}
+	ok, _ := path.Match(o.glob, path.Base(full))
+	return ok
+}
 
 func toolSearchFiles(ctx context.Context, env *toolEnv, args map[string]any) (string, error) {
 	a := struct {
-		Pattern string `arg:"pattern,required"`
-		Path    string `arg:"path"`
-		Max     int    `arg:"max_results"`
+		Pattern    string `arg:"pattern,required"`
+		Path       string `arg:"path"`
+		Glob       string `arg:"glob"`
+		IgnoreCase bool   `arg:"ignoreCase"`
+		Max        int    `arg:"max_results"`
 	}{Max: 200}
 	if err := toolArgs(args, &a); err != nil {
 		return "", err
 	}
-	re, err := regexp.Compile(a.Pattern)
+	expr, caseFlag := a.Pattern, "--case-sensitive"
+	if a.IgnoreCase {
+		expr, caseFlag = "(?i)"+expr, "--ignore-case"
+	}
+	re, err := regexp.Compile(expr)
 	if err != nil {
 		return "", argError("pattern is not a valid regular expression: %v", err)
+	}
+	if _, err := path.Match(a.Glob, ""); err != nil || strings.HasPrefix(a.Glob, "-") {
+		return "", argError("glob %q is not a valid pattern", a.Glob)
 	}
 	id, p, err := env.jailed(ctx, a.Path)
 	if err != nil {
@@ -547,7 +677,7 @@ func toolSearchFiles(ctx context.Context, env *toolEnv, args map[string]any) (st
 	}
 	root, rel := splitRoot(p)
 	res, err := env.ar.rs.computers.Exec(ctx, id, ExecRequest{
-		Cmd: execCommand{Argv: []string{"/bin/sh", "-c", searchScript, "sh", a.Pattern, rel, fmt.Sprint(maxN)}},
+		Cmd: execCommand{Argv: []string{"/bin/sh", "-c", searchScript, "sh", a.Pattern, rel, fmt.Sprint(maxN), a.Glob, caseFlag}},
 		Cwd: root, TimeoutSec: min(env.ar.lim.ExecTimeoutSec, 60), MaxOutputBytes: 1 << 20, Policy: env.policy(),
 	}, nil)
 	if err == nil && !strings.Contains(res.Stdout, "__AGENTD_NO_RG__") && res.ExitCode == 0 {
@@ -565,11 +695,12 @@ func toolSearchFiles(ctx context.Context, env *toolEnv, args map[string]any) (st
 		}
 		return b.String(), nil
 	}
-	return walkSearch(ctx, env, id, p, re, maxN)
+	return walkSearch(ctx, env, id, p, re, searchOpts{max: maxN, glob: a.Glob})
 }
 
 // walkSearch is the fallback when ripgrep is absent: a bounded walk through the jailed file API.
-func walkSearch(ctx context.Context, env *toolEnv, id, root string, re *regexp.Regexp, maxN int) (string, error) {
+func walkSearch(ctx context.Context, env *toolEnv, id, root string, re *regexp.Regexp, o searchOpts) (string, error) {
+	maxN := o.max
 	const maxFiles, maxFileBytes = 2000, 1 << 20
 	c := env.ar.rs.computers
 	var b strings.Builder
@@ -600,7 +731,7 @@ func walkSearch(ctx context.Context, env *toolEnv, id, root string, re *regexp.R
 				}
 				continue
 			}
-			if e.Type != "file" || e.Size > maxFileBytes || files >= maxFiles {
+			if e.Type != "file" || e.Size > maxFileBytes || files >= maxFiles || !o.globMatch(root, full) {
 				continue
 			}
 			files++

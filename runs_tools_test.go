@@ -78,7 +78,7 @@ func TestFileTools(t *testing.T) {
 		t.Fatalf("search: %s", out)
 	}
 	re := mustRegexp(t, "nee")
-	if out := must(walkSearch(context.Background(), env, "cmp", "/work", re, 2)); strings.Count(out, "\n") != 2 {
+	if out := must(walkSearch(context.Background(), env, "cmp", "/work", re, searchOpts{max: 2})); strings.Count(out, "\n") != 2 {
 		t.Fatalf("bounded walk: %q", out)
 	}
 	// move a file and a directory; delete.

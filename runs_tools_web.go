@@ -18,6 +18,7 @@ import (
 	"net/url"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"golang.org/x/net/html"
 )
@@ -32,9 +33,22 @@ func (e *toolEnv) netPolicy() netPolicy {
 
 const fetchMaxBytes = 5 << 20
 
+// clipBytes keeps at most n bytes of s (0: all), cut on a character boundary, and says what was cut.
+func clipBytes(s string, n int) string {
+	if n <= 0 || len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + fmt.Sprintf("\n[truncated at %d of %d bytes (maxBytes)]", cut, len(s))
+}
+
 func toolFetchURL(ctx context.Context, env *toolEnv, args map[string]any) (string, error) {
 	var a struct {
-		URL string `arg:"url,required"`
+		URL      string `arg:"url,required"`
+		MaxBytes int    `arg:"maxBytes"`
 	}
 	if err := toolArgs(args, &a); err != nil {
 		return "", err
@@ -55,7 +69,7 @@ func toolFetchURL(ctx context.Context, env *toolEnv, args map[string]any) (strin
 			text = fmt.Sprintf("[binary content of type %q, %d bytes, not shown]", ct, len(body))
 		}
 	}
-	out := fmt.Sprintf("URL: %s\nStatus: %d\nContent-Type: %s\n\n%s", resp.Request.URL, resp.StatusCode, ct, text)
+	out := fmt.Sprintf("URL: %s\nStatus: %d\nContent-Type: %s\n\n%s", resp.Request.URL, resp.StatusCode, ct, clipBytes(text, a.MaxBytes))
 	if resp.StatusCode >= 400 {
 		return out, errorf(codeToolError, "the server answered %d", resp.StatusCode)
 	}
@@ -168,10 +182,11 @@ func collapseBlankLines(s string) string {
 
 func toolHTTPRequest(ctx context.Context, env *toolEnv, args map[string]any) (string, error) {
 	var a struct {
-		URL     string         `arg:"url,required"`
-		Method  string         `arg:"method"`
-		Body    string         `arg:"body"`
-		Headers map[string]any `arg:"headers"`
+		URL      string         `arg:"url,required"`
+		Method   string         `arg:"method"`
+		Body     string         `arg:"body"`
+		Headers  map[string]any `arg:"headers"`
+		MaxBytes int            `arg:"maxBytes"`
 	}
 	if err := toolArgs(args, &a); err != nil {
 		return "", err
@@ -190,7 +205,7 @@ func toolHTTPRequest(ctx context.Context, env *toolEnv, args map[string]any) (st
 		fmt.Fprintf(&b, "%s: %s\n", k, strings.Join(resp.Header[k], ", "))
 	}
 	b.WriteString("\n")
-	b.Write(data)
+	b.WriteString(clipBytes(string(data), a.MaxBytes))
 	return b.String(), nil
 }
 
