@@ -275,6 +275,12 @@ type config struct {
 	// Kubernetes (issue 19): machines as pods through kubectl; the provider exists only when this is set.
 	Kubernetes *kubeConfig `yaml:"kubernetes"`
 
+	// Issue 30: the model an agent runs on when its spec's model is `auto` (as when it names none);
+	// triggers: false mounts no trigger routes and runs no cron; the cap on a request body.
+	Model          string `yaml:"model"`
+	Triggers       *bool  `yaml:"triggers"`
+	BodyLimitBytes int64  `yaml:"bodyLimitBytes"`
+
 	firstRun     bool
 	serveArgs    []string            // the flags it was loaded with: a reload reads config.yaml under the same ones
 	level        *slog.LevelVar      // the logger's level (logLevel), which a reload changes (main_reload.go)
@@ -286,9 +292,12 @@ type config struct {
 func defaultConfig() config {
 	return config{
 		Host: "127.0.0.1", Port: 7377, MaxComputers: 8, ComputerProvider: "auto",
-		MaxCostUSD: 5, ReaperIntervalSec: 30,
+		MaxCostUSD: 5, ReaperIntervalSec: 30, BodyLimitBytes: maxBodyBytes,
 	}
 }
+
+// triggersOn reports config.yaml's triggers (default true).
+func (cfg *config) triggersOn() bool { return cfg.Triggers == nil || *cfg.Triggers }
 
 // loadConfig applies defaults < config.yaml < environment < flags, and creates the data directory.
 // minTokenLen is the shortest bearer token a non-loopback server accepts (a shorter one is warned about
@@ -463,6 +472,10 @@ func (cfg config) check() error {
 		return err
 	}
 	switch {
+	case cfg.BodyLimitBytes < 1024:
+		return bad("bodyLimitBytes", cfg.BodyLimitBytes, "at least 1024 (bytes)")
+	case cfg.Model != strings.TrimSpace(cfg.Model) || strings.ContainsAny(cfg.Model, " \t\n"):
+		return bad("model", fmt.Sprintf("%q", cfg.Model), "a model name, alias or provider/model id without spaces")
 	case cfg.MaxComputers < 0:
 		return bad("maxComputers", cfg.MaxComputers, "0 or more")
 	case cfg.ReaperIntervalSec < 1:
@@ -604,10 +617,11 @@ func newServer(cfg config, logger *slog.Logger, now func() time.Time) (*server, 
 	}
 	s.mcpClients = newMCPClients(cfg.MCPServers, logger)
 	s.runs = newRunService(runDeps{store: st, hub: s.hub, models: s.models, computers: s.computers, mcp: s.mcpClients, now: now,
-		log: logger, getenv: cfg.getenv, home: cfg.Home, metrics: s.metrics})
+		log: logger, getenv: cfg.getenv, home: cfg.Home, metrics: s.metrics, defaultModel: func() string { return s.conf().Model }})
 	s.sessions = newSessionService(sessionDeps{store: st, models: s.models, log: logger, now: now, getenv: cfg.getenv,
 		dataDir: cfg.Home, maxCost: func() float64 { return s.conf().MaxCostUSD }, red: newRedactor(cfg.getenv)})
-	s.triggers = newTriggerService(triggerDeps{store: st, hub: s.hub, log: logger, now: now, fireCron: s.fireCron})
+	s.triggers = newTriggerService(triggerDeps{store: st, hub: s.hub, log: logger, now: now, fireCron: s.fireCron,
+		off: !cfg.triggersOn()})
 	s.mcp = newMCPSessions(s)
 	s.handler = s.routes()
 	s.startReloader()
