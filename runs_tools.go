@@ -5,7 +5,7 @@
 // offers), toolArgs (a call's arguments → a struct). Bundles (docs/API.md tools table): computer = shell,
 // expose_port, computer_info; files = read_file, write_file, edit_file, list_dir, search_files, move,
 // delete; web = fetch_url (+ web_search when a search key is set); http = http_request (opt-in). The web
-// and http tools live in runs_tools_web.go.
+// and http tools live in runs_tools_web.go, computer_info in runs_tools_info.go.
 // Rules: tools needing a machine are dropped when computer.enabled is false; unknown names are dropped;
 // every exec goes through the agent's command policy; every file path goes through the computer's jail;
 // the network tools obey the network policy (runs_tools_web.go). A tool failure is an error result for
@@ -127,7 +127,7 @@ func toolCatalog() map[string]toolImpl {
 			Description: "Make a TCP port of the computer reachable from the host and return its URL.",
 			Parameters:  obj([]string{"port"}, map[string]any{"port": map[string]any{"type": "integer", "minimum": 1, "maximum": 65535}})}},
 		"computer_info": {needsComputer: true, run: toolComputerInfo, def: ToolDef{Name: "computer_info",
-			Description: "Describe the agent's computer: id, provider, image, working directory, exposed ports.",
+			Description: "Describe the agent's computer: its record (id, provider, image, working directory, exposed ports) and what a probe inside it finds: os, kernel, arch, user, cpus, memory, free disk, and which common tools (git, curl, jq, rg, python3, node, go, cargo, make, gcc) are installed.",
 			Parameters:  obj(nil, map[string]any{})}},
 		"read_file": {needsComputer: true, run: toolReadFile, def: ToolDef{Name: "read_file",
 			Description: "Read a text file from the computer, optionally a range of lines (1-based, inclusive). Lines are prefixed with their numbers.",
@@ -350,27 +350,6 @@ func toolExposePort(ctx context.Context, env *toolEnv, args map[string]any) (str
 		return "", err
 	}
 	b, _ := json.Marshal(pb)
-	return string(b), nil
-}
-
-func toolComputerInfo(ctx context.Context, env *toolEnv, args map[string]any) (string, error) {
-	id, err := env.computer(ctx)
-	if err != nil {
-		return "", err
-	}
-	info, err := env.ar.rs.computers.Get(ctx, id)
-	if err != nil {
-		return "", err
-	}
-	out := map[string]any{"id": info.ID, "name": info.Name, "provider": info.Provider, "state": info.State,
-		"isolated": info.Isolated, "image": info.Image, "workdir": info.Workdir, "ports": info.Ports}
-	if !info.Isolated {
-		// The local provider maps /work and /tmp only for cwd and the file tools, not inside commands.
-		out["note"] = "this computer is a guarded directory on the host, not a container: shell commands start in " +
-			"the working directory, but an absolute /work or /tmp inside a command names the host's own directory; " +
-			"use relative paths in commands (the file tools map /work and /tmp correctly)"
-	}
-	b, _ := json.Marshal(out)
 	return string(b), nil
 }
 

@@ -15,11 +15,17 @@ import (
 )
 
 // machineToolHarness runs tools on a real machine of provider prov, as an agent whose computer it is.
-func machineToolHarness(t *testing.T, prov string, mut func(*AgentSpec)) *toolEnv {
+func machineToolHarness(t *testing.T, prov string, mut func(*AgentSpec), machine ...map[string]any) *toolEnv {
 	t.Helper()
 	requireProvider(t, prov)
 	e := newTestServer(t, withHostEnv)
-	m := e.create(map[string]any{"provider": prov, "image": testImage})
+	spec := map[string]any{"provider": prov, "image": testImage}
+	for _, m := range machine {
+		for k, v := range m {
+			spec[k] = v
+		}
+	}
+	m := e.create(spec)
 	sp := testSpec("tooly", mut)
 	ar := newActiveRun(e.s.runs, sp, &runParams{Input: []ModelMessage{textMessage("user", "x")}, MaxSteps: 1, ComputerID: m.ID}, nil)
 	t.Cleanup(func() { ar.cancel(nil); ar.stopTimer() })
