@@ -4,7 +4,7 @@
 // Entry points: toolCatalog (every tool, by name), resolveTools (a spec's `tools` list → the names this run
 // offers), toolArgs (a call's arguments → a struct). Bundles (docs/API.md tools table): computer = shell,
 // expose_port, computer_info; files = read_file, write_file, edit_file, list_dir, search_files, move,
-// delete; web = fetch_url (+ web_search when a search key is set); http = http_request (opt-in). The web
+// delete; web = fetch_url (+ web_search when BRAVE_API_KEY or TAVILY_API_KEY is set); http = http_request (opt-in). The web
 // and http tools live in runs_tools_web.go, computer_info in runs_tools_info.go.
 // Rules: tools needing a machine are dropped when computer.enabled is false; unknown names are dropped;
 // every exec goes through the agent's command policy; every file path goes through the computer's jail;
@@ -68,8 +68,6 @@ var toolBundles = map[string][]string{
 	"http":     {"http_request"},
 }
 
-const searchKeyEnv = "BRAVE_API_KEY"
-
 // resolveTools expands bundles and drops what cannot work for this spec, keeping the spec's order.
 func resolveTools(spec *AgentSpec, getenv func(string) string) []string {
 	names := spec.Tools
@@ -86,7 +84,7 @@ func resolveTools(spec *AgentSpec, getenv func(string) string) []string {
 		if t.needsComputer && !spec.Computer.IsEnabled() {
 			return
 		}
-		if n == "web_search" && getenv(searchKeyEnv) == "" {
+		if n == "web_search" && len(searchProviders(getenv)) == 0 {
 			return
 		}
 		out = append(out, n)
@@ -179,7 +177,8 @@ func toolCatalog() map[string]toolImpl {
 		"web_search": {run: toolWebSearch, def: ToolDef{Name: "web_search",
 			Description: "Search the web and return titles, URLs and snippets.",
 			Parameters: obj([]string{"query"}, map[string]any{"query": prop("string", "search terms"),
-				"count": map[string]any{"type": "integer", "minimum": 1, "maximum": 20}})}},
+				"limit": map[string]any{"type": "integer", "minimum": 1, "maximum": 20, "description": "how many results (default 8)"},
+				"count": map[string]any{"type": "integer", "minimum": 1, "maximum": 20, "description": "same as limit"}})}},
 		"http_request": {run: toolHTTPRequest, def: ToolDef{Name: "http_request",
 			Description: "Make an HTTP request and return the status, headers and body.",
 			Parameters: obj([]string{"url"}, map[string]any{

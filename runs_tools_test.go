@@ -241,7 +241,7 @@ func TestWebSearch(t *testing.T) {
 		w.Write([]byte(`{"web":{"results":[{"title":"Go","url":"https://go.dev","description":"The <strong>Go</strong> language"}]}}`))
 	}))
 	defer api.Close()
-	te := newTestServer(t, withFakeModel(&fakeModel{script: scriptOf()}), withEnv(map[string]string{searchKeyEnv: "brave-key", "BRAVE_BASE_URL": api.URL}))
+	te := newTestServer(t, withFakeModel(&fakeModel{script: scriptOf()}), withEnv(map[string]string{"BRAVE_API_KEY": "brave-key", "BRAVE_BASE_URL": api.URL}))
 	sp := testSpec("searcher", func(sp *AgentSpec) { sp.Tools = []string{"web"} })
 	ar := newActiveRun(te.s.runs, sp, &runParams{Input: []ModelMessage{textMessage("user", "x")}, MaxSteps: 1}, nil)
 	defer ar.stopTimer()

@@ -1,17 +1,17 @@
 // runs_tools_web.go — the web and http tools: fetch_url, http_request, web_search.
 //
-// Entry points: toolFetchURL, toolHTTPRequest, toolWebSearch (registered in toolCatalog, runs_tools.go);
-// toolEnv.netRequest, the one way a tool reaches the network.
+// Entry points: toolFetchURL, toolHTTPRequest (registered in toolCatalog, runs_tools.go);
+// toolEnv.netRequest, the one way a tool reaches the network on the agent's behalf. web_search is in
+// runs_tools_search.go.
 // Rules: fetch_url and http_request obey the agent's network policy (private, loopback and link-local
 // addresses refused unless named in computer.network.allow; checked on the resolved address at dial time,
-// so every redirect and DNS answer is re-checked); web_search talks only to the configured search API.
+// so every redirect and DNS answer is re-checked).
 // Every answer is read to a bound; the model is told when it was cut.
 package main
 
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -206,55 +206,5 @@ func toolHTTPRequest(ctx context.Context, env *toolEnv, args map[string]any) (st
 	}
 	b.WriteString("\n")
 	b.WriteString(clipBytes(string(data), a.MaxBytes))
-	return b.String(), nil
-}
-
-func toolWebSearch(ctx context.Context, env *toolEnv, args map[string]any) (string, error) {
-	a := struct {
-		Query string `arg:"query,required"`
-		Count int    `arg:"count"`
-	}{Count: 8}
-	if err := toolArgs(args, &a); err != nil {
-		return "", err
-	}
-	key := env.ar.rs.getenv(searchKeyEnv)
-	if key == "" {
-		return "", errorf(codeToolError, "web search is not configured").withHint("set " + searchKeyEnv)
-	}
-	base := firstNonEmpty(env.ar.rs.getenv("BRAVE_BASE_URL"), "https://api.search.brave.com/res/v1")
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/web/search?"+url.Values{
-		"q": {a.Query}, "count": {fmt.Sprint(min(max(a.Count, 1), 20))}}.Encode(), nil)
-	if err != nil {
-		return "", err
-	}
-	req.Header.Set("Accept", "application/json")
-	req.Header.Set("X-Subscription-Token", key)
-	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
-	if err != nil {
-		return "", errorf(codeToolError, "web search failed: %v", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return "", errorf(codeToolError, "web search answered %s", resp.Status)
-	}
-	var out struct {
-		Web struct {
-			Results []struct {
-				Title       string `json:"title"`
-				URL         string `json:"url"`
-				Description string `json:"description"`
-			} `json:"results"`
-		} `json:"web"`
-	}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 4<<20)).Decode(&out); err != nil {
-		return "", errorf(codeToolError, "web search answer unreadable: %v", err)
-	}
-	if len(out.Web.Results) == 0 {
-		return "no results", nil
-	}
-	var b strings.Builder
-	for i, r := range out.Web.Results {
-		fmt.Fprintf(&b, "%d. %s\n   %s\n   %s\n", i+1, r.Title, r.URL, htmlToText([]byte(r.Description)))
-	}
 	return b.String(), nil
 }
