@@ -51,13 +51,13 @@ func cursorGlobalFixture() map[string]any {
 				map[string]any{"bubbleId": "b4", "type": 2}}},
 		"bubbleId:c-modern:b1": map[string]any{"_v": 3, "type": 1, "bubbleId": "b1", "text": "Fix the failing test in parser.go", "richText": "{}"},
 		"bubbleId:c-modern:b2": map[string]any{"_v": 3, "type": 2, "bubbleId": "b2", "text": "Let me read the file.",
-			"thinking": map[string]any{"text": "private reasoning"},
+			"thinking":       map[string]any{"text": "private reasoning"},
 			"toolFormerData": map[string]any{"name": "read_file", "rawArgs": `{"target_file":"parser.go"}`, "result": `{"contents":"package parser"}`, "status": "completed"}},
 		"bubbleId:c-modern:b3": map[string]any{"_v": 3, "type": 2, "bubbleId": "b3", "text": ""},
 		"bubbleId:c-modern:b4": map[string]any{"_v": 3, "type": 2, "bubbleId": "b4", "text": "Fixed: the tokenizer skipped a quote."},
 		"composerData:c-legacy": map[string]any{"composerId": "c-legacy", "createdAt": 1763000000000, "subtitle": "Greeting",
 			"conversation": []any{map[string]any{"type": 1, "bubbleId": "x1", "text": "hello"}, map[string]any{"type": 2, "bubbleId": "x2", "text": "hi there"}}},
-		"composerData:c-empty": map[string]any{"composerId": "c-empty", "createdAt": 1765000000000, "fullConversationHeadersOnly": []any{}},
+		"composerData:c-empty":    map[string]any{"composerId": "c-empty", "createdAt": 1765000000000, "fullConversationHeadersOnly": []any{}},
 		"checkpointId:c-modern:z": map[string]any{"files": []any{}},
 	}
 }
@@ -124,7 +124,6 @@ func TestCursorSessions(t *testing.T) {
 	db.Close()
 	ts.wantError("POST", "/v1/sessions/import", map[string]any{"path": other}, 500, codeImportFailed)
 }
-
 
 // Claude Code keeps its sessions under $CLAUDE_CONFIG_DIR (a `:`-separated list) or ~/.config/claude as
 // well as ~/.claude: discovery looks in each.
