@@ -49,7 +49,7 @@ func cliCommands() []cliCommand {
 		{"agents", "[--json]", "list agents", "agentd agents", (*cli).agents},
 		{"apply", "FILE|DIR...", "create or update agents from YAML or JSON files (a directory: every *.yaml)", "agentd apply examples/", (*cli).apply},
 		{"rm-agent", "NAME...", "delete agents", "agentd rm-agent helper", (*cli).rmAgent},
-		{"run", "[--detach] [--yes|--no] [--var K=V]... [--max-steps N] [--max-cost USD] [--approve MODE] [--json] NAME [INPUT]", "run an agent and stream it (INPUT from stdin when omitted)", `agentd run helper "fix the tests"`, (*cli).runAgent},
+		{"run", "[--detach] [--yes|--no] [--var K=V]... [--max-steps N] [--max-cost USD] [--approve MODE] [--json] NAME|FILE.yaml [INPUT]", "run an agent and stream it (INPUT from stdin when omitted); a spec file runs in this process, no server needed", `agentd run helper "fix the tests"`, (*cli).runAgent},
 		{"runs", "[--agent A] [--status S] [--limit N] [--json] [-q]", "list runs, newest first", "agentd runs --agent helper", (*cli).runs},
 		{"logs", "[-f] [--json] RUN", "print a run's events; -f follows a live run", "agentd logs -f run_01…", (*cli).logs},
 		{"cancel", "[--json] RUN", "cancel a run in flight", "agentd cancel run_01…", (*cli).cancel},

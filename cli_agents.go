@@ -212,7 +212,18 @@ func (c *cli) runAgent(args []string) error {
 		return err
 	}
 	body["input"] = input
-	name := url.PathEscape(pos[0])
+	agent := pos[0]
+	if isSpecFile(agent) { // a spec file: run it on a server of this process's own (cli_runfile.go)
+		if detach {
+			return c.usage("--detach needs a server that outlives this command; `agentd apply` the file, then run it by name")
+		}
+		var stop func()
+		if agent, stop, err = c.runInProcess(agent); err != nil {
+			return err
+		}
+		defer stop()
+	}
+	name := url.PathEscape(agent)
 	if detach {
 		var out struct {
 			RunID string `json:"runId"`
