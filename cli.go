@@ -46,6 +46,7 @@ type cliCommand struct {
 // cliCommands lists every client command in the order `agentd help` shows them.
 func cliCommands() []cliCommand {
 	return []cliCommand{
+		{"init", "[--force] [DIR]", "write a starter agent (DIR/agents/helper.yaml) and a commented config.yaml, then print the next command", "agentd init myagents", (*cli).initProject},
 		{"agents", "[--json]", "list agents", "agentd agents", (*cli).agents},
 		{"apply", "FILE|DIR...", "create or update agents from YAML or JSON files (a directory: every *.yaml)", "agentd apply examples/", (*cli).apply},
 		{"rm-agent", "NAME...", "delete agents", "agentd rm-agent helper", (*cli).rmAgent},
@@ -247,6 +248,7 @@ func commandUsage(cmd cliCommand, fs *flag.FlagSet) string {
 var cliFlagDocs = map[string]string{
 	"json":             "print the API's own JSON instead of a table (default: off)",
 	"q":                "print only ids, one a line (default: off)",
+	"init force":       "overwrite the files init writes when they exist (default: off: refuse)",
 	"run detach":       "start the run and print its id without streaming it (default: off)",
 	"run yes":          "approve every tool call that asks, without prompting (default: off: ask on a terminal, deny otherwise)",
 	"run no":           "deny every tool call that asks, without prompting (default: off)",
