@@ -142,6 +142,7 @@ func (s *server) routes() *http.ServeMux {
 
 	// MCP: the streamable HTTP transport (mcp_http.go); one pattern for every method (GET is 405 there).
 	mux.HandleFunc("/mcp", s.api(s.handleMCP))
+	mux.HandleFunc("GET /mcp/info", s.api(s.handleMCPInfo))
 
 	// The catch-all: GETs outside /v1 serve the dashboard (single-page-app fallback); every other
 	// unknown path, and every wrong method on a known path, is 404 E_ROUTE_NOT_FOUND (never 405).
