@@ -580,7 +580,7 @@ func asAPIError(err error) *apiError {
 			size = fmt.Sprintf("%d MB", mbe.Limit>>20)
 		}
 		return errorf(codeSpecInvalid, "request body exceeds the %s cap", size).
-			withHint("send a smaller body (config.yaml's bodyLimitBytes sets the cap)").withDetail("limit", mbe.Limit)
+			withHint("send a smaller body, or raise bodyLimitBytes in config.yaml, "+takesEffect("bodyLimitBytes")).withDetail("limit", mbe.Limit)
 	}
 	if errors.Is(err, context.Canceled) {
 		return errorf(codeAborted, "request cancelled").withHint("the client went away or the server is shutting down; retry")
