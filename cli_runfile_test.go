@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -18,23 +16,9 @@ func TestCLIRunSpecFile(t *testing.T) {
 	dir := t.TempDir()
 	spec := filepath.Join(dir, "helper.yaml")
 	os.WriteFile(spec, []byte("name: helper\nmodel: openai/gpt-4o-mini\ntools: [computer]\ncomputer:\n  provider: local\nlimits:\n  maxSteps: 4\n"), 0o644)
-	run := func(stdin string, args ...string) cliResult {
-		t.Helper()
-		cmd := exec.Command(cliBinary(t), args...)
-		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + home, "TMPDIR=" + tmp, "AGENT_URL=http://127.0.0.1:1",
-			"OPENAI_API_KEY=" + e2eKey, "OPENAI_BASE_URL=" + so.URL, "OLLAMA_BASE_URL=http://127.0.0.1:1", "LMSTUDIO_BASE_URL=http://127.0.0.1:1"}
-		cmd.Stdin = strings.NewReader(stdin)
-		var out, errb bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errb
-		err := cmd.Run()
-		code := 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			code = ee.ExitCode()
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		return cliResult{code, out.String(), errb.String()}
-	}
+	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + home, "TMPDIR=" + tmp, "AGENT_URL=http://127.0.0.1:1",
+		"OPENAI_API_KEY=" + e2eKey, "OPENAI_BASE_URL=" + so.URL, "OLLAMA_BASE_URL=http://127.0.0.1:1", "LMSTUDIO_BASE_URL=http://127.0.0.1:1"}
+	run := func(stdin string, args ...string) cliResult { t.Helper(); return runAgentd(t, env, stdin, args...) }
 	// A tool call on a real (local) machine, streamed; exit 0 on complete.
 	r := run("", "run", spec, "shell please")
 	if r.code != 0 || !strings.Contains(r.stdout, "from-the-tool") || !strings.Contains(r.stdout, "echo: shell please") {

@@ -339,7 +339,7 @@ func (ss *sessionService) modelDistill(ctx context.Context, t *Transcript, model
 		}
 		if read.ChunksRead == 0 {
 			return errorf(codeBudgetExceeded, "the cost ceiling ($%.4f) does not cover reading this transcript with a model", ceiling).
-				withHint("pick a cheaper or local model, distil without useModel, or raise maxCostUsd in config.yaml, "+takesEffect("maxCostUsd"))
+				withHint("pick a cheaper or local model, distil without useModel, or raise maxCostUsd in config.yaml, " + takesEffect("maxCostUsd"))
 		}
 		material = fmt.Sprintf("Notes on a conversation too long to show whole, written while reading %d of its %d parts:\n\n%s", read.ChunksRead, len(chunks), notes)
 	}
