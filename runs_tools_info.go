@@ -114,7 +114,7 @@ func parseInfoProbe(text string) map[string]any {
 		qf, err1 := strconv.ParseFloat(f[0], 64)
 		pf, err2 := strconv.ParseFloat(f[1], 64)
 		if err1 == nil && err2 == nil && qf > 0 && pf > 0 {
-			m["cpuLimit"] = float64(int(qf/pf*100+0.5)) / 100
+			m["cpuLimit"] = max(float64(int(qf/pf*100+0.5))/100, 0.01) // a sliver of a CPU is still a limit
 			break
 		}
 	}
