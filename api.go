@@ -76,6 +76,7 @@ func (s *server) routes() *http.ServeMux {
 
 	mux.HandleFunc("GET /health", s.api(s.handleHealth))
 	mux.HandleFunc("GET /v1/doctor", s.api(s.handleDoctor))
+	mux.HandleFunc("GET /openapi.json", s.api(s.handleOpenAPI)) // api_openapi.go (issue 31)
 	mux.HandleFunc("GET /v1/events", s.api(s.handleEvents))
 
 	// Agents.
@@ -85,6 +86,8 @@ func (s *server) routes() *http.ServeMux {
 	mux.HandleFunc("GET /v1/agents/{name}", s.api(s.handleGetAgent))
 	mux.HandleFunc("PUT /v1/agents/{name}", s.api(s.handlePutAgent))
 	mux.HandleFunc("DELETE /v1/agents/{name}", s.api(s.handleDeleteAgent))
+	mux.HandleFunc("POST /v1/agents/{name}/test", s.api(s.handleTestAgent)) // additions: agent tests (runs_tests.go)
+	mux.HandleFunc("GET /v1/agents/{name}/test", s.api(s.handleLastTests))
 
 	// Running an agent, runs and approvals.
 	mux.HandleFunc("POST /v1/agents/{name}/run", s.api(s.handleRun))

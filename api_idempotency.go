@@ -1,4 +1,6 @@
-// api_idempotency.go — the Idempotency-Key cache for POST, PUT, PATCH and DELETE.
+// api_idempotency.go — the Idempotency-Key cache for POST, PUT, PATCH and DELETE, and the replay book it
+// shares with webhook deliveries (triggers.go): a first request's answer kept by key, so a retry is
+// answered from it instead of doing the work twice.
 //
 // Rules (docs/API.md, DESIGN §3): keyed on method + full URL + key; in memory; entries live 15 minutes; soft cap
 // 1000 entries (expired first, then oldest); only responses with status < 400 are recorded; streaming
@@ -16,6 +18,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -28,28 +31,113 @@ const (
 	idemMaxBytes = 64 << 20 // all kept answers together
 )
 
-type idempotencyCache struct {
-	now func() time.Time
+// replayBook remembers, by key and for ttl, the first request of each key and then its answer. begin
+// tells a request whether it is the first (it must finish the entry) or a retry (it waits for done).
+// Past maxKeys entries or maxBytes of kept answers, expired answers go first, then the oldest; an
+// entry whose first request is still running is never dropped.
+type replayBook[T any] struct {
+	now      func() time.Time
+	ttl      time.Duration
+	maxKeys  int
+	maxBytes int
 
 	mu      sync.Mutex
-	entries map[string]*idemEntry
-	bytes   int // kept answer bytes
+	entries map[string]*replayEntry[T]
+	bytes   int // sizes of the kept answers
 }
 
-type idemEntry struct {
-	done     chan struct{} // closed when the first request finished
+type replayEntry[T any] struct {
+	key     string
+	created time.Time
+	done    chan struct{} // closed by finish
+	kept    bool          // finish kept the answer: a retry is answered from it
+	size    int
+	v       T // the caller's: what the first request was, and its answer once done is closed
+}
+
+func newReplayBook[T any](now func() time.Time, ttl time.Duration, maxKeys, maxBytes int) *replayBook[T] {
+	return &replayBook[T]{now: now, ttl: ttl, maxKeys: maxKeys, maxBytes: maxBytes, entries: map[string]*replayEntry[T]{}}
+}
+
+// begin returns key's entry and false, or, when it has none still within ttl, a new entry holding v and
+// true: the caller is the first request and must finish it.
+func (b *replayBook[T]) begin(key string, v T) (*replayEntry[T], bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := b.now()
+	if e, ok := b.entries[key]; ok {
+		if now.Sub(e.created) <= b.ttl {
+			return e, false
+		}
+		b.drop(e)
+	}
+	e := &replayEntry[T]{key: key, created: now, done: make(chan struct{}), v: v}
+	b.entries[key] = e
+	b.evictLocked()
+	return e, true
+}
+
+// finish ends the first request: its answer (set in e.v before) is kept for retries, or its key is freed
+// so the next request runs afresh. A first request that outlived the ttl may find its key taken by a
+// newer one: that entry is not its to keep or to delete.
+func (b *replayBook[T]) finish(e *replayEntry[T], keep bool, size int) {
+	b.mu.Lock()
+	if b.entries[e.key] == e {
+		if keep {
+			e.kept, e.size = true, size
+			b.bytes += size
+			b.evictLocked()
+		} else {
+			delete(b.entries, e.key)
+		}
+	}
+	b.mu.Unlock()
+	close(e.done)
+}
+
+func (b *replayBook[T]) evictLocked() {
+	if len(b.entries) <= b.maxKeys && b.bytes <= b.maxBytes {
+		return
+	}
+	now := b.now()
+	var answered []*replayEntry[T]
+	for _, e := range b.entries {
+		select {
+		case <-e.done:
+		default:
+			continue // never evict a request still in flight
+		}
+		if now.Sub(e.created) > b.ttl {
+			b.drop(e)
+		} else {
+			answered = append(answered, e)
+		}
+	}
+	slices.SortFunc(answered, func(x, y *replayEntry[T]) int { return x.created.Compare(y.created) })
+	for i := 0; (len(b.entries) > b.maxKeys || b.bytes > b.maxBytes) && i < len(answered); i++ {
+		b.drop(answered[i])
+	}
+}
+
+func (b *replayBook[T]) drop(e *replayEntry[T]) {
+	delete(b.entries, e.key)
+	b.bytes -= e.size
+}
+
+// idempotencyCache is the replay book of Idempotency-Key requests.
+type idempotencyCache struct{ *replayBook[*idemRequest] }
+
+type idemRequest struct {
+	sum      [32]byte      // sha256 of the request body the key was first used with
 	streamed chan struct{} // closed when the first answer turned out to be a stream (never recorded)
 	once     sync.Once
-	ok       bool // recorded: replayable
 	status   int
 	header   http.Header
 	body     []byte
-	created  time.Time
-	sum      [32]byte // sha256 of the request body the key was first used with
 }
 
 func newIdempotencyCache(now func() time.Time) *idempotencyCache {
-	return &idempotencyCache{now: now, entries: map[string]*idemEntry{}}
+	return &idempotencyCache{newReplayBook[*idemRequest](now, idemTTL, idemSoftCap, idemMaxBytes)}
 }
 
 // serve runs next, recording or replaying according to the Idempotency-Key header.
@@ -74,29 +162,19 @@ func (c *idempotencyCache) serve(w http.ResponseWriter, r *http.Request, next ht
 	sum := sha256.Sum256(reqBody)
 
 	for {
-		c.mu.Lock()
-		e, found := c.entries[ck]
-		if found && c.now().Sub(e.created) > idemTTL {
-			c.drop(ck, e)
-			found = false
-		}
-		if !found {
-			e = &idemEntry{done: make(chan struct{}), streamed: make(chan struct{}), created: c.now(), sum: sum}
-			c.entries[ck] = e
-			c.evictLocked()
-			c.mu.Unlock()
-			c.record(w, r, next, ck, e)
+		e, first := c.begin(ck, &idemRequest{sum: sum, streamed: make(chan struct{})})
+		if first {
+			c.record(w, r, next, e)
 			return
 		}
-		c.mu.Unlock()
-		if e.sum != sum {
+		if e.v.sum != sum {
 			writeError(w, errorf(codeSpecInvalid, "Idempotency-Key %q was already used with a different request body", key).
 				withHint("use a new Idempotency-Key for a new request; a retry must send the same body"))
 			return
 		}
 		select {
 		case <-e.done:
-		case <-e.streamed:
+		case <-e.v.streamed:
 			// Streams are never recorded, so a duplicate runs again at once instead of waiting for the
 			// first stream to end.
 			next.ServeHTTP(w, r)
@@ -104,84 +182,40 @@ func (c *idempotencyCache) serve(w http.ResponseWriter, r *http.Request, next ht
 		case <-r.Context().Done():
 			return
 		}
-		if e.ok {
+		if e.kept {
 			h := w.Header()
-			for k, v := range e.header {
+			for k, v := range e.v.header {
 				h[k] = v
 			}
 			h.Set("Idempotency-Replayed", "true")
-			w.WriteHeader(e.status)
-			w.Write(e.body)
+			w.WriteHeader(e.v.status)
+			w.Write(e.v.body)
 			return
 		}
 		// The first attempt failed or was not recordable; it was removed, so this one runs afresh.
 	}
 }
 
-func (c *idempotencyCache) record(w http.ResponseWriter, r *http.Request, next http.Handler, ck string, e *idemEntry) {
-	rec := &idemRecorder{ResponseWriter: w, status: http.StatusOK, entry: e}
+func (c *idempotencyCache) record(w http.ResponseWriter, r *http.Request, next http.Handler, e *replayEntry[*idemRequest]) {
+	rec := &idemRecorder{ResponseWriter: w, status: http.StatusOK, req: e.v}
 	completed := false // false when the handler panicked: nothing of it may be replayed
 	defer func() {
-		c.mu.Lock()
-		// A handler that outlived the key's TTL may find its entry replaced by a newer request's: that one
-		// is not this answer's to record or to delete.
-		mine := c.entries[ck] == e
-		if mine && completed && rec.status < 400 && !rec.streaming && !rec.overflow {
-			e.ok, e.status, e.body = true, rec.status, rec.buf.Bytes()
-			c.bytes += len(e.body)
-			e.header = w.Header().Clone()
+		keep := completed && rec.status < 400 && !rec.streaming && !rec.overflow
+		if keep {
+			e.v.status, e.v.body = rec.status, rec.buf.Bytes()
+			e.v.header = w.Header().Clone()
 			// Set afresh on every response: the version, and CORS headers, which depend on the caller's Origin.
-			e.header.Del(versionHeader)
-			for k := range e.header {
+			e.v.header.Del(versionHeader)
+			for k := range e.v.header {
 				if strings.HasPrefix(k, "Access-Control-") || k == "Vary" {
-					e.header.Del(k)
+					e.v.header.Del(k)
 				}
 			}
-			c.evictLocked()
-		} else if mine {
-			delete(c.entries, ck)
 		}
-		c.mu.Unlock()
-		close(e.done)
+		c.finish(e, keep, len(e.v.body))
 	}()
 	next.ServeHTTP(rec, r)
 	completed = true
-}
-
-// evictLocked keeps the cache near its soft cap: expired entries go first, then the oldest finished ones.
-func (c *idempotencyCache) evictLocked() {
-	if len(c.entries) <= idemSoftCap && c.bytes <= idemMaxBytes {
-		return
-	}
-	now := c.now()
-	for k, e := range c.entries {
-		if now.Sub(e.created) > idemTTL {
-			c.drop(k, e)
-		}
-	}
-	for len(c.entries) > idemSoftCap || c.bytes > idemMaxBytes {
-		var oldestKey string
-		var oldest time.Time
-		for k, e := range c.entries {
-			select {
-			case <-e.done:
-			default:
-				continue // never evict a request still in flight
-			}
-			if oldestKey == "" || e.created.Before(oldest) {
-				oldestKey, oldest = k, e.created
-			}
-		}
-		if oldestKey == "" {
-			return
-		}
-		c.drop(oldestKey, c.entries[oldestKey])
-	}
-}
-
-func (c *idempotencyCache) drop(k string, e *idemEntry) {
-	delete(c.entries, k)
-	c.bytes -= len(e.body)
 }
 
 // idemRecorder tees the response so it can be replayed; flushing or hijacking marks it streaming.
@@ -192,12 +226,12 @@ type idemRecorder struct {
 	streaming bool
 	overflow  bool
 	buf       bytes.Buffer
-	entry     *idemEntry
+	req       *idemRequest
 }
 
 func (r *idemRecorder) markStreaming() {
 	r.streaming = true
-	r.entry.once.Do(func() { close(r.entry.streamed) })
+	r.req.once.Do(func() { close(r.req.streamed) })
 }
 
 func (r *idemRecorder) WriteHeader(code int) {

@@ -49,6 +49,7 @@ func cliCommands() []cliCommand {
 		{"init", "[--force] [DIR]", "write a starter agent (DIR/agents/helper.yaml) and a commented config.yaml, then print the next command", "agentd init myagents", (*cli).initProject},
 		{"agents", "[--json]", "list agents", "agentd agents", (*cli).agents},
 		{"apply", "FILE|DIR...", "create or update agents from YAML or JSON files (a directory: every *.yaml)", "agentd apply examples/", (*cli).apply},
+		{"test", "[--parallel N] [--json] [--junit FILE] [--record DIR|--replay DIR] AGENT|FILE|DIR...", "run an agent's test cases (its examples and NAME.test.yaml) as real runs; exit 1 on a failure", "agentd test --replay examples/recordings examples/", (*cli).test},
 		{"rm-agent", "NAME...", "delete agents", "agentd rm-agent helper", (*cli).rmAgent},
 		{"run", "[--detach] [--yes|--no] [--var K=V]... [--max-steps N] [--max-cost USD] [--approve MODE] [--json] NAME|FILE.yaml [INPUT]", "run an agent and stream it (INPUT from stdin when omitted); a spec file runs in this process, no server needed", `agentd run helper "fix the tests"`, (*cli).runAgent},
 		{"runs", "[--agent A] [--status S] [--limit N] [--json] [-q]", "list runs, newest first", "agentd runs --agent helper", (*cli).runs},
@@ -284,6 +285,10 @@ var cliFlagDocs = map[string]string{
 	"import source":    "the transcript's format `S`: claude-code, codex, chatgpt, gemini, markdown, jsonl (default: guessed from the file)",
 	"distill model":    "the model `M` that writes the spec (default: auto)",
 	"sessions limit":   "print at most `N` stored transcripts, newest first (1-500)",
+	"test parallel":    "run at most `N` cases at once (1-16)",
+	"test junit":       "also write the results as JUnit XML to `FILE` (default: none)",
+	"test record":      "store every model exchange of the cases in `DIR`/<agent>.json, secrets scrubbed (default: none)",
+	"test replay":      "answer every model call from the recordings in `DIR` instead of a provider (default: none: the providers)",
 }
 
 // flagHelp is one flag's name with its value placeholder, and its documentation with its default.

@@ -66,6 +66,7 @@ func specFiles(args []string) ([]string, error) {
 		}
 		for _, pat := range []string{"*.yaml", "*.yml", "*.json"} {
 			m, _ := filepath.Glob(filepath.Join(a, pat))
+			m = slices.DeleteFunc(m, isTestFile) // NAME.test.yaml is an agent's tests (cli_test_cmd.go), not a spec
 			files = append(files, m...)
 		}
 	}

@@ -136,8 +136,6 @@ type provider interface {
 	fs(m *ComputerInfo) machineFS
 	// supports refuses a spec the provider cannot honour (never silently ignored).
 	supports(sp ComputerSpec) error
-	// guestAddr is the host-reachable address of a guest port.
-	guestAddr(ctx context.Context, m *ComputerInfo, port int) (string, error)
 	// killLeftovers kills, in a machine adopted after a restart, the processes of the previous server's
 	// execs (no client is left to read them or to cancel them) and says how many groups it killed.
 	killLeftovers(ctx context.Context, m *ComputerInfo) int
@@ -219,6 +217,7 @@ type computerService struct {
 	rt       map[string]*machineRT
 	probes   map[string]probeResult
 	orphans  map[string]string // "<provider>/<id>" → provider, found at reconcile
+	podsGone chan struct{}     // kubernetes' pod watch wakes the reaper's pod sweep (computers_reaper.go)
 	creating sync.Mutex        // quota check + insert are atomic
 	pool     warmPool          // computers_pool.go
 	proof    proofs            // computers_proof.go: the trials behind "available"
@@ -234,6 +233,7 @@ func newComputerService(d computerDeps) (*computerService, error) {
 		computerDeps:  d,
 		downloadLimit: 256 << 20, uploadLimit: 1 << 30, readLimit: 256 << 20,
 		rt: map[string]*machineRT{}, probes: map[string]probeResult{}, orphans: map[string]string{},
+		podsGone: make(chan struct{}, 1),
 	}
 	c.setNow(d.clock)
 	owner, err := loadOwnerID(d.home)
@@ -287,7 +287,7 @@ func (c *computerService) Close() {
 		c.closeChannel(rt)
 		c.flushLastUsed(context.Background(), id)
 	}
-	for _, p := range c.providers { // kubernetes: its kubectl port-forwards; sandbox: cgroups, namespaces
+	for _, p := range c.providers { // kubernetes: its pod watch and network check; sandbox: cgroups, namespaces
 		if cl, ok := p.(interface{ close() }); ok {
 			cl.close()
 		}

@@ -32,18 +32,11 @@ import (
 )
 
 const (
-	frameUpgrade = 'U' // host → helper, id 0: move to the socket (JSON chanUpgrade); on the socket: the confirmation; helper → host on stdio: why it could not
-
 	chanSockInMachine = "/.agentd/chan" // where the machine sees its socket directory
 	chanSockName      = "s"
 	chanUpgradeWait   = 5 * time.Second // for the helper's connection, after frameUpgrade
 	chanUpgradeTries  = 4               // connections with a wrong token before the upgrade is given up
 )
-
-type chanUpgrade struct {
-	Path  string `json:"path"`
-	Token string `json:"token"`
-}
 
 // channelSockDir is the host directory holding machine id's socket while its channel opens.
 func (c *computerService) channelSockDir(id string) string { return filepath.Join(c.home, "chan", id) }

@@ -7,10 +7,9 @@
 // Rules (DESIGN §4): containers are labelled agentd.id / agentd.provider / agentd.owner, run with
 // --cap-drop ALL, no-new-privileges, a pids limit, --init, a read-only root (writable only when packages
 // must be installed) with tmpfs /tmp and /run, /work as a tmpfs (or the named volume agentd-<id> with
-// persist), cpu and memory limits, -u 1000:1000 unless `user`, and `sleep infinity`. An exec runs under a
-// small wrapper that records its process group in /tmp and announces the end of the command on both
-// streams, so a second exec can kill the whole tree inside the machine and a background child cannot
-// hold the exec open. Files are handled inside the machine (readlink -m, cat, find, tar).
+// persist), cpu and memory limits, -u 1000:1000 unless `user`, and `sleep infinity`. Execs and files go
+// over the machine's exec channel, else through the per-call fallback (computers_percall.go: one
+// `docker exec` per call; files then by shell scripts inside the machine: readlink -m, cat, find, tar).
 package main
 
 import (
@@ -19,7 +18,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -434,16 +432,6 @@ func (e *engineProvider) owned(ctx context.Context) (map[string]bool, error) {
 
 // ---- exec ----
 
-func (e *engineProvider) pidFile(p *procSpec) string { return "/tmp/.agentd-exec-" + p.token + ".pid" }
-
-// execWrapper records the process group (the exec is a session leader) and announces the end of the
-// command with its exit code on both streams.
-func (e *engineProvider) execWrapper(p *procSpec) string {
-	mk := strings.ReplaceAll(markerPrefix(p.token), "\x1e", `\036`)
-	return p.sizeFirst() + `echo $$ > ` + e.pidFile(p) + ` 2>/dev/null; "$@"; rc=$?; rm -f ` + e.pidFile(p) +
-		`; printf '` + mk + `%03d\036' "$rc"; printf '` + mk + `%03d\036' "$rc" >&2; exit $rc`
-}
-
 func (e *engineProvider) execArgs(m *ComputerInfo, user, cwd string, env map[string]string, interactive, tty bool) []string {
 	a := []string{"exec"}
 	if interactive {
@@ -466,26 +454,12 @@ func (e *engineProvider) execArgs(m *ComputerInfo, user, cwd string, env map[str
 }
 
 func (e *engineProvider) command(ctx context.Context, m *ComputerInfo, p *procSpec) (*procHandle, error) {
-	if !p.tty && (p.user == "" || p.user == machineUser(m)) {
-		if ch := e.c.channel(ctx, e, m); ch != nil {
-			return &procHandle{remote: ch, req: chanStart{Argv: p.argv, Cwd: p.cwd, Env: p.env, Token: p.token}}, nil
-		}
-	}
-	if m.Spec.Network.Mode == "egress" {
-		e.c.channel(ctx, e, m) // an exec on the per-call path (root, a tty) also finds the egress proxy there
-	}
-	args := e.execArgs(m, p.user, p.cwd, p.env, p.stdin != nil || p.term != nil, p.tty)
-	args = append(args, "/bin/sh", "-c", e.execWrapper(p), "agentd")
-	args = append(args, p.argv...)
-	cmd := e.cli(ctx, args...)
-	cmd.Cancel = func() error {
-		kctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		e.killTree(kctx, m, p)
-		return cmd.Process.Kill()
-	}
-	cmd.WaitDelay = execPipeGrace
-	return &procHandle{cmd: cmd, endMarker: true}, nil
+	return e.c.machineCommand(ctx, e, m, p), nil
+}
+
+// perCallCmd is the fallback's host process (computers_percall.go): one `docker exec`.
+func (e *engineProvider) perCallCmd(ctx context.Context, m *ComputerInfo, p *procSpec, argv []string) *exec.Cmd {
+	return e.cli(ctx, append(e.execArgs(m, p.user, p.cwd, p.env, p.stdin != nil || p.term != nil, p.tty), argv...)...)
 }
 
 // channelSocket: a machine made with the socket directory mounted moves its channel there.
@@ -502,71 +476,31 @@ func (e *engineProvider) helperCmd(ctx context.Context, m *ComputerInfo) *exec.C
 	return e.cli(ctx, append(e.execArgs(m, "", "/", nil, true, false), helperInMachine, "machine-helper")...)
 }
 
-// killTree kills the exec's process group inside the machine, as the exec's own user (root there has
-// no CAP_KILL). It waits briefly for the pid file in case the kill races the start.
-func (e *engineProvider) killTree(ctx context.Context, m *ComputerInfo, p *procSpec) {
-	f := e.pidFile(p)
-	script := `i=0; while [ ! -s ` + f + ` ] && [ $i -lt 20 ]; do sleep 0.05; i=$((i+1)); done; ` +
-		`p=$(cat ` + f + ` 2>/dev/null) && [ -n "$p" ] && { kill -9 -$p 2>/dev/null || kill -9 $p; }; rm -f ` + f
-	e.call(ctx, nil, append(e.execArgs(m, p.user, "/", nil, false, false), "/bin/sh", "-c", script)...)
-}
-
-// killLeftovers kills the process group of every exec whose pid file is still there: the wrapper (and
-// the channel's helper) removes it when the command ends, so what is left belongs to a server that died.
 func (e *engineProvider) killLeftovers(ctx context.Context, m *ComputerInfo) int {
-	script := `n=0; for f in /tmp/.agentd-exec-*.pid /tmp/.agentd-chan-*.pid; do [ -f "$f" ] || continue; p=$(cat "$f"); rm -f "$f"; ` +
-		`[ -n "$p" ] && { kill -9 -"$p" 2>/dev/null || kill -9 "$p" 2>/dev/null; } && n=$((n+1)); done; echo $n`
-	out, err := e.call(ctx, nil, append(e.execArgs(m, "", "/", nil, false, false), "/bin/sh", "-c", script)...)
-	if err != nil {
-		e.c.log.Warn("computers: killing leftover processes", "computer", m.ID, "err", err)
-		return 0
-	}
-	n, _ := strconv.Atoi(strings.TrimSpace(out))
-	return n
-}
-
-func (e *engineProvider) guestAddr(ctx context.Context, m *ComputerInfo, port int) (string, error) {
-	if noRoute(m.Spec) {
-		return "", errorf(codeComputerFailed, "computer %s has network mode %s, so no port can be reached", m.ID, m.Spec.Network.Mode).
-			withHint("create the computer with network.mode egress or full")
-	}
-	out, err := e.call(ctx, nil, "inspect", "--format", "{{range .NetworkSettings.Networks}}{{.IPAddress}} {{end}}", e.container(m))
-	if err != nil {
-		return "", errorf(codeComputerFailed, "cannot find the machine's address: %s", err.Error()).withHint("check the engine")
-	}
-	for _, ip := range strings.Fields(out) {
-		if net.ParseIP(ip) != nil {
-			return net.JoinHostPort(ip, strconv.Itoa(port)), nil
-		}
-	}
-	return "", errorf(codeComputerFailed, "the machine has no network address").withHint("check the engine's network")
+	return e.c.killLeftovers(ctx, e, m)
 }
 
 // ---- files inside the machine ----
 
-func (e *engineProvider) fs(m *ComputerInfo) machineFS { return &engineFS{e: e, c: e.c, host: e, m: m} }
+func (e *engineProvider) fs(m *ComputerInfo) machineFS {
+	return &engineFS{pc: e, c: e.c, host: e, m: m}
+}
 
-// engineFS does file operations inside a machine: over its exec channel, else (docker and podman only)
-// through one engine exec per call. The sandbox uses it too, with e nil: the channel is its only way in.
+// engineFS does file operations inside a machine: over its exec channel, else through the per-call
+// fallback (computers_percall.go). The sandbox uses it too, with pc nil: the channel is its only way in.
 type engineFS struct {
-	e    *engineProvider // nil: no per-call path
+	pc   perCaller // nil: no fallback
 	c    *computerService
 	host channelHost
 	m    *ComputerInfo
-	// perCall, when e is nil, is another provider's per-call path (kubernetes: one kubectl exec).
-	perCall func(ctx context.Context, interactive bool, argv []string) *exec.Cmd
 }
 
 const fsOpTimeout = 10 * time.Minute
 
-// sh runs a script inside the machine as its user with stdin and stdout wired through: over the
-// machine's exec channel when it is up, else through one engine exec.
-func (f *engineFS) sh(ctx context.Context, stdin io.Reader, stdout io.Writer, script string, args ...string) error {
-	return f.do(ctx, "", stdin, stdout, script, args...)
-}
-
-// do is sh, except that with op set and the channel up, the helper does the operation itself (its Go
-// twin of the script, computers_helper.go) instead of starting a shell.
+// do runs a script inside the machine as its user with stdin and stdout wired through: over the
+// machine's exec channel when it is up, else through the per-call fallback. With op set and the channel
+// up, the helper does the operation itself (its Go twin of the script, computers_helper.go) instead of
+// starting a shell.
 func (f *engineFS) do(ctx context.Context, op string, stdin io.Reader, stdout io.Writer, script string, args ...string) error {
 	ctx, cancel := context.WithTimeout(ctx, fsOpTimeout)
 	defer cancel()
@@ -599,16 +533,10 @@ func (f *engineFS) do(ctx context.Context, op string, stdin io.Reader, stdout io
 		} // not sent: the channel was already down, so the per-call path below does the work
 		cherr = err
 	}
-	if f.e == nil && f.perCall == nil {
+	if f.pc == nil {
 		return &engineError{args: []string{"exec"}, err: cherr, stderr: "the machine's helper is not running: " + cherr.Error()}
 	}
-	var cmd *exec.Cmd
-	if f.e != nil {
-		a := f.e.execArgs(f.m, "", "/", nil, stdin != nil, false)
-		cmd = f.e.cli(ctx, append(append(a, "/bin/sh", "-c", script, "agentd"), args...)...)
-	} else {
-		cmd = f.perCall(ctx, stdin != nil, append([]string{"/bin/sh", "-c", script, "agentd"}, args...))
-	}
+	cmd := f.pc.perCallCmd(ctx, f.m, &procSpec{cwd: "/", stdin: stdin}, append([]string{"/bin/sh", "-c", script, "agentd"}, args...))
 	var stderr bytes.Buffer
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, &stderr
 	if err := cmd.Run(); err != nil {
@@ -704,14 +632,14 @@ func (f *engineFS) remove(ctx context.Context, p string, recursive bool) error {
 	}
 	script := `[ -e "$1" ] || [ -L "$1" ] || { echo "no such file or directory" >&2; exit 1; }
 if [ -d "$1" ] && [ ! -L "$1" ]; then if [ "$2" = 1 ]; then exec rm -rf -- "$1"; else exec rmdir -- "$1"; fi; else exec rm -f -- "$1"; fi`
-	if err := f.sh(ctx, nil, io.Discard, script, p, rec); err != nil {
+	if err := f.do(ctx, "", nil, io.Discard, script, p, rec); err != nil {
 		return fsFail("delete", p, err)
 	}
 	return nil
 }
 
 func (f *engineFS) untar(ctx context.Context, dir string, archive []byte) (int, error) {
-	err := f.sh(ctx, bytes.NewReader(archive), io.Discard,
+	err := f.do(ctx, "", bytes.NewReader(archive), io.Discard,
 		`mkdir -p -- "$1" && exec tar -xzf - -C "$1" --no-same-owner --no-overwrite-dir`, dir)
 	if err != nil {
 		return 0, fsFail("upload to", dir, err)
@@ -722,7 +650,7 @@ func (f *engineFS) untar(ctx context.Context, dir string, archive []byte) (int, 
 func (f *engineFS) tar(ctx context.Context, p string, w io.Writer) (int64, error) {
 	if w == nil {
 		var out bytes.Buffer
-		err := f.sh(ctx, nil, &out, `[ -e "$1" ] || { echo "no such file or directory" >&2; exit 1; }
+		err := f.do(ctx, "", nil, &out, `[ -e "$1" ] || { echo "no such file or directory" >&2; exit 1; }
 tar -czf - -C "$(dirname -- "$1")" -- "$(basename -- "$1")" | wc -c`, p)
 		if err != nil {
 			return 0, fsFail("download", p, err)
@@ -734,7 +662,7 @@ tar -czf - -C "$(dirname -- "$1")" -- "$(basename -- "$1")" | wc -c`, p)
 		return n, nil
 	}
 	cw := &countingWriter{w: w}
-	if err := f.sh(ctx, nil, cw, `exec tar -czf - -C "$(dirname -- "$1")" -- "$(basename -- "$1")"`, p); err != nil {
+	if err := f.do(ctx, "", nil, cw, `exec tar -czf - -C "$(dirname -- "$1")" -- "$(basename -- "$1")"`, p); err != nil {
 		return cw.n, fsFail("download", p, err)
 	}
 	return cw.n, nil

@@ -1,11 +1,9 @@
 // computers_helper.go — the in-machine half of the warm exec channel: `agentd machine-helper`, a hidden
 // subcommand that agentd starts once per docker/podman machine over one long-lived `docker exec -i`.
 //
-// Entry points: runMachineHelper (the subcommand), readFrame/writeFrame (the wire, shared with
-// computers_channel.go).
+// Entry points: runMachineHelper (the subcommand).
 //
-// The wire is frames on stdin/stdout: a 9-byte header (request id uint32, kind byte, payload length
-// uint32, big-endian) and the payload. The host starts a process with frameStart (JSON chanStart), feeds
+// The wire (computers_wire.go, with its table of who sends what) is frames on stdin/stdout. The host starts a process with frameStart (JSON chanStart), feeds
 // its stdin with frameStdin/frameStdinEOF, and may kill it with frameKill; the helper streams
 // frameStdout/frameStderr and ends each request with one frameExit (JSON chanExit). A start with `op`
 // set is a file operation the helper does itself (resolve, read, write, list: helperFileOp). TCP streams
@@ -23,7 +21,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
@@ -40,91 +37,6 @@ import (
 	"sync"
 	"time"
 )
-
-const (
-	frameHello    = 'H' // helper → host, id 0: ready (JSON helperHello)
-	frameStart    = 'S' // host → helper: start a process (JSON chanStart)
-	frameStdin    = 'I' // host → helper: bytes for the process's stdin
-	frameStdinEOF = 'E' // host → helper: close the process's stdin
-	frameKill     = 'K' // host → helper: kill the process group
-	frameAck      = 'A' // both ways: a 4-byte count of bytes consumed (output by the host, stdin by the helper)
-	frameStdout   = 'O' // helper → host
-	frameStderr   = 'R' // helper → host
-	frameExit     = 'X' // helper → host: the request is over (JSON chanExit)
-
-	maxFrame     = 1 << 20   // the largest payload either side accepts
-	chanWindow   = 4 << 20   // output bytes per request in flight before the helper waits for an ack
-	chanChunk    = 64 << 10  // stdin frames
-	chanOutChunk = 256 << 10 // the most one output frame carries (one read of a grown pipe)
-)
-
-// helperHello is the helper's first frame: its pid, and what it can do beyond the first protocol (a
-// helper of an older agentd, still mounted in a machine made before an upgrade, says less).
-type helperHello struct {
-	Pid  int  `json:"pid"`
-	Sock bool `json:"sock"` // it moves to a socket on frameUpgrade (computers_channel_sock.go)
-}
-
-// chanStart asks the helper to run one process.
-type chanStart struct {
-	Argv  []string          `json:"argv"`
-	Cwd   string            `json:"cwd"`
-	Env   map[string]string `json:"env,omitempty"`
-	Stdin bool              `json:"stdin,omitempty"` // stdin frames follow; else stdin is /dev/null
-	Token string            `json:"token"`
-	Op    string            `json:"op,omitempty"` // a file operation done by the helper itself; Argv are its paths
-}
-
-// chanExit ends a request: the exit code (128+signal when killed), or why the process never ran.
-type chanExit struct {
-	Code  int    `json:"code"`
-	Error string `json:"error,omitempty"`
-}
-
-func writeFrame(w io.Writer, id uint32, kind byte, payload []byte) error {
-	var h [9]byte
-	binary.BigEndian.PutUint32(h[0:4], id)
-	h[4] = kind
-	binary.BigEndian.PutUint32(h[5:9], uint32(len(payload)))
-	if len(payload) == 0 {
-		_, err := w.Write(h[:])
-		return err
-	}
-	buf := make([]byte, 0, 9+len(payload)) // one write: frames from several goroutines never interleave
-	buf = append(append(buf, h[:]...), payload...)
-	_, err := w.Write(buf)
-	return err
-}
-
-// eachFrame hands every frame read from r to f, in order, until a read fails; it returns that error.
-func eachFrame(r io.Reader, f func(id uint32, kind byte, payload []byte)) error {
-	for {
-		id, kind, payload, err := readFrame(r)
-		if err != nil {
-			return err
-		}
-		f(id, kind, payload)
-	}
-}
-
-// newFrameReader buffers a connection for readFrame: output frames are up to 1 MiB.
-func newFrameReader(r io.Reader) *bufio.Reader { return bufio.NewReaderSize(r, 256<<10) }
-
-func readFrame(r io.Reader) (id uint32, kind byte, payload []byte, err error) {
-	var h [9]byte
-	if _, err = io.ReadFull(r, h[:]); err != nil {
-		return 0, 0, nil, err
-	}
-	n := binary.BigEndian.Uint32(h[5:9])
-	if n > maxFrame {
-		return 0, 0, nil, fmt.Errorf("exec channel: a frame of %d bytes is over the %d limit", n, maxFrame)
-	}
-	payload = make([]byte, n)
-	if _, err = io.ReadFull(r, payload); err != nil {
-		return 0, 0, nil, err
-	}
-	return binary.BigEndian.Uint32(h[0:4]), h[4], payload, nil
-}
 
 // helper is the running subcommand: one stdout writer, the processes by request id.
 type helper struct {

@@ -6,7 +6,8 @@
 // configured --kubeconfig/--context/-n) and, when the output is wanted, kubeProvider.call, which carries
 // kubectl's stderr into the error.
 //
-// Rules (issue 19): the Pod is applied as JSON on `kubectl apply -f -` and labelled agentd.id /
+// Rules (issue 19): every object agentd applies (pod, claim, NetworkPolicy) is one template in
+// kubeManifests, rendered as JSON for `kubectl apply -f -`. The Pod is labelled agentd.id /
 // agentd.owner / agentd.provider; it runs as uid 1000 (runAsNonRoot), no privilege escalation, every
 // capability dropped, RuntimeDefault seccomp, a read-only root with emptyDirs for /work, /tmp and the
 // helper (/.agentd), no service-account token, limits from cpus/memoryMb/diskMb and requests a tenth of
@@ -19,12 +20,13 @@
 // it cannot get there (image missing, unschedulable, no class or provisioner). stop deletes the pod,
 // start applies it again (without persist a fresh /work, as docker's tmpfs), destroy removes pod, policy
 // and claim in one call. A pod deleted or ended behind agentd's back turns the computer stopped with a
-// computer_stopped event, noticed by the owner's pod watch (computers_kubernetes_watch.go) or at the next
-// use, whichever comes first. Exec, files and the terminal go over the warm exec channel (one long
-// `kubectl exec -i` into agentd's helper, copied into the pod over exec at create and start: no bind
-// mount crosses nodes), else one `kubectl exec` per call; ports through `kubectl port-forward --address
-// 127.0.0.1`. The warm pool keeps pods too (computers_pool.go). Refused, not ignored: packages and
-// another user (runAsNonRoot, no exec user in Kubernetes), host mounts (the pod's node is not this host).
+// computer_stopped event, noticed by the reaper's pod sweep that the owner's pod watch wakes
+// (computers_kubernetes_watch.go) or at the next use, whichever comes first. Exec, files and the
+// terminal go over the warm exec channel (one long `kubectl exec -i` into agentd's helper, copied into
+// the pod over exec at create and start: no bind mount crosses nodes), else the per-call fallback
+// (computers_percall.go: one `kubectl exec` per call); ports over the channel only (computers_ports.go).
+// The warm pool keeps pods too (computers_pool.go). Refused, not ignored: packages and another user
+// (runAsNonRoot, no exec user in Kubernetes), host mounts (the pod's node is not this host).
 package main
 
 import (
@@ -33,13 +35,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
+	"maps"
 	"os"
 	"os/exec"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
+	"text/template"
 	"time"
 )
 
@@ -60,8 +62,6 @@ const (
 	kubeRequestShare   = 10               // requests are limits / 10
 	kubeReadyTimeout   = 5 * time.Minute  // a pod that is not Ready by then fails the create
 	kubeScheduleGrace  = 10 * time.Second // an unschedulable pod gets this long before the create fails
-	kubeTmpSizeMB      = 512
-	kubeHelperSizeMB   = 256
 	kubeDefaultNS      = "agentd"
 	kubeStoppedReason  = "pod_deleted"
 	kubeDeleteTimeout  = "60s"
@@ -73,36 +73,16 @@ type kubeProvider struct {
 	cfg kubeConfig
 	c   *computerService
 
-	mu  sync.Mutex
-	fwd map[string]map[int]*kubeForward // machine id → guest port → its kubectl port-forward
-
 	stopMu sync.Mutex   // markStopped, once per machine
 	watch  kubeWatcher  // the owner's pod watch (computers_kubernetes_watch.go)
 	net    kubeNetCheck // whether the cluster enforces NetworkPolicies (computers_kubernetes_netcheck.go)
-}
-
-// kubeForward is one `kubectl port-forward` process listening on 127.0.0.1:local; done closes when it
-// has exited (its goroutine waits for it; closeForwards kills it and waits for done).
-type kubeForward struct {
-	cmd   *exec.Cmd
-	local int
-	done  chan struct{}
-}
-
-func (f *kubeForward) alive() bool {
-	select {
-	case <-f.done:
-		return false
-	default:
-		return true
-	}
 }
 
 func newKubeProvider(cfg kubeConfig, c *computerService) *kubeProvider {
 	if cfg.Namespace == "" {
 		cfg.Namespace = kubeDefaultNS
 	}
-	return &kubeProvider{cfg: cfg, c: c, fwd: map[string]map[int]*kubeForward{}}
+	return &kubeProvider{cfg: cfg, c: c}
 }
 
 func (k *kubeProvider) meta() providerMeta {
@@ -147,7 +127,7 @@ func (k *kubeProvider) pod(m *ComputerInfo) string {
 // kubeVerbs are the permissions agentd needs in its namespace (README: the Role).
 var kubeVerbs = [][2]string{
 	{"create", "pods"}, {"get", "pods"}, {"list", "pods"}, {"watch", "pods"}, {"patch", "pods"}, {"delete", "pods"},
-	{"create", "pods/exec"}, {"create", "pods/portforward"}, {"list", "events"},
+	{"create", "pods/exec"}, {"list", "events"},
 	{"get", "networkpolicies"}, {"create", "networkpolicies"}, {"patch", "networkpolicies"}, {"delete", "networkpolicies"},
 	{"create", "persistentvolumeclaims"}, {"get", "persistentvolumeclaims"}, {"list", "persistentvolumeclaims"}, {"delete", "persistentvolumeclaims"},
 }
@@ -267,6 +247,73 @@ func (k *kubeProvider) podJSON(m *ComputerInfo) ([]byte, error) {
 	return k.podDoc(k.pod(m), labels, m)
 }
 
+// kubeManifests are every object agentd applies, written as kubectl receives them: a Pod (a machine's, or
+// one of the network-policy check's), a persist machine's claim for /work, and the deny-all
+// NetworkPolicy. Each value from a spec or the config goes in through json, as one JSON value, so none
+// can add a field or leave its place. Requests are a tenth of the limits (Req).
+var kubeManifests = template.Must(template.New("kube").Funcs(template.FuncMap{"json": func(v any) (string, error) {
+	b, err := json.Marshal(v)
+	return string(b), err
+}}).Parse(`
+{{- define "metadata"}}"metadata": {"name": {{json .Name}}, "namespace": {{json .Namespace}}, "labels": {{json .Labels}}}{{end}}
+
+{{- define "pod"}}{"apiVersion": "v1", "kind": "Pod", {{template "metadata" .}},
+  "spec": {
+    "restartPolicy": "Never", "automountServiceAccountToken": false, "enableServiceLinks": false,
+    "terminationGracePeriodSeconds": 1, "hostname": "machine",
+    "securityContext": {"runAsUser": 1000, "runAsGroup": 1000, "runAsNonRoot": true, "fsGroup": 1000,
+      "seccompProfile": {"type": "RuntimeDefault"}},
+    "containers": [{
+      "name": {{json .Container}}, "image": {{json .Image}}, "imagePullPolicy": "IfNotPresent",
+      "command": ["sleep", "infinity"], "env": {{json .Env}},
+      "resources": {
+        "limits": {"cpu": "{{.MilliCPU}}m", "memory": "{{.MemoryMB}}Mi", "ephemeral-storage": "{{.DiskMB}}Mi"},
+        "requests": {"cpu": "{{.Req .MilliCPU}}m", "memory": "{{.Req .MemoryMB}}Mi", "ephemeral-storage": "{{.Req .DiskMB}}Mi"}},
+      "securityContext": {"allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true, "privileged": false,
+        "capabilities": {"drop": ["ALL"]}},
+      "volumeMounts": [{"name": "work", "mountPath": "/work"}, {"name": "tmp", "mountPath": "/tmp"},
+        {"name": "agentd", "mountPath": "/.agentd"}]}],
+    "volumes": [
+      {{- if .Claim}}{"name": "work", "persistentVolumeClaim": {"claimName": {{json .Claim}}}}
+      {{- else}}{"name": "work", "emptyDir": {"sizeLimit": "{{.DiskMB}}Mi"}}{{end}},
+      {"name": "tmp", "emptyDir": {"sizeLimit": "512Mi"}},
+      {"name": "agentd", "emptyDir": {"sizeLimit": "256Mi"}}]
+    {{- with .Cfg.RuntimeClassName}}, "runtimeClassName": {{json .}}{{end}}
+    {{- with .Cfg.NodeSelector}}, "nodeSelector": {{json .}}{{end}}
+    {{- with .Cfg.Tolerations}}, "tolerations": {{json .}}{{end}}}}
+{{end}}
+
+{{- define "claim"}}{"apiVersion": "v1", "kind": "PersistentVolumeClaim", {{template "metadata" .}},
+  "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "{{.DiskMB}}Mi"}}
+    {{- with .Cfg.StorageClassName}}, "storageClassName": {{json .}}{{end}}}}
+{{end}}
+
+{{- define "policy"}}{"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", {{template "metadata" .}},
+  "spec": {"podSelector": {"matchLabels": {{json .Match}}}, "policyTypes": ["Ingress", "Egress"]}}
+{{end}}`))
+
+// kubeObject is what kubeManifests fill in.
+type kubeObject struct {
+	Name, Namespace, Image, Claim string
+	Labels, Match                 map[string]string
+	Env                           []map[string]string
+	MilliCPU, MemoryMB, DiskMB    int
+	Cfg                           kubeConfig
+}
+
+func (kubeObject) Container() string { return kubeContainer }
+
+// Req is the request for a limit of n: a tenth (kubeRequestShare), at least 1.
+func (kubeObject) Req(n int) int { return max(n/kubeRequestShare, 1) }
+
+// manifest renders one of kubeManifests for name, in the provider's namespace.
+func (k *kubeProvider) manifest(kind, name string, o kubeObject) ([]byte, error) {
+	o.Name, o.Namespace, o.Cfg = name, k.cfg.Namespace, k.cfg
+	var b bytes.Buffer
+	err := kubeManifests.ExecuteTemplate(&b, kind, o)
+	return b.Bytes(), err
+}
+
 // podDoc is a Pod named name running m's image and spec with agentd's hardening (machines, and the
 // network-policy probe's pods). A persist machine's /work is its claim (claimJSON), else an emptyDir.
 func (k *kubeProvider) podDoc(name string, labels map[string]string, m *ComputerInfo) ([]byte, error) {
@@ -275,66 +322,27 @@ func (k *kubeProvider) podDoc(name string, labels map[string]string, m *Computer
 	if _, ok := sp.Env["HOME"]; !ok {
 		env = append(env, map[string]string{"name": "HOME", "value": "/work"})
 	}
-	keys := make([]string, 0, len(sp.Env))
-	for key := range sp.Env {
-		keys = append(keys, key)
-	}
-	slices.Sort(keys)
-	for _, key := range keys {
+	for _, key := range slices.Sorted(maps.Keys(sp.Env)) {
 		env = append(env, map[string]string{"name": key, "value": sp.Env[key]})
 	}
-	mi := func(mb int) string { return strconv.Itoa(mb) + "Mi" }
-	limits := map[string]string{"cpu": strconv.Itoa(int(sp.CPUs*1000)) + "m", "memory": mi(sp.MemoryMB), "ephemeral-storage": mi(sp.DiskMB)}
-	requests := map[string]string{"cpu": strconv.Itoa(max(int(sp.CPUs*1000)/kubeRequestShare, 1)) + "m",
-		"memory": mi(max(sp.MemoryMB/kubeRequestShare, 1)), "ephemeral-storage": mi(max(sp.DiskMB/kubeRequestShare, 1))}
-	empty := func(name string, mb int) map[string]any {
-		return map[string]any{"name": name, "emptyDir": map[string]any{"sizeLimit": mi(mb)}}
-	}
-	spec := map[string]any{
-		"restartPolicy": "Never", "automountServiceAccountToken": false, "enableServiceLinks": false,
-		"terminationGracePeriodSeconds": 1, "hostname": "machine",
-		"securityContext": map[string]any{"runAsUser": 1000, "runAsGroup": 1000, "runAsNonRoot": true, "fsGroup": 1000,
-			"seccompProfile": map[string]string{"type": "RuntimeDefault"}},
-		"containers": []any{map[string]any{
-			"name": kubeContainer, "image": m.Image, "imagePullPolicy": "IfNotPresent", "command": []string{"sleep", "infinity"},
-			"env": env, "resources": map[string]any{"limits": limits, "requests": requests},
-			"securityContext": map[string]any{"allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true, "privileged": false,
-				"capabilities": map[string]any{"drop": []string{"ALL"}}},
-			"volumeMounts": []any{
-				map[string]string{"name": "work", "mountPath": "/work"}, map[string]string{"name": "tmp", "mountPath": "/tmp"},
-				map[string]string{"name": "agentd", "mountPath": "/.agentd"}},
-		}},
-		"volumes": []any{empty("work", sp.DiskMB), empty("tmp", kubeTmpSizeMB), empty("agentd", kubeHelperSizeMB)},
-	}
+	o := kubeObject{Image: m.Image, Labels: labels, Env: env, MilliCPU: int(sp.CPUs * 1000), MemoryMB: sp.MemoryMB, DiskMB: sp.DiskMB}
 	if sp.Persist {
-		spec["volumes"].([]any)[0] = map[string]any{"name": "work", "persistentVolumeClaim": map[string]any{"claimName": k.pod(m)}}
+		o.Claim = k.pod(m)
 	}
-	if k.cfg.RuntimeClassName != "" {
-		spec["runtimeClassName"] = k.cfg.RuntimeClassName
-	}
-	if len(k.cfg.NodeSelector) > 0 {
-		spec["nodeSelector"] = k.cfg.NodeSelector
-	}
-	if len(k.cfg.Tolerations) > 0 {
-		spec["tolerations"] = k.cfg.Tolerations
-	}
-	return json.Marshal(map[string]any{"apiVersion": "v1", "kind": "Pod",
-		"metadata": map[string]any{"name": name, "namespace": k.cfg.Namespace, "labels": labels}, "spec": spec})
+	return k.manifest("pod", name, o)
 }
 
 // claimJSON is a persist machine's PersistentVolumeClaim for /work: diskMb of the configured class (or
 // the cluster's default one), named and labelled like its pod, so a restart finds it by owner and it
 // outlives the pod (stop) until destroy.
 func (k *kubeProvider) claimJSON(m *ComputerInfo) ([]byte, error) {
-	spec := map[string]any{"accessModes": []string{"ReadWriteOnce"},
-		"resources": map[string]any{"requests": map[string]string{"storage": strconv.Itoa(m.Spec.DiskMB) + "Mi"}}}
-	if k.cfg.StorageClassName != "" {
-		spec["storageClassName"] = k.cfg.StorageClassName
-	}
-	return json.Marshal(map[string]any{"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-		"metadata": map[string]any{"name": k.pod(m), "namespace": k.cfg.Namespace,
-			"labels": map[string]string{"agentd.id": m.ID, "agentd.owner": k.c.owner, "agentd.provider": "kubernetes", "app.kubernetes.io/managed-by": "agentd"}},
-		"spec": spec})
+	return k.manifest("claim", k.pod(m), kubeObject{DiskMB: m.Spec.DiskMB,
+		Labels: map[string]string{"agentd.id": m.ID, "agentd.owner": k.c.owner, "agentd.provider": "kubernetes", "app.kubernetes.io/managed-by": "agentd"}})
+}
+
+// policyDoc is agentd's deny-all NetworkPolicy: no ingress and no egress for the pods matching match.
+func (k *kubeProvider) policyDoc(name string, labels, match map[string]string) ([]byte, error) {
+	return k.manifest("policy", name, kubeObject{Labels: labels, Match: match})
 }
 
 // policyJSON is the deny-all NetworkPolicy of a machine with no route of its own (`none`, and `egress`,
@@ -593,7 +601,6 @@ func (k *kubeProvider) start(ctx context.Context, m *ComputerInfo) error {
 }
 
 func (k *kubeProvider) deletePod(ctx context.Context, m *ComputerInfo) error {
-	k.closeForwards(m.ID)
 	_, err := k.call(ctx, nil, "delete", "pod", k.pod(m), "--ignore-not-found", "--wait=true", "--grace-period=1", "--timeout="+kubeDeleteTimeout)
 	return err
 }
@@ -608,7 +615,6 @@ func (k *kubeProvider) stop(ctx context.Context, m *ComputerInfo) error {
 // destroy removes the pod, its NetworkPolicy and its claim (whichever exist: an orphan's spec is not
 // known) in one kubectl call, and waits until they are gone.
 func (k *kubeProvider) destroy(ctx context.Context, m *ComputerInfo) error {
-	k.closeForwards(m.ID)
 	n := k.pod(m)
 	_, err := k.call(ctx, nil, "delete", "pod/"+n, "networkpolicy/"+n, "pvc/"+n, "--ignore-not-found", "--wait=true", "--grace-period=1", "--timeout="+kubeDeleteTimeout)
 	if err != nil {
@@ -670,8 +676,6 @@ func (k *kubeProvider) markStopped(ctx context.Context, m *ComputerInfo, p *kube
 			reason, msg = kubeEndedReason, "the machine's pod ended outside agentd (phase "+p.Status.Phase+")"
 		}
 		k.deletePod(context.WithoutCancel(ctx), m)
-	} else {
-		k.closeForwards(m.ID)
 	}
 	rt := k.c.runtime(m.ID)
 	k.c.closePorts(rt)
@@ -735,16 +739,6 @@ func (k *kubeProvider) execArgs(m *ComputerInfo, interactive, tty bool) []string
 	return append(a, k.pod(m), "-c", kubeContainer, "--")
 }
 
-// execWrapper is the engine's wrapper (process group in a pid file, the end announced on both streams)
-// after a cd into the exec's cwd ($1): kubectl exec has no -w, -e or -u.
-func (k *kubeProvider) execWrapper(p *procSpec) string {
-	mk := strings.ReplaceAll(markerPrefix(p.token), "\x1e", `\036`)
-	pid := "/tmp/.agentd-exec-" + p.token + ".pid"
-	return `cd -- "$1" 2>/dev/null || { echo "cannot enter the working directory $1" >&2; exit 126; }; shift; ` +
-		p.sizeFirst() + `echo $$ > ` + pid + ` 2>/dev/null; "$@"; rc=$?; rm -f ` + pid +
-		`; printf '` + mk + `%03d\036' "$rc"; printf '` + mk + `%03d\036' "$rc" >&2; exit $rc`
-}
-
 // envArgs prefixes argv with `env -- K=V ...` (sorted, so the argv is stable).
 func envArgs(env map[string]string) []string {
 	if len(env) == 0 {
@@ -767,27 +761,16 @@ func (k *kubeProvider) command(ctx context.Context, m *ComputerInfo, p *procSpec
 		return nil, errorf(codeNotImplemented, "the kubernetes provider cannot run a command as another user").
 			withHint("omit user: pods run as 1000:1000 (runAsNonRoot) and kubectl exec has no user option")
 	}
-	if !p.tty {
-		if ch := k.c.channel(ctx, k, m); ch != nil {
-			return &procHandle{remote: ch, req: chanStart{Argv: p.argv, Cwd: p.cwd, Env: p.env, Token: p.token}}, nil
-		}
-	}
-	argv := p.argv
-	if p.tty && p.term == nil { // kubectl gives a TTY only when its own stdin is a terminal: util-linux script makes one inside
-		argv = []string{"script", "-qefc", shellJoin(argv), "/dev/null"}
-	}
-	// On a host pseudo-terminal (an interactive terminal, ExecTTY) kubectl's stdin is one: -i -t.
-	args := append(k.execArgs(m, p.stdin != nil || p.term != nil, p.term != nil), envArgs(p.env)...)
-	args = append(append(args, "/bin/sh", "-c", k.execWrapper(p), "agentd", p.cwd), argv...)
-	cmd := k.cli(ctx, args...)
-	cmd.Cancel = func() error {
-		kctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		k.killTree(kctx, m, p)
-		return cmd.Process.Kill()
-	}
-	cmd.WaitDelay = execPipeGrace
-	return &procHandle{cmd: cmd, endMarker: true}, nil
+	p.user = "" // the pod's own
+	return k.c.machineCommand(ctx, k, m, p), nil
+}
+
+// perCallCmd is the fallback's host process (computers_percall.go): one `kubectl exec`, which has no -w,
+// -e or -u: the env through `env --`, the cwd through a cd first, -t only on a host terminal (ExecTTY).
+func (k *kubeProvider) perCallCmd(ctx context.Context, m *ComputerInfo, p *procSpec, argv []string) *exec.Cmd {
+	a := append(k.execArgs(m, p.stdin != nil || p.term != nil, p.term != nil), envArgs(p.env)...)
+	a = append(a, "/bin/sh", "-c", `cd -- "$1" 2>/dev/null || { echo "cannot enter the working directory $1" >&2; exit 126; }; shift; exec "$@"`, "agentd", p.cwd)
+	return k.cli(ctx, append(a, argv...)...)
 }
 
 // helperCmd is the channel's process: one long `kubectl exec -i` into the copied helper.
@@ -795,119 +778,14 @@ func (k *kubeProvider) helperCmd(ctx context.Context, m *ComputerInfo) *exec.Cmd
 	return k.cli(ctx, append(k.execArgs(m, true, false), helperInMachine, "machine-helper")...)
 }
 
-// killTree kills the exec's process group inside the machine (the engine's script, over kubectl exec).
-func (k *kubeProvider) killTree(ctx context.Context, m *ComputerInfo, p *procSpec) {
-	f := "/tmp/.agentd-exec-" + p.token + ".pid"
-	script := `i=0; while [ ! -s ` + f + ` ] && [ $i -lt 20 ]; do sleep 0.05; i=$((i+1)); done; ` +
-		`p=$(cat ` + f + ` 2>/dev/null) && [ -n "$p" ] && { kill -9 -$p 2>/dev/null || kill -9 $p; }; rm -f ` + f
-	k.call(ctx, nil, append(k.execArgs(m, false, false), "/bin/sh", "-c", script)...)
-}
-
-// killLeftovers kills the process groups a previous server's execs left (their pid files remain).
 func (k *kubeProvider) killLeftovers(ctx context.Context, m *ComputerInfo) int {
-	script := `n=0; for f in /tmp/.agentd-exec-*.pid /tmp/.agentd-chan-*.pid; do [ -f "$f" ] || continue; p=$(cat "$f"); rm -f "$f"; ` +
-		`[ -n "$p" ] && { kill -9 -"$p" 2>/dev/null || kill -9 "$p" 2>/dev/null; } && n=$((n+1)); done; echo $n`
-	out, err := k.call(ctx, nil, append(k.execArgs(m, false, false), "/bin/sh", "-c", script)...)
-	if err != nil {
-		k.c.log.Warn("computers: killing leftover processes", "computer", m.ID, "err", err)
-		return 0
-	}
-	n, _ := strconv.Atoi(strings.TrimSpace(out))
-	return n
+	return k.c.killLeftovers(ctx, k, m)
 }
 
-// perCall is the files' per-call path: one `kubectl exec` running a script.
-func (k *kubeProvider) perCall(ctx context.Context, m *ComputerInfo, interactive bool, argv []string) *exec.Cmd {
-	return k.cli(ctx, append(k.execArgs(m, interactive, false), argv...)...)
-}
+func (k *kubeProvider) fs(m *ComputerInfo) machineFS { return &engineFS{pc: k, c: k.c, host: k, m: m} }
 
-func (k *kubeProvider) fs(m *ComputerInfo) machineFS {
-	return &engineFS{c: k.c, host: k, m: m, perCall: func(ctx context.Context, interactive bool, argv []string) *exec.Cmd {
-		return k.perCall(ctx, m, interactive, argv)
-	}}
-}
-
-// ---- ports ----
-
-// guestAddr is a `kubectl port-forward` of the guest port on 127.0.0.1 (one per machine and port, kept
-// until the machine stops); the service's forwarder gives it its hostPort.
-func (k *kubeProvider) guestAddr(ctx context.Context, m *ComputerInfo, port int) (string, error) {
-	if m.Spec.Network.Mode == "none" {
-		return "", errorf(codeComputerFailed, "computer %s has network mode none, so no port can be reached", m.ID).
-			withHint("create the computer with network.mode egress or full")
-	}
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if f := k.fwd[m.ID][port]; f != nil {
-		if f.alive() {
-			return net.JoinHostPort("127.0.0.1", strconv.Itoa(f.local)), nil
-		}
-		delete(k.fwd[m.ID], port)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0") // a free port for kubectl to listen on
-	if err != nil {
-		return "", errorf(codeComputerFailed, "cannot find a free host port: %v", err)
-	}
-	local := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	cmd := k.cli(k.c.ctx, "port-forward", "--address", "127.0.0.1", "pod/"+k.pod(m), fmt.Sprintf("%d:%d", local, port))
-	var out bytes.Buffer
-	lb := &limitedBuffer{b: &out, max: 4096} // one writer for both: exec.Cmd then writes from one goroutine
-	cmd.Stdout, cmd.Stderr = lb, lb
-	if err := cmd.Start(); err != nil {
-		return "", errorf(codeComputerFailed, "cannot start kubectl port-forward: %v", err).withHint("check kubectl")
-	}
-	f := &kubeForward{cmd: cmd, local: local, done: make(chan struct{})}
-	go func() { defer close(f.done); cmd.Wait() }()
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(local))
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		if conn, err := net.DialTimeout("tcp", addr, 200*time.Millisecond); err == nil {
-			conn.Close()
-			break
-		}
-		if time.Now().After(deadline) || !f.alive() || ctx.Err() != nil {
-			cmd.Process.Kill()
-			<-f.done
-			return "", errorf(codeComputerFailed, "kubectl port-forward did not listen: %s", firstLine(out.String())).
-				withHint("check the pods/portforward verb of agentd's Role")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if k.fwd[m.ID] == nil {
-		k.fwd[m.ID] = map[int]*kubeForward{}
-	}
-	k.fwd[m.ID][port] = f
-	return addr, nil
-}
-
-// closeForwards ends a machine's port-forwards (stop, destroy, a pod gone).
-func (k *kubeProvider) closeForwards(id string) {
-	k.mu.Lock()
-	fs := k.fwd[id]
-	delete(k.fwd, id)
-	k.mu.Unlock()
-	for _, f := range fs {
-		f.cmd.Process.Kill()
-		<-f.done
-	}
-}
-
-// close ends the pod watch, the network-policy check and every port-forward (the service's Close).
+// close ends the pod watch and the network-policy check (the service's Close).
 func (k *kubeProvider) close() {
 	k.stopWatch()
 	k.stopNetCheck()
-	k.mu.Lock()
-	ids := make([]string, 0, len(k.fwd))
-	for id := range k.fwd {
-		ids = append(ids, id)
-	}
-	k.mu.Unlock()
-	for _, id := range ids {
-		k.closeForwards(id)
-	}
 }
-
-// relayed says the provider's guest address is a relay that accepts before the guest does: a port is
-// reachable only when the relay keeps the connection open (computers_ports.go).
-func (k *kubeProvider) relayed() bool { return true }

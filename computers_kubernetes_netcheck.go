@@ -25,7 +25,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -281,13 +280,6 @@ func (k *kubeProvider) runNetCheck(ctx context.Context) (state, detail string) {
 		}
 		tick.Reset(time.Second)
 	}
-}
-
-// policyDoc is agentd's deny-all NetworkPolicy: no ingress and no egress for the pods matching match.
-func (k *kubeProvider) policyDoc(name string, labels, match map[string]string) ([]byte, error) {
-	return json.Marshal(map[string]any{"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
-		"metadata": map[string]any{"name": name, "namespace": k.cfg.Namespace, "labels": labels},
-		"spec":     map[string]any{"podSelector": map[string]any{"matchLabels": match}, "policyTypes": []string{"Ingress", "Egress"}}})
 }
 
 // kubeSlug is s as a DNS-1123 label fragment of at most n characters.

@@ -2,23 +2,25 @@
 // behind agentd's back without waiting for the machine's next use.
 //
 // Entry points: kubeProvider.ensureWatch (create, start, owned: the first time this server has anything in
-// the cluster) and kubeProvider.stopWatch (the provider's close, from the service's Close).
+// the cluster), kubeProvider.stopWatch (the provider's close, from the service's Close), and
+// kubeProvider.sweepPods, which the reaper's goroutine runs (computers_reaper.go).
 //
 // How: one `kubectl get pods -l agentd.owner=<owner> -w --output-watch-events -o json` per server, read as
-// a stream of events. A DELETED pod, or one that ended by itself (phase Failed or Succeeded without a
-// deletion: evicted, its node lost), is only a trigger: the machine's record is read again under its
-// lifecycle lock and its pod is asked for afresh (status), which marks a running machine stopped with a
-// `computer_stopped` event (reason pod_deleted / pod_ended); a pool machine's pod is evicted from the pool.
-// A stop, start or destroy in flight holds the lock, so its own deletions are never taken for foreign ones.
-// The watch ends when the API server closes it (its request timeout, a restart): it is started again
-// after a backoff, and each start is followed by one list of the owner's pods (owned), so a deletion
-// while no watch ran is caught too.
+// a stream of events, whose only consumer is the reaper's pod sweep: each start of the watch, and each
+// pod DELETED or ended by itself (phase Failed or Succeeded without a deletion: evicted, its node lost),
+// wakes it (kickPods). The sweep lists the owner's pods once and judges every running or pooled
+// kubernetes machine whose pod does not run there: its record is read again under its lifecycle lock
+// and its pod asked for afresh (status), which marks a running machine stopped with a `computer_stopped`
+// event (reason pod_deleted / pod_ended); a pool machine's pod is evicted from the pool. A stop, start or
+// destroy in flight holds the lock, so its own deletions are never taken for foreign ones. The watch ends
+// when the API server closes it (its request timeout, a restart): it is started again after a backoff,
+// and the sweep at its start catches a deletion while no watch ran.
 //
-// Trade-off against a periodic list in the reaper's sweep: the watch notices within about a second and
-// costs the API server one watch and agentd one long-lived kubectl process (outside agentd's RSS: ~100
-// MB with the test cluster's all-in-one binary as kubectl, BENCHMARKS.md); a list every sweep would notice
-// only at the next sweep and parse every pod's JSON each time (with 200 pods, a few MB per pass). The
-// watch is started lazily, so a server configured for a cluster it never uses runs no kubectl at all.
+// Trade-off against a list in every timed sweep: the watch notices within about a second and costs the
+// API server one watch and agentd one long-lived kubectl process (~100 MB with the test cluster's
+// all-in-one binary as kubectl, BENCHMARKS.md); a list per sweep would notice only at the next sweep and
+// parse every pod's JSON each time. The watch starts lazily: a server that never uses the cluster runs
+// no kubectl at all.
 package main
 
 import (
@@ -44,7 +46,6 @@ type kubeWatcher struct {
 	closed  bool
 	cancel  context.CancelFunc
 	done    chan struct{}
-	runs    int // watches started (tests wait for a restart with it)
 }
 
 // ensureWatch starts the watch once; after stopWatch it does nothing.
@@ -115,7 +116,8 @@ type kubeWatchEvent struct {
 	Object kubePod `json:"object"`
 }
 
-// watchOnce runs one watch until kubectl exits (or ctx ends), acting on each event.
+// watchOnce runs one watch until kubectl exits (or ctx ends), waking the pod sweep at its start and at
+// each machine's pod gone.
 func (k *kubeProvider) watchOnce(ctx context.Context) error {
 	cmd := k.cli(ctx, "get", "pods", "-l", "agentd.owner="+k.c.owner, "-w", "--output-watch-events", "-o", "json")
 	stdout, err := cmd.StdoutPipe()
@@ -127,25 +129,17 @@ func (k *kubeProvider) watchOnce(ctx context.Context) error {
 	if err := cmd.Start(); err != nil {
 		return err
 	}
-	k.watch.mu.Lock()
-	k.watch.runs++
-	k.watch.mu.Unlock()
-	resync := make(chan struct{})
-	go func() { // after the watch started: what was deleted while none ran
-		defer close(resync)
-		k.resync(ctx)
-	}()
+	k.c.kickPods() // after the watch started: what was deleted while none ran
 	dec := json.NewDecoder(bufio.NewReaderSize(stdout, 64<<10))
 	for {
 		var ev kubeWatchEvent
 		if err := dec.Decode(&ev); err != nil {
 			break
 		}
-		if id := ev.Object.Metadata.Labels["agentd.id"]; id != "" && kubeGone(ev) {
-			k.checkPod(ctx, id)
+		if ev.Object.Metadata.Labels["agentd.id"] != "" && kubeGone(ev) {
+			k.c.kickPods()
 		}
 	}
-	<-resync
 	if err := cmd.Wait(); err != nil && ctx.Err() == nil {
 		return &engineError{args: cmd.Args[1:], err: err, stderr: strings.TrimSpace(stderr.String())}
 	}
@@ -160,8 +154,10 @@ func kubeGone(ev kubeWatchEvent) bool {
 	return ev.Type == "DELETED" || ended
 }
 
-// resync checks every running or pooled kubernetes machine that the owner's list does not show running.
-func (k *kubeProvider) resync(ctx context.Context) {
+// sweepPods judges every running or pooled kubernetes machine that the owner's list of pods does not show
+// running. A running machine's record is read again under its lifecycle lock, so an agentd stop, start
+// or destroy in flight is waited for and then seen as such.
+func (k *kubeProvider) sweepPods(ctx context.Context) {
 	out, err := k.call(ctx, nil, "get", "pods", "-l", "agentd.owner="+k.c.owner, "-o", "json")
 	var list struct{ Items []kubePod }
 	if err != nil || json.Unmarshal([]byte(out), &list) != nil {
@@ -177,31 +173,21 @@ func (k *kubeProvider) resync(ctx context.Context) {
 	}
 	pooled, _ := k.c.store.ListPooledComputers(ctx)
 	for _, m := range append(recs, pooled...) {
-		if m.Provider == "kubernetes" && (m.State == stateRunning || m.State == statePooled) && !live[m.ID] {
-			k.checkPod(ctx, m.ID)
+		if m.Provider != "kubernetes" || live[m.ID] {
+			continue
 		}
-	}
-}
-
-// checkPod judges machine id after a sign that its pod is gone. Its record is read under the machine's
-// lifecycle lock, so an agentd stop, start or destroy in flight is waited for and then seen as such.
-func (k *kubeProvider) checkPod(ctx context.Context, id string) {
-	m, err := k.c.store.GetComputer(ctx, id)
-	if err != nil || m.Provider != "kubernetes" {
-		return
-	}
-	switch m.State {
-	case statePooled:
-		if p, err := k.getPod(ctx, &m); err == nil && (p == nil || p.Status.Phase != "Running") {
-			k.c.poolEvict(ctx, id, "its pod was deleted outside agentd")
+		switch m.State {
+		case statePooled:
+			if p, err := k.getPod(ctx, &m); err == nil && (p == nil || p.Status.Phase != "Running") {
+				k.c.poolEvict(ctx, m.ID, "its pod was deleted outside agentd")
+			}
+		case stateRunning: // status marks it stopped, with its event, when the pod is gone or ended
+			rt := k.c.runtime(m.ID)
+			rt.mu.Lock()
+			if cur, err := k.c.store.GetComputer(ctx, m.ID); err == nil && cur.State == stateRunning {
+				k.status(ctx, &cur)
+			}
+			rt.mu.Unlock()
 		}
-	case stateRunning:
-		rt := k.c.runtime(id)
-		rt.mu.Lock()
-		defer rt.mu.Unlock()
-		if m, err = k.c.store.GetComputer(ctx, id); err != nil || m.State != stateRunning {
-			return
-		}
-		k.status(ctx, &m) // marks it stopped, with its event, when the pod is gone or ended
 	}
 }

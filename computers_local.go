@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"net"
 	"os"
 	"os/exec"
 	"path"
@@ -289,10 +288,6 @@ func signalOf(ee *exec.ExitError) int {
 	return 0
 }
 
-func (l *localProvider) guestAddr(ctx context.Context, m *ComputerInfo, port int) (string, error) {
-	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), nil
-}
-
 // hostNetwork: a local machine's ports are the host's.
 func (l *localProvider) hostNetwork(m *ComputerInfo) bool { return true }
 
@@ -364,8 +359,6 @@ func (f *localFS) open(g string) (root *os.Root, rel string, err error) {
 	}
 	return root, strings.TrimPrefix(path.Clean("/"+g), "/"), nil
 }
-
-func (f *localFS) host(g string) string { hp, _ := f.l.hostPath(f.m, g); return hp }
 
 func fsErr(op, g string, err error) error {
 	switch {

@@ -1,18 +1,17 @@
 // computers_ports.go — exposing a guest port on the host: a userspace TCP forwarder per (machine, port).
 //
 // Entry points: computerService.ExposePort (the run loop's expose_port tool) and handleExposePort.
-// Rules (DESIGN §4): docker/podman get a forwarder on 127.0.0.1:<ephemeral> to the container's address;
-// a machine in network mode egress (docker, podman, sandbox: no network of its own) a forwarder whose
-// connections are streams over its exec channel (computers_stream.go; without the channel it is
-// E_COMPUTER_FAILED saying why), and network none E_COMPUTER_FAILED; local, and a sandbox in mode full
-// (the host's network), answer the port themselves. Exposing a port twice
-// returns the same binding; forwarders close on stop and destroy (and with the server).
+// Rules (DESIGN §4): a forwarder on 127.0.0.1:<ephemeral> whose every connection is a stream over the
+// machine's exec channel to 127.0.0.1:<port> inside it (computers_stream.go), on docker, podman,
+// kubernetes and a sandbox with a network of its own; a machine without the channel gets
+// E_COMPUTER_FAILED saying why, network none E_COMPUTER_FAILED. local, and a sandbox in mode full
+// without root (the host's network), answer the port themselves. Exposing a port twice returns the
+// same binding; forwarders close on stop and destroy (and with the server).
 package main
 
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -22,8 +21,8 @@ import (
 	"time"
 )
 
-// portForwarder accepts on a host listener and pipes each connection to the guest port: a TCP address,
-// or (machines with no network of their own) a stream over the exec channel.
+// portForwarder accepts on a host listener and pipes each connection to the guest port, a stream over
+// the machine's exec channel.
 type portForwarder struct {
 	ln     net.Listener
 	dial   guestDialer
@@ -33,38 +32,28 @@ type portForwarder struct {
 	closed bool
 }
 
-// guestDialer connects to a machine's guest port.
-type guestDialer func(ctx context.Context) (halfConn, error)
+// guestDialer opens a stream to a machine's guest port.
+type guestDialer func(ctx context.Context) (*chanStream, error)
 
-// tcpDialer dials a guest port at a host-reachable address.
-func tcpDialer(target string) guestDialer {
-	return func(ctx context.Context) (halfConn, error) {
-		c, err := (&net.Dialer{Timeout: 5 * time.Second}).DialContext(ctx, "tcp", target)
-		if err != nil {
-			return nil, err
-		}
-		return asHalfConn(c), nil
-	}
-}
-
-// dialOnce reports whether something answers through d within timeout. Behind a relay (relayed) a
-// connection still open after the timeout, or one that sent a byte, is what counts.
-func dialOnce(d guestDialer, timeout time.Duration, relayed bool) bool {
+// answers reports whether something accepts on the guest port within timeout: the helper inside the
+// machine connects before it opens the stream.
+func (d guestDialer) answers(timeout time.Duration) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	c, err := d(ctx)
-	if err != nil {
-		return false
+	st, err := d(ctx)
+	if err == nil {
+		st.Close()
 	}
-	defer c.Close()
-	rd, ok := c.(interface{ SetReadDeadline(time.Time) error })
-	if !relayed || !ok {
-		return true
+	return err == nil
+}
+
+// hostPortAnswers reports whether something accepts on the host's port (a machine on the host's network).
+func hostPortAnswers(port int, timeout time.Duration) bool {
+	c, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), timeout)
+	if err == nil {
+		c.Close()
 	}
-	rd.SetReadDeadline(time.Now().Add(timeout))
-	n, err := c.Read(make([]byte, 1))
-	var ne net.Error
-	return n > 0 || errors.As(err, &ne) && ne.Timeout()
+	return err == nil
 }
 
 func startForwarder(dial guestDialer) (*portForwarder, error) {
@@ -127,21 +116,7 @@ func (f *portForwarder) pipe(c net.Conn) {
 		return
 	}
 	defer f.untrack(up)
-	if st, ok := up.(*chanStream); ok {
-		splice(st, asHalfConn(c))
-		return
-	}
-	done := make(chan struct{}, 2)
-	cp := func(dst, src halfConn) {
-		io.Copy(dst, src)
-		dst.CloseWrite()
-		done <- struct{}{}
-	}
-	hc := asHalfConn(c)
-	go cp(up, hc)
-	go cp(hc, up)
-	<-done
-	<-done
+	splice(up, asHalfConn(c))
 }
 
 // Close stops accepting, cuts every connection and waits.
@@ -209,9 +184,9 @@ func (c *computerService) ExposePort(ctx context.Context, id string, port int) (
 		b = PortBinding{HostPort: fw.port(), URL: fmt.Sprintf("http://127.0.0.1:%d", fw.port())}
 	}
 	if fw != nil {
-		b.Reachable = dialOnce(fw.dial, time.Second, relayed(p))
+		b.Reachable = fw.dial.answers(time.Second)
 	} else {
-		b.Reachable = dialOnce(tcpDialer(net.JoinHostPort("127.0.0.1", strconv.Itoa(port))), time.Second, false)
+		b.Reachable = hostPortAnswers(port, time.Second)
 	}
 	old, had := m.Ports[key]
 	m.Ports[key] = b
@@ -224,23 +199,22 @@ func (c *computerService) ExposePort(ctx context.Context, id string, port int) (
 	return &b, nil
 }
 
-// guestDialer is how a forwarder reaches the machine's port: its address on the engine's network, or,
-// for an egress machine (no network of its own), a stream over its exec channel.
+// guestDialer is how a forwarder reaches the machine's port: a stream over its exec channel.
 func (c *computerService) guestDialer(ctx context.Context, p provider, m *ComputerInfo, port int) (guestDialer, error) {
+	if m.Spec.Network.Mode == "none" {
+		return nil, errorf(codeComputerFailed, "computer %s has network mode none, so no port can be reached", m.ID).
+			withHint("create the computer with network.mode egress or full")
+	}
 	host, ok := p.(channelHost)
-	if !ok || m.Spec.Network.Mode != "egress" {
-		target, err := p.guestAddr(ctx, m, port)
-		if err != nil {
-			return nil, err
-		}
-		return tcpDialer(target), nil
+	if !ok {
+		return nil, errorf(codeComputerFailed, "the %s provider cannot forward a port", m.Provider)
 	}
 	if _, err := c.channelErr(ctx, host, m); err != nil {
-		return nil, errorf(codeComputerFailed, "computer %s has network mode egress (no network of its own) and its port can only be reached over the exec channel, which is unavailable: %v", m.ID, err).
-			withHint("turn execChannel on in config.yaml (egress needs it; " + takesEffect("execChannel") + "), or create the computer with network.mode full")
+		return nil, errorf(codeComputerFailed, "computer %s's ports are reached only over its exec channel, which is unavailable: %v", m.ID, err).
+			withHint("turn execChannel on in config.yaml (" + takesEffect("execChannel") + "), or use an image agentd's helper runs in (a CGO_ENABLED=0 build runs in any)")
 	}
 	mc := *m
-	return func(ctx context.Context) (halfConn, error) {
+	return func(ctx context.Context) (*chanStream, error) {
 		ch, err := c.channelErr(ctx, host, &mc)
 		if err != nil {
 			return nil, err
@@ -258,13 +232,6 @@ func sharesHostNetwork(p provider, m *ComputerInfo) bool {
 	return ok && h.hostNetwork(m)
 }
 
-// relayed: the provider's guest ports sit behind a relay that accepts before the guest does (kubernetes:
-// kubectl port-forward), which then closes a connection the guest refused.
-func relayed(p provider) bool {
-	r, ok := p.(interface{ relayed() bool })
-	return ok && r.relayed()
-}
-
 // reachable reports whether something answers on a machine's guest port, checked at most once a second
 // per port (ComputerInfo is read often; a dial is cheap but not free).
 func (c *computerService) reachable(m *ComputerInfo, port int) bool {
@@ -280,12 +247,12 @@ func (c *computerService) reachable(m *ComputerInfo, port int) bool {
 	if ok && now.Sub(last.at) < time.Second && now.Sub(last.at) >= 0 {
 		return last.ok
 	}
-	if dial == nil && sharesHostNetwork(c.providerByName(m.Provider), m) {
-		dial = tcpDialer(net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
-	}
 	up := false
-	if dial != nil { // a forwarder gone with a restart: not reachable until the port is exposed again
-		up = dialOnce(dial, 300*time.Millisecond, relayed(c.providerByName(m.Provider)))
+	switch { // a forwarder gone with a restart: not reachable until the port is exposed again
+	case dial != nil:
+		up = dial.answers(300 * time.Millisecond)
+	case sharesHostNetwork(c.providerByName(m.Provider), m):
+		up = hostPortAnswers(port, 300*time.Millisecond)
 	}
 	c.mu.Lock()
 	if rt.reach == nil {

@@ -1,13 +1,15 @@
 // computers_reaper.go — the periodic sweep that never lets a machine leak.
 //
 // Entry points: reaperLoop (owned by computerService; Close cancels and waits) and sweep(ctx), which a
-// test may call directly with an injected clock (computerService.now).
+// test may call directly with an injected clock (computerService.now); kickPods, by which kubernetes'
+// pod watch (computers_kubernetes_watch.go) asks for the pod sweep (kubeProvider.sweepPods) now.
 //
 // Rules (DESIGN §4): every reaperIntervalSec the stored records of every provider are checked: a running
 // machine idle for idleTimeoutSec (no exec; a running exec counts as activity; 0 = never) or older than
 // maxLifetimeSec (regardless of activity; 0 = never) is destroyed with a `reaper` event
 // {computerId, name, reason: idle|lifetime|orphan}. Containers of this owner without a record (found at
-// start) are removed on the first sweep.
+// start) are removed on the first sweep. The pod sweep runs in the same goroutine, whenever the pod watch
+// saw a machine's pod go or (re)started: it is the watch's only consumer.
 package main
 
 import (
@@ -26,7 +28,19 @@ func (c *computerService) reaperLoop() {
 			return
 		case <-t.C:
 			c.sweep(c.ctx)
+		case <-c.podsGone:
+			if k, ok := c.providerByName("kubernetes").(*kubeProvider); ok {
+				k.sweepPods(c.ctx)
+			}
 		}
+	}
+}
+
+// kickPods asks the reaper for a pod sweep now; it never blocks (a sweep already asked for covers this).
+func (c *computerService) kickPods() {
+	select {
+	case c.podsGone <- struct{}{}:
+	default:
 	}
 }
 

@@ -39,7 +39,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"net"
 	"os"
 	"os/exec"
 	"path"
@@ -288,10 +287,6 @@ func (s *sandboxProvider) diskNote(m *ComputerInfo) string {
 	return fmt.Sprintf("NOT bounded in total: %s, so diskMb (%d MB) bounds each file, not their sum: the machine can fill the host's disk; use docker or podman for a bounded persistent /work", why, m.Spec.DiskMB)
 }
 
-// sandboxMountFD is bwrap's descriptor of the machine's first mount source (the next ones follow), after
-// the three of startHelper's waits (computers_sandbox_userns.go).
-const sandboxMountFD = setupBlockFD + 1
-
 // bwrapArgs is the whole machine: namespaces, the filesystem, then the helper with the limits. A mount
 // is bound from the descriptor helperCmd opened its source on, never from its path: a directory swapped
 // for a symlink between that open and bwrap's mount cannot redirect it (issue 24).
@@ -390,12 +385,9 @@ func (s *sandboxProvider) helperCmd(ctx context.Context, m *ComputerInfo) *exec.
 	if err != nil {
 		errs = append(errs, err)
 	}
-	var extra []*os.File
-	for i, src := range ms {
-		if extra == nil {
-			extra = make([]*os.File, sandboxMountFD-3+len(ms))
-		}
-		extra[sandboxMountFD-3+i] = src.f
+	var fds bwrapFiles // bwrap's descriptors (computers_sandbox_userns.go); startHelper adds its waits' ends
+	for _, src := range ms {
+		fds.mounts = append(fds.mounts, src.f)
 	}
 	argv := append(append([]string{bw}, s.startFlags(s.remapped(), len(procs) > 0)...), s.bwrapArgs(m)...)
 	if s.filteredFull(m.Spec) {
@@ -408,7 +400,7 @@ func (s *sandboxProvider) helperCmd(ctx context.Context, m *ComputerInfo) *exec.
 	}
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Env = s.env(m)
-	cmd.ExtraFiles = extra
+	cmd.ExtraFiles = fds.files()
 	if len(errs) > 0 {
 		cmd.Err = errors.Join(errs...) // Start fails with it
 	}
@@ -515,8 +507,8 @@ func (s *sandboxProvider) closeMachine(m *ComputerInfo) {
 func (s *sandboxProvider) close() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s.sweepNets(ctx, nil)
-	s.cgroups().sweep(nil)
+	s.sweepNets(ctx, s.netIDs(), nil)
+	s.cgroups().sweep(s.cgroups().list(), nil)
 	s.unmountDisks()
 }
 
@@ -559,10 +551,11 @@ func (s *sandboxProvider) status(ctx context.Context, m *ComputerInfo) (string, 
 
 // owned lists the machines' directories; one is "running" unless its record says stopped.
 func (s *sandboxProvider) owned(ctx context.Context) (map[string]bool, error) {
+	nets, cgs := s.netIDs(), s.cgroups().list() // before the directories (cgroupHost.list)
 	dirs, err := machineDirs(s.root)
 	if err == nil {
-		s.sweepNets(ctx, dirs)
-		s.cgroups().sweep(dirs)
+		s.sweepNets(ctx, nets, dirs)
+		s.cgroups().sweep(cgs, dirs)
 	}
 	return dirs, err
 }
@@ -592,21 +585,6 @@ func (s *sandboxProvider) fs(m *ComputerInfo) machineFS { return &engineFS{c: s.
 // an empty one, and a filtered full one of its own.
 func (s *sandboxProvider) hostNetwork(m *ComputerInfo) bool {
 	return !noRoute(m.Spec) && !s.filteredFull(m.Spec)
-}
-
-func (s *sandboxProvider) guestAddr(ctx context.Context, m *ComputerInfo, port int) (string, error) {
-	if s.filteredFull(m.Spec) {
-		addr := s.guestNetAddr(ctx, m)
-		if addr == "" {
-			return "", errorf(codeComputerFailed, "computer %s has no network address yet", m.ID).withHint("run a command in it first, or start it")
-		}
-		return net.JoinHostPort(addr, strconv.Itoa(port)), nil
-	}
-	if !s.hostNetwork(m) {
-		return "", errorf(codeComputerFailed, "computer %s has network mode %s, so no port can be reached", m.ID, m.Spec.Network.Mode).
-			withHint("create the computer with network.mode egress or full")
-	}
-	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), nil
 }
 
 // killLeftovers: nothing of a previous server's sandbox survives it (its bwrap died with it).

@@ -365,17 +365,30 @@ func (h cgroupHost) remove(id string) error {
 	return errors.Join(errs...)
 }
 
-// sweep removes this owner's machine cgroups whose machine is not in ids.
-func (h cgroupHost) sweep(ids map[string]bool) {
+// list is this owner's machine ids that have a cgroup. A sweep lists them BEFORE the machine
+// directories: a machine's directory exists before its cgroup, so one listed here and missing from a
+// later directory listing is an orphan, while a cgroup made after a directory listing is never taken.
+func (h cgroupHost) list() []string {
 	prefix := "agentd-" + h.owner + "-"
 	seen := map[string]bool{}
+	var ids []string
 	for _, p := range h.parents {
 		ents, _ := os.ReadDir(p)
 		for _, e := range ents {
-			if id, ok := strings.CutPrefix(e.Name(), prefix); ok && e.IsDir() && !ids[id] && !seen[id] {
+			if id, ok := strings.CutPrefix(e.Name(), prefix); ok && e.IsDir() && !seen[id] {
 				seen[id] = true
-				h.remove(id)
+				ids = append(ids, id)
 			}
+		}
+	}
+	return ids
+}
+
+// sweep removes the cgroups of ids (from list) whose machine is not in dirs.
+func (h cgroupHost) sweep(ids []string, dirs map[string]bool) {
+	for _, id := range ids {
+		if !dirs[id] {
+			h.remove(id)
 		}
 	}
 }

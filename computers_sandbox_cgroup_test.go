@@ -227,3 +227,43 @@ func TestCgroupSettings(t *testing.T) {
 		t.Fatalf("v2: %s", got)
 	}
 }
+
+// The reconcile at start runs in the background while the first machines are made: a sweep that listed
+// the machine directories before a machine's directory existed must not take that machine's cgroup
+// (found in CI: a create answered 500 "moving it into its cgroup …/cgroup.procs: no such file").
+func TestSandboxSweepSparesMachinesBeingMade(t *testing.T) {
+	requireProvider(t, "sandbox")
+	e := newTestServer(t, withHostEnv)
+	sp := e.s.computers.providerByName("sandbox").(*sandboxProvider)
+	first := e.create(map[string]any{"provider": "sandbox", "idleTimeoutSec": 0}) // runs the probe
+	e.call("DELETE", "/v1/computers/"+first.ID, nil, 204, nil)
+	if cg := sp.cgroups(); cg.version == 0 {
+		t.Skipf("no cgroups here: nothing for a sweep to take (%s)", cg.why)
+	}
+	done := make(chan struct{})
+	swept := make(chan int)
+	go func() {
+		n := 0
+		for {
+			select {
+			case <-done:
+				swept <- n
+				return
+			default:
+			}
+			sp.owned(context.Background())
+			n++
+		}
+	}()
+	for i := range 6 {
+		m := e.create(map[string]any{"provider": "sandbox", "idleTimeoutSec": 0})
+		if out := e.sh(m.ID, "echo ok"); out != "ok\n" {
+			t.Fatalf("machine %d under concurrent sweeps: %q", i, out)
+		}
+		e.call("DELETE", "/v1/computers/"+m.ID, nil, 204, nil)
+	}
+	close(done)
+	if n := <-swept; n == 0 {
+		t.Fatal("no sweep ran while the machines were made")
+	}
+}

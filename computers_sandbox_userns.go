@@ -1,7 +1,8 @@
 // computers_sandbox_userns.go — who a sandbox machine's user is on the host when agentd runs as root.
 //
 // Entry points: sandboxProvider.remapped (is agentd root), startFlags and startHelper (the channel's
-// start of the machine: writes its user namespace's maps, moves it into its cgroup), ownForMachine (gives the machine's files to its user),
+// start of the machine: writes its user namespace's maps, moves it into its cgroup), bwrapFiles (bwrap's
+// descriptors by name, with bwrap's rules for them in a table), ownForMachine (gives the machine's files to its user),
 // helperBecome (computers_sandbox_linux.go: the helper's drop to the machine's user).
 //
 // Why: bwrap started by root maps the sandbox's uid 1000 to the caller's, 0, so every machine process
@@ -44,12 +45,56 @@ const sandboxHostID = 0x70000000
 // remapped: agentd is root, so the machine's user is sandboxHostID, not the host's root.
 func (s *sandboxProvider) remapped() bool { return os.Geteuid() == 0 }
 
-// The file descriptors of bwrap's waits and word (cmd.ExtraFiles 0, 1, 2; an unused one stays closed).
+// A machine's bwrap gets these descriptors beyond stdin and stdout (the channel) and stderr. Each has a
+// fixed number; bwrapFiles names them, and its files() puts each at cmd.ExtraFiles[fd-3] (one not used
+// stays closed). bwrap's rules for them, which the start of a machine is built on:
+//
+//	fd  field        bwrap flag           end    used when                 rule
+//	3   usernsBlock  --userns-block-fd    reads  agentd is root (remap)    bwrap's monitor waits here, after the
+//	                                                                       clone, until agentd has written the
+//	                                                                       child's uid_map and gid_map (one byte)
+//	4   info         --info-fd            writes remap or a cgroup         {"child-pid": N} of bwrap's child, then
+//	                                                                       closed: the pid agentd maps and moves
+//	5   setupBlock   --block-fd           reads  the machine has a cgroup  the child, set up and having forked
+//	                                                                       nothing, waits here (one byte) before it
+//	                                                                       execs the helper: agentd moves it into
+//	                                                                       the cgroup meanwhile
+//	6…  mounts[i]    --bind-fd,           binds  spec.mounts[i]            the source openMountSources opened from /
+//	                 --ro-bind-fd                                          without following a link, bound as that
+//	                                                                       descriptor, never again by its path
+//
+//   - --userns-block-fd cannot be combined with --disable-userns (bwrap refuses): as root the helper's
+//     seccomp filter refuses nested user namespaces instead (denyUserNamespaces).
+//   - --userns-block-fd and --block-fd need --info-fd: the pid is what agentd writes the maps and
+//     cgroup.procs of. bwrap writes it once the child exists and closes its end: read it to EOF.
+//   - The cgroup move costs an RCU grace period on cgroup v1 (several ms): done at --block-fd, it is
+//     spent while bwrap mounts the machine, and everything of the machine is born in the cgroup.
+//   - --bind-fd and --ro-bind-fd are in newer bubblewraps only (the probe reads --help): without them a
+//     machine with mounts is refused (supports), never bound by its path.
+//   - bwrap gets its own copies at Start: agentd closes its copies of bwrap's ends then (and openChannel
+//     the mount sources), so an end bwrap closes is seen closed.
+
+// The descriptors' numbers (the table above).
 const (
-	usernsBlockFD = 3 // bwrap's monitor waits here, after the clone, for the namespace's maps
-	usernsInfoFD  = 4 // bwrap writes its child's pid here
-	setupBlockFD  = 5 // the child waits here, its setup done, before it forks anything
+	usernsBlockFD  = 3
+	usernsInfoFD   = 4
+	setupBlockFD   = 5
+	sandboxMountFD = 6 // the first mount source; the next ones follow
 )
+
+// bwrapFiles are bwrap's descriptors by name (the table above).
+type bwrapFiles struct {
+	usernsBlock, info, setupBlock *os.File
+	mounts                        []*os.File
+}
+
+// files is cmd.ExtraFiles: each descriptor at its number less 3; none at all when nothing is used.
+func (f bwrapFiles) files() []*os.File {
+	if f.usernsBlock == nil && f.info == nil && f.setupBlock == nil && len(f.mounts) == 0 {
+		return nil
+	}
+	return append([]*os.File{f.usernsBlock, f.info, f.setupBlock}, f.mounts...)
+}
 
 // startFlags are bwrap's flags for startHelper's waits: remap, the maps agentd writes; cgroup, the
 // machine's cgroup its first process is moved into before it forks.
@@ -77,47 +122,41 @@ func (s *sandboxProvider) startHelper(cmd *exec.Cmd, m *ComputerInfo) error {
 	if !remap && !cgroup {
 		return cmd.Start()
 	}
-	// bwrap's ends, at usernsBlockFD, usernsInfoFD, setupBlockFD; then what helperCmd gave (the mount sources)
-	extra := make([]*os.File, max(3, len(cmd.ExtraFiles)))
-	copy(extra[3:], cmd.ExtraFiles[min(3, len(cmd.ExtraFiles)):])
-	var ours []*os.File
+	bw := bwrapFiles{mounts: cmd.ExtraFiles[min(sandboxMountFD-3, len(cmd.ExtraFiles)):]} // helperCmd's
+	var ours bwrapFiles                                                                   // agentd's ends
 	defer func() {
-		for _, f := range ours {
-			f.Close()
+		for _, f := range ours.files() {
+			if f != nil {
+				f.Close()
+			}
 		}
 	}()
-	pipe := func(bwrapReads bool, slot int) (*os.File, error) {
-		r, w, err := os.Pipe()
-		if err != nil {
-			return nil, err
+	var err error
+	pipe := func(bwrapReads bool) (theirs, mine *os.File) {
+		r, w, e := os.Pipe()
+		if err = errors.Join(err, e); bwrapReads {
+			return r, w
 		}
-		if bwrapReads {
-			extra[slot], ours = r, append(ours, w)
-			return w, nil
-		}
-		extra[slot], ours = w, append(ours, r)
-		return r, nil
+		return w, r
 	}
-	var usernsW, infoR, setupW *os.File
-	var errs [3]error
 	if remap {
-		usernsW, errs[0] = pipe(true, 0)
+		bw.usernsBlock, ours.usernsBlock = pipe(true)
 	}
-	infoR, errs[1] = pipe(false, 1)
+	bw.info, ours.info = pipe(false)
 	if cgroup {
-		setupW, errs[2] = pipe(true, 2)
+		bw.setupBlock, ours.setupBlock = pipe(true)
 	}
-	if err := errors.Join(errs[:]...); err != nil {
-		for _, f := range extra {
+	cmd.ExtraFiles = bw.files()
+	if err != nil {
+		for _, f := range cmd.ExtraFiles {
 			if f != nil {
 				f.Close()
 			}
 		}
 		return fmt.Errorf("cannot make the pipes bwrap waits on: %v", err)
 	}
-	cmd.ExtraFiles = extra
-	err := cmd.Start()
-	for _, f := range extra {
+	err = cmd.Start()
+	for _, f := range cmd.ExtraFiles {
 		if f != nil {
 			f.Close() // bwrap's ends: ours to close once it has them
 		}
@@ -130,11 +169,11 @@ func (s *sandboxProvider) startHelper(cmd *exec.Cmd, m *ComputerInfo) error {
 		cmd.Wait()
 		return fmt.Errorf("cannot start the machine's namespaces: %v", err)
 	}
-	infoR.SetReadDeadline(time.Now().Add(helperHelloTimeout))
+	ours.info.SetReadDeadline(time.Now().Add(helperHelloTimeout))
 	var info struct {
 		ChildPid int `json:"child-pid"`
 	}
-	b, err := io.ReadAll(io.LimitReader(infoR, 4096)) // bwrap closes its end once it has written
+	b, err := io.ReadAll(io.LimitReader(ours.info, 4096)) // bwrap closes its end once it has written
 	if err != nil {
 		return fail(err)
 	}
@@ -148,7 +187,7 @@ func (s *sandboxProvider) startHelper(cmd *exec.Cmd, m *ComputerInfo) error {
 				return fail(err)
 			}
 		}
-		if _, err := usernsW.Write([]byte{1}); err != nil {
+		if _, err := ours.usernsBlock.Write([]byte{1}); err != nil {
 			return fail(err)
 		}
 	}
@@ -158,7 +197,7 @@ func (s *sandboxProvider) startHelper(cmd *exec.Cmd, m *ComputerInfo) error {
 				return fail(fmt.Errorf("moving it into its cgroup %s: %v", d, err))
 			}
 		}
-		if _, err := setupW.Write([]byte{1}); err != nil {
+		if _, err := ours.setupBlock.Write([]byte{1}); err != nil {
 			return fail(err)
 		}
 	}

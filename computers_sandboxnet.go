@@ -157,15 +157,28 @@ func (s *sandboxProvider) netDown(ctx context.Context, id string) {
 	removeTaggedRules(ctx, "agentd:"+id, "filter", "nat")
 }
 
-// sweepNets removes this owner's namespaces whose machine directory is gone (a crash between the two).
-func (s *sandboxProvider) sweepNets(ctx context.Context, dirs map[string]bool) {
+// netIDs is this owner's machine ids that have a namespace, listed before the machine directories (as
+// cgroupHost.list: a namespace made after the directory listing is never taken).
+func (s *sandboxProvider) netIDs() []string {
 	if !sandboxNetFilterable() {
-		return
+		return nil
 	}
 	ents, _ := os.ReadDir("/run/netns")
 	prefix := "agentd-" + s.c.owner + "-"
+	var ids []string
 	for _, e := range ents {
-		if id, ok := strings.CutPrefix(e.Name(), prefix); ok && !dirs[id] {
+		if id, ok := strings.CutPrefix(e.Name(), prefix); ok {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// sweepNets removes the namespaces of ids (from netIDs) whose machine directory is gone (a crash between
+// the two).
+func (s *sandboxProvider) sweepNets(ctx context.Context, ids []string, dirs map[string]bool) {
+	for _, id := range ids {
+		if !dirs[id] {
 			s.netDown(ctx, id)
 		}
 	}

@@ -5,7 +5,7 @@
 // Entry points: chanStream (a connection-like end of one stream, the same type on both sides),
 // splice (pipes a stream and a connection until both are done).
 //
-// Frames (the header of computers_helper.go): frameOpen (host → helper: connect to 127.0.0.1:port inside,
+// Frames (computers_wire.go, with every other kind): frameOpen (host → helper: connect to 127.0.0.1:port inside,
 // JSON {"port":N}), answered by frameOpened or frameClose (why); frameListen (host → helper, id 0: listen
 // on 127.0.0.1:port), after which each accepted connection is a frameAccept whose id has helperStreamBit set
 // (the two sides never pick the same id); then frameData both ways, frameFin (no more bytes this way),
@@ -22,17 +22,6 @@ import (
 	"io"
 	"net"
 	"sync"
-)
-
-const (
-	frameOpen    = 'P' // host → helper: open a stream to 127.0.0.1:port inside the machine
-	frameOpened  = 'Y' // helper → host: the stream's connection is up
-	frameListen  = 'L' // host → helper, id 0: accept connections on 127.0.0.1:port (the egress proxy)
-	frameAccept  = 'N' // helper → host: a new stream, a connection accepted on the listen port
-	frameData    = 'D' // both ways: bytes of a stream
-	frameFin     = 'F' // both ways: no more bytes from this side
-	frameClose   = 'Z' // both ways: the stream is over (payload: why, may be empty)
-	helperStream = uint32(1) << 31
 )
 
 // chanStream is one end of a stream. Reads take queued data frames (acknowledging them); writes wait

@@ -205,8 +205,8 @@ func (c *conformance) run(t *testing.T) {
 	spec := map[string]any{"provider": c.prov, "name": "conf-" + c.prov, "idleTimeoutSec": 0,
 		"env": map[string]string{"SPEC_VAR": "from-spec"}}
 	if os.Getenv("AGENT_TEST_CHANNEL") == "0" && !c.local {
-		// Egress (the default) reaches out and exposes ports only over the exec channel, off here: the
-		// shared machine takes the bridge (TestEgressFailsClosed checks egress without the channel).
+		// Egress (the default) reaches out only over the exec channel, off here: the shared machine takes
+		// the bridge (TestEgressFailsClosed checks egress without the channel; ports/expose, ports without it).
 		spec["network"] = map[string]any{"mode": "full"}
 	}
 	m := c.e.with(t).create(spec)
@@ -680,6 +680,12 @@ func (c *conformance) ports(t *testing.T) {
 		port := c.portBase + 1
 		if !c.hostNet {
 			port = 8000
+		}
+		if os.Getenv("AGENT_TEST_CHANNEL") == "0" && !c.hostNet { // a guest port is a stream over the channel, off here
+			if env := e.wantError("POST", ports, map[string]any{"port": port}, 500, codeComputerFailed); !strings.Contains(env["message"].(string), "exec channel") {
+				t.Fatalf("a port without the exec channel: %v", env)
+			}
+			return
 		}
 		e.sh(id, fmt.Sprintf("mkdir -p www && echo served-%s > www/index.html && cd www && nohup python3 -m http.server %d --bind 0.0.0.0 >/dev/null 2>&1 &", c.prov, port))
 		var b, b2 PortBinding

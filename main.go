@@ -14,7 +14,7 @@
 //
 // # Audit map
 //
-// Every place agentd's trust boundary is crossed, in the order a request meets it (about 3,080 lines
+// Every place agentd's trust boundary is crossed, in the order a request meets it (about 3,061 lines
 // in the functions named; each stop names its file.go:Func, and TestAuditMapIsTrue fails when one no
 // longer exists or a stop outgrows its stated size):
 //
@@ -30,8 +30,8 @@
 //     under the request id and never answered (api.go:(*server).publicError). [370 lines]
 //  2. Webhook signatures and replays: triggers.go:verifyWebhook (GitHub HMAC, Standard Webhooks with its
 //     timestamp; constant-time compares), triggers.go:signedPromptOnly (on a signed webhook the prompt is
-//     the signed body), triggers.go:(*deliveryBook).begin (a GitHub-signed body once per window),
-//     triggers.go:(*server).handleWebhookTrigger. [146 lines]
+//     the signed body), api_idempotency.go:(*replayBook).begin (a GitHub-signed body once per window),
+//     triggers.go:(*server).handleWebhookTrigger. [147 lines]
 //  3. The command policy, one function for every exec (API, terminal, agent tool, MCP):
 //     computers_policy.go:(commandPolicy).check, computers_policy.go:builtinDenied,
 //     computers_policy.go:interpreterDenied, computers_policy.go:hasExpansion,
@@ -66,24 +66,27 @@
 //  7. Redaction and approvals: runs_guard.go:newRedactor, runs_guard.go:(*redactor).redact,
 //     runs_guard.go:(*streamRedactor).write (secrets out of tool results, events, warnings, errors),
 //     runs_guard.go:effectiveApprovalMode (tighten only), runs_approvals.go:(*approvalBook).request (ask
-//     fails closed), runs_approvals.go:(*approvalBook).answer. [143 lines]
+//     fails closed), runs_approvals.go:(*approvalBook).answer; recorded model exchanges leave the server
+//     (agentd test --record) only through runs_replay.go:scrubExchange. [162 lines]
 //  8. Host processes: the engines' argv (computers_engine.go:(*engineProvider).runArgs,
 //     computers_spec.go:checkEngineArgs: caps dropped, no-new-privileges, read-only root, uid 1000, limits,
 //     no NUL, mount targets that cover nothing the machine needs: computers_spec.go:checkMountTarget;
-//     every call through computers_engine.go:(*engineProvider).call), kubectl
-//     (computers_kubernetes.go:(*kubeProvider).cli, computers_kubernetes.go:(*kubeProvider).podDoc), bwrap
+//     every call through computers_engine.go:(*engineProvider).call; an exec over the exec channel, else
+//     the one per-call fallback: computers_percall.go:(*computerService).machineCommand), kubectl
+//     (computers_kubernetes.go:(*kubeProvider).cli, computers_kubernetes.go:(*kubeProvider).podDoc and the
+//     pod template it fills, kubeManifests), bwrap
 //     (computers_sandbox.go:(*sandboxProvider).bwrapArgs), the local provider (computers_local.go:(*localProvider).command:
 //     an environment allow-list, never the server's secrets; it guards, it does not isolate), MCP servers
-//     from config (mcp_client.go:(*mcpConn).open). [369 lines]
+//     from config (mcp_client.go:(*mcpConn).open). [355 lines]
 //  9. Kernel state: iptables (computers_fullnet.go:fullRules, computers_fullnet.go:(*engineProvider).filterFull,
 //     computers_sandboxnet.go:sandboxNetRules), namespaces (computers_sandboxnet.go:(*sandboxProvider).netUp),
 //     cgroups (computers_sandbox_cgroup.go:(cgroupHost).create, computers_sandbox_cgroup.go:(cgroupHost).remove),
 //     uid maps (computers_sandbox_userns.go:(*sandboxProvider).startHelper), the helper's drop and seccomp
 //     (computers_sandbox_linux.go:helperBecome, computers_sandbox_linux.go:helperBecame,
 //     computers_sandbox_linux.go:denyUserNamespaces), the one mount agentd makes on the host
-//     (computers_sandbox_disk.go:(*sandboxProvider).mountDisk). [468 lines]
+//     (computers_sandbox_disk.go:(*sandboxProvider).mountDisk). [462 lines]
 //  10. The exec channel, an untrusted peer (every frame the host parses comes from the machine):
-//     computers_helper.go:readFrame, computers_channel.go:(*execChannel).frame,
+//     computers_wire.go:readFrame, computers_channel.go:(*execChannel).frame,
 //     computers_channel.go:(*chanProc).deliver, computers_channel.go:(*execChannel).accepted,
 //     computers_channel_sock.go:acceptHelper (the one connection presenting the token; constant time),
 //     computers_channel_sock.go:listenUnixIn. [184 lines]
@@ -213,6 +216,9 @@ func runValidate(args []string, stdout io.Writer) error {
 		switch {
 		case err != nil:
 			issues = []string{"(root): " + err.Error()}
+		case isTestFile(file): // an agent's tests (runs_tests.go), checked as strictly as a spec
+			_, tis := parseAgentTests(string(b))
+			issues = issueStrings(tis)
 		case strings.EqualFold(filepath.Ext(file), ".json"):
 			spec, issues = parseSpecJSON(b)
 		default:

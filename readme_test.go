@@ -128,7 +128,7 @@ func TestReadmeFirstSession(t *testing.T) {
 // Every example is a valid agent the real server accepts, and the README names each one.
 func TestExamplesApply(t *testing.T) {
 	ts := newTestServer(t)
-	files, _ := filepath.Glob("examples/*.yaml")
+	files, _ := specFiles([]string{"examples"}) // not NAME.test.yaml (agent tests)
 	if len(files) < 5 {
 		t.Fatalf("only %d examples", len(files))
 	}
@@ -161,7 +161,7 @@ func mustMarshal(v any) []byte {
 func TestDocsWebhookExample(t *testing.T) {
 	readme, _ := os.ReadFile("docs/triggers.md")
 	ts := newTestServer(t)
-	files, _ := filepath.Glob("examples/*.yaml")
+	files, _ := specFiles([]string{"examples"}) // not NAME.test.yaml (agent tests)
 	for _, f := range files {
 		b, _ := os.ReadFile(f)
 		if res := ts.do("POST", "/v1/agents", b, "Content-Type", "application/yaml"); res.status != 201 {

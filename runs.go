@@ -117,6 +117,9 @@ type runParams struct {
 	ComputerID   string
 	Trigger      string
 	Warnings     []string // told to the client in the stream (clamps, ignored loosening)
+	// Models answers this run's model calls instead of the router: an agent test's recorder or replay
+	// (runs_replay.go). Never set from a request body.
+	Models runModels
 }
 
 // runBody is the strict run body.

@@ -551,6 +551,14 @@ func assistantTurn(resp *ChatResponse, calls []ToolCall) ModelMessage {
 	return msg
 }
 
+// models answers the run's model calls: the router, or an agent test's recorder or replay (p.Models).
+func (ar *activeRun) models() runModels {
+	if ar.p.Models != nil {
+		return ar.p.Models
+	}
+	return ar.rs.models
+}
+
 // estimate prices the next call the way the router will make it: the first of the model and the spec's
 // fallbackModels that resolves and fits in what is left of the budget. When none fits, the cheapest
 // estimate is returned (the caller stops with `budget`); when none resolves, the model's own error.
@@ -560,7 +568,7 @@ func (ar *activeRun) estimate(req ChatRequest, remaining float64) (float64, erro
 	for _, name := range append([]string{req.Model}, ar.spec.FallbackModels...) {
 		r := req
 		r.Model = name
-		_, est, err := ar.rs.models.EstimateCost(r)
+		_, est, err := ar.models().EstimateCost(r)
 		if err != nil {
 			if firstErr == nil {
 				firstErr = err
@@ -606,7 +614,7 @@ func (ar *activeRun) call(st *loopState, req ChatRequest, remaining float64) (*C
 			}
 		}
 	}
-	resp, err := ar.rs.models.Stream(ar.ctx, req, chatOptions{Fallbacks: ar.spec.FallbackModels, MaxCostUSD: max(remaining, 0)}, emit)
+	resp, err := ar.models().Stream(ar.ctx, req, chatOptions{Fallbacks: ar.spec.FallbackModels, MaxCostUSD: max(remaining, 0)}, emit)
 	if err != nil {
 		st.partial = partial.String()
 		return nil, err
@@ -649,10 +657,10 @@ func (ar *activeRun) summarise(middle []ModelMessage) string {
 	ar.mu.Lock()
 	spent := ar.usage.CostUSD
 	ar.mu.Unlock()
-	if _, est, err := ar.rs.models.EstimateCost(req); err != nil || spent+est > ar.p.MaxCostUSD {
+	if _, est, err := ar.models().EstimateCost(req); err != nil || spent+est > ar.p.MaxCostUSD {
 		return ""
 	}
-	resp, err := ar.rs.models.Stream(ar.ctx, req, chatOptions{Fallbacks: ar.spec.FallbackModels, MaxCostUSD: max(ar.p.MaxCostUSD-spent, 0)}, nil)
+	resp, err := ar.models().Stream(ar.ctx, req, chatOptions{Fallbacks: ar.spec.FallbackModels, MaxCostUSD: max(ar.p.MaxCostUSD-spent, 0)}, nil)
 	if err != nil || resp == nil {
 		return ""
 	}

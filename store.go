@@ -102,6 +102,13 @@ CREATE INDEX transcripts_imported ON transcripts(imported_at);
 ALTER TABLE transcripts ADD COLUMN content_hash TEXT NOT NULL DEFAULT '';
 CREATE UNIQUE INDEX transcripts_content ON transcripts(content_hash) WHERE content_hash != '';
 `,
+	// 5: each agent's last test report (issue 31, runs_tests.go), for the dashboard's agent page.
+	`
+CREATE TABLE agent_tests (
+	agent  TEXT PRIMARY KEY,
+	report TEXT NOT NULL             -- the testReport as JSON
+);
+`,
 }
 
 type store struct {
@@ -318,7 +325,27 @@ func (st *store) ListAgentSummaries(ctx context.Context) ([]agentRow, error) {
 func (st *store) DeleteAgent(ctx context.Context, name string) error {
 	res, err := st.db.ExecContext(ctx, `DELETE FROM agents WHERE name = ?`, name)
 	st.invalidateAgentList()
+	if err == nil { // a new agent of this name has not been tested yet
+		st.db.ExecContext(ctx, `DELETE FROM agent_tests WHERE agent = ?`, name)
+	}
 	return oneRow(res, err)
+}
+
+// PutAgentTestReport keeps an agent's last test report (JSON), replacing the one before.
+func (st *store) PutAgentTestReport(ctx context.Context, agent string, report []byte) error {
+	_, err := st.db.ExecContext(ctx, `INSERT INTO agent_tests (agent, report) VALUES (?, ?)
+		ON CONFLICT(agent) DO UPDATE SET report = excluded.report`, agent, string(report))
+	return err
+}
+
+// AgentTestReport returns an agent's last test report, or errNotFound.
+func (st *store) AgentTestReport(ctx context.Context, agent string) ([]byte, error) {
+	var report string
+	err := st.db.QueryRowContext(ctx, `SELECT report FROM agent_tests WHERE agent = ?`, agent).Scan(&report)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, errNotFound
+	}
+	return []byte(report), err
 }
 
 // RunCountOf returns the number of recorded runs of one agent (an index lookup, not a scan).

@@ -28,7 +28,6 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -291,19 +290,19 @@ func (s *server) handleWebhookTrigger(w http.ResponseWriter, r *http.Request) er
 			key, byBody = "body:"+hex.EncodeToString(sum[:]), true
 		}
 	}
-	var d *delivery
+	var d *replayEntry[*delivery]
 	if key != "" {
 		var first bool
-		if d, first = s.triggers.deliveries.begin(agent+path+"\x00"+key, id); !first {
-			if byBody && (id == "" || id != d.sender) {
+		if d, first = s.triggers.deliveries.begin(agent+path+"\x00"+key, &delivery{sender: id}); !first {
+			if byBody && (id == "" || id != d.v.sender) {
 				return errorf(codeExecDenied, "refused: this signed body was already delivered in the last 15 minutes (a replay)").
 					withHint("the X-Hub-Signature-256 scheme has no timestamp, so a body is accepted once per 15 minutes; a retry carries the first delivery's X-GitHub-Delivery; put a unique id or time in each body, or sign with Standard Webhooks")
 			}
-			d.retries.Add(1)
+			d.v.retries.Add(1)
 			select {
 			case <-d.done:
 				w.Header().Set("X-Agent-Replayed", "true")
-				writeJSON(w, d.status, d.answer)
+				writeJSON(w, d.v.status, d.v.answer)
 			case <-r.Context().Done():
 			}
 			return nil
@@ -464,78 +463,35 @@ const (
 	maxDelivery = 10000 // delivery ids remembered at once; the oldest answered ones go first past it
 )
 
-// deliveryBook remembers accepted webhook deliveries for 15 minutes, so a sender's retry gets the first
-// answer (the same run) instead of running the agent again.
+// deliveryBook is the replay book (api_idempotency.go) of accepted webhook deliveries: for 15 minutes a
+// sender's retry gets the first answer (the same run) instead of running the agent again.
 type deliveryBook struct {
-	now  func() time.Time
+	*replayBook[*delivery]
 	wg   sync.WaitGroup // goroutines waiting for a run's end to record its answer
 	stop chan struct{}  // closed at shutdown: those goroutines stop waiting
-
-	mu   sync.Mutex
-	byID map[string]*delivery
 }
 
 type delivery struct {
-	key     string
-	sender  string        // the delivery id the first request carried ("" for none)
-	retries atomic.Int32  // retries answered (or waiting to be) from this delivery
-	done    chan struct{} // closed once status and answer are set
+	sender  string       // the delivery id the first request carried ("" for none)
+	retries atomic.Int32 // retries answered (or waiting to be) from this delivery
 	status  int
 	answer  any
-	expires time.Time
 }
 
 func newDeliveryBook(now func() time.Time) *deliveryBook {
-	return &deliveryBook{now: now, byID: map[string]*delivery{}, stop: make(chan struct{})}
-}
-
-// begin returns the delivery of key, and whether this request is its first (and must produce the answer);
-// a first one records sender, its delivery id.
-func (b *deliveryBook) begin(key, sender string) (*delivery, bool) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	now := b.now()
-	if d, ok := b.byID[key]; ok && now.Before(d.expires) {
-		return d, false
-	}
-	if len(b.byID) >= maxDelivery {
-		b.pruneLocked(now)
-	}
-	d := &delivery{key: key, sender: sender, done: make(chan struct{}), expires: now.Add(deliveryTTL)}
-	b.byID[key] = d
-	return d, true
-}
-
-// pruneLocked drops expired deliveries; past the cap, answered ones oldest first.
-func (b *deliveryBook) pruneLocked(now time.Time) {
-	var answered []*delivery
-	for k, d := range b.byID {
-		select {
-		case <-d.done:
-			if !now.Before(d.expires) {
-				delete(b.byID, k)
-			} else {
-				answered = append(answered, d)
-			}
-		default:
-		}
-	}
-	slices.SortFunc(answered, func(x, y *delivery) int { return x.expires.Compare(y.expires) })
-	for i := 0; len(b.byID) >= maxDelivery && i < len(answered); i++ {
-		delete(b.byID, answered[i].key)
-	}
+	return &deliveryBook{replayBook: newReplayBook[*delivery](now, deliveryTTL, maxDelivery, 0), stop: make(chan struct{})}
 }
 
 // completeWhenDone records the run's answer for retries once the run ends, whether or not the first
 // sender is still connected.
-func (b *deliveryBook) completeWhenDone(d *delivery, ar *activeRun) {
+func (b *deliveryBook) completeWhenDone(d *replayEntry[*delivery], ar *activeRun) {
 	b.wg.Add(1)
 	go func() {
 		defer b.wg.Done()
 		select {
 		case <-ar.done:
-			d.status, d.answer = http.StatusOK, answerOf(ar.result)
-			close(d.done)
+			d.v.status, d.v.answer = http.StatusOK, answerOf(ar.result)
+			b.finish(d, true, 0)
 		case <-b.stop: // shutdown: the run service aborts the run; nothing is left to answer
 		}
 	}()
@@ -543,14 +499,9 @@ func (b *deliveryBook) completeWhenDone(d *delivery, ar *activeRun) {
 
 // abandon forgets a delivery that was refused before its run started; a retry that was waiting for it
 // is told so, and a later one runs afresh.
-func (b *deliveryBook) abandon(d *delivery) {
-	b.mu.Lock()
-	if b.byID[d.key] == d {
-		delete(b.byID, d.key)
-	}
-	b.mu.Unlock()
-	d.status = http.StatusUnprocessableEntity
-	d.answer = map[string]any{"error": errorf(codeSpecInvalid, "the first delivery with this id was refused").
+func (b *deliveryBook) abandon(d *replayEntry[*delivery]) {
+	d.v.status = http.StatusUnprocessableEntity
+	d.v.answer = map[string]any{"error": errorf(codeSpecInvalid, "the first delivery with this id was refused").
 		withHint("send the delivery again")}
-	close(d.done)
+	b.finish(d, false, 0)
 }

@@ -311,8 +311,8 @@ func TestWebhookTrigger(t *testing.T) {
 		b := te.s.triggers.deliveries
 		b.mu.Lock()
 		defer b.mu.Unlock()
-		d := b.byID["triage/open\x00msg-slow"]
-		return d != nil && d.retries.Load() == 1
+		d := b.entries["triage/open\x00msg-slow"]
+		return d != nil && d.v.retries.Load() == 1
 	})
 	close(gate)
 	a1, a2 := (<-answers).json(t), (<-answers).json(t)

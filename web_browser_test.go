@@ -417,6 +417,10 @@ func TestDashboardBrowser(t *testing.T) {
 	if helperRun["stopReason"] != "complete" {
 		t.Fatalf("helper run: %v", helperRun)
 	}
+	// A test report for the agent page's Tests panel (issue 31).
+	if _, end := testFrames(t, te, "helper", map[string]any{"tests": "cases:\n  - {name: says its word, input: check it, expect: {contains: tool-said-check}}\n"}); end["passed"] != 1.0 {
+		t.Fatalf("helper's test: %v", end)
+	}
 	box := te.call("POST", "/v1/computers", map[string]any{"name": "dash-box"}, 201, nil).json(t)
 	boxID := box["id"].(string)
 	waiting := te.stream("careful", map[string]any{"input": "approve me"})
@@ -443,6 +447,7 @@ func TestDashboardBrowser(t *testing.T) {
 	p.screenshot(shots, "agents")
 	p.clickOn(`main a[href="/agents/helper"]`)
 	p.waitFor("editor", `location.pathname === '/agents/helper' && document.querySelector('.editor textarea').value.includes('name: helper') && document.querySelector('#spec-issues').innerText.includes('Valid')`)
+	p.waitFor("the last test report", `document.querySelector('main').innerText.includes('1 passed, 0 failed') && document.querySelector('main').innerText.includes('says its word')`)
 	p.eval(`(() => { const ta = document.querySelector('.editor textarea'); ta.value = /maxSteps: \d+/.test(ta.value) ? ta.value.replace(/maxSteps: \d+/, 'maxSteps: 900') : ta.value.replace(/^name: helper$/m, 'name: helper\nlimits:\n  maxSteps: 900'); ta.dispatchEvent(new Event('input')); return true; })()`)
 	p.waitFor("a validation issue at its line", `[...document.querySelectorAll('#spec-issues li')].some((li) => li.innerText.includes('maxSteps') && /line \d+/.test(li.innerText)) && document.querySelector('.editor .gutter .bad')`)
 	line := p.eval(`(() => { const ta = document.querySelector('.editor textarea'); return ta.value.split('\n').findIndex((l) => l.includes('maxSteps: 900')) + 1; })()`)

@@ -2,7 +2,8 @@
 // POST /v1/agents/validate (each issue, then each warning, shown at its line), save (create or update), delete, and a run
 // panel that starts a detached run (POST /v1/agents/:name/run?detach=true) and follows its events
 // (GET /v1/runs/:id/events) into a timeline: leaving the page stops following, never the run, which goes
-// on and is followed from Runs.
+// on and is followed from Runs. A small Tests panel shows the agent's last test report
+// (GET /v1/agents/:name/test) and runs its examples as tests (POST …/test, streamed; docs/runs.md).
 // /agents/~new opens an empty editor (or the YAML handed over in history.state, e.g. by Sessions).
 
 import { get, post, api, stream, enc } from './api.js';
@@ -156,6 +157,7 @@ async function edit(root, ctx, name) {
   grid.append(runPanel);
   let ctrl = null;
   ctx.cleanup(() => ctrl?.abort());
+  tests(grid, ctx, current);
   input.addEventListener('keydown', (e) => { if (e.key === 'Enter' && (e.ctrlKey || e.metaKey)) { e.preventDefault(); run(); } });
   async function run() {
     if (!input.value.trim()) { input.focus(); return; }
@@ -180,4 +182,35 @@ async function edit(root, ctx, name) {
     } catch (e) { if (!my.signal.aborted) out.append(errorBox(e)); }
     runBtn.disabled = false; stopBtn.hidden = true;
   }
+}
+
+// tests is the agent's Tests panel: its last report, and a button that runs its examples as test cases.
+function tests(grid, ctx, name) {
+  const summary = h('p.small.muted', 'No test run yet. `agentd test ' + name + '` runs its examples and NAME.test.yaml.');
+  const list = h('ul.plain');
+  const btn = h('button', { type: 'button' }, 'Test examples');
+  grid.append(h('section.panel', h('div.row', h('h2', 'Tests'), h('span.spacer'), btn), summary, list));
+  const ctrl = new AbortController();
+  ctx.cleanup(() => ctrl.abort());
+  const line = (c) => h('li', badge(c.ok ? 'complete' : 'error'), ' ', h('strong', c.name), ' ',
+    c.runId ? h('a.small', { href: '/runs/' + enc(c.runId) }, c.runId) : '',
+    c.ok ? '' : h('div.small', (c.reasons || []).join('; ')));
+  function show(rep) {
+    if (!rep) return;
+    clear(summary, `${rep.passed} passed, ${rep.failed} failed · `, time(rep.finishedAt));
+    clear(list, ...rep.cases.map(line));
+  }
+  get('/v1/agents/' + enc(name) + '/test').then((r) => { if (ctx.alive()) show(r.report); }).catch(() => {});
+  btn.addEventListener('click', async () => {
+    btn.disabled = true;
+    clear(list);
+    clear(summary, 'running…');
+    try {
+      await stream('POST', '/v1/agents/' + enc(name) + '/test', {}, (ev) => {
+        if (ev.type === 'case') list.append(line(ev.case));
+        if (ev.type === 'test_end') clear(summary, `${ev.passed} passed, ${ev.failed} failed`);
+      }, ctrl.signal);
+    } catch (e) { if (!ctrl.signal.aborted) { clear(summary); fail(e); } }
+    btn.disabled = false;
+  });
 }

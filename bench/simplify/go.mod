@@ -1,0 +1,3 @@
+module agentd-bench-simplify
+
+go 1.26
