@@ -47,7 +47,7 @@ var anyMethodRoutes = map[string][]string{
 	"/v1/t/{agent}":           {"delete", "get", "patch", "post", "put"}, // an http trigger: any method
 	"/v1/t/{agent}/{path...}": {"delete", "get", "patch", "post", "put"},
 	"/mcp":                    {"delete", "get", "post"}, // GET: the session's server-to-client stream
-	"/":                       {"get"},            // the dashboard; every other method is E_ROUTE_NOT_FOUND
+	"/":                       {"get"},                   // the dashboard; every other method is E_ROUTE_NOT_FOUND
 }
 
 func TestOpenAPIRoutesParity(t *testing.T) {
