@@ -33,7 +33,7 @@ import (
 )
 
 const (
-	maxBodyBytes  = 32 << 20 // contract: request bodies are capped at 32 MB
+	maxBodyBytes  = 32 << 20 // contract: request bodies are capped at 32 MB (config.yaml's bodyLimitBytes)
 	versionHeader = "X-Agent-Version"
 )
 
@@ -153,6 +153,7 @@ func (s *server) routes() *http.ServeMux {
 
 	// MCP: the streamable HTTP transport (mcp_http.go); one pattern for every method (GET is 405 there).
 	mux.HandleFunc("/mcp", s.api(s.handleMCP))
+	mux.HandleFunc("GET /mcp/info", s.api(s.handleMCPInfo))
 
 	// The catch-all: GETs outside /v1 serve the dashboard (single-page-app fallback); every other
 	// unknown path, and every wrong method on a known path, is 404 E_ROUTE_NOT_FOUND (never 405).
@@ -233,14 +234,14 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			withHint("send Authorization: Bearer <AGENT_TOKEN>"))
 		return
 	}
-	if r.ContentLength > maxBodyBytes { // declared too large: refuse before reading a byte
-		s.refuseEarly(w, r, &http.MaxBytesError{Limit: maxBodyBytes})
+	if r.ContentLength > s.cfg.BodyLimitBytes { // declared too large: refuse before reading a byte
+		s.refuseEarly(w, r, &http.MaxBytesError{Limit: s.cfg.BodyLimitBytes})
 		return
 	}
 	if lc != nil && r.ContentLength != 0 && r.Body != http.NoBody {
 		lc.bodyStarted()
 	}
-	body = &progressBody{ReadCloser: http.MaxBytesReader(w, r.Body, maxBodyBytes), rc: http.NewResponseController(w),
+	body = &progressBody{ReadCloser: http.MaxBytesReader(w, r.Body, s.cfg.BodyLimitBytes), rc: http.NewResponseController(w),
 		window: s.bodyWindow(), conn: lc}
 	r.Body = body
 	s.idem.serve(w, r, s.handler)
@@ -585,8 +586,12 @@ func asAPIError(err error) *apiError {
 	}
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
-		return errorf(codeSpecInvalid, "request body exceeds the %d MB cap", maxBodyBytes>>20).
-			withHint("send a smaller body")
+		size := fmt.Sprintf("%d-byte", mbe.Limit)
+		if mbe.Limit%(1<<20) == 0 {
+			size = fmt.Sprintf("%d MB", mbe.Limit>>20)
+		}
+		return errorf(codeSpecInvalid, "request body exceeds the %s cap", size).
+			withHint("send a smaller body, or raise bodyLimitBytes in config.yaml, "+takesEffect("bodyLimitBytes")).withDetail("limit", mbe.Limit)
 	}
 	if errors.Is(err, context.Canceled) {
 		return errorf(codeAborted, "request cancelled").withHint("the client went away or the server is shutting down; retry")

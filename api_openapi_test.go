@@ -46,8 +46,8 @@ func routePatterns(t *testing.T) []string {
 var anyMethodRoutes = map[string][]string{
 	"/v1/t/{agent}":           {"delete", "get", "patch", "post", "put"}, // an http trigger: any method
 	"/v1/t/{agent}/{path...}": {"delete", "get", "patch", "post", "put"},
-	"/mcp":                    {"delete", "post"}, // GET is answered 405 by the transport
-	"/":                       {"get"},            // the dashboard; every other method is E_ROUTE_NOT_FOUND
+	"/mcp":                    {"delete", "get", "post"}, // GET: the session's server-to-client stream
+	"/":                       {"get"},                   // the dashboard; every other method is E_ROUTE_NOT_FOUND
 }
 
 func TestOpenAPIRoutesParity(t *testing.T) {

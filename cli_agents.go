@@ -183,13 +183,20 @@ func (c *cli) readInput(pos []string, at int) (string, error) {
 
 func (c *cli) runAgent(args []string) error {
 	var detach, yes, no, asJSON bool
-	var model string
+	var model, approve string
+	var maxSteps int
+	var maxCost float64
+	vars := kvFlag{}
 	pos, err := c.flags(args, func(fs *flag.FlagSet) {
 		fs.BoolVar(&detach, "detach", false, "")
 		fs.BoolVar(&yes, "yes", false, "")
 		fs.BoolVar(&no, "no", false, "")
 		fs.BoolVar(&asJSON, "json", false, "")
 		fs.StringVar(&model, "model", "", "")
+		fs.Var(vars, "var", "")
+		fs.IntVar(&maxSteps, "max-steps", 0, "")
+		fs.Float64Var(&maxCost, "max-cost", -1, "")
+		fs.StringVar(&approve, "approve", "", "")
 	}, 1, -1)
 	if err != nil {
 		return err
@@ -197,15 +204,27 @@ func (c *cli) runAgent(args []string) error {
 	if yes && no {
 		return c.usage("--yes and --no together")
 	}
+	body, err := c.runBody(model, approve, vars, maxSteps, maxCost)
+	if err != nil {
+		return err
+	}
 	input, err := c.readInput(pos, 1)
 	if err != nil {
 		return err
 	}
-	body := map[string]any{"input": input}
-	if model != "" {
-		body["model"] = model
+	body["input"] = input
+	agent := pos[0]
+	if isSpecFile(agent) { // a spec file: run it on a server of this process's own (cli_runfile.go)
+		if detach {
+			return c.usage("--detach needs a server that outlives this command; `agentd apply` the file, then run it by name")
+		}
+		var stop func()
+		if agent, stop, err = c.runInProcess(agent); err != nil {
+			return err
+		}
+		defer stop()
 	}
-	name := url.PathEscape(pos[0])
+	name := url.PathEscape(agent)
 	if detach {
 		var out struct {
 			RunID string `json:"runId"`
@@ -247,6 +266,40 @@ func (c *cli) runAgent(args []string) error {
 		return errors.New("the run's stream ended early")
 	}
 	return r.exit()
+}
+
+// runBody is a run's body from run's flags: the ceilings and approval mode may only tighten the spec's
+// (the server clamps them and says so in a warning event).
+func (c *cli) runBody(model, approve string, vars kvFlag, maxSteps int, maxCost float64) (map[string]any, error) {
+	body := map[string]any{}
+	if model != "" {
+		body["model"] = model
+	}
+	if len(vars) > 0 {
+		body["vars"] = vars
+	}
+	c.fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "max-steps":
+			body["maxSteps"] = maxSteps
+		case "max-cost":
+			body["maxCostUsd"] = maxCost
+		}
+	})
+	switch {
+	case maxCost < 0 && body["maxCostUsd"] != nil:
+		return nil, c.usage("--max-cost must be 0 or more (US dollars)")
+	case body["maxSteps"] != nil && maxSteps < 1:
+		return nil, c.usage("--max-steps must be 1 or more")
+	}
+	switch approve {
+	case "":
+	case "auto", "ask", "readonly":
+		body["approvalMode"] = approve
+	default:
+		return nil, c.usage("--approve takes auto, ask or readonly, not %q", approve)
+	}
+	return body, nil
 }
 
 // runPrinter renders run events for people (or as JSON lines) and answers approvals. In watch mode

@@ -68,14 +68,25 @@ func (c *cli) ps(args []string) error {
 }
 
 func (c *cli) up(args []string) error {
-	var flavor, provider, name, image string
-	var asJSON bool
+	var flavor, provider, name, image, memory, disk, network string
+	var cpus float64
+	var asJSON, persist bool
+	var allow, packages listFlag
+	env := kvFlag{}
 	if _, err := c.flags(args, func(fs *flag.FlagSet) {
 		fs.StringVar(&flavor, "flavor", "", "")
 		fs.StringVar(&provider, "provider", "", "")
 		fs.StringVar(&name, "name", "", "")
 		fs.StringVar(&image, "image", "", "")
 		fs.BoolVar(&asJSON, "json", false, "")
+		fs.Float64Var(&cpus, "cpus", 0, "")
+		fs.StringVar(&memory, "memory", "", "")
+		fs.StringVar(&disk, "disk", "", "")
+		fs.StringVar(&network, "network", "", "")
+		fs.Var(&allow, "allow", "")
+		fs.Var(&packages, "package", "")
+		fs.BoolVar(&persist, "persist", false, "")
+		fs.Var(env, "env", "")
 	}, 0, 0); err != nil {
 		return err
 	}
@@ -84,6 +95,43 @@ func (c *cli) up(args []string) error {
 		if v != "" {
 			body[k] = v
 		}
+	}
+	for flagName, v := range map[string]string{"memory": memory, "disk": disk} {
+		if v == "" {
+			continue
+		}
+		mb, err := parseSizeMB(v)
+		if err != nil {
+			return c.usage("--%s: %v", flagName, err)
+		}
+		body[flagName+"Mb"] = mb
+	}
+	if cpus != 0 {
+		body["cpus"] = cpus
+	}
+	if network != "" || len(allow) > 0 {
+		switch network {
+		case "", "none", "egress", "full":
+		default:
+			return c.usage("--network takes none, egress or full, not %q", network)
+		}
+		nw := map[string]any{}
+		if network != "" {
+			nw["mode"] = network
+		}
+		if len(allow) > 0 {
+			nw["allow"] = allow
+		}
+		body["network"] = nw
+	}
+	if len(packages) > 0 {
+		body["packages"] = packages
+	}
+	if persist {
+		body["persist"] = true
+	}
+	if len(env) > 0 {
+		body["env"] = env
 	}
 	c.progress("creating a computer…")
 	var m ComputerInfo
@@ -99,6 +147,8 @@ func (c *cli) up(args []string) error {
 
 func (c *cli) exec(args []string) error {
 	var interactive, tty bool
+	var cwd, timeout string
+	env := kvFlag{}
 	for i, a := range args { // -it and -ti, as docker spells them
 		if a == "--" {
 			break
@@ -111,14 +161,33 @@ func (c *cli) exec(args []string) error {
 	pos, err := c.flags(args, func(fs *flag.FlagSet) {
 		fs.BoolVar(&interactive, "i", false, "")
 		fs.BoolVar(&tty, "t", false, "")
+		fs.StringVar(&cwd, "cwd", "", "")
+		fs.Var(env, "env", "")
+		fs.StringVar(&timeout, "timeout", "", "")
 	}, 2, -1)
 	if err != nil {
 		return err
 	}
 	if tty {
+		if cwd != "" || len(env) > 0 || timeout != "" {
+			return c.usage("--cwd, --env and --timeout are for exec without -t (a terminal's command runs as typed)")
+		}
 		return c.execTTY(pos[0], pos[1:], interactive)
 	}
 	body := map[string]any{"cmd": pos[1:]}
+	if cwd != "" {
+		body["cwd"] = cwd
+	}
+	if len(env) > 0 {
+		body["env"] = env
+	}
+	if timeout != "" {
+		sec, err := parseSeconds(timeout)
+		if err != nil {
+			return c.usage("--timeout: %v", err)
+		}
+		body["timeoutSec"] = sec
+	}
 	if interactive {
 		b, err := io.ReadAll(c.stdin)
 		if err != nil {

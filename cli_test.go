@@ -66,8 +66,14 @@ func (r cliResult) String() string {
 // agentd runs the binary with AGENT_URL pointing at the test server (env adds or overrides variables).
 func (te *testServer) agentd(stdin string, env []string, args ...string) cliResult {
 	te.t.Helper()
-	cmd := exec.Command(cliBinary(te.t), args...)
-	cmd.Env = append([]string{"AGENT_URL=" + te.url + "/", "HOME=" + te.s.cfg.Home, "PATH=" + os.Getenv("PATH"), "AGENT_HOME=" + te.s.cfg.Home}, env...)
+	return runAgentd(te.t, append([]string{"AGENT_URL=" + te.url + "/", "HOME=" + te.s.cfg.Home, "PATH=" + os.Getenv("PATH"), "AGENT_HOME=" + te.s.cfg.Home}, env...), stdin, args...)
+}
+
+// runAgentd runs the agentd binary with exactly env and stdin, and returns its exit code and output.
+func runAgentd(t testing.TB, env []string, stdin string, args ...string) cliResult {
+	t.Helper()
+	cmd := exec.Command(cliBinary(t), args...)
+	cmd.Env = env
 	cmd.Stdin = strings.NewReader(stdin)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
@@ -76,7 +82,7 @@ func (te *testServer) agentd(stdin string, env []string, args ...string) cliResu
 	if ee, ok := err.(*exec.ExitError); ok {
 		code = ee.ExitCode()
 	} else if err != nil {
-		te.t.Fatal(err)
+		t.Fatal(err)
 	}
 	return cliResult{code, out.String(), errb.String()}
 }

@@ -14,7 +14,7 @@
 //
 // # Audit map
 //
-// Every place agentd's trust boundary is crossed, in the order a request meets it (about 3,610 lines
+// Every place agentd's trust boundary is crossed, in the order a request meets it (about 3,621 lines
 // in the functions named; each stop names its file.go:Func, and TestAuditMapIsTrue fails when one no
 // longer exists or a stop outgrows its stated size):
 //
@@ -31,7 +31,7 @@
 //  2. Webhook signatures and replays: triggers.go:verifyWebhook (GitHub HMAC, Standard Webhooks with its
 //     timestamp; constant-time compares), triggers.go:signedPromptOnly (on a signed webhook the prompt is
 //     the signed body), api_idempotency.go:(*replayBook).begin (a GitHub-signed body once per window),
-//     triggers.go:(*server).handleWebhookTrigger. [147 lines]
+//     triggers.go:(*server).handleWebhookTrigger. [150 lines]
 //  3. The command policy, one function for every exec (API, terminal, agent tool, MCP):
 //     computers_policy.go:(commandPolicy).check, computers_policy.go:builtinDenied,
 //     computers_policy.go:interpreterDenied, computers_policy.go:hasExpansion,
@@ -52,7 +52,7 @@
 //     allowedMounts, opened from / without following a link at create and at every start; bound by
 //     descriptor on the sandbox, checked by device and inode on docker and podman:
 //     computers_engine.go:(*engineProvider).verifyMounts), config and token files (main.go:loadConfig,
-//     main.go:parseConfigFile). [290 lines]
+//     main.go:parseConfigFile). [298 lines]
 //  6. Network on a machine's behalf: computers_netpolicy.go:(netPolicy).checkURL,
 //     computers_netpolicy.go:(netPolicy).checkHost, computers_netpolicy.go:privateIP,
 //     computers_netpolicy.go:ownIP (every address of every interface, at each dial),
@@ -307,6 +307,12 @@ type config struct {
 	// Fly Machines (issue 29): machines as Fly.io microVMs through the Machines API; only when this is set.
 	Fly *flyConfig `yaml:"fly"`
 
+	// Issue 30: the model an agent runs on when its spec's model is `auto` (as when it names none);
+	// triggers: false mounts no trigger routes and runs no cron; the cap on a request body.
+	Model          string `yaml:"model"`
+	Triggers       *bool  `yaml:"triggers"`
+	BodyLimitBytes int64  `yaml:"bodyLimitBytes"`
+
 	firstRun     bool
 	serveArgs    []string            // the flags it was loaded with: a reload reads config.yaml under the same ones
 	level        *slog.LevelVar      // the logger's level (logLevel), which a reload changes (main_reload.go)
@@ -318,9 +324,12 @@ type config struct {
 func defaultConfig() config {
 	return config{
 		Host: "127.0.0.1", Port: 7377, MaxComputers: 8, ComputerProvider: "auto",
-		MaxCostUSD: 5, ReaperIntervalSec: 30,
+		MaxCostUSD: 5, ReaperIntervalSec: 30, BodyLimitBytes: maxBodyBytes,
 	}
 }
+
+// triggersOn reports config.yaml's triggers (default true).
+func (cfg *config) triggersOn() bool { return cfg.Triggers == nil || *cfg.Triggers }
 
 // loadConfig applies defaults < config.yaml < environment < flags, and creates the data directory.
 // minTokenLen is the shortest bearer token a non-loopback server accepts (a shorter one is warned about
@@ -495,6 +504,10 @@ func (cfg config) check() error {
 		return err
 	}
 	switch {
+	case cfg.BodyLimitBytes < 1024:
+		return bad("bodyLimitBytes", cfg.BodyLimitBytes, "at least 1024 (bytes)")
+	case cfg.Model != strings.TrimSpace(cfg.Model) || strings.ContainsAny(cfg.Model, " \t\n"):
+		return bad("model", fmt.Sprintf("%q", cfg.Model), "a model name, alias or provider/model id without spaces")
 	case cfg.MaxComputers < 0:
 		return bad("maxComputers", cfg.MaxComputers, "0 or more")
 	case cfg.ReaperIntervalSec < 1:
@@ -649,10 +662,11 @@ func newServer(cfg config, logger *slog.Logger, now func() time.Time) (*server, 
 	}
 	s.mcpClients = newMCPClients(cfg.MCPServers, logger)
 	s.runs = newRunService(runDeps{store: st, hub: s.hub, models: s.models, computers: s.computers, mcp: s.mcpClients, now: now,
-		log: logger, getenv: cfg.getenv, home: cfg.Home, metrics: s.metrics})
+		log: logger, getenv: cfg.getenv, home: cfg.Home, metrics: s.metrics, defaultModel: func() string { return s.conf().Model }})
 	s.sessions = newSessionService(sessionDeps{store: st, models: s.models, log: logger, now: now, getenv: cfg.getenv,
 		dataDir: cfg.Home, maxCost: func() float64 { return s.conf().MaxCostUSD }, red: newRedactor(cfg.getenv)})
-	s.triggers = newTriggerService(triggerDeps{store: st, hub: s.hub, log: logger, now: now, fireCron: s.fireCron})
+	s.triggers = newTriggerService(triggerDeps{store: st, hub: s.hub, log: logger, now: now, fireCron: s.fireCron,
+		off: !cfg.triggersOn()})
 	s.mcp = newMCPSessions(s)
 	s.handler = s.routes()
 	s.startReloader()

@@ -24,7 +24,7 @@ import (
 
 // liveConfigKeys are the config.yaml keys a reload applies while the server runs.
 var liveConfigKeys = []string{"corsOrigins", "maxComputers", "images", "allowedRegistries", "allowedMounts",
-	"modelAliases", "maxCostUsd", "logLevel", "metricsPublic"}
+	"modelAliases", "maxCostUsd", "logLevel", "metricsPublic", "model"}
 
 // takesEffect says how a change of config.yaml's key takes effect, for the hints that send users there.
 // An empty key is any key: the phrase names both ways.

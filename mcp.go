@@ -348,7 +348,7 @@ func (ss *mcpSession) dispatch(ctx context.Context, m *rpcMessage, notify func(a
 		ss.mu.Unlock()
 		return map[string]any{
 			"protocolVersion": v,
-			"capabilities":    map[string]any{"tools": map[string]any{"listChanged": false}, "logging": map[string]any{}},
+			"capabilities":    mcpCapabilities(),
 			"serverInfo":      map[string]any{"name": "agentd", "title": "agentd", "version": version},
 			"instructions": "agentd runs AI agents and sandboxed machines. The machine tools (shell, read_file, write_file, " +
 				"edit_file, list_dir, expose_port, computer_info) act on a machine of this session's own, created on first use; " +
@@ -377,7 +377,17 @@ func (ss *mcpSession) dispatch(ctx context.Context, m *rpcMessage, notify func(a
 		if p.Cursor != "" {
 			return nil, &rpcError{Code: rpcInvalidParams, Message: "invalid cursor: the tool list has one page"}
 		}
-		return map[string]any{"tools": mcpToolList()}, nil
+		tools := mcpToolList()
+		if names := ss.mcpAgentNames(ctx); len(names) > 0 {
+			for _, t := range tools {
+				if t["name"] == "run_agent" {
+					t["description"] = t["description"].(string) + " Agents here now: " + strings.Join(names, ", ") + "."
+				}
+			}
+		}
+		return map[string]any{"tools": tools}, nil
+	case "resources/list", "resources/read":
+		return ss.resources(ctx, m.Method, params)
 	case "tools/call":
 		var p struct {
 			Name      string          `json:"name"`

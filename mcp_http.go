@@ -1,6 +1,6 @@
 // mcp_http.go — MCP's streamable HTTP transport at /mcp (revision 2025-11-25).
 //
-// Entry point: handleMCP (one route for every method, so GET can be 405 as the transport wants).
+// Entry point: handleMCP (one route for every method: GET opens the session's stream, mcp_stream.go).
 // Rules: POST carries one JSON-RPC message; a request is answered as application/json, or as
 // text/event-stream when it is a tools/call with a progressToken and the client accepts a stream
 // (progress notifications, then the result); a notification or a response is 202 with no body.
@@ -38,10 +38,13 @@ func mcpLoopbackOrigin(origin string) bool {
 }
 
 func (s *server) handleMCP(w http.ResponseWriter, r *http.Request) error {
-	// GET has no stream here (agentd sends nothing unasked) and is not checked for origin by the
-	// middleware, which checks writes only: answer it, and anything else, before any work.
+	// GET is the session's server-to-client stream (mcp_stream.go); anything else but POST and DELETE
+	// is answered before any work.
+	if r.Method == http.MethodGet {
+		return s.handleMCPStream(w, r)
+	}
 	if r.Method != http.MethodPost && r.Method != http.MethodDelete {
-		w.Header().Set("Allow", "POST, DELETE")
+		w.Header().Set("Allow", "GET, POST, DELETE")
 		writeRPC(w, http.StatusMethodNotAllowed, rpcFail(nil, -32000, "method not allowed: POST JSON-RPC messages to /mcp; DELETE ends a session"))
 		return nil
 	}

@@ -92,7 +92,11 @@ func TestInteropMCPSDK(t *testing.T) {
 		if e2eProvider() != "local" {
 			expect = "ok"
 		}
-		check(runNode(t, dir, env, node, "sdk-client.mjs", "http", ts.url+"/mcp", "interop", expect), "http")
+		out := runNode(t, dir, env, node, "sdk-client.mjs", "http", ts.url+"/mcp", "interop", expect)
+		check(out, "http")
+		if !strings.Contains(out, `"listChanged":true`) || !strings.Contains(out, `"agentd://agents/interop"`) {
+			t.Fatalf("http: resources or list_changed not seen: %s", out)
+		}
 	})
 	t.Run("conformance", func(t *testing.T) {
 		cli := filepath.Join(dir, "node_modules", "@modelcontextprotocol", "conformance", "dist", "index.js")

@@ -129,7 +129,7 @@ func TestMCPHTTPLifecycleAndErrors(t *testing.T) {
 		t.Fatalf("bad level %v", m)
 	}
 	// JSON-RPC errors.
-	if m := c.rpc("resources/list", nil); rpcCode(m) != rpcMethodNotFound {
+	if m := c.rpc("prompts/list", nil); rpcCode(m) != rpcMethodNotFound {
 		t.Fatalf("unknown method %v", m)
 	}
 	if m := c.rpc("tools/call", map[string]any{"name": "nope"}); rpcCode(m) != rpcInvalidParams {
@@ -174,8 +174,11 @@ func TestMCPHTTPLifecycleAndErrors(t *testing.T) {
 	if r := c.post(ping, "Content-Type", "text/plain"); r.status != 415 {
 		t.Fatalf("content type: %d %s", r.status, r.body)
 	}
-	if r := ts.do("GET", "/mcp", nil, "Mcp-Session-Id", c.sid); r.status != 405 || r.header.Get("Allow") != "POST, DELETE" {
+	if r := ts.do("GET", "/mcp", nil, "Mcp-Session-Id", c.sid); r.status != 406 { // the stream wants Accept: text/event-stream
 		t.Fatalf("GET: %d %v", r.status, r.header)
+	}
+	if r := ts.do("PUT", "/mcp", nil, "Mcp-Session-Id", c.sid); r.status != 405 || r.header.Get("Allow") != "GET, POST, DELETE" {
+		t.Fatalf("PUT: %d %v", r.status, r.header)
 	}
 	if r := ts.do("DELETE", "/mcp", nil, "Mcp-Session-Id", c.sid); r.status != 204 {
 		t.Fatalf("DELETE: %d %s", r.status, r.body)

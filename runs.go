@@ -165,6 +165,8 @@ type runDeps struct {
 	getenv    func(string) string
 	home      string
 	metrics   *metrics // runs, their durations and trigger firings (metrics.go); nil counts nothing
+	// defaultModel is config.yaml's model: what a spec's `auto` runs on (nil or "": the router's auto).
+	defaultModel func() string
 }
 
 func newRunService(d runDeps) *runService {

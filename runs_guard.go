@@ -65,7 +65,7 @@ var (
 var secretEnvKeys = []string{
 	"ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY", "GROQ_API_KEY",
 	"DEEPSEEK_API_KEY", "CEREBRAS_API_KEY", "MISTRAL_API_KEY", "TOGETHER_API_KEY", "OPENROUTER_API_KEY",
-	"BRAVE_API_KEY", "AGENT_TOKEN", "GITHUB_TOKEN", "AWS_SECRET_ACCESS_KEY",
+	"BRAVE_API_KEY", "TAVILY_API_KEY", "AGENT_TOKEN", "GITHUB_TOKEN", "AWS_SECRET_ACCESS_KEY",
 }
 
 // redactor replaces secrets in text. A nil *redactor (redaction off) returns text unchanged.

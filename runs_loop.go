@@ -80,7 +80,11 @@ func newActiveRun(rs *runService, spec *AgentSpec, p *runParams, sink func(runEv
 		rs: rs, id: newRunID(now), agent: spec.Name, spec: spec, p: p, lim: effectiveLimits(spec.Limits),
 		startedAt: now, done: make(chan struct{}), sink: sink, warned: map[string]bool{},
 	}
-	ar.model = firstNonEmpty(p.Model, spec.Model, "auto")
+	specModel := spec.Model
+	if (specModel == "" || specModel == "auto") && rs.defaultModel != nil {
+		specModel = rs.defaultModel() // config.yaml's model; a run body's explicit model still wins
+	}
+	ar.model = firstNonEmpty(p.Model, specModel, "auto")
 	if spec.Guardrails.RedactSecrets {
 		ar.red = newRedactor(rs.getenv)
 	}

@@ -46,7 +46,7 @@ func TestSystemPromptAndMessageOrder(t *testing.T) {
 func TestResolveTools(t *testing.T) {
 	noKey := func(string) string { return "" }
 	withKey := func(k string) string {
-		if k == searchKeyEnv {
+		if k == "BRAVE_API_KEY" {
 			return "k"
 		}
 		return ""

@@ -1,17 +1,19 @@
-// runs_tools.go — the tools a run offers the model: their JSON schemas and implementations.
+// runs_tools.go — the tools a run offers the model: their JSON schemas, argument decoding, and the
+// computer and files tools.
 //
 // Entry points: toolCatalog (every tool, by name), resolveTools (a spec's `tools` list → the names this run
-// offers). Bundles (docs/API.md tools table): computer = shell, expose_port, computer_info; files = read_file,
-// write_file, edit_file, list_dir, search_files, move, delete; web = fetch_url (+ web_search when
-// BRAVE_API_KEY is set); http = http_request (opt-in); browser = browse, browser_goto, browser_snapshot,
-// browser_click, browser_type, browser_screenshot (opt-in; computers_browser_tools.go).
+// offers), toolArgs (a call's arguments → a struct). Bundles (docs/API.md tools table): computer = shell,
+// expose_port, computer_info; files = read_file, write_file, edit_file, list_dir, search_files, move,
+// delete; web = fetch_url (+ web_search when BRAVE_API_KEY or TAVILY_API_KEY is set); http = http_request (opt-in). The web
+// and http tools live in runs_tools_web.go, computer_info in runs_tools_info.go; browser = browse,
+// browser_goto, browser_snapshot, browser_click, browser_type, browser_screenshot (opt-in;
+// computers_browser_tools.go).
 // Rules: tools needing a machine are dropped when computer.enabled is false; unknown names are dropped;
 // every exec goes through the agent's command policy; every file path goes through the computer's jail;
-// fetch_url and http_request obey the network policy (private, loopback and link-local addresses refused
-// unless named in computer.network.allow; the check is made on the resolved address at dial time, so every
-// redirect and every DNS answer is re-checked). A tool failure is an error result for the model, never the
-// end of the run — except that a run whose computer cannot be created or started ends `error` (runs_loop.go);
-// failures of the platform (not of the command) are logged with the run, the tool and the code.
+// the network tools obey the network policy (runs_tools_web.go). A tool failure is an error result for
+// the model, never the end of the run — except that a run whose computer cannot be created or started
+// ends `error` (runs_loop.go); failures of the platform (not of the command) are logged with the run, the
+// tool and the code.
 package main
 
 import (
@@ -19,16 +21,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
-	"net/url"
 	"path"
 	"reflect"
 	"regexp"
 	"slices"
 	"sort"
 	"strings"
-	"time"
 )
 
 // toolImpl is one tool: what the model sees and what runs.
@@ -73,8 +71,6 @@ var toolBundles = map[string][]string{
 	"browser":  {"browse", "browser_goto", "browser_snapshot", "browser_click", "browser_type", "browser_screenshot"},
 }
 
-const searchKeyEnv = "BRAVE_API_KEY"
-
 // resolveTools expands bundles and drops what cannot work for this spec, keeping the spec's order.
 func resolveTools(spec *AgentSpec, getenv func(string) string) []string {
 	names := spec.Tools
@@ -91,7 +87,7 @@ func resolveTools(spec *AgentSpec, getenv func(string) string) []string {
 		if t.needsComputer && !spec.Computer.IsEnabled() {
 			return
 		}
-		if n == "web_search" && getenv(searchKeyEnv) == "" {
+		if n == "web_search" && len(searchProviders(getenv)) == 0 {
 			return
 		}
 		out = append(out, n)
@@ -125,13 +121,14 @@ func toolCatalog() map[string]toolImpl {
 			Parameters: obj([]string{"command"}, map[string]any{
 				"command":    prop("string", "the command line, run under /bin/sh -c"),
 				"cwd":        prop("string", "working directory (under /work or /tmp)"),
+				"stdin":      prop("string", "text given to the command on its standard input (closed after it)"),
 				"timeoutSec": map[string]any{"type": "integer", "minimum": 1, "maximum": 3600, "description": "time limit; at most the agent's execTimeoutSec"},
 			})}},
 		"expose_port": {needsComputer: true, run: toolExposePort, def: ToolDef{Name: "expose_port",
 			Description: "Make a TCP port of the computer reachable from the host and return its URL.",
 			Parameters:  obj([]string{"port"}, map[string]any{"port": map[string]any{"type": "integer", "minimum": 1, "maximum": 65535}})}},
 		"computer_info": {needsComputer: true, run: toolComputerInfo, def: ToolDef{Name: "computer_info",
-			Description: "Describe the agent's computer: id, provider, image, working directory, exposed ports.",
+			Description: "Describe the agent's computer: its record (id, provider, image, working directory, exposed ports) and what a probe inside it finds: os, kernel, arch, user, cpus, memory, free disk, and which common tools (git, curl, jq, rg, python3, node, go, cargo, make, gcc) are installed.",
 			Parameters:  obj(nil, map[string]any{})}},
 		"read_file": {needsComputer: true, run: toolReadFile, def: ToolDef{Name: "read_file",
 			Description: "Read a text file from the computer, optionally a range of lines (1-based, inclusive). Lines are prefixed with their numbers.",
@@ -139,10 +136,17 @@ func toolCatalog() map[string]toolImpl {
 				"path":       prop("string", "file path under /work or /tmp (relative paths are under /work)"),
 				"start_line": map[string]any{"type": "integer", "minimum": 1},
 				"end_line":   map[string]any{"type": "integer", "minimum": 1},
+				"startLine":  map[string]any{"type": "integer", "minimum": 1, "description": "same as start_line"},
+				"endLine":    map[string]any{"type": "integer", "minimum": 1, "description": "same as end_line"},
+				"maxBytes":   map[string]any{"type": "integer", "minimum": 1, "description": "stop the output after this many bytes (whole lines); the result says where to go on"},
 			})}},
 		"write_file": {needsComputer: true, run: toolWriteFile, def: ToolDef{Name: "write_file",
-			Description: "Create or overwrite a file on the computer with the given content.",
-			Parameters:  obj([]string{"path", "content"}, map[string]any{"path": prop("string", "file path"), "content": prop("string", "the whole new content")})}},
+			Description: "Create or overwrite a file on the computer with the given content, or append to it.",
+			Parameters: obj([]string{"path", "content"}, map[string]any{"path": prop("string", "file path"),
+				"content": prop("string", "the whole new content (with append: the text to add at the end)"),
+				"append":  prop("boolean", "add content at the end of the file (created when absent) instead of replacing it"),
+				"mode":    prop("string", `permission bits in octal, such as "0755" for a script or "0600" for a secret (at most 0777)`),
+			})}},
 		"edit_file": {needsComputer: true, run: toolEditFile, def: ToolDef{Name: "edit_file",
 			Description: "Replace an exact piece of text in a file. old_string must match exactly once unless replace_all is true; include surrounding lines to make it unique.",
 			Parameters: obj([]string{"path", "old_string", "new_string"}, map[string]any{
@@ -159,6 +163,8 @@ func toolCatalog() map[string]toolImpl {
 			Description: "Search file contents under a directory with a regular expression; returns path:line:text matches.",
 			Parameters: obj([]string{"pattern"}, map[string]any{
 				"pattern": prop("string", "regular expression"), "path": prop("string", "directory (default /work)"),
+				"glob":        prop("string", `only files whose name matches this glob, such as "*.go" (a glob with a / matches the path under the directory)`),
+				"ignoreCase":  prop("boolean", "match letters of either case"),
 				"max_results": map[string]any{"type": "integer", "minimum": 1, "maximum": 1000},
 			})}},
 		"move": {needsComputer: true, run: toolMove, def: ToolDef{Name: "move",
@@ -169,17 +175,20 @@ func toolCatalog() map[string]toolImpl {
 			Parameters:  obj([]string{"path"}, map[string]any{"path": prop("string", "path to delete"), "recursive": prop("boolean", "delete a directory and its content")})}},
 		"fetch_url": {run: toolFetchURL, def: ToolDef{Name: "fetch_url",
 			Description: "Fetch a web page or document over http(s) and return it as text (HTML is converted to text).",
-			Parameters:  obj([]string{"url"}, map[string]any{"url": prop("string", "http or https URL")})}},
+			Parameters: obj([]string{"url"}, map[string]any{"url": prop("string", "http or https URL"),
+				"maxBytes": map[string]any{"type": "integer", "minimum": 1, "maximum": fetchMaxBytes, "description": "return at most this many bytes of the text"}})}},
 		"web_search": {run: toolWebSearch, def: ToolDef{Name: "web_search",
 			Description: "Search the web and return titles, URLs and snippets.",
 			Parameters: obj([]string{"query"}, map[string]any{"query": prop("string", "search terms"),
-				"count": map[string]any{"type": "integer", "minimum": 1, "maximum": 20}})}},
+				"limit": map[string]any{"type": "integer", "minimum": 1, "maximum": 20, "description": "how many results (default 8)"},
+				"count": map[string]any{"type": "integer", "minimum": 1, "maximum": 20, "description": "same as limit"}})}},
 		"http_request": {run: toolHTTPRequest, def: ToolDef{Name: "http_request",
 			Description: "Make an HTTP request and return the status, headers and body.",
 			Parameters: obj([]string{"url"}, map[string]any{
 				"method": map[string]any{"type": "string", "enum": []string{"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"}},
 				"url":    prop("string", "http or https URL"), "body": prop("string", "request body"),
-				"headers": map[string]any{"type": "object", "additionalProperties": map[string]any{"type": "string"}},
+				"headers":  map[string]any{"type": "object", "additionalProperties": map[string]any{"type": "string"}},
+				"maxBytes": map[string]any{"type": "integer", "minimum": 1, "maximum": fetchMaxBytes, "description": "return at most this many bytes of the body"},
 			})}},
 	}
 	for name, t := range browserTools() {
@@ -193,14 +202,22 @@ func toolCatalog() map[string]toolImpl {
 func argError(format string, a ...any) error { return errorf(codeToolError, format, a...) }
 
 // toolArgs decodes a tool call's arguments into the fields of the struct *v by their `arg` tags ("name"
-// or "name,required"). An absent argument leaves its field as set by the caller (the default). Models
+// or "name,required"; "name|alias" takes the first of the names present). An absent argument leaves its field as set by the caller (the default). Models
 // are loose with types, so integers may come quoted and booleans as "true"; any other mismatch, or a
 // missing required argument, is E_TOOL_ERROR naming the argument.
 func toolArgs(args map[string]any, v any) error {
 	rv := reflect.ValueOf(v).Elem()
 	for i := range rv.NumField() {
-		name, opt, _ := strings.Cut(rv.Type().Field(i).Tag.Get("arg"), ",")
-		raw, ok := args[name]
+		names, opt, _ := strings.Cut(rv.Type().Field(i).Tag.Get("arg"), ",")
+		var raw any
+		ok := false
+		name := names
+		for _, n := range strings.Split(names, "|") {
+			if raw, ok = args[n]; ok && raw != nil {
+				name = n
+				break
+			}
+		}
 		if !ok || raw == nil {
 			if opt == "required" {
 				return argError("missing required argument %q", name)
@@ -263,6 +280,7 @@ func toolShell(ctx context.Context, env *toolEnv, args map[string]any) (string, 
 	a := struct {
 		Command string `arg:"command,required"`
 		Cwd     string `arg:"cwd"`
+		Stdin   string `arg:"stdin"`
 		Timeout int    `arg:"timeoutSec"`
 	}{Timeout: lim.ExecTimeoutSec}
 	if err := toolArgs(args, &a); err != nil {
@@ -286,10 +304,12 @@ func toolShell(ctx context.Context, env *toolEnv, args map[string]any) (string, 
 	if err != nil {
 		return "", err
 	}
-	res, err := env.ar.rs.computers.Exec(ctx, id, ExecRequest{
-		Cmd: execCommand{Shell: a.Command}, Cwd: a.Cwd, TimeoutSec: timeout,
-		MaxOutputBytes: min(lim.MaxOutputBytes, 16<<20), Policy: pol,
-	}, env.delta)
+	req := ExecRequest{Cmd: execCommand{Shell: a.Command}, Cwd: a.Cwd, TimeoutSec: timeout,
+		MaxOutputBytes: min(lim.MaxOutputBytes, 16<<20), Policy: pol}
+	if _, given := args["stdin"]; given {
+		req.Stdin = &a.Stdin
+	}
+	res, err := env.ar.rs.computers.Exec(ctx, id, req, env.delta)
 	if err != nil {
 		return "", err
 	}
@@ -339,34 +359,14 @@ func toolExposePort(ctx context.Context, env *toolEnv, args map[string]any) (str
 	return string(b), nil
 }
 
-func toolComputerInfo(ctx context.Context, env *toolEnv, args map[string]any) (string, error) {
-	id, err := env.computer(ctx)
-	if err != nil {
-		return "", err
-	}
-	info, err := env.ar.rs.computers.Get(ctx, id)
-	if err != nil {
-		return "", err
-	}
-	out := map[string]any{"id": info.ID, "name": info.Name, "provider": info.Provider, "state": info.State,
-		"isolated": info.Isolated, "image": info.Image, "workdir": info.Workdir, "ports": info.Ports}
-	if !info.Isolated {
-		// The local provider maps /work and /tmp only for cwd and the file tools, not inside commands.
-		out["note"] = "this computer is a guarded directory on the host, not a container: shell commands start in " +
-			"the working directory, but an absolute /work or /tmp inside a command names the host's own directory; " +
-			"use relative paths in commands (the file tools map /work and /tmp correctly)"
-	}
-	b, _ := json.Marshal(out)
-	return string(b), nil
-}
-
 // ---- files bundle ----
 
 func toolReadFile(ctx context.Context, env *toolEnv, args map[string]any) (string, error) {
 	a := struct {
-		Path  string `arg:"path,required"`
-		Start int    `arg:"start_line"`
-		End   int    `arg:"end_line"`
+		Path     string `arg:"path,required"`
+		Start    int    `arg:"start_line|startLine"`
+		End      int    `arg:"end_line|endLine"`
+		MaxBytes int    `arg:"maxBytes"`
 	}{Start: 1}
 	if err := toolArgs(args, &a); err != nil {
 		return "", err
@@ -408,10 +408,15 @@ func toolReadFile(ctx context.Context, env *toolEnv, args map[string]any) (strin
 		fmt.Fprintf(&b, "[lines %d-%d of %d]\n", start, end, total)
 	}
 	for i := start; i <= end; i++ {
-		fmt.Fprintf(&b, "%6d\t%s", i, lines[i-1])
-		if !strings.HasSuffix(lines[i-1], "\n") {
-			b.WriteByte('\n')
+		line := fmt.Sprintf("%6d\t%s", i, lines[i-1])
+		if !strings.HasSuffix(line, "\n") {
+			line += "\n"
 		}
+		if a.MaxBytes > 0 && b.Len()+len(line) > a.MaxBytes && i > start {
+			fmt.Fprintf(&b, "[stopped before line %d: maxBytes %d reached; read on with startLine %d]\n", i, a.MaxBytes, i)
+			break
+		}
+		b.WriteString(line)
 	}
 	return b.String(), nil
 }
@@ -420,18 +425,90 @@ func toolWriteFile(ctx context.Context, env *toolEnv, args map[string]any) (stri
 	var a struct {
 		Path    string `arg:"path,required"`
 		Content string `arg:"content,required"`
+		Append  bool   `arg:"append"`
 	}
 	if err := toolArgs(args, &a); err != nil {
+		return "", err
+	}
+	mode, hasMode, err := fileModeArg(args["mode"])
+	if err != nil {
 		return "", err
 	}
 	id, p, err := env.jailed(ctx, a.Path)
 	if err != nil {
 		return "", err
 	}
-	if err := env.ar.rs.computers.WriteFile(ctx, id, p, []byte(a.Content)); err != nil {
+	c := env.ar.rs.computers
+	chmod := []string{"chmod", fmt.Sprintf("%04o", mode), "--"}
+	if hasMode { // refused by the command policy before anything is written
+		if ae := env.policy().check(strings.Join(append(chmod, path.Base(p)), " ")); ae != nil {
+			return "", ae
+		}
+	}
+	data, verb := []byte(a.Content), "wrote"
+	if a.Append {
+		old, err := c.ReadFile(ctx, id, p)
+		if err != nil && fileExists(ctx, c, id, p) {
+			return "", err
+		}
+		data, verb = append(old, data...), "appended"
+	}
+	if err := c.WriteFile(ctx, id, p, data); err != nil {
 		return "", err
 	}
-	return fmt.Sprintf("wrote %d bytes to %s", len(a.Content), p), nil
+	msg := fmt.Sprintf("%s %d bytes to %s", verb, len(a.Content), p)
+	if !hasMode {
+		return msg, nil
+	}
+	// chmod runs in the machine on the path the jail resolved, through the command policy.
+	full, err := c.Resolve(ctx, id, p, false)
+	if err != nil {
+		return "", err
+	}
+	root, rel := splitRoot(full)
+	res, err := c.Exec(ctx, id, ExecRequest{Cmd: execCommand{Argv: append(chmod, rel)}, Cwd: root,
+		TimeoutSec: min(env.ar.lim.ExecTimeoutSec, 60), Policy: env.policy()}, nil)
+	if err != nil {
+		return "", err
+	}
+	if res.ExitCode != 0 {
+		return "", argError("%s; chmod failed: %s", msg, strings.TrimSpace(res.Stderr))
+	}
+	return fmt.Sprintf("%s (mode %04o)", msg, mode), nil
+}
+
+// fileModeArg reads write_file's mode: octal digits as a string ("0755", "755", "0o755") or as a number
+// whose decimal digits are the octal ones (models write 755). Permission bits only: at most 0777.
+func fileModeArg(v any) (mode uint32, given bool, err error) {
+	var s string
+	switch m := v.(type) {
+	case nil:
+		return 0, false, nil
+	case string:
+		s = strings.TrimPrefix(strings.TrimPrefix(strings.TrimSpace(m), "0o"), "0O")
+	default:
+		n, ok := argInt(v)
+		if !ok || n < 0 {
+			return 0, false, argError("mode must be octal permission bits such as \"0755\"")
+		}
+		s = fmt.Sprint(n)
+	}
+	var n uint64
+	if len(s) == 0 || len(s) > 4 || strings.Trim(s, "01234567") != "" {
+		return 0, false, argError("mode %v is not octal permission bits such as \"0755\"", v)
+	}
+	fmt.Sscanf(s, "%o", &n)
+	if n > 0o777 {
+		return 0, false, argError("mode %v sets more than the permission bits (at most 0777)", v)
+	}
+	return uint32(n), true, nil
+}
+
+// fileExists reports whether p names an entry of its directory: append treats a read error on an absent
+// file (or one in an absent directory) as an empty file.
+func fileExists(ctx context.Context, c runComputers, id, p string) bool {
+	ents, err := c.ListDir(ctx, id, path.Dir(p))
+	return err == nil && slices.ContainsFunc(ents, func(e DirEntry) bool { return e.Name == path.Base(p) })
 }
 
 func toolEditFile(ctx context.Context, env *toolEnv, args map[string]any) (string, error) {
@@ -530,20 +607,49 @@ func toolListDir(ctx context.Context, env *toolEnv, args map[string]any) (string
 	return b.String(), nil
 }
 
-const searchScript = `if command -v rg >/dev/null 2>&1; then rg --line-number --no-heading --color never --max-columns 300 -e "$1" -- "$2" 2>/dev/null | head -n "$3"; else echo __AGENTD_NO_RG__; fi`
+// searchScript: $1 pattern, $2 directory, $3 most matches, $4 glob (may be empty), $5 the case flag.
+const searchScript = `if command -v rg >/dev/null 2>&1; then rg --line-number --no-heading --color never --max-columns 300 "$5" ${4:+"--glob=$4"} -e "$1" -- "$2" 2>/dev/null | head -n "$3"; else echo __AGENTD_NO_RG__; fi`
+
+// searchOpts bound and narrow a search: at most max matches, in files whose name matches glob.
+type searchOpts struct {
+	max  int
+	glob string
+}
+
+// globMatch: a glob without a slash matches a file's name, one with a slash its path under the root.
+func (o searchOpts) globMatch(root, full string) bool {
+	if o.glob == "" {
+		return true
+	}
+	if strings.Contains(o.glob, "/") {
+		ok, _ := path.Match(o.glob, strings.TrimPrefix(strings.TrimPrefix(full, root), "/"))
+		return ok
+	}
+	ok, _ := path.Match(o.glob, path.Base(full))
+	return ok
+}
 
 func toolSearchFiles(ctx context.Context, env *toolEnv, args map[string]any) (string, error) {
 	a := struct {
-		Pattern string `arg:"pattern,required"`
-		Path    string `arg:"path"`
-		Max     int    `arg:"max_results"`
+		Pattern    string `arg:"pattern,required"`
+		Path       string `arg:"path"`
+		Glob       string `arg:"glob"`
+		IgnoreCase bool   `arg:"ignoreCase"`
+		Max        int    `arg:"max_results"`
 	}{Max: 200}
 	if err := toolArgs(args, &a); err != nil {
 		return "", err
 	}
-	re, err := regexp.Compile(a.Pattern)
+	expr, caseFlag := a.Pattern, "--case-sensitive"
+	if a.IgnoreCase {
+		expr, caseFlag = "(?i)"+expr, "--ignore-case"
+	}
+	re, err := regexp.Compile(expr)
 	if err != nil {
 		return "", argError("pattern is not a valid regular expression: %v", err)
+	}
+	if _, err := path.Match(a.Glob, ""); err != nil || strings.HasPrefix(a.Glob, "-") {
+		return "", argError("glob %q is not a valid pattern", a.Glob)
 	}
 	id, p, err := env.jailed(ctx, a.Path)
 	if err != nil {
@@ -556,7 +662,7 @@ func toolSearchFiles(ctx context.Context, env *toolEnv, args map[string]any) (st
 	}
 	root, rel := splitRoot(p)
 	res, err := env.ar.rs.computers.Exec(ctx, id, ExecRequest{
-		Cmd: execCommand{Argv: []string{"/bin/sh", "-c", searchScript, "sh", a.Pattern, rel, fmt.Sprint(maxN)}},
+		Cmd: execCommand{Argv: []string{"/bin/sh", "-c", searchScript, "sh", a.Pattern, rel, fmt.Sprint(maxN), a.Glob, caseFlag}},
 		Cwd: root, TimeoutSec: min(env.ar.lim.ExecTimeoutSec, 60), MaxOutputBytes: 1 << 20, Policy: env.policy(),
 	}, nil)
 	if err == nil && !strings.Contains(res.Stdout, "__AGENTD_NO_RG__") && res.ExitCode == 0 {
@@ -574,11 +680,12 @@ func toolSearchFiles(ctx context.Context, env *toolEnv, args map[string]any) (st
 		}
 		return b.String(), nil
 	}
-	return walkSearch(ctx, env, id, p, re, maxN)
+	return walkSearch(ctx, env, id, p, re, searchOpts{max: maxN, glob: a.Glob})
 }
 
 // walkSearch is the fallback when ripgrep is absent: a bounded walk through the jailed file API.
-func walkSearch(ctx context.Context, env *toolEnv, id, root string, re *regexp.Regexp, maxN int) (string, error) {
+func walkSearch(ctx context.Context, env *toolEnv, id, root string, re *regexp.Regexp, o searchOpts) (string, error) {
+	maxN := o.max
 	const maxFiles, maxFileBytes = 2000, 1 << 20
 	c := env.ar.rs.computers
 	var b strings.Builder
@@ -609,7 +716,7 @@ func walkSearch(ctx context.Context, env *toolEnv, id, root string, re *regexp.R
 				}
 				continue
 			}
-			if e.Type != "file" || e.Size > maxFileBytes || files >= maxFiles {
+			if e.Type != "file" || e.Size > maxFileBytes || files >= maxFiles || !o.globMatch(root, full) {
 				continue
 			}
 			files++
@@ -726,178 +833,4 @@ func toolDelete(ctx context.Context, env *toolEnv, args map[string]any) (string,
 		return "", err
 	}
 	return "deleted " + p, nil
-}
-
-// ---- web and http ----
-
-// netPolicy is the agent's computer.network block, applied to fetch_url and http_request.
-func (e *toolEnv) netPolicy() netPolicy {
-	n := e.ar.spec.Computer.Network
-	return netPolicy{mode: n.Mode, allow: n.Allow, deny: n.Deny}
-}
-
-const fetchMaxBytes = 5 << 20
-
-func toolFetchURL(ctx context.Context, env *toolEnv, args map[string]any) (string, error) {
-	var a struct {
-		URL string `arg:"url,required"`
-	}
-	if err := toolArgs(args, &a); err != nil {
-		return "", err
-	}
-	resp, body, err := env.netRequest(ctx, http.MethodGet, a.URL, nil, map[string]any{"User-Agent": "agentd/" + version,
-		"Accept": "text/html,text/plain,application/json;q=0.9,*/*;q=0.5"}, 30*time.Second)
-	if err != nil {
-		return "", err
-	}
-	ct := resp.Header.Get("Content-Type")
-	text := string(body)
-	switch {
-	case strings.Contains(ct, "html") || (ct == "" && looksHTML(body)):
-		text = htmlToText(body)
-	case strings.HasPrefix(ct, "text/") || strings.Contains(ct, "json") || strings.Contains(ct, "xml") || strings.Contains(ct, "javascript"):
-	default:
-		if isBinary(body) {
-			text = fmt.Sprintf("[binary content of type %q, %d bytes, not shown]", ct, len(body))
-		}
-	}
-	out := fmt.Sprintf("URL: %s\nStatus: %d\nContent-Type: %s\n\n%s", resp.Request.URL, resp.StatusCode, ct, text)
-	if resp.StatusCode >= 400 {
-		return out, errorf(codeToolError, "the server answered %d", resp.StatusCode)
-	}
-	return out, nil
-}
-
-// netRequest makes a request the network policy allows and reads at most fetchMaxBytes of the answer.
-func (e *toolEnv) netRequest(ctx context.Context, method, rawURL string, body io.Reader, header map[string]any,
-	timeout time.Duration) (*http.Response, []byte, error) {
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		return nil, nil, argError("not a URL: %v", err)
-	}
-	np := e.netPolicy()
-	if err := np.checkURL(u); err != nil {
-		return nil, nil, err
-	}
-	req, err := http.NewRequestWithContext(ctx, method, u.String(), body)
-	if err != nil {
-		return nil, nil, argError("bad request: %v", err)
-	}
-	for k, v := range header {
-		if s, ok := v.(string); ok {
-			req.Header.Set(k, s)
-		}
-	}
-	client := np.httpClient(timeout)
-	defer client.CloseIdleConnections() // the client is this call's: its kept-alive connections too
-	resp, err := client.Do(req)
-	if err != nil {
-		return nil, nil, fetchError(err)
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, fetchMaxBytes))
-	if err != nil {
-		return nil, nil, fetchError(err)
-	}
-	return resp, data, nil
-}
-
-func looksHTML(b []byte) bool {
-	head := strings.ToLower(string(b[:min(len(b), 512)]))
-	return strings.Contains(head, "<html") || strings.Contains(head, "<!doctype html")
-}
-
-// htmlToText keeps the readable text of a page: no scripts, styles or markup; block elements on lines
-// (computers_browse.go:parsePage).
-func htmlToText(b []byte) string { return parsePage(b, nil).text }
-
-func collapseBlankLines(s string) string {
-	lines := strings.Split(s, "\n")
-	out := lines[:0]
-	for _, l := range lines {
-		l = strings.TrimSpace(l)
-		if l == "" {
-			continue
-		}
-		out = append(out, l)
-	}
-	return strings.Join(out, "\n")
-}
-
-func toolHTTPRequest(ctx context.Context, env *toolEnv, args map[string]any) (string, error) {
-	var a struct {
-		URL     string         `arg:"url,required"`
-		Method  string         `arg:"method"`
-		Body    string         `arg:"body"`
-		Headers map[string]any `arg:"headers"`
-	}
-	if err := toolArgs(args, &a); err != nil {
-		return "", err
-	}
-	var body io.Reader
-	if a.Body != "" {
-		body = strings.NewReader(a.Body)
-	}
-	resp, data, err := env.netRequest(ctx, strings.ToUpper(firstNonEmpty(a.Method, "GET")), a.URL, body, a.Headers, 60*time.Second)
-	if err != nil {
-		return "", err
-	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "HTTP %s\n", resp.Status)
-	for _, k := range sortedKeys(resp.Header) {
-		fmt.Fprintf(&b, "%s: %s\n", k, strings.Join(resp.Header[k], ", "))
-	}
-	b.WriteString("\n")
-	b.Write(data)
-	return b.String(), nil
-}
-
-func toolWebSearch(ctx context.Context, env *toolEnv, args map[string]any) (string, error) {
-	a := struct {
-		Query string `arg:"query,required"`
-		Count int    `arg:"count"`
-	}{Count: 8}
-	if err := toolArgs(args, &a); err != nil {
-		return "", err
-	}
-	key := env.ar.rs.getenv(searchKeyEnv)
-	if key == "" {
-		return "", errorf(codeToolError, "web search is not configured").withHint("set " + searchKeyEnv)
-	}
-	base := firstNonEmpty(env.ar.rs.getenv("BRAVE_BASE_URL"), "https://api.search.brave.com/res/v1")
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/web/search?"+url.Values{
-		"q": {a.Query}, "count": {fmt.Sprint(min(max(a.Count, 1), 20))}}.Encode(), nil)
-	if err != nil {
-		return "", err
-	}
-	req.Header.Set("Accept", "application/json")
-	req.Header.Set("X-Subscription-Token", key)
-	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
-	if err != nil {
-		return "", errorf(codeToolError, "web search failed: %v", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return "", errorf(codeToolError, "web search answered %s", resp.Status)
-	}
-	var out struct {
-		Web struct {
-			Results []struct {
-				Title       string `json:"title"`
-				URL         string `json:"url"`
-				Description string `json:"description"`
-			} `json:"results"`
-		} `json:"web"`
-	}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 4<<20)).Decode(&out); err != nil {
-		return "", errorf(codeToolError, "web search answer unreadable: %v", err)
-	}
-	if len(out.Web.Results) == 0 {
-		return "no results", nil
-	}
-	var b strings.Builder
-	for i, r := range out.Web.Results {
-		fmt.Fprintf(&b, "%d. %s\n   %s\n   %s\n", i+1, r.Title, r.URL, htmlToText([]byte(r.Description)))
-	}
-	return b.String(), nil
 }

@@ -78,7 +78,7 @@ func TestFileTools(t *testing.T) {
 		t.Fatalf("search: %s", out)
 	}
 	re := mustRegexp(t, "nee")
-	if out := must(walkSearch(context.Background(), env, "cmp", "/work", re, 2)); strings.Count(out, "\n") != 2 {
+	if out := must(walkSearch(context.Background(), env, "cmp", "/work", re, searchOpts{max: 2})); strings.Count(out, "\n") != 2 {
 		t.Fatalf("bounded walk: %q", out)
 	}
 	// move a file and a directory; delete.
@@ -241,7 +241,7 @@ func TestWebSearch(t *testing.T) {
 		w.Write([]byte(`{"web":{"results":[{"title":"Go","url":"https://go.dev","description":"The <strong>Go</strong> language"}]}}`))
 	}))
 	defer api.Close()
-	te := newTestServer(t, withFakeModel(&fakeModel{script: scriptOf()}), withEnv(map[string]string{searchKeyEnv: "brave-key", "BRAVE_BASE_URL": api.URL}))
+	te := newTestServer(t, withFakeModel(&fakeModel{script: scriptOf()}), withEnv(map[string]string{"BRAVE_API_KEY": "brave-key", "BRAVE_BASE_URL": api.URL}))
 	sp := testSpec("searcher", func(sp *AgentSpec) { sp.Tools = []string{"web"} })
 	ar := newActiveRun(te.s.runs, sp, &runParams{Input: []ModelMessage{textMessage("user", "x")}, MaxSteps: 1}, nil)
 	defer ar.stopTimer()

@@ -41,8 +41,8 @@ import (
 	"unicode/utf8"
 )
 
-// sessionSources are the six allowed values of `source`.
-var sessionSources = []string{"claude-code", "codex", "chatgpt", "gemini", "markdown", "jsonl"}
+// sessionSources are the allowed values of `source` (cursor: sessions_cursor.go).
+var sessionSources = []string{"claude-code", "codex", "chatgpt", "gemini", "markdown", "jsonl", "cursor"}
 
 const (
 	maxImportBytes   = 1 << 30 // a file to import; a ChatGPT export of years is a few hundred MB
@@ -116,7 +116,7 @@ func errUnknownSource(s string) error {
 
 func errImport(format string, a ...any) *apiError {
 	return errorf(codeImportFailed, format, a...).
-		withHint("import a Claude Code session (.jsonl), a Codex rollout (.jsonl), a ChatGPT conversations.json, a Gemini CLI chat (.json or .jsonl), a markdown transcript (## User / ## Assistant) or JSONL of {role, content}")
+		withHint("import a Claude Code session (.jsonl), a Codex rollout (.jsonl), a ChatGPT conversations.json, a Gemini CLI chat (.json or .jsonl), a Cursor state.vscdb (by path), a markdown transcript (## User / ## Assistant) or JSONL of {role, content}")
 }
 
 // detectSource names the source of some input from its first bytes (then its path).
@@ -221,9 +221,17 @@ func (ss *sessionService) importPath(ctx context.Context, p, source string) (*Tr
 	if _, err := ss.expandPath(p); err != nil {
 		return nil, err
 	}
-	real, _, err := ss.checkPath(p, false)
+	file, composerID := splitCursorPath(p)
+	real, _, err := ss.checkPath(file, false)
 	if err != nil {
 		return nil, errImportPath(p)
+	}
+	if source == "cursor" || isSQLiteFile(real) {
+		t, err := ss.importCursor(ctx, real, composerID)
+		if err != nil && asAPIError(err).Code == codeImportFailed {
+			return nil, errImportPath(p)
+		}
+		return t, err
 	}
 	f, err := os.Open(real)
 	if err != nil {
@@ -239,7 +247,7 @@ func (ss *sessionService) importPath(ctx context.Context, p, source string) (*Tr
 
 func errImportPath(p string) *apiError {
 	return errImport("cannot import %s: no transcript agentd may read is there (the file is missing or unreadable, "+
-		"not a regular file, over %d MB, inside agentd's data directory, or not a session in one of the six formats — "+
+		"not a regular file, over %d MB, inside agentd's data directory, or not a session in one of the seven formats — "+
 		"a subagent's sidechain file is not one); nothing more is said of a file that cannot be imported", p, maxImportBytes>>20)
 }
 
@@ -307,13 +315,24 @@ func (ss *sessionService) importReader(ctx context.Context, r io.Reader, source,
 			return nil, errImport("could not tell what this is: not a transcript format agentd reads")
 		}
 	}
+	if source == "cursor" {
+		return nil, errImport("a Cursor database is imported by its path (a state.vscdb on the server's machine), not as content").
+			withHint("send path; GET /v1/sessions/discover?source=cursor lists Cursor's conversations")
+	}
 	imp := importerFor(source)
 	if imp == nil {
 		return nil, errUnknownSource(source)
 	}
+	emit, done := ss.saver(ctx, source, path)
+	return done(imp(br, emit))
+}
+
+// saver is how an import stores what its importer finds: emit saves each conversation with messages;
+// done turns the importer's error and what was saved into the import's answer (the first one).
+func (ss *sessionService) saver(ctx context.Context, source, path string) (emit func(*Transcript) error, done func(error) (*Transcript, error)) {
 	var first *Transcript
 	count := 0
-	err := imp(br, func(t *Transcript) error {
+	emit = func(t *Transcript) error {
 		if len(t.Messages) == 0 {
 			return nil
 		}
@@ -327,7 +346,11 @@ func (ss *sessionService) importReader(ctx context.Context, r io.Reader, source,
 			first = stored
 		}
 		return nil
-	})
+	}
+	return emit, func(err error) (*Transcript, error) { return ss.saved(source, first, count, err) }
+}
+
+func (ss *sessionService) saved(source string, first *Transcript, count int, err error) (*Transcript, error) {
 	if err != nil {
 		var ae *apiError
 		if errors.As(err, &ae) {
@@ -433,10 +456,18 @@ func appendMsg(t *Transcript, m TranscriptMessage) {
 
 // ---- discovery ----
 
-// defaultSessionDirs are where the tools keep their sessions under a home directory.
-func defaultSessionDirs(home string) map[string][]string {
+// defaultSessionDirs are where the tools keep their sessions under a home directory. Claude Code's are
+// under each directory of $CLAUDE_CONFIG_DIR (`:`-separated), ~/.config/claude and ~/.claude. (Cursor's
+// databases: cursorDBPaths.)
+func defaultSessionDirs(home string, getenv func(string) string) map[string][]string {
+	var claude []string
+	for _, d := range append(filepath.SplitList(getenv("CLAUDE_CONFIG_DIR")), filepath.Join(home, ".config", "claude"), filepath.Join(home, ".claude")) {
+		if p := filepath.Join(d, "projects"); d != "" && filepath.IsAbs(d) && !slices.Contains(claude, p) {
+			claude = append(claude, p)
+		}
+	}
 	return map[string][]string{
-		"claude-code": {filepath.Join(home, ".claude", "projects")},
+		"claude-code": claude,
 		"codex":       {filepath.Join(home, ".codex", "sessions")},
 		"gemini":      {filepath.Join(home, ".gemini", "tmp")},
 	}
@@ -455,10 +486,13 @@ func (ss *sessionService) discover(ctx context.Context, source, root string) ([]
 		}
 		roots = []string{real}
 	} else {
-		for src, dirs := range defaultSessionDirs(ss.home()) {
+		for src, dirs := range defaultSessionDirs(ss.home(), ss.getenv) {
 			if source == "" || source == src {
 				roots = append(roots, dirs...)
 			}
+		}
+		if source == "" || source == "cursor" {
+			roots = append(roots, cursorDBPaths(ss.home(), ss.getenv)...)
 		}
 	}
 	out := []DiscoveredSession{}
@@ -474,6 +508,10 @@ func (ss *sessionService) discover(ctx context.Context, source, root string) ([]
 				return nil
 			}
 			ext := filepath.Ext(p)
+			if ext == ".vscdb" && (source == "" || source == "cursor") {
+				out = append(out, discoverCursor(ctx, p)...)
+				return nil
+			}
 			if ext != ".jsonl" && ext != ".json" && ext != ".md" {
 				return nil
 			}

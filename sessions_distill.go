@@ -6,8 +6,10 @@
 // tools the conversation used map to agent tools (a shell makes needsComputer true, the commands suggest
 // a flavor), instructions the user repeated become persona lines, long pasted text becomes knowledge,
 // user/assistant pairs become examples. With useModel exactly true a model (the body's model, else the
-// router's choice) writes the fields from the transcript, under the direct-chat cost ceiling; any model
-// failure falls back to the heuristic result with a note. Secrets, home paths and e-mail addresses never
+// router's choice) writes the fields from the transcript, under the direct-chat cost ceiling: a long
+// transcript is read whole in parts (distillChunks), the model keeping notes from part to part, for as
+// many parts as the ceiling allows, and distilled.read says how much was read; any model failure falls
+// back to the heuristic result with a note. Secrets, home paths and e-mail addresses never
 // reach the spec, its YAML or the model. The spec's model is one this server reaches (the transcript's,
 // else auto), with a note and a YAML comment saying which and why. The spec always passes validation;
 // `origin` says where it came from; notes say what was guessed.
@@ -34,6 +36,8 @@ type Distilled struct {
 	NeedsComputer  bool        `json:"needsComputer"`
 	Confidence     float64     `json:"confidence"`
 	Notes          []string    `json:"notes"`
+	// Read says how much of the transcript a model read (only with useModel).
+	Read *DistillRead `json:"read,omitempty"`
 }
 
 type distillResult struct {
@@ -293,22 +297,54 @@ func (ss *sessionService) modelDistill(ctx context.Context, t *Transcript, model
 	if ss.models == nil {
 		return errorf(codeModelUnavailable, "no model service")
 	}
-	var b strings.Builder
-	for _, m := range t.Messages {
-		line := m.Role + ": " + m.Content
-		if m.ToolName != "" {
-			in, _ := json.Marshal(m.ToolInput)
-			line = m.Role + " called " + m.ToolName + " " + clip(string(in), 300)
-		}
-		b.WriteString(clip(ss.red.redactPersonal(line), 1500) + "\n")
-		if b.Len() > 60_000 {
-			b.WriteString("[… the rest of the transcript is left out …]\n")
-			break
-		}
+	asked := model
+	model = firstNonEmpty(model, "auto")
+	chunks := distillChunks(ss.transcriptLines(t))
+	read := &DistillRead{TotalMessages: len(t.Messages), Chunks: len(chunks)}
+	for _, c := range chunks {
+		read.TotalChars += len(c.text)
 	}
-	req := ChatRequest{Model: firstNonEmpty(model, "auto"), System: distillPrompt, MaxTokens: 2000,
-		Messages: []ModelMessage{textMessage("user", b.String())}}
-	resp, err := ss.models.Chat(ctx, req, chatOptions{MaxCostUSD: ss.costCeiling()})
+	// Every call is counted at its estimate (what the router prices it at before it goes out, an upper
+	// bound): a chunk is read only if it and the final call still fit under the ceiling.
+	ceiling, committed := ss.costCeiling(), 0.0
+	_, finalEst, err := ss.models.EstimateCost(distillFinalRequest(model, strings.Repeat("x", distillNotesChars)))
+	if err != nil {
+		return err
+	}
+	call := func(req ChatRequest) (*ChatResponse, error) {
+		_, est, _ := ss.models.EstimateCost(req)
+		committed += est
+		return ss.models.Chat(ctx, req, chatOptions{MaxCostUSD: max(ceiling-committed+est, 0)})
+	}
+	material := ""
+	if len(chunks) == 1 {
+		material = chunks[0].text
+		read.Messages, read.Chars, read.ChunksRead = chunks[0].messages, len(chunks[0].text), 1
+	} else { // a long transcript: the model reads it part by part, keeping notes, then writes from the notes
+		notes := ""
+		for i, c := range chunks {
+			req := distillChunkRequest(model, i, len(chunks), notes, c.text)
+			if _, est, err := ss.models.EstimateCost(req); err != nil || committed+est+finalEst > ceiling {
+				break
+			}
+			resp, err := call(req)
+			if err != nil {
+				if i == 0 {
+					return err
+				}
+				break
+			}
+			notes = clip(strings.TrimSpace(resp.Text), distillNotesChars)
+			read.Messages, read.Chars, read.ChunksRead = read.Messages+c.messages, read.Chars+len(c.text), i+1
+		}
+		if read.ChunksRead == 0 {
+			return errorf(codeBudgetExceeded, "the cost ceiling ($%.4f) does not cover reading this transcript with a model", ceiling).
+				withHint("pick a cheaper or local model, distil without useModel, or raise maxCostUsd in config.yaml, " + takesEffect("maxCostUsd"))
+		}
+		material = fmt.Sprintf("Notes on a conversation too long to show whole, written while reading %d of its %d parts:\n\n%s", read.ChunksRead, len(chunks), notes)
+	}
+	read.Complete = read.ChunksRead == len(chunks)
+	resp, err := call(distillFinalRequest(model, material))
 	if err != nil {
 		return err
 	}
@@ -335,11 +371,85 @@ func (ss *sessionService) modelDistill(ctx context.Context, t *Transcript, model
 	if len(got.Examples) > 0 {
 		d.Examples = got.Examples[:min(len(got.Examples), 5)]
 	}
-	d.SuggestedModel = firstNonEmpty(model, d.SuggestedModel)
+	d.SuggestedModel = firstNonEmpty(asked, d.SuggestedModel)
 	d.Confidence = min(d.Confidence+0.2, 0.95)
+	d.Read = read
 	d.Notes = append(d.Notes, "the name, description, persona, knowledge and examples were written by "+resp.Model)
+	if read.Complete {
+		d.Notes = append(d.Notes, fmt.Sprintf("the model read the whole transcript: %d messages, %d characters, in %d part(s)", read.Messages, read.Chars, read.Chunks))
+	} else {
+		d.Notes = append(d.Notes, fmt.Sprintf("the model read %d of %d messages (%d of %d characters, %d of %d parts) before the cost ceiling of $%.4f; the rest was not read",
+			read.Messages, read.TotalMessages, read.Chars, read.TotalChars, read.ChunksRead, read.Chunks, ceiling))
+	}
 	return nil
 }
+
+// DistillRead says how much of a transcript the model read (distilled.read, with useModel).
+type DistillRead struct {
+	Messages      int  `json:"messages"`
+	TotalMessages int  `json:"totalMessages"`
+	Chars         int  `json:"chars"`
+	TotalChars    int  `json:"totalChars"`
+	ChunksRead    int  `json:"chunksRead"`
+	Chunks        int  `json:"chunks"`
+	Complete      bool `json:"complete"`
+}
+
+const (
+	distillChunkChars = 60_000 // characters of transcript per model call
+	distillNotesChars = 8_000  // the notes carried from part to part
+)
+
+// transcriptLines are the messages as the model reads them: one line each (a tool call by its name and
+// input), redacted, each at most 1,500 characters.
+func (ss *sessionService) transcriptLines(t *Transcript) []string {
+	lines := make([]string, 0, len(t.Messages))
+	for _, m := range t.Messages {
+		line := m.Role + ": " + m.Content
+		if m.ToolName != "" {
+			in, _ := json.Marshal(m.ToolInput)
+			line = m.Role + " called " + m.ToolName + " " + clip(string(in), 300)
+		}
+		lines = append(lines, clip(ss.red.redactPersonal(line), 1500)+"\n")
+	}
+	return lines
+}
+
+type distillChunk struct {
+	text     string
+	messages int
+}
+
+// distillChunks cuts the lines into parts of at most distillChunkChars (a part holds at least one line).
+func distillChunks(lines []string) []distillChunk {
+	var out []distillChunk
+	var b strings.Builder
+	n := 0
+	for _, l := range lines {
+		if b.Len() > 0 && b.Len()+len(l) > distillChunkChars {
+			out = append(out, distillChunk{b.String(), n})
+			b.Reset()
+			n = 0
+		}
+		b.WriteString(l)
+		n++
+	}
+	if b.Len() > 0 || len(out) == 0 {
+		out = append(out, distillChunk{b.String(), n})
+	}
+	return out
+}
+
+func distillFinalRequest(model, material string) ChatRequest {
+	return ChatRequest{Model: model, System: distillPrompt, MaxTokens: 2000, Messages: []ModelMessage{textMessage("user", material)}}
+}
+
+func distillChunkRequest(model string, i, n int, notes, text string) ChatRequest {
+	user := fmt.Sprintf("Part %d of %d.\n\nYour notes so far:\n%s\n\nThe part:\n%s", i+1, n, firstNonEmpty(notes, "(none yet)"), text)
+	return ChatRequest{Model: model, System: distillChunkPrompt, MaxTokens: 2500, Messages: []ModelMessage{textMessage("user", user)}}
+}
+
+const distillChunkPrompt = `You are reading a long conversation between a person and an AI assistant, one part at a time, to define later an agent that can do the same task again. You get your notes so far and the next part. Answer with the updated notes only, at most 6,000 characters: the task and its goal, the user's standing instructions and preferences, the steps and commands that worked, facts and reference material the agent will need, and one or two short example exchanges. Never include secrets, personal names, e-mail addresses or home directory paths.`
 
 const distillPrompt = `You turn a conversation between a person and an AI assistant into the definition of an agent that can do the same task again on its own. Answer with one JSON object and nothing else: {"name": "lowercase-dashed-name", "description": "one sentence", "persona": "the system prompt: what the agent does, how, and the user's standing instructions", "knowledge": [{"title": "...", "content": "reference text the agent needs"}], "examples": [{"user": "...", "assistant": "..."}]}. Never include secrets, personal names, e-mail addresses or home directory paths.`
 

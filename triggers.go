@@ -51,6 +51,9 @@ type triggerDeps struct {
 	now   func() time.Time
 	// fireCron starts the run of a cron job; the channel closes when that run ends.
 	fireCron func(job cronJob, at time.Time) (<-chan struct{}, error)
+	// off: config.yaml's triggers: false — nothing is mounted, no cron job runs, and the trigger
+	// routes answer 404 E_ROUTE_NOT_FOUND saying so.
+	off bool
 }
 
 // triggerService owns the dispatch tables, the cron scheduler and the webhook delivery book.
@@ -91,6 +94,9 @@ func (t *triggerService) sync(ctx context.Context, cause, agent string) {
 	if err != nil {
 		t.log.Error("syncing triggers: listing agents", "err", err)
 		return
+	}
+	if t.off {
+		rows = nil
 	}
 	mounts := map[string]TriggerSpec{}
 	listing := []MountedTrigger{}
@@ -200,6 +206,12 @@ func (s *server) fireCron(job cronJob, at time.Time) (<-chan struct{}, error) {
 	return ar.done, nil
 }
 
+// errTriggersOff answers the trigger routes of a server whose config.yaml has triggers: false.
+func errTriggersOff() *apiError {
+	return errorf(codeRouteNotFound, "triggers are off on this server (config.yaml: triggers: false)").
+		withHint("remove triggers: false from config.yaml, " + takesEffect("triggers"))
+}
+
 func triggerNotFound(kind, at string) *apiError {
 	return errorf(codeAgentNotFound, "no %s trigger is mounted at %s", kind, at).
 		withHint("GET /v1/triggers lists the mounted triggers; paths match exactly")
@@ -212,6 +224,9 @@ func wantsStream(r *http.Request) bool {
 // handleHTTPTrigger runs the agent exactly as POST /v1/agents/{name}/run does: the client waits for the
 // result (or streams it), and its disconnect aborts the run.
 func (s *server) handleHTTPTrigger(w http.ResponseWriter, r *http.Request) error {
+	if s.triggers.off {
+		return errTriggersOff()
+	}
 	agent, path := r.PathValue("agent"), mountPath(r.PathValue("path"))
 	tr, ok := s.triggers.lookup("http", agent, path)
 	if !ok {
@@ -246,6 +261,9 @@ func (s *server) handleHTTPTrigger(w http.ResponseWriter, r *http.Request) error
 // the connection: a sender that gives up waiting (GitHub waits 10 s) does not abort it, and its retry is
 // answered with the same run.
 func (s *server) handleWebhookTrigger(w http.ResponseWriter, r *http.Request) error {
+	if s.triggers.off {
+		return errTriggersOff()
+	}
 	agent, path := r.PathValue("agent"), mountPath(r.PathValue("path"))
 	tr, ok := s.triggers.lookup("webhook", agent, path)
 	if !ok {

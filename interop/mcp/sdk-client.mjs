@@ -4,8 +4,10 @@
 //        node sdk-client.mjs http  <url of /mcp>    <agent name> [ok|refused]
 // The last argument says what `shell` should do: run (ok), or be refused as a tool error (refused: the
 // HTTP transport on a host whose only provider is the non-isolated local one).
-// It lists the tools, runs `shell`, gets isError for a failing command, runs `run_agent` with progress,
-// and prints one JSON line of what it saw; any deviation exits 1 with the reason on stderr.
+// It lists the tools, runs `shell`, gets isError for a failing command, runs `run_agent` with progress;
+// over HTTP it also reads the agents as resources, creates an agent through /v1 and waits for
+// tools/list_changed and resources/list_changed on the GET stream, and reads /mcp/info. It prints one
+// JSON line of what it saw; any deviation exits 1 with the reason on stderr.
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
@@ -70,6 +72,28 @@ seen.runStructured = run.structuredContent ?? null;
 seen.progress = progress.length;
 if (run.isError || !seen.run.includes("stopReason complete")) fail(`run_agent: ${JSON.stringify(run)}`);
 if (progress.length === 0) fail("run_agent sent no progress notifications");
+
+if (mode === "http") {
+  // Agents as resources (their YAML), and a change announced on the GET stream as list_changed.
+  const { ToolListChangedNotificationSchema, ResourceListChangedNotificationSchema } = await import("@modelcontextprotocol/sdk/types.js");
+  const toolsChanged = new Promise((resolve) => client.setNotificationHandler(ToolListChangedNotificationSchema, () => resolve(true)));
+  const resourcesChanged = new Promise((resolve) => client.setNotificationHandler(ResourceListChangedNotificationSchema, () => resolve(true)));
+  const { resources } = await client.listResources();
+  seen.resources = resources.map((r) => r.uri);
+  if (!seen.resources.includes(`agentd://agents/${agent}`)) fail(`resources/list: ${JSON.stringify(resources)}`);
+  const read = await client.readResource({ uri: `agentd://agents/${agent}` });
+  if (!read.contents?.[0]?.text?.includes(`name: ${agent}`)) fail(`resources/read: ${JSON.stringify(read)}`);
+  const auth = process.env.AGENT_TOKEN ? { Authorization: `Bearer ${process.env.AGENT_TOKEN}` } : {};
+  const created = await fetch(new URL("/v1/agents", target), { method: "POST", headers: { "Content-Type": "application/json", ...auth },
+    body: JSON.stringify({ yaml: "name: interop-added\nmodel: auto\ncomputer: {enabled: false}\ntools: []\n" }) });
+  if (created.status !== 201) fail(`creating an agent: ${created.status} ${await created.text()}`);
+  const timeout = new Promise((_, reject) => setTimeout(() => reject(new Error("no list_changed notifications within 30 s")), 30000));
+  await Promise.race([Promise.all([toolsChanged, resourcesChanged]), timeout]).catch((e) => fail(e.message));
+  seen.listChanged = true;
+  const info = await (await fetch(new URL("/mcp/info", target), { headers: auth })).json();
+  if (info.transport !== "streamable-http" || info.tools !== tools.length) fail(`/mcp/info: ${JSON.stringify(info)}`);
+  seen.info = info;
+}
 
 await client.ping();
 if (mode === "http") await transport.terminateSession();

@@ -19,6 +19,7 @@ const routes = [
   [/^\/models$/, 'models', () => import('./models.js')],
   [/^\/triggers$/, 'triggers', () => import('./triggers.js')],
   [/^\/sessions$/, 'sessions', () => import('./sessions.js')],
+  [/^\/events$/, 'events', () => import('./eventlog.js')],
 ];
 
 const main = document.getElementById('main');
