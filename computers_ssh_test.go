@@ -17,7 +17,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -143,7 +142,9 @@ func (d *testSSHD) kill() {
 	tree := processTree(d.cmd.Process.Pid, "sshd")
 	d.cmd.Process.Kill()
 	for _, pid := range tree {
-		syscall.Kill(pid, syscall.SIGKILL)
+		if p, err := os.FindProcess(pid); err == nil {
+			p.Kill()
+		}
 	}
 	<-d.done
 	d.cmd = nil
