@@ -47,7 +47,7 @@ const starterConfig = `# agentd's config.yaml: every setting, commented out at i
 # host: 127.0.0.1              # bind address; anything but loopback needs AGENT_TOKEN
 # port: 7377                   # 0 picks a free port
 # corsOrigins: []              # web origins allowed to call the API
-# computerProvider: auto       # auto, docker, podman, kubernetes, sandbox or local
+# computerProvider: auto       # auto, docker, podman, kubernetes, sandbox, local, ssh or fly
 # maxComputers: 8              # live machines at once
 # images: {base: debian:bookworm-slim, python: python:3.12-slim, node: node:22-slim, full: debian:bookworm}
 # allowedRegistries: []        # registries a spec's image may come from (default: those of images)
@@ -65,6 +65,8 @@ const starterConfig = `# agentd's config.yaml: every setting, commented out at i
 # logFormat: text              # text or json
 # logLevel: info               # debug, info, warn or error
 # kubernetes: {namespace: agentd}   # machines as pods: kubeconfig, context, namespace, runtimeClassName, nodeSelector, tolerations, storageClassName
+# ssh: {target: agent@build-box:22}  # machines as private directories on a Linux host of yours: target, key, knownHosts, acceptNewHostKeys
+# fly: {app: my-agentd-machines}     # Fly.io Machines (the token in FLY_API_TOKEN): app, region, image, ports, cpuKind, endpoint
 `
 
 func (c *cli) initProject(args []string) error {

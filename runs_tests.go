@@ -675,7 +675,7 @@ func (s *server) readTestRequest(r *http.Request) (*AgentSpec, []testCase, testR
 	}
 	if spec.Name != name {
 		return nil, nil, o, errorf(codeSpecInvalid, "spec.name %q does not match the path's agent %q", spec.Name, name).
-			withHint("POST the spec to /v1/agents/" + spec.Name + "/test")
+			withHint("test the agent the spec names (" + spec.Name + "), or set its name to " + name)
 	}
 	var file *agentTestFile
 	if b.Tests != nil {
