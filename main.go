@@ -14,7 +14,7 @@
 //
 // # Audit map
 //
-// Every place agentd's trust boundary is crossed, in the order a request meets it (about 3,621 lines
+// Every place agentd's trust boundary is crossed, in the order a request meets it (about 3,657 lines
 // in the functions named; each stop names its file.go:Func, and TestAuditMapIsTrue fails when one no
 // longer exists or a stop outgrows its stated size):
 //
@@ -52,7 +52,8 @@
 //     allowedMounts, opened from / without following a link at create and at every start; bound by
 //     descriptor on the sandbox, checked by device and inode on docker and podman:
 //     computers_engine.go:(*engineProvider).verifyMounts), config and token files (main.go:loadConfig,
-//     main.go:parseConfigFile). [298 lines]
+//     main.go:parseConfigFile), Cursor's chat database (sessions_cursor.go:openCursorDB: read-only, through
+//     the same path check). [308 lines]
 //  6. Network on a machine's behalf: computers_netpolicy.go:(netPolicy).checkURL,
 //     computers_netpolicy.go:(netPolicy).checkHost, computers_netpolicy.go:privateIP,
 //     computers_netpolicy.go:ownIP (every address of every interface, at each dial),
@@ -61,8 +62,9 @@
 //     the egress proxy and its server-name gate (computers_egress.go:(*computerService).serveEgress,
 //     computers_egress.go:(*helloGate).ReadFrom, computers_egress.go:clientHelloSNI:
 //     crypto/tls reads the server name); port forwarding, which dials only into the machine
-//     (computers_ports.go:(*computerService).ExposePort, computers_ports.go:(*computerService).reachable).
-//     [316 lines]
+//     (computers_ports.go:(*computerService).ExposePort, computers_ports.go:(*computerService).reachable);
+//     web_search's providers, the server's key sent only in their own header
+//     (runs_tools_search.go:searchCall). [342 lines]
 //  7. Redaction and approvals: runs_guard.go:newRedactor, runs_guard.go:(*redactor).redact,
 //     runs_guard.go:(*streamRedactor).write (secrets out of tool results, events, warnings, errors),
 //     runs_guard.go:effectiveApprovalMode (tighten only), runs_approvals.go:(*approvalBook).request (ask
