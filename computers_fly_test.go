@@ -30,8 +30,8 @@ const (
 
 // fakeFly is the Machines API on loopback.
 type fakeFly struct {
-	t   *testing.T
-	srv *httptest.Server
+	root string // the fake machines' directories (made before any handler runs: a handler may outlive its test)
+	srv  *httptest.Server
 
 	mu       sync.Mutex
 	reqs     []fakeFlyReq
@@ -73,7 +73,7 @@ type fakeFlyReq struct {
 }
 
 func newFakeFly(t *testing.T) *fakeFly {
-	f := &fakeFly{t: t, machines: map[string]map[string]any{}, dirs: map[string]string{}}
+	f := &fakeFly{root: t.TempDir(), machines: map[string]map[string]any{}, dirs: map[string]string{}}
 	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
 	t.Cleanup(f.srv.Close)
 	return f
@@ -92,8 +92,13 @@ func (f *fakeFly) reply(w http.ResponseWriter, status int, file string) {
 	if strings.HasSuffix(file, ".html") {
 		w.Header().Set("Content-Type", "text/html")
 	}
+	b, err := os.ReadFile(filepath.Join("testdata", "fly", file))
+	if err != nil {
+		http.Error(w, err.Error(), 500)
+		return
+	}
 	w.WriteHeader(status)
-	w.Write(flyTestdata(f.t, file))
+	w.Write(b)
 }
 
 func (f *fakeFly) replyJSON(w http.ResponseWriter, v any) {
@@ -156,8 +161,10 @@ func (f *fakeFly) serve(w http.ResponseWriter, r *http.Request) {
 				list = append(list, m)
 			}
 		}
+		out, _ := json.Marshal(list) // under the lock: other handlers change the machines' state
 		f.mu.Unlock()
-		f.replyJSON(w, list)
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(out)
 	case rest == "/machines" && r.Method == "POST":
 		f.create(w, body)
 	case len(parts) >= 2:
@@ -170,7 +177,8 @@ func (f *fakeFly) serve(w http.ResponseWriter, r *http.Request) {
 // addMachine puts a Machine object (testdata/fly/machine.json) in the fake, state started.
 func (f *fakeFly) addMachine(name string, metadata map[string]any, cfg map[string]any) map[string]any {
 	var m map[string]any
-	json.Unmarshal(flyTestdata(f.t, "machine.json"), &m)
+	b, _ := os.ReadFile(filepath.Join("testdata", "fly", "machine.json"))
+	json.Unmarshal(b, &m)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.n++
@@ -182,7 +190,8 @@ func (f *fakeFly) addMachine(name string, metadata map[string]any, cfg map[strin
 	}
 	c["metadata"] = metadata
 	f.machines[fid] = m
-	dir := f.t.TempDir()
+	dir := filepath.Join(f.root, fid)
+	os.Mkdir(dir, 0o755)
 	os.Mkdir(filepath.Join(dir, "work"), 0o755)
 	os.Mkdir(filepath.Join(dir, "tmp"), 0o1777)
 	f.dirs[fid] = dir
@@ -278,6 +287,7 @@ func (f *fakeFly) exec(w http.ResponseWriter, r *http.Request, fid string, body 
 	dir := f.dirs[fid]
 	f.mu.Unlock()
 	cmd := exec.CommandContext(ctx, "bwrap", append(fakeFlyBwrap(dir), argv...)...)
+	cmd.WaitDelay = time.Second // a background child holding the pipes must not hold the answer (or the fake's Close)
 	cmd.Stdin = strings.NewReader(stdin)
 	var stdout, stderr strings.Builder
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
