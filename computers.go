@@ -223,6 +223,7 @@ type computerService struct {
 	rt       map[string]*machineRT
 	probes   map[string]probeResult
 	orphans  map[string]string // "<provider>/<id>" → provider, found at reconcile
+	scanned  chan struct{}     // closed when the start's background reconcile (the orphan scan) is done
 	podsGone chan struct{}     // kubernetes' pod watch wakes the reaper's pod sweep (computers_reaper.go)
 	creating sync.Mutex        // quota check + insert are atomic
 	pool     warmPool          // computers_pool.go
@@ -274,9 +275,11 @@ func newComputerService(d computerDeps) (*computerService, error) {
 	// Providers holding records are reconciled before the server answers; the others are only scanned
 	// for orphans, in the background, so a start never waits on an engine it does not use.
 	done := c.reconcile(c.ctx, nil)
+	c.scanned = make(chan struct{})
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
+		defer close(c.scanned)
 		c.reconcile(c.ctx, done)
 	}()
 	c.wg.Add(1)
@@ -726,7 +729,7 @@ func (c *computerService) create(ctx context.Context, sp ComputerSpec) (*Compute
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	if err := p.create(cctx, m); err != nil {
-		p.destroy(cctx, m)
+		c.destroyOrOrphan(cctx, p, m)
 		m.State, m.Error = stateDestroyed, asAPIError(err).Message
 		c.save(cctx, m)
 		return nil, err

@@ -370,7 +370,13 @@ func (e *engineProvider) stop(ctx context.Context, m *ComputerInfo) error {
 
 func (e *engineProvider) destroy(ctx context.Context, m *ComputerInfo) error {
 	defer e.unfilterFull(ctx, m)
-	if _, err := e.call(ctx, nil, "rm", "-f", "-v", e.container(m)); err != nil && !isNoSuch(err) {
+	_, err := e.call(ctx, nil, "rm", "-f", "-v", e.container(m))
+	if err != nil && !isNoSuch(err) && ctx.Err() == nil {
+		// Once more: a loaded engine may answer a transient state (a container still being created or
+		// stopped, a lock); a second rm sees it settled. A machine left behind is the worst outcome here.
+		_, err = e.call(ctx, nil, "rm", "-f", "-v", e.container(m))
+	}
+	if err != nil && !isNoSuch(err) {
 		return errorf(codeComputerFailed, "%s could not remove the machine: %s", e.name, err.Error()).withHint("check the engine")
 	}
 	if m.Spec.Persist {

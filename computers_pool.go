@@ -285,7 +285,7 @@ func (c *computerService) poolMake(ctx context.Context, p provider, flavor strin
 	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), createTimeout)
 	defer cancel()
 	if err := p.create(mctx, m); err != nil {
-		p.destroy(mctx, m)
+		c.destroyOrOrphan(mctx, p, m)
 		m.State, m.Error = stateDestroyed, asAPIError(err).Message
 		c.save(mctx, m)
 		return err

@@ -204,7 +204,7 @@ func (c *computerService) trial(ctx context.Context, p provider) proofResult {
 			c.closePorts(rt)
 			c.closeChannel(rt)
 		}
-		p.destroy(dctx, m)
+		c.destroyOrOrphan(dctx, p, m)
 		c.proof.mu.Lock()
 		delete(c.proof.trials, m.ID)
 		c.proof.mu.Unlock()

@@ -91,6 +91,20 @@ func (c *computerService) sweep(ctx context.Context) map[string]string {
 	return reaped
 }
 
+// destroyOrOrphan removes a machine that no record will keep (a failed create, a proof's trial), with a
+// context of its own so that the failure that brought it here (an expired or cancelled create) cannot
+// also fail the removal; what still cannot be removed is the reaper's to retry as an orphan, never left.
+func (c *computerService) destroyOrOrphan(ctx context.Context, p provider, m *ComputerInfo) {
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lifecycleTimout)
+	defer cancel()
+	if err := p.destroy(dctx, m); err != nil {
+		c.log.Warn("computers: a machine could not be removed; the reaper retries", "computer", m.ID, "err", err)
+		c.mu.Lock()
+		c.orphans[p.meta().name+"/"+m.ID] = p.meta().name
+		c.mu.Unlock()
+	}
+}
+
 // errReapCancelled: the machine was used, stopped or destroyed while the reaper waited for it.
 var errReapCancelled = errors.New("the machine no longer qualifies for reaping")
 

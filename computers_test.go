@@ -165,9 +165,10 @@ func checkNoLeaks(t *testing.T) {
 		if _, err := exec.LookPath(eng); err != nil {
 			continue
 		}
-		format := `{{.Names}} {{.Label "agentd.owner"}}`
+		// The owner, then what tells where a leak came from: its state, when it was made, its pool label.
+		format := `{{.Names}} {{.Label "agentd.owner"}} {{.Status}} {{.CreatedAt}} pool={{.Label "agentd.pool"}}`
 		if eng == "podman" {
-			format = `{{.Names}} {{index .Labels "agentd.owner"}}`
+			format = `{{.Names}} {{index .Labels "agentd.owner"}} {{.Status}} {{.CreatedAt}} pool={{index .Labels "agentd.pool"}}`
 		}
 		out, err := exec.Command(eng, "ps", "-a", "--filter", "label=agentd.id", "--format", format).CombinedOutput()
 		if err != nil {
@@ -178,7 +179,7 @@ func checkNoLeaks(t *testing.T) {
 			continue
 		}
 		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-			if f := strings.Fields(line); len(f) == 2 && strings.HasPrefix(f[1], testOwnerPrefix()) {
+			if f := strings.Fields(line); len(f) >= 2 && strings.HasPrefix(f[1], testOwnerPrefix()) {
 				t.Errorf("%s: leaked container: %s", eng, line)
 			}
 		}

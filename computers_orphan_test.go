@@ -1,0 +1,76 @@
+// computers_orphan_test.go — a machine that no record keeps and whose removal failed is the reaper's to
+// retry (destroyOrOrphan), never left behind: found by CI under load, where a warm-pool test leaked a
+// podman container.
+package main
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// stubbornProvider is a real provider whose create fails after making its machine and whose destroy
+// fails the first `fails` times: what a loaded engine can answer.
+type stubbornProvider struct {
+	provider
+	mu    sync.Mutex
+	fails int
+}
+
+func (s *stubbornProvider) create(ctx context.Context, m *ComputerInfo) error {
+	if err := s.provider.create(ctx, m); err != nil {
+		return err
+	}
+	return errorf(codeComputerFailed, "the engine gave up after making the machine")
+}
+
+func (s *stubbornProvider) destroy(ctx context.Context, m *ComputerInfo) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fails > 0 {
+		s.fails--
+		return errors.New("rm: container state improper")
+	}
+	return s.provider.destroy(ctx, m)
+}
+
+func TestFailedCreateLeavesNoMachine(t *testing.T) {
+	ts := newTestServer(t, withHostEnv, func(c *testSetup) { c.ComputerProvider = "local" })
+	c := ts.s.computers
+	<-c.scanned // the start's scan would also find the machine: this test is about a server long up
+	eventually(t, "the local provider's proof (its trial machine made and removed)", func() bool {
+		r, _ := c.proofOf(c.providerByName("local"))
+		return r.ok
+	})
+	i := slices.IndexFunc(c.providers, func(p provider) bool { return p.meta().name == "local" })
+	stub := &stubbornProvider{provider: c.providers[i], fails: 1}
+	c.providers[i] = stub
+
+	ts.wantError("POST", "/v1/computers", map[string]any{"name": "doomed"}, 500, codeComputerFailed)
+	var orphans []string
+	c.mu.Lock()
+	for k := range c.orphans {
+		orphans = append(orphans, k)
+	}
+	c.mu.Unlock()
+	if len(orphans) != 1 {
+		t.Fatalf("the machine whose removal failed is not the reaper's: orphans %v", orphans)
+	}
+	orphan := orphans[0]
+	id, ok := strings.CutPrefix(orphan, "local/")
+	if !ok {
+		t.Fatalf("the machine whose removal failed is not the reaper's: orphans %v", orphan)
+	}
+	if st, _ := stub.provider.status(context.Background(), &ComputerInfo{ID: id}); st == "missing" {
+		t.Fatalf("the stub's first destroy was meant to fail (the machine is %s)", st)
+	}
+	if got := c.sweep(context.Background()); got[id] != "orphan" {
+		t.Fatalf("the reaper took %v, want %s as an orphan", got, id)
+	}
+	if st, _ := stub.provider.status(context.Background(), &ComputerInfo{ID: id}); st != "missing" {
+		t.Fatalf("after the reaper the machine is %s", st)
+	}
+}
