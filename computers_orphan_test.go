@@ -74,3 +74,45 @@ func TestFailedCreateLeavesNoMachine(t *testing.T) {
 		t.Fatalf("after the reaper the machine is %s", st)
 	}
 }
+
+// gatedProvider is a real provider whose create waits for the test's gate, telling the test its context.
+type gatedProvider struct {
+	provider
+	got  chan *ComputerInfo
+	ctxs chan context.Context
+	gate chan struct{}
+}
+
+func (g *gatedProvider) create(ctx context.Context, m *ComputerInfo) error {
+	g.got <- m
+	g.ctxs <- ctx
+	<-g.gate
+	return g.provider.create(ctx, m)
+}
+
+// TestTrialCreateOutlivesClose: a server closing while its proof's trial machine is being made does not
+// kill the create half-way (docker's daemon then finishes a container nobody removes; CI saw podman's
+// left running); the create ends, and the machine is removed.
+func TestTrialCreateOutlivesClose(t *testing.T) {
+	ts := newTestServer(t, withHostEnv, func(c *testSetup) { c.ComputerProvider = "local" })
+	c := ts.s.computers
+	g := &gatedProvider{provider: c.providerByName("local"), got: make(chan *ComputerInfo, 1),
+		ctxs: make(chan context.Context, 1), gate: make(chan struct{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	res := make(chan proofResult, 1)
+	go func() { res <- c.trial(ctx, g) }()
+	m, cctx := <-g.got, <-g.ctxs
+	cancel() // what Close does to the trial's context
+	if cctx.Err() != nil {
+		close(g.gate)
+		<-res
+		t.Fatal("the trial's create was cancelled with the server: an engine's run killed half-way")
+	}
+	close(g.gate)
+	if r := <-res; r.ok {
+		t.Fatalf("a trial whose server closed was proven: %+v", r)
+	}
+	if st, _ := g.provider.status(context.Background(), m); st != "missing" {
+		t.Fatalf("the trial machine is %s after the trial", st)
+	}
+}

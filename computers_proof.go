@@ -209,7 +209,12 @@ func (c *computerService) trial(ctx context.Context, p provider) proofResult {
 		delete(c.proof.trials, m.ID)
 		c.proof.mu.Unlock()
 	}()
-	if err := p.create(tctx, m); err != nil {
+	// Not cut short by Close, like the pool's: an engine's `run` killed half-way leaves a container the
+	// removal can miss (docker's daemon finishes a create its client no longer waits for; podman dies
+	// holding the container's lock). Close waits for the run instead.
+	cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), proofTimeout)
+	defer ccancel()
+	if err := p.create(cctx, m); err != nil {
 		return failed("could not start", err)
 	}
 	m.State = stateRunning
