@@ -451,3 +451,36 @@ func TestBrowserEndsWithServer(t *testing.T) {
 	}
 	eventually(t, "no chromium left in the machine after the server's shutdown", func() bool { return len(hostBrowserPids(m.ID)) == 0 })
 }
+
+// TestKubernetesBrowser (issue 28): on Kubernetes the browser flavor's image runs Chromium in the pod
+// (.ci/run imports agentd-test:browser into the test cluster): a page served in the pod is opened,
+// read as a snapshot, typed into and submitted, and the result read.
+func TestKubernetesBrowser(t *testing.T) {
+	requireKubernetes(t)
+	defer checkNoKubeLeaks(t)
+	e := newTestServer(t, withHostEnv, withBrowserImage)
+	m := e.create(map[string]any{"provider": "kubernetes", "flavor": "browser", "idleTimeoutSec": 0, "memoryMb": 2048})
+	defer e.call("DELETE", "/v1/computers/"+m.ID, nil, 204, nil)
+	if m.Image != browserImage {
+		t.Fatalf("the pod's image is %q, want the browser flavor's %s", m.Image, browserImage)
+	}
+	serveTestPages(e, m.ID, 8000)
+	var g GotoResult
+	e.call("POST", "/v1/computers/"+m.ID+"/browser/goto", map[string]any{"url": "http://localhost:8000/"}, 200, &g)
+	if !g.Loaded || g.Title != "Shop" || g.Status != 200 {
+		t.Fatalf("goto: %+v", g)
+	}
+	var snap SnapshotResult
+	e.call("POST", "/v1/computers/"+m.ID+"/browser/snapshot", map[string]any{}, 200, &snap)
+	box, ok1 := findNode(snap.Nodes, "textbox", "Your name")
+	send, ok2 := findNode(snap.Nodes, "button", "Send")
+	if _, ok3 := findNode(snap.Nodes, "heading", "Welcome"); !ok1 || !ok2 || !ok3 {
+		t.Fatalf("snapshot: %+v", snap.Nodes)
+	}
+	e.call("POST", "/v1/computers/"+m.ID+"/browser/type", map[string]any{"ref": box.Ref, "text": "Kube"}, 200, &snap)
+	e.call("POST", "/v1/computers/"+m.ID+"/browser/click", map[string]any{"ref": send.Ref}, 200, &snap)
+	e.call("POST", "/v1/computers/"+m.ID+"/browser/snapshot", nil, 200, &snap)
+	if _, ok := findNode(snap.Nodes, "StaticText", "Hello, Kube"); !ok || !strings.Contains(snap.URL, "name=Kube") {
+		t.Fatalf("the result page: %s %+v", snap.URL, snap.Nodes)
+	}
+}
