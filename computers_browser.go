@@ -2,8 +2,9 @@
 // its lifecycle and the /v1/computers/:id/browser routes.
 //
 // Entry points: computerService.browser (the machine's browser, started on first use, started again
-// after it crashed), BrowserStatus, BrowserGoto, BrowserSnapshot, BrowserClick, BrowserType,
-// BrowserScreenshot, BrowserClose; closeBrowser (stop, destroy and vanish call it), endBrowsers (the
+// after it crashed), BrowserStatus, BrowserGoto (gotoURL and awaitLoad, which history and tabs share),
+// BrowserSnapshot, BrowserClick, BrowserType, BrowserScreenshot, BrowserClose (the further operations
+// are in computers_browser_actions.go); closeBrowser (stop, destroy and vanish call it), endBrowsers (the
 // service's Close: Chromium stopped in every machine, which lives on); browserDoctor; the handlers.
 //
 // Rules: Chromium runs in the machine, as the machine's user, started through the machine's own exec path
@@ -461,12 +462,9 @@ func (c *computerService) BrowserGoto(ctx context.Context, id, rawURL string, ti
 	if err := checkPageTimeout(&timeoutSec); err != nil {
 		return nil, err
 	}
-	b, err := c.browser(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	defer b.release()
-	return b.gotoURL(ctx, rawURL, timeoutSec)
+	return withBrowser(c, ctx, id, func(b *machineBrowser) (*GotoResult, error) {
+		return b.gotoURL(ctx, rawURL, timeoutSec)
+	})
 }
 
 // gotoURL opens rawURL in the current tab and waits up to timeoutSec for its load.
@@ -550,6 +548,12 @@ func (b *machineBrowser) fail(err error) error {
 
 // eval evaluates expression in the page (a promise is awaited) and decodes its JSON value into out.
 func (b *machineBrowser) eval(ctx context.Context, expression string, out any) error {
+	return b.script(ctx, "Runtime.evaluate", map[string]any{"expression": expression, "returnByValue": true, "awaitPromise": true}, out)
+}
+
+// script calls a Runtime method that runs JavaScript in the page (evaluate, callFunctionOn) and decodes
+// the JSON value it answers into out (nil: ignored); a script that threw is an error saying so.
+func (b *machineBrowser) script(ctx context.Context, method string, params map[string]any, out any) error {
 	var r struct {
 		Result struct {
 			Value json.RawMessage `json:"value"`
@@ -558,11 +562,14 @@ func (b *machineBrowser) eval(ctx context.Context, expression string, out any) e
 			Text string `json:"text"`
 		} `json:"exceptionDetails"`
 	}
-	if err := b.cdp.call(ctx, b.session, "Runtime.evaluate", map[string]any{"expression": expression, "returnByValue": true, "awaitPromise": true}, &r); err != nil {
+	if err := b.cdp.call(ctx, b.session, method, params, &r); err != nil {
 		return err
 	}
 	if r.ExceptionDetails != nil {
 		return errors.New("the page threw: " + r.ExceptionDetails.Text)
+	}
+	if out == nil || len(r.Result.Value) == 0 {
+		return nil
 	}
 	return json.Unmarshal(r.Result.Value, out)
 }
@@ -598,12 +605,9 @@ func (c *computerService) BrowserSnapshot(ctx context.Context, id string, limit 
 	if err := checkSnapshotLimit(&limit); err != nil {
 		return nil, err
 	}
-	b, err := c.browser(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	defer b.release()
-	return b.snapshot(ctx, limit)
+	return withBrowser(c, ctx, id, func(b *machineBrowser) (*SnapshotResult, error) {
+		return b.snapshot(ctx, limit)
+	})
 }
 
 func checkSnapshotLimit(limit *int) error {
@@ -737,18 +741,15 @@ func staleRef(ref string, err error) error {
 // act runs do on the page, then waits for a navigation it started (if any) to load and answers the
 // page's snapshot.
 func (c *computerService) act(ctx context.Context, id string, do func(b *machineBrowser) error) (*SnapshotResult, error) {
-	b, err := c.browser(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	defer b.release()
-	events, stop := b.cdp.subscribe(b.session, "Page.frameStartedLoading", "Page.loadEventFired")
-	defer stop()
-	if err := do(b); err != nil {
-		return nil, err
-	}
-	b.settle(ctx, events)
-	return b.snapshot(ctx, browserSnapshotDflt)
+	return withBrowser(c, ctx, id, func(b *machineBrowser) (*SnapshotResult, error) {
+		events, stop := b.cdp.subscribe(b.session, "Page.frameStartedLoading", "Page.loadEventFired")
+		defer stop()
+		if err := do(b); err != nil {
+			return nil, err
+		}
+		b.settle(ctx, events)
+		return b.snapshot(ctx, browserSnapshotDflt)
+	})
 }
 
 // settle waits briefly for the main frame to start loading after an action and, if it did, for its load.
@@ -837,36 +838,33 @@ func (c *computerService) BrowserType(ctx context.Context, id, ref, text string,
 
 // BrowserScreenshot is a PNG of the viewport, or of the whole page.
 func (c *computerService) BrowserScreenshot(ctx context.Context, id string, fullPage bool) ([]byte, error) {
-	b, err := c.browser(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	defer b.release()
-	params := map[string]any{"format": "png"}
-	if fullPage {
-		var lm struct {
-			Content struct {
-				Width  float64 `json:"width"`
-				Height float64 `json:"height"`
-			} `json:"cssContentSize"`
+	return withBrowser(c, ctx, id, func(b *machineBrowser) ([]byte, error) {
+		params := map[string]any{"format": "png"}
+		if fullPage {
+			var lm struct {
+				Content struct {
+					Width  float64 `json:"width"`
+					Height float64 `json:"height"`
+				} `json:"cssContentSize"`
+			}
+			if err := b.cdp.call(ctx, b.session, "Page.getLayoutMetrics", nil, &lm); err != nil {
+				return nil, b.fail(err)
+			}
+			params["captureBeyondViewport"] = true
+			params["clip"] = map[string]any{"x": 0, "y": 0, "width": max(lm.Content.Width, 1), "height": min(max(lm.Content.Height, 1), 16384), "scale": 1}
 		}
-		if err := b.cdp.call(ctx, b.session, "Page.getLayoutMetrics", nil, &lm); err != nil {
+		var shot struct {
+			Data string `json:"data"`
+		}
+		if err := b.cdp.call(ctx, b.session, "Page.captureScreenshot", params, &shot); err != nil {
 			return nil, b.fail(err)
 		}
-		params["captureBeyondViewport"] = true
-		params["clip"] = map[string]any{"x": 0, "y": 0, "width": max(lm.Content.Width, 1), "height": min(max(lm.Content.Height, 1), 16384), "scale": 1}
-	}
-	var shot struct {
-		Data string `json:"data"`
-	}
-	if err := b.cdp.call(ctx, b.session, "Page.captureScreenshot", params, &shot); err != nil {
-		return nil, b.fail(err)
-	}
-	png, err := base64.StdEncoding.DecodeString(shot.Data)
-	if err != nil || len(png) < 8 || string(png[1:4]) != "PNG" {
-		return nil, errorf(codeToolError, "the browser's screenshot is not a PNG")
-	}
-	return png, nil
+		png, err := base64.StdEncoding.DecodeString(shot.Data)
+		if err != nil || len(png) < 8 || string(png[1:4]) != "PNG" {
+			return nil, errorf(codeToolError, "the browser's screenshot is not a PNG")
+		}
+		return png, nil
+	})
 }
 
 // BrowserClose stops machine id's browser (its processes too); its profile stays.
@@ -998,4 +996,15 @@ func (c *computerService) browserDoctor(images []doctorImage) doctorBrowser {
 		}
 	}
 	return d
+}
+
+// withBrowser runs do on machine id's browser (started when needed), holding it for the operation.
+func withBrowser[T any](c *computerService, ctx context.Context, id string, do func(b *machineBrowser) (T, error)) (T, error) {
+	b, err := c.browser(ctx, id)
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	defer b.release()
+	return do(b)
 }

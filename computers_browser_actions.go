@@ -77,22 +77,8 @@ func (b *machineBrowser) callOn(ctx context.Context, ref string, node int64, fn 
 		}
 		params["arguments"] = vals
 	}
-	var r struct {
-		Result struct {
-			Value json.RawMessage `json:"value"`
-		} `json:"result"`
-		ExceptionDetails *struct {
-			Text string `json:"text"`
-		} `json:"exceptionDetails"`
-	}
-	if err := b.cdp.call(ctx, b.session, "Runtime.callFunctionOn", params, &r); err != nil {
+	if err := b.script(ctx, "Runtime.callFunctionOn", params, out); err != nil {
 		return b.fail(err)
-	}
-	if r.ExceptionDetails != nil {
-		return errorf(codeToolError, "browser: the page threw: %s", r.ExceptionDetails.Text)
-	}
-	if out != nil && len(r.Result.Value) > 0 {
-		return json.Unmarshal(r.Result.Value, out)
 	}
 	return nil
 }
@@ -157,26 +143,23 @@ func (c *computerService) BrowserScroll(ctx context.Context, id, ref string, dx,
 			return nil, err
 		}
 	}
-	b, err := c.browser(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	defer b.release()
-	if ref != "" {
-		if err := b.checkRef(ctx, ref, node); err != nil {
-			return nil, err
+	return withBrowser(c, ctx, id, func(b *machineBrowser) (*ScrollResult, error) {
+		if ref != "" {
+			if err := b.checkRef(ctx, ref, node); err != nil {
+				return nil, err
+			}
+			if err := b.cdp.call(ctx, b.session, "DOM.scrollIntoViewIfNeeded", map[string]any{"backendNodeId": node}, nil); err != nil {
+				return nil, staleRef(ref, err)
+			}
 		}
-		if err := b.cdp.call(ctx, b.session, "DOM.scrollIntoViewIfNeeded", map[string]any{"backendNodeId": node}, nil); err != nil {
-			return nil, staleRef(ref, err)
-		}
-	}
-	out := &ScrollResult{}
-	err = b.eval(ctx, fmt.Sprintf(`(() => { scrollBy(%d, %d); const e = document.scrollingElement || document.documentElement;
+		out := &ScrollResult{}
+		err := b.eval(ctx, fmt.Sprintf(`(() => { scrollBy(%d, %d); const e = document.scrollingElement || document.documentElement;
   return {url: location.href, x: Math.round(scrollX), y: Math.round(scrollY), width: e.scrollWidth, height: e.scrollHeight}; })()`, dx, dy), out)
-	if err != nil {
-		return nil, b.fail(err)
-	}
-	return out, nil
+		if err != nil {
+			return nil, b.fail(err)
+		}
+		return out, nil
+	})
 }
 
 // waitForJS is the page-side check of wait_for: a promise of "ok" once the condition holds, "timeout" at
@@ -214,48 +197,41 @@ func (c *computerService) BrowserWaitFor(ctx context.Context, id, text, selector
 	if err := checkPageTimeout(&timeoutSec); err != nil {
 		return nil, err
 	}
-	b, err := c.browser(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	defer b.release()
-	deadline := time.Now().Add(time.Duration(timeoutSec) * time.Second)
-	jt, _ := json.Marshal(text)
-	js, _ := json.Marshal(selector)
-	for {
-		left := time.Until(deadline)
-		var got string
-		err := b.eval(ctx, fmt.Sprintf(waitForJS, jt, js, gone, max(left.Milliseconds(), 1)), &got)
-		switch {
-		case err == nil && got == "ok":
-			return b.snapshot(ctx, browserSnapshotDflt)
-		case err == nil && strings.HasPrefix(got, "error: "):
-			return nil, errorf(codeSpecInvalid, "selector: %s", strings.TrimPrefix(got, "error: "))
-		case err == nil || time.Until(deadline) <= 0:
-			what := fmt.Sprintf("text %q", text)
-			if selector != "" {
-				what = fmt.Sprintf("an element matching %q", selector)
+	return withBrowser(c, ctx, id, func(b *machineBrowser) (*SnapshotResult, error) {
+		deadline := time.Now().Add(time.Duration(timeoutSec) * time.Second)
+		jt, _ := json.Marshal(text)
+		js, _ := json.Marshal(selector)
+		for {
+			left := time.Until(deadline)
+			var got string
+			err := b.eval(ctx, fmt.Sprintf(waitForJS, jt, js, gone, max(left.Milliseconds(), 1)), &got)
+			switch {
+			case err == nil && got == "ok":
+				return b.snapshot(ctx, browserSnapshotDflt)
+			case err == nil && strings.HasPrefix(got, "error: "):
+				return nil, errorf(codeSpecInvalid, "selector: %s", strings.TrimPrefix(got, "error: "))
+			case err == nil || time.Until(deadline) <= 0:
+				what := fmt.Sprintf("text %q", text)
+				if selector != "" {
+					what = fmt.Sprintf("an element matching %q", selector)
+				}
+				verb := "appear"
+				if gone {
+					verb = "go"
+				}
+				return nil, errorf(codeToolError, "waited %d s for %s to %s; it did not", timeoutSec, what, verb).
+					withHint("take a snapshot to see the page, or wait longer (timeoutSec ≤ 300)")
 			}
-			verb := "appear"
-			if gone {
-				verb = "go"
+			var ce *cdpCallError
+			if !errors.As(err, &ce) || !(strings.Contains(ce.e.Message, "context") || strings.Contains(ce.e.Message, "collected")) {
+				return nil, b.fail(err) // not the document changing under the wait: a dead browser
 			}
-			return nil, errorf(codeToolError, "waited %d s for %s to %s; it did not", timeoutSec, what, verb).
-				withHint("take a snapshot to see the page, or wait longer (timeoutSec ≤ 300)")
+			// The page navigated during the wait: check again in the next document, shortly.
+			if err := b.pause(ctx, 50*time.Millisecond); err != nil {
+				return nil, err
+			}
 		}
-		var ce *cdpCallError
-		if !errors.As(err, &ce) || !(strings.Contains(ce.e.Message, "context") || strings.Contains(ce.e.Message, "collected")) {
-			return nil, b.fail(err) // not the document changing under the wait: a dead browser
-		}
-		// The page navigated during the wait: check again in the next document, shortly.
-		select {
-		case <-time.After(50 * time.Millisecond):
-		case <-b.cdp.done():
-			return nil, b.fail(err)
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
+	})
 }
 
 // BrowserNavigate goes back or forward in the current tab's history, or reloads it, and waits up to
@@ -267,46 +243,44 @@ func (c *computerService) BrowserNavigate(ctx context.Context, id, action string
 	if err := checkPageTimeout(&timeoutSec); err != nil {
 		return nil, err
 	}
-	b, err := c.browser(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	defer b.release()
-	events, stop := b.cdp.subscribe(b.session, pageLoadEvents...)
-	defer stop()
-	if action == "reload" {
-		if err := b.cdp.call(ctx, b.session, "Page.reload", map[string]any{}, nil); err != nil {
+	return withBrowser(c, ctx, id, func(b *machineBrowser) (*GotoResult, error) {
+		events, stop := b.cdp.subscribe(b.session, pageLoadEvents...)
+		defer stop()
+		if action == "reload" {
+			if err := b.cdp.call(ctx, b.session, "Page.reload", map[string]any{}, nil); err != nil {
+				return nil, b.fail(err)
+			}
+		} else {
+			var h struct {
+				CurrentIndex int `json:"currentIndex"`
+				Entries      []struct {
+					ID int `json:"id"`
+				} `json:"entries"`
+			}
+			if err := b.cdp.call(ctx, b.session, "Page.getNavigationHistory", nil, &h); err != nil {
+				return nil, b.fail(err)
+			}
+			i := h.CurrentIndex + 1
+			if action == "back" {
+				i = h.CurrentIndex - 1
+			}
+			if i < 0 || i >= len(h.Entries) {
+				return nil, errorf(codeToolError, "there is no page to go %s to in this tab's history", action).withHint("open one with browser_goto")
+			}
+			if err := b.cdp.call(ctx, b.session, "Page.navigateToHistoryEntry", map[string]any{"entryId": h.Entries[i].ID}, nil); err != nil {
+				return nil, b.fail(err)
+			}
+		}
+		out := &GotoResult{}
+		var err error
+		if out.Loaded, err = b.awaitLoad(ctx, events, time.Duration(timeoutSec)*time.Second); err != nil {
+			return nil, err
+		}
+		if out.URL, out.Title, out.Status, err = b.where(ctx); err != nil {
 			return nil, b.fail(err)
 		}
-	} else {
-		var h struct {
-			CurrentIndex int `json:"currentIndex"`
-			Entries      []struct {
-				ID int `json:"id"`
-			} `json:"entries"`
-		}
-		if err := b.cdp.call(ctx, b.session, "Page.getNavigationHistory", nil, &h); err != nil {
-			return nil, b.fail(err)
-		}
-		i := h.CurrentIndex + 1
-		if action == "back" {
-			i = h.CurrentIndex - 1
-		}
-		if i < 0 || i >= len(h.Entries) {
-			return nil, errorf(codeToolError, "there is no page to go %s to in this tab's history", action).withHint("open one with browser_goto")
-		}
-		if err := b.cdp.call(ctx, b.session, "Page.navigateToHistoryEntry", map[string]any{"entryId": h.Entries[i].ID}, nil); err != nil {
-			return nil, b.fail(err)
-		}
-	}
-	out := &GotoResult{}
-	if out.Loaded, err = b.awaitLoad(ctx, events, time.Duration(timeoutSec)*time.Second); err != nil {
-		return nil, err
-	}
-	if out.URL, out.Title, out.Status, err = b.where(ctx); err != nil {
-		return nil, b.fail(err)
-	}
-	return out, nil
+		return out, nil
+	})
 }
 
 // ---- tabs ----
@@ -407,13 +381,23 @@ func (b *machineBrowser) untilClosed(ctx context.Context, closing string) error 
 		if time.Now().After(deadline) {
 			return errorf(codeToolError, "the tab did not close within 10 s")
 		}
-		select {
-		case <-time.After(20 * time.Millisecond):
-		case <-b.cdp.done():
-			return b.fail(errors.New("the browser exited while closing a tab"))
-		case <-ctx.Done():
-			return ctx.Err()
+		if err := b.pause(ctx, 20*time.Millisecond); err != nil {
+			return err
 		}
+	}
+}
+
+// pause waits d between two checks of a poll, unless the browser exits or ctx ends first.
+func (b *machineBrowser) pause(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-b.cdp.done():
+		return b.fail(errors.New("the browser exited"))
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 
@@ -450,72 +434,69 @@ func (c *computerService) BrowserTabs(ctx context.Context, id, action string, in
 			return nil, err
 		}
 	}
-	b, err := c.browser(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	defer b.release()
-	pages, err := b.pages(ctx)
-	if err != nil {
-		return nil, b.fail(err)
-	}
-	if !slices.Contains(b.tabs, b.target) && len(pages) > 0 { // the page closed itself
-		if err := b.switchTo(ctx, pages[0].TargetID); err != nil {
+	return withBrowser(c, ctx, id, func(b *machineBrowser) (*TabsResult, error) {
+		pages, err := b.pages(ctx)
+		if err != nil {
 			return nil, b.fail(err)
 		}
-	}
-	badIndex := func() error {
-		return errorf(codeToolError, "there is no tab %d: the tabs are 0..%d", index, len(pages)-1).withHint("browser_tabs list shows them")
-	}
-	out := &TabsResult{}
-	switch action {
-	case "new":
-		if err := b.openTab(ctx); err != nil {
-			return nil, b.fail(err)
-		}
-		if rawURL != "" {
-			if out.Goto, err = b.gotoURL(ctx, rawURL, timeoutSec); err != nil {
-				return nil, err
-			}
-		}
-	case "select":
-		if index >= len(pages) {
-			return nil, badIndex()
-		}
-		if err := b.switchTo(ctx, pages[index].TargetID); err != nil {
-			return nil, b.fail(err)
-		}
-	case "close":
-		cur := slices.Index(b.tabs, b.target)
-		if index < 0 {
-			index = cur
-		}
-		if index >= len(pages) || index < 0 {
-			return nil, badIndex()
-		}
-		closing := pages[index].TargetID
-		if err := b.cdp.call(ctx, "", "Target.closeTarget", map[string]any{"targetId": closing}, nil); err != nil {
-			return nil, b.fail(err)
-		}
-		if err := b.untilClosed(ctx, closing); err != nil {
-			return nil, err
-		}
-		if closing == b.target {
-			if len(b.tabs) == 0 {
-				err = b.openTab(ctx)
-			} else {
-				err = b.switchTo(ctx, b.tabs[min(index, len(b.tabs)-1)])
-			}
-			if err != nil {
+		if !slices.Contains(b.tabs, b.target) && len(pages) > 0 { // the page closed itself
+			if err := b.switchTo(ctx, pages[0].TargetID); err != nil {
 				return nil, b.fail(err)
 			}
 		}
-	}
-	if pages, err = b.pages(ctx); err != nil {
-		return nil, b.fail(err)
-	}
-	for i, p := range pages {
-		out.Tabs = append(out.Tabs, BrowserTab{Index: i, URL: p.URL, Title: p.Title, Current: p.TargetID == b.target})
-	}
-	return out, nil
+		badIndex := func() error {
+			return errorf(codeToolError, "there is no tab %d: the tabs are 0..%d", index, len(pages)-1).withHint("browser_tabs list shows them")
+		}
+		out := &TabsResult{}
+		switch action {
+		case "new":
+			if err := b.openTab(ctx); err != nil {
+				return nil, b.fail(err)
+			}
+			if rawURL != "" {
+				if out.Goto, err = b.gotoURL(ctx, rawURL, timeoutSec); err != nil {
+					return nil, err
+				}
+			}
+		case "select":
+			if index >= len(pages) {
+				return nil, badIndex()
+			}
+			if err := b.switchTo(ctx, pages[index].TargetID); err != nil {
+				return nil, b.fail(err)
+			}
+		case "close":
+			cur := slices.Index(b.tabs, b.target)
+			if index < 0 {
+				index = cur
+			}
+			if index >= len(pages) || index < 0 {
+				return nil, badIndex()
+			}
+			closing := pages[index].TargetID
+			if err := b.cdp.call(ctx, "", "Target.closeTarget", map[string]any{"targetId": closing}, nil); err != nil {
+				return nil, b.fail(err)
+			}
+			if err := b.untilClosed(ctx, closing); err != nil {
+				return nil, err
+			}
+			if closing == b.target {
+				if len(b.tabs) == 0 {
+					err = b.openTab(ctx)
+				} else {
+					err = b.switchTo(ctx, b.tabs[min(index, len(b.tabs)-1)])
+				}
+				if err != nil {
+					return nil, b.fail(err)
+				}
+			}
+		}
+		if pages, err = b.pages(ctx); err != nil {
+			return nil, b.fail(err)
+		}
+		for i, p := range pages {
+			out.Tabs = append(out.Tabs, BrowserTab{Index: i, URL: p.URL, Title: p.Title, Current: p.TargetID == b.target})
+		}
+		return out, nil
+	})
 }

@@ -1,7 +1,8 @@
 // mcp.go — the MCP server core (Model Context Protocol, revision 2025-11-25; 2025-06-18 and 2025-03-26
 // accepted from older clients): hand-rolled JSON-RPC 2.0, the lifecycle (initialize, ping,
-// logging/setLevel), and the tools — the machine tools on a machine of the session's own and the
-// control-plane tools (agents, runs, computers). The transports are in mcp_http.go (streamable HTTP at
+// logging/setLevel), and the tools — the machine tools and the browser tools (a Chromium in it;
+// screenshots as inline image content) on a machine of the session's own, and the control-plane tools
+// (agents, runs, computers). The transports are in mcp_http.go (streamable HTTP at
 // /mcp) and mcp_stdio.go (`agentd mcp`).
 //
 // Entry points: (*mcpSessions).open makes a session; (*mcpSession).handle answers one JSON-RPC message;
