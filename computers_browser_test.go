@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -482,5 +483,38 @@ func TestKubernetesBrowser(t *testing.T) {
 	e.call("POST", "/v1/computers/"+m.ID+"/browser/snapshot", nil, 200, &snap)
 	if _, ok := findNode(snap.Nodes, "StaticText", "Hello, Kube"); !ok || !strings.Contains(snap.URL, "name=Kube") {
 		t.Fatalf("the result page: %s %+v", snap.URL, snap.Nodes)
+	}
+}
+
+// TestReadonlyRefusesBrowserActions (issue 28): the browser tools that change pages (click, type, select,
+// navigate) are refused in readonly like every dangerous tool, before any browser is started; the ones
+// that only read or move the view are not dangerous.
+func TestReadonlyRefusesBrowserActions(t *testing.T) {
+	acts := []string{"browser_click", "browser_type", "browser_select", "browser_navigate"}
+	var calls []ToolCall
+	for _, name := range acts {
+		calls = append(calls, call("c_"+name, name, map[string]any{"ref": "e1", "text": "x", "values": []string{"a"}, "action": "reload"}))
+	}
+	m := &fakeModel{script: scriptOf(toolResp(calls...))}
+	te := newTestServer(t, withFakeModel(m))
+	te.putAgent(testSpec("looker", func(sp *AgentSpec) {
+		sp.Tools = []string{"browser"}
+		sp.Guardrails.ApprovalMode = "readonly"
+	}))
+	denied := map[string]bool{}
+	for _, e := range te.stream("looker", map[string]any{"input": "x"}).all() {
+		if e["type"] == "tool_denied" {
+			denied[e["call"].(map[string]any)["name"].(string)] = true
+		}
+	}
+	for _, name := range acts {
+		if !denied[name] {
+			t.Errorf("%s was not refused in readonly (denied: %v)", name, denied)
+		}
+	}
+	for _, name := range toolBundles["browser"] {
+		if want := slices.Contains(acts, name); isDangerous(name) != want {
+			t.Errorf("%s: dangerous %v, want %v", name, isDangerous(name), want)
+		}
 	}
 }
