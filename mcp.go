@@ -795,9 +795,10 @@ func (ss *mcpSession) machineTool(ctx context.Context, impl toolImpl, args map[s
 	return toolText(note+out, isErr)
 }
 
-// machineFlavor is the flavor of the session's machine when tool is the first to need it.
+// machineFlavor is the flavor of the session's machine when tool is the first to need it: a browser_*
+// tool needs Chromium (browse only fetches).
 func machineFlavor(tool string) string {
-	if strings.HasPrefix(tool, "browse") {
+	if strings.HasPrefix(tool, "browser_") {
 		return "browser"
 	}
 	return ""
