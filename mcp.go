@@ -805,7 +805,7 @@ func machineFlavor(tool string) string {
 }
 
 // screenshot is browser_screenshot over MCP: the PNG inline as image content, after a line saying what
-// it shows.
+// it is.
 func (ss *mcpSession) screenshot(ctx context.Context, args map[string]any) *mcpToolResult {
 	var a struct {
 		Full bool `arg:"fullPage"`
@@ -817,8 +817,7 @@ func (ss *mcpSession) screenshot(ctx context.Context, args map[string]any) *mcpT
 	if err != nil {
 		return toolErrText(err)
 	}
-	c := ss.reg.s.computers
-	png, err := c.BrowserScreenshot(ctx, id, a.Full)
+	png, err := ss.reg.s.computers.BrowserScreenshot(ctx, id, a.Full)
 	if err != nil {
 		r := toolErrText(err)
 		r.Content[0].Text = note + r.Content[0].Text
@@ -827,10 +826,6 @@ func (ss *mcpSession) screenshot(ctx context.Context, args map[string]any) *mcpT
 	what := "the viewport"
 	if a.Full {
 		what = "the whole page"
-	}
-	st, _ := c.BrowserStatus(ctx, id)
-	if st != nil && st.URL != "" {
-		what += " of " + st.URL
 	}
 	return &mcpToolResult{Content: []mcpContent{{Type: "text", Text: fmt.Sprintf("%sa %d-byte PNG screenshot of %s", note, len(png), what)},
 		{Type: "image", Data: png, MIMEType: "image/png"}}}
