@@ -2,8 +2,9 @@
 // its lifecycle and the /v1/computers/:id/browser routes.
 //
 // Entry points: computerService.browser (the machine's browser, started on first use, started again
-// after it crashed), BrowserStatus, BrowserGoto, BrowserSnapshot, BrowserClick, BrowserType,
-// BrowserScreenshot, BrowserClose; closeBrowser (stop, destroy and vanish call it), endBrowsers (the
+// after it crashed), BrowserStatus, BrowserGoto (gotoURL and awaitLoad, which history and tabs share),
+// BrowserSnapshot, BrowserClick, BrowserType, BrowserScreenshot, BrowserClose (the further operations
+// are in computers_browser_actions.go); closeBrowser (stop, destroy and vanish call it), endBrowsers (the
 // service's Close: Chromium stopped in every machine, which lives on); browserDoctor; the handlers.
 //
 // Rules: Chromium runs in the machine, as the machine's user, started through the machine's own exec path
@@ -70,8 +71,12 @@ type machineBrowser struct {
 	id      string // the machine
 	dir     string // its directory in the machine (profile, log, home)
 	cdp     *cdpConn
-	target  string // the page's target id (also its main frame's id)
-	session string // the flattened session attached to the page
+	target  string // the current tab's target id (also its main frame's id)
+	session string // the flattened session attached to the current tab
+	// Every tab agentd has attached to (target → session) and the tabs in the order first seen (their
+	// indexes: computers_browser_actions.go).
+	sessions map[string]string
+	tabs     []string
 	// The refs of the last snapshot and the document they belong to (its loader): a ref is acted on
 	// only while that document is still the page's (Chromium reuses node ids across documents).
 	refs       map[int64]bool
@@ -246,7 +251,7 @@ tail -n 15 "$d/log" >&2; exit 4
 	if err != nil {
 		return nil, errorf(codeComputerFailed, "cannot reach Chromium's DevTools port in computer %s: %v", m.ID, err)
 	}
-	b := &machineBrowser{c: c, id: m.ID, dir: d, cdp: cdp}
+	b := &machineBrowser{c: c, id: m.ID, dir: d, cdp: cdp, sessions: map[string]string{}}
 	if err := b.attach(ctx); err != nil {
 		cdp.Close()
 		c.browserShell(context.WithoutCancel(ctx), m.ID, "d='"+d+"'\n"+browserKill, 30*time.Second)
@@ -274,44 +279,16 @@ func parseDevToolsActivePort(s string) (int, string, bool) {
 	return port, lines[1], true
 }
 
-// attach finds the browser's page (or opens one), attaches a flattened session and sets the viewport.
+// attach makes the browser's first page (or a new one) the current tab.
 func (b *machineBrowser) attach(ctx context.Context) error {
-	var targets struct {
-		TargetInfos []struct {
-			TargetID string `json:"targetId"`
-			Type     string `json:"type"`
-		} `json:"targetInfos"`
-	}
-	if err := b.cdp.call(ctx, "", "Target.getTargets", nil, &targets); err != nil {
+	pages, err := b.pages(ctx)
+	if err != nil {
 		return err
 	}
-	for _, t := range targets.TargetInfos {
-		if t.Type == "page" {
-			b.target = t.TargetID
-			break
-		}
+	if len(pages) > 0 {
+		return b.switchTo(ctx, pages[0].TargetID)
 	}
-	if b.target == "" {
-		var created struct {
-			TargetID string `json:"targetId"`
-		}
-		if err := b.cdp.call(ctx, "", "Target.createTarget", map[string]any{"url": "about:blank"}, &created); err != nil {
-			return err
-		}
-		b.target = created.TargetID
-	}
-	var att struct {
-		SessionID string `json:"sessionId"`
-	}
-	if err := b.cdp.call(ctx, "", "Target.attachToTarget", map[string]any{"targetId": b.target, "flatten": true}, &att); err != nil {
-		return err
-	}
-	b.session = att.SessionID
-	if err := b.cdp.call(ctx, b.session, "Page.enable", nil, nil); err != nil {
-		return err
-	}
-	return b.cdp.call(ctx, b.session, "Emulation.setDeviceMetricsOverride",
-		map[string]any{"width": browserWidth, "height": browserHeight, "deviceScaleFactor": 1, "mobile": false}, nil)
+	return b.openTab(ctx)
 }
 
 // idleLoop stops the browser once it has been idle for the configured time (on the service's clock).
@@ -467,22 +444,32 @@ func checkBrowserURL(raw string) error {
 	return nil
 }
 
+// checkPageTimeout reads a page load's timeoutSec: 1..300, 0 is 30.
+func checkPageTimeout(timeoutSec *int) error {
+	switch {
+	case *timeoutSec == 0:
+		*timeoutSec = 30
+	case *timeoutSec < 1 || *timeoutSec > 300:
+		return errorf(codeSpecInvalid, "timeoutSec: must be between 1 and 300, received %d", *timeoutSec)
+	}
+	return nil
+}
+
 func (c *computerService) BrowserGoto(ctx context.Context, id, rawURL string, timeoutSec int) (*GotoResult, error) {
 	if err := checkBrowserURL(rawURL); err != nil {
 		return nil, err
 	}
-	switch {
-	case timeoutSec == 0:
-		timeoutSec = 30
-	case timeoutSec < 1 || timeoutSec > 300:
-		return nil, errorf(codeSpecInvalid, "timeoutSec: must be between 1 and 300, received %d", timeoutSec)
-	}
-	b, err := c.browser(ctx, id)
-	if err != nil {
+	if err := checkPageTimeout(&timeoutSec); err != nil {
 		return nil, err
 	}
-	defer b.release()
-	loads, stop := b.cdp.subscribe(b.session, "Page.loadEventFired")
+	return withBrowser(c, ctx, id, func(b *machineBrowser) (*GotoResult, error) {
+		return b.gotoURL(ctx, rawURL, timeoutSec)
+	})
+}
+
+// gotoURL opens rawURL in the current tab and waits up to timeoutSec for its load.
+func (b *machineBrowser) gotoURL(ctx context.Context, rawURL string, timeoutSec int) (*GotoResult, error) {
+	loads, stop := b.cdp.subscribe(b.session, pageLoadEvents...)
 	defer stop()
 	var nav struct {
 		LoaderID  string `json:"loaderId"`
@@ -495,22 +482,54 @@ func (c *computerService) BrowserGoto(ctx context.Context, id, rawURL string, ti
 	if nav.ErrorText == "" {
 		out.Loaded = nav.LoaderID == "" // a same-document navigation has no load
 		if !out.Loaded {
-			select {
-			case <-loads:
-				out.Loaded = true
-			case <-time.After(time.Duration(timeoutSec) * time.Second):
-			case <-b.cdp.done():
-				return nil, b.fail(errors.New("the browser exited while loading the page"))
-			case <-ctx.Done():
-				return nil, ctx.Err()
+			var err error
+			if out.Loaded, err = b.awaitLoad(ctx, loads, time.Duration(timeoutSec)*time.Second); err != nil {
+				return nil, err
 			}
 		}
 	}
+	var err error
 	out.URL, out.Title, out.Status, err = b.where(ctx)
 	if err != nil {
 		return nil, b.fail(err)
 	}
 	return out, nil
+}
+
+// pageLoadEvents are the events awaitLoad reads (subscribe to them before starting the navigation).
+var pageLoadEvents = []string{"Page.loadEventFired", "Page.frameNavigated", "Page.navigatedWithinDocument"}
+
+// awaitLoad waits up to timeout for the current tab's main frame to finish a navigation: its load
+// event, a page restored from the back-forward cache (which fires none), or a same-document move.
+// It answers false when the time ran out.
+func (b *machineBrowser) awaitLoad(ctx context.Context, events <-chan cdpEvent, timeout time.Duration) (bool, error) {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	for {
+		select {
+		case ev := <-events:
+			var p struct {
+				FrameID string `json:"frameId"`
+				Type    string `json:"type"`
+				Frame   struct {
+					ParentID string `json:"parentId"`
+				} `json:"frame"`
+			}
+			json.Unmarshal(ev.Params, &p)
+			switch {
+			case ev.Method == "Page.loadEventFired",
+				ev.Method == "Page.frameNavigated" && p.Type == "BackForwardCacheRestore" && p.Frame.ParentID == "",
+				ev.Method == "Page.navigatedWithinDocument" && p.FrameID == b.target:
+				return true, nil
+			}
+		case <-t.C:
+			return false, nil
+		case <-b.cdp.done():
+			return false, b.fail(errors.New("the browser exited while loading the page"))
+		case <-ctx.Done():
+			return false, ctx.Err()
+		}
+	}
 }
 
 // fail turns a DevTools failure into the API's error.
@@ -527,8 +546,14 @@ func (b *machineBrowser) fail(err error) error {
 	return errorf(codeToolError, "browser: %v", err)
 }
 
-// eval evaluates expression in the page and decodes its JSON value into out.
+// eval evaluates expression in the page (a promise is awaited) and decodes its JSON value into out.
 func (b *machineBrowser) eval(ctx context.Context, expression string, out any) error {
+	return b.script(ctx, "Runtime.evaluate", map[string]any{"expression": expression, "returnByValue": true, "awaitPromise": true}, out)
+}
+
+// script calls a Runtime method that runs JavaScript in the page (evaluate, callFunctionOn) and decodes
+// the JSON value it answers into out (nil: ignored); a script that threw is an error saying so.
+func (b *machineBrowser) script(ctx context.Context, method string, params map[string]any, out any) error {
 	var r struct {
 		Result struct {
 			Value json.RawMessage `json:"value"`
@@ -537,11 +562,14 @@ func (b *machineBrowser) eval(ctx context.Context, expression string, out any) e
 			Text string `json:"text"`
 		} `json:"exceptionDetails"`
 	}
-	if err := b.cdp.call(ctx, b.session, "Runtime.evaluate", map[string]any{"expression": expression, "returnByValue": true}, &r); err != nil {
+	if err := b.cdp.call(ctx, b.session, method, params, &r); err != nil {
 		return err
 	}
 	if r.ExceptionDetails != nil {
 		return errors.New("the page threw: " + r.ExceptionDetails.Text)
+	}
+	if out == nil || len(r.Result.Value) == 0 {
+		return nil
 	}
 	return json.Unmarshal(r.Result.Value, out)
 }
@@ -577,12 +605,9 @@ func (c *computerService) BrowserSnapshot(ctx context.Context, id string, limit 
 	if err := checkSnapshotLimit(&limit); err != nil {
 		return nil, err
 	}
-	b, err := c.browser(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	defer b.release()
-	return b.snapshot(ctx, limit)
+	return withBrowser(c, ctx, id, func(b *machineBrowser) (*SnapshotResult, error) {
+		return b.snapshot(ctx, limit)
+	})
 }
 
 func checkSnapshotLimit(limit *int) error {
@@ -716,18 +741,15 @@ func staleRef(ref string, err error) error {
 // act runs do on the page, then waits for a navigation it started (if any) to load and answers the
 // page's snapshot.
 func (c *computerService) act(ctx context.Context, id string, do func(b *machineBrowser) error) (*SnapshotResult, error) {
-	b, err := c.browser(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	defer b.release()
-	events, stop := b.cdp.subscribe(b.session, "Page.frameStartedLoading", "Page.loadEventFired")
-	defer stop()
-	if err := do(b); err != nil {
-		return nil, err
-	}
-	b.settle(ctx, events)
-	return b.snapshot(ctx, browserSnapshotDflt)
+	return withBrowser(c, ctx, id, func(b *machineBrowser) (*SnapshotResult, error) {
+		events, stop := b.cdp.subscribe(b.session, "Page.frameStartedLoading", "Page.loadEventFired")
+		defer stop()
+		if err := do(b); err != nil {
+			return nil, err
+		}
+		b.settle(ctx, events)
+		return b.snapshot(ctx, browserSnapshotDflt)
+	})
 }
 
 // settle waits briefly for the main frame to start loading after an action and, if it did, for its load.
@@ -781,55 +803,19 @@ func (b *machineBrowser) center(ctx context.Context, ref string, node int64) (fl
 }
 
 func (c *computerService) BrowserClick(ctx context.Context, id, ref string) (*SnapshotResult, error) {
-	node, err := backendID(ref)
-	if err != nil {
-		return nil, err
-	}
-	return c.act(ctx, id, func(b *machineBrowser) error {
-		if err := b.checkRef(ctx, ref, node); err != nil {
-			return err
-		}
-		x, y, err := b.center(ctx, ref, node)
-		if err != nil {
-			return err
-		}
-		for _, typ := range []string{"mouseMoved", "mousePressed", "mouseReleased"} {
-			ev := map[string]any{"type": typ, "x": x, "y": y}
-			if typ != "mouseMoved" {
-				ev["button"], ev["clickCount"] = "left", 1
-			}
-			if err := b.cdp.call(ctx, b.session, "Input.dispatchMouseEvent", ev, nil); err != nil {
-				return b.fail(err)
-			}
-		}
-		return nil
+	return c.actOn(ctx, id, ref, func(b *machineBrowser, node int64) error {
+		return b.mouse(ctx, ref, node, "mouseMoved", "mousePressed", "mouseReleased")
 	})
 }
 
 func (c *computerService) BrowserType(ctx context.Context, id, ref, text string, submit bool) (*SnapshotResult, error) {
-	node, err := backendID(ref)
-	if err != nil {
-		return nil, err
-	}
-	return c.act(ctx, id, func(b *machineBrowser) error {
-		if err := b.checkRef(ctx, ref, node); err != nil {
-			return err
-		}
+	return c.actOn(ctx, id, ref, func(b *machineBrowser, node int64) error {
 		if err := b.cdp.call(ctx, b.session, "DOM.focus", map[string]any{"backendNodeId": node}, nil); err != nil {
 			return staleRef(ref, err)
 		}
-		var obj struct {
-			Object struct {
-				ObjectID string `json:"objectId"`
-			} `json:"object"`
-		}
-		if err := b.cdp.call(ctx, b.session, "DOM.resolveNode", map[string]any{"backendNodeId": node}, &obj); err != nil {
-			return staleRef(ref, err)
-		}
 		// What is typed replaces the field's value, as a person selecting it all and typing would.
-		if err := b.cdp.call(ctx, b.session, "Runtime.callFunctionOn", map[string]any{"objectId": obj.Object.ObjectID,
-			"functionDeclaration": "function() { if (typeof this.select === 'function') this.select(); }"}, nil); err != nil {
-			return b.fail(err)
+		if err := b.callOn(ctx, ref, node, "function() { if (typeof this.select === 'function') this.select(); }", nil, nil); err != nil {
+			return err
 		}
 		if err := b.cdp.call(ctx, b.session, "Input.insertText", map[string]any{"text": text}, nil); err != nil {
 			return b.fail(err)
@@ -852,36 +838,33 @@ func (c *computerService) BrowserType(ctx context.Context, id, ref, text string,
 
 // BrowserScreenshot is a PNG of the viewport, or of the whole page.
 func (c *computerService) BrowserScreenshot(ctx context.Context, id string, fullPage bool) ([]byte, error) {
-	b, err := c.browser(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	defer b.release()
-	params := map[string]any{"format": "png"}
-	if fullPage {
-		var lm struct {
-			Content struct {
-				Width  float64 `json:"width"`
-				Height float64 `json:"height"`
-			} `json:"cssContentSize"`
+	return withBrowser(c, ctx, id, func(b *machineBrowser) ([]byte, error) {
+		params := map[string]any{"format": "png"}
+		if fullPage {
+			var lm struct {
+				Content struct {
+					Width  float64 `json:"width"`
+					Height float64 `json:"height"`
+				} `json:"cssContentSize"`
+			}
+			if err := b.cdp.call(ctx, b.session, "Page.getLayoutMetrics", nil, &lm); err != nil {
+				return nil, b.fail(err)
+			}
+			params["captureBeyondViewport"] = true
+			params["clip"] = map[string]any{"x": 0, "y": 0, "width": max(lm.Content.Width, 1), "height": min(max(lm.Content.Height, 1), 16384), "scale": 1}
 		}
-		if err := b.cdp.call(ctx, b.session, "Page.getLayoutMetrics", nil, &lm); err != nil {
+		var shot struct {
+			Data string `json:"data"`
+		}
+		if err := b.cdp.call(ctx, b.session, "Page.captureScreenshot", params, &shot); err != nil {
 			return nil, b.fail(err)
 		}
-		params["captureBeyondViewport"] = true
-		params["clip"] = map[string]any{"x": 0, "y": 0, "width": max(lm.Content.Width, 1), "height": min(max(lm.Content.Height, 1), 16384), "scale": 1}
-	}
-	var shot struct {
-		Data string `json:"data"`
-	}
-	if err := b.cdp.call(ctx, b.session, "Page.captureScreenshot", params, &shot); err != nil {
-		return nil, b.fail(err)
-	}
-	png, err := base64.StdEncoding.DecodeString(shot.Data)
-	if err != nil || len(png) < 8 || string(png[1:4]) != "PNG" {
-		return nil, errorf(codeToolError, "the browser's screenshot is not a PNG")
-	}
-	return png, nil
+		png, err := base64.StdEncoding.DecodeString(shot.Data)
+		if err != nil || len(png) < 8 || string(png[1:4]) != "PNG" {
+			return nil, errorf(codeToolError, "the browser's screenshot is not a PNG")
+		}
+		return png, nil
+	})
 }
 
 // BrowserClose stops machine id's browser (its processes too); its profile stays.
@@ -1013,4 +996,15 @@ func (c *computerService) browserDoctor(images []doctorImage) doctorBrowser {
 		}
 	}
 	return d
+}
+
+// withBrowser runs do on machine id's browser (started when needed), holding it for the operation.
+func withBrowser[T any](c *computerService, ctx context.Context, id string, do func(b *machineBrowser) (T, error)) (T, error) {
+	b, err := c.browser(ctx, id)
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	defer b.release()
+	return do(b)
 }

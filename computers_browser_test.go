@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -450,4 +451,70 @@ func TestBrowserEndsWithServer(t *testing.T) {
 		t.Fatalf("the machine after the server's shutdown: %q %v", st, err)
 	}
 	eventually(t, "no chromium left in the machine after the server's shutdown", func() bool { return len(hostBrowserPids(m.ID)) == 0 })
+}
+
+// TestKubernetesBrowser (issue 28): on Kubernetes the browser flavor's image runs Chromium in the pod
+// (.ci/run imports agentd-test:browser into the test cluster): a page served in the pod is opened,
+// read as a snapshot, typed into and submitted, and the result read.
+func TestKubernetesBrowser(t *testing.T) {
+	requireKubernetes(t)
+	defer checkNoKubeLeaks(t)
+	e := newTestServer(t, withHostEnv, withBrowserImage)
+	m := e.create(map[string]any{"provider": "kubernetes", "flavor": "browser", "idleTimeoutSec": 0, "memoryMb": 2048})
+	defer e.call("DELETE", "/v1/computers/"+m.ID, nil, 204, nil)
+	if m.Image != browserImage {
+		t.Fatalf("the pod's image is %q, want the browser flavor's %s", m.Image, browserImage)
+	}
+	serveTestPages(e, m.ID, 8000)
+	var g GotoResult
+	e.call("POST", "/v1/computers/"+m.ID+"/browser/goto", map[string]any{"url": "http://localhost:8000/"}, 200, &g)
+	if !g.Loaded || g.Title != "Shop" || g.Status != 200 {
+		t.Fatalf("goto: %+v", g)
+	}
+	var snap SnapshotResult
+	e.call("POST", "/v1/computers/"+m.ID+"/browser/snapshot", map[string]any{}, 200, &snap)
+	box, ok1 := findNode(snap.Nodes, "textbox", "Your name")
+	send, ok2 := findNode(snap.Nodes, "button", "Send")
+	if _, ok3 := findNode(snap.Nodes, "heading", "Welcome"); !ok1 || !ok2 || !ok3 {
+		t.Fatalf("snapshot: %+v", snap.Nodes)
+	}
+	e.call("POST", "/v1/computers/"+m.ID+"/browser/type", map[string]any{"ref": box.Ref, "text": "Kube"}, 200, &snap)
+	e.call("POST", "/v1/computers/"+m.ID+"/browser/click", map[string]any{"ref": send.Ref}, 200, &snap)
+	e.call("POST", "/v1/computers/"+m.ID+"/browser/snapshot", nil, 200, &snap)
+	if _, ok := findNode(snap.Nodes, "StaticText", "Hello, Kube"); !ok || !strings.Contains(snap.URL, "name=Kube") {
+		t.Fatalf("the result page: %s %+v", snap.URL, snap.Nodes)
+	}
+}
+
+// TestReadonlyRefusesBrowserActions (issue 28): the browser tools that change pages (click, type, select,
+// navigate) are refused in readonly like every dangerous tool, before any browser is started; the ones
+// that only read or move the view are not dangerous.
+func TestReadonlyRefusesBrowserActions(t *testing.T) {
+	acts := []string{"browser_click", "browser_type", "browser_select", "browser_navigate"}
+	var calls []ToolCall
+	for _, name := range acts {
+		calls = append(calls, call("c_"+name, name, map[string]any{"ref": "e1", "text": "x", "values": []string{"a"}, "action": "reload"}))
+	}
+	m := &fakeModel{script: scriptOf(toolResp(calls...))}
+	te := newTestServer(t, withFakeModel(m))
+	te.putAgent(testSpec("looker", func(sp *AgentSpec) {
+		sp.Tools = []string{"browser"}
+		sp.Guardrails.ApprovalMode = "readonly"
+	}))
+	denied := map[string]bool{}
+	for _, e := range te.stream("looker", map[string]any{"input": "x"}).all() {
+		if e["type"] == "tool_denied" {
+			denied[e["call"].(map[string]any)["name"].(string)] = true
+		}
+	}
+	for _, name := range acts {
+		if !denied[name] {
+			t.Errorf("%s was not refused in readonly (denied: %v)", name, denied)
+		}
+	}
+	for _, name := range toolBundles["browser"] {
+		if want := slices.Contains(acts, name); isDangerous(name) != want {
+			t.Errorf("%s: dangerous %v, want %v", name, isDangerous(name), want)
+		}
+	}
 }

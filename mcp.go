@@ -1,7 +1,8 @@
 // mcp.go — the MCP server core (Model Context Protocol, revision 2025-11-25; 2025-06-18 and 2025-03-26
 // accepted from older clients): hand-rolled JSON-RPC 2.0, the lifecycle (initialize, ping,
-// logging/setLevel), and the tools — the machine tools on a machine of the session's own and the
-// control-plane tools (agents, runs, computers). The transports are in mcp_http.go (streamable HTTP at
+// logging/setLevel), and the tools — the machine tools and the browser tools (a Chromium in it;
+// screenshots as inline image content) on a machine of the session's own, and the control-plane tools
+// (agents, runs, computers). The transports are in mcp_http.go (streamable HTTP at
 // /mcp) and mcp_stdio.go (`agentd mcp`).
 //
 // Entry points: (*mcpSessions).open makes a session; (*mcpSession).handle answers one JSON-RPC message;
@@ -17,6 +18,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -351,7 +353,9 @@ func (ss *mcpSession) dispatch(ctx context.Context, m *rpcMessage, notify func(a
 			"capabilities":    mcpCapabilities(),
 			"serverInfo":      map[string]any{"name": "agentd", "title": "agentd", "version": version},
 			"instructions": "agentd runs AI agents and sandboxed machines. The machine tools (shell, read_file, write_file, " +
-				"edit_file, list_dir, expose_port, computer_info) act on a machine of this session's own, created on first use; " +
+				"edit_file, list_dir, expose_port, computer_info) and the browser tools (browse, browser_goto, browser_snapshot, " +
+				"browser_click, browser_type, ...: a real Chromium inside the machine, whose localhost is the machine's own) " +
+				"act on a machine of this session's own, created on first use; " +
 				"list_agents, run_agent, list_runs, get_run and list_computers drive the control plane.",
 		}, nil
 	case "ping":
@@ -448,9 +452,19 @@ type mcpToolResult struct {
 	IsError           bool         `json:"isError"`
 }
 
+// mcpContent is one item of a tool result: text, or an image (base64 data with its MIME type).
 type mcpContent struct {
-	Type string `json:"type"`
-	Text string `json:"text"`
+	Type     string
+	Text     string
+	Data     []byte
+	MIMEType string
+}
+
+func (c mcpContent) MarshalJSON() ([]byte, error) {
+	if c.Type == "image" {
+		return json.Marshal(map[string]string{"type": "image", "data": base64.StdEncoding.EncodeToString(c.Data), "mimeType": c.MIMEType})
+	}
+	return json.Marshal(map[string]string{"type": c.Type, "text": c.Text})
 }
 
 func toolText(text string, isErr bool) *mcpToolResult {
@@ -477,11 +491,18 @@ type mcpTool struct {
 	call                     func(ctx context.Context, ss *mcpSession, args map[string]any, pr *mcpProgress) *mcpToolResult
 }
 
-// mcpMachineTools are the run tools offered on the session's machine, with their titles.
+// mcpMachineTools are the run tools offered on the session's machine, with their titles; the browser's
+// (issue 28) drive a Chromium in it, and make the machine of flavor browser when they are the first.
 var mcpMachineTools = [][2]string{
 	{"shell", "Run a shell command"}, {"read_file", "Read a file"}, {"write_file", "Write a file"},
 	{"edit_file", "Edit a file"}, {"list_dir", "List a directory"}, {"expose_port", "Expose a port"},
 	{"computer_info", "Describe the machine"},
+	{"browse", "Fetch a web page"}, {"browser_goto", "Open a page in the browser"}, {"browser_snapshot", "Read the page"},
+	{"browser_click", "Click an element"}, {"browser_type", "Type into a field"}, {"browser_screenshot", "Screenshot the page"},
+	{"browser_wait_for", "Wait for text or an element"}, {"browser_scroll", "Scroll the page"},
+	{"browser_select", "Choose an option"}, {"browser_hover", "Hover over an element"},
+	{"browser_navigate", "Go back, forward or reload"}, {"browser_tabs", "List, open, select or close tabs"},
+	{"browser_status", "Describe the browser"},
 }
 
 func mcpTools() map[string]mcpTool {
@@ -489,15 +510,22 @@ func mcpTools() map[string]mcpTool {
 	out := map[string]mcpTool{}
 	for _, nt := range mcpMachineTools {
 		impl := catalog[nt[0]]
-		ro := nt[0] == "read_file" || nt[0] == "list_dir" || nt[0] == "computer_info"
+		ro := !isDangerous(nt[0])
+		description := strings.NewReplacer("the agent's computer", "this session's machine", "the computer", "this session's machine").Replace(impl.def.Description)
+		call := func(ctx context.Context, ss *mcpSession, args map[string]any, pr *mcpProgress) *mcpToolResult {
+			return ss.machineTool(ctx, impl, args, pr)
+		}
+		if nt[0] == "browser_screenshot" { // inline, not a file in /work
+			description = "A PNG screenshot of the page in this session's machine's browser (the viewport, or the whole page), as an image."
+			call = func(ctx context.Context, ss *mcpSession, args map[string]any, _ *mcpProgress) *mcpToolResult {
+				return ss.screenshot(ctx, args)
+			}
+		}
 		out[nt[0]] = mcpTool{name: nt[0], title: nt[1],
-			description: strings.ReplaceAll(impl.def.Description, "the agent's computer", "this session's machine") +
-				" (The machine belongs to this MCP session: created on first use, destroyed when the session ends.)",
+			description: description + " (The machine belongs to this MCP session: created on first use, destroyed when the session ends.)",
 			schema:      impl.def.Parameters,
-			annotations: map[string]any{"readOnlyHint": ro, "destructiveHint": !ro, "openWorldHint": nt[0] == "shell"},
-			call: func(ctx context.Context, ss *mcpSession, args map[string]any, pr *mcpProgress) *mcpToolResult {
-				return ss.machineTool(ctx, impl, args, pr)
-			}}
+			annotations: map[string]any{"readOnlyHint": ro, "destructiveHint": !ro, "openWorldHint": nt[0] == "shell" || strings.HasPrefix(nt[0], "browse")},
+			call:        call}
 	}
 	// The read-only control tools, one row each: the /v1 path a call GETs, built from its arguments.
 	reads := []struct {
@@ -691,8 +719,9 @@ func (ss *mcpSession) machineName() string {
 }
 
 // machine returns the session's running machine, creating it on first use (or after the reaper took
-// the previous one for idleness). note is the honest word about the provider, given once.
-func (ss *mcpSession) machine(ctx context.Context) (id, note string, err error) {
+// the previous one for idleness) of flavor (a browser tool's first call makes it "browser", whose image
+// has Chromium). note is the honest word about the provider, given once.
+func (ss *mcpSession) machine(ctx context.Context, flavor string) (id, note string, err error) {
 	ss.machMu.Lock()
 	defer ss.machMu.Unlock()
 	c := ss.reg.s.computers
@@ -720,7 +749,7 @@ func (ss *mcpSession) machine(ctx context.Context) (id, note string, err error) 
 		return "", "", errorf(codeExecDenied, "the machine tools over HTTP run only on an isolated provider, and the only one available is %q (%s)", meta.name, meta.description).
 			withHint("install Docker or Podman (or set computerProvider to one), or use `agentd mcp` over stdio on this host, which may use the local provider")
 	}
-	info, err := c.create(ctx, ComputerSpec{Name: ss.machineName(), Provider: meta.name})
+	info, err := c.create(ctx, ComputerSpec{Name: ss.machineName(), Provider: meta.name, Flavor: flavor})
 	if err != nil {
 		return "", "", err
 	}
@@ -741,7 +770,7 @@ func (ss *mcpSession) machine(ctx context.Context) (id, note string, err error) 
 // machineTool runs one of runs_tools.go's tools on the session's machine, with the same policy, jail,
 // bounds and redaction as a run.
 func (ss *mcpSession) machineTool(ctx context.Context, impl toolImpl, args map[string]any, pr *mcpProgress) *mcpToolResult {
-	id, note, err := ss.machine(ctx)
+	id, note, err := ss.machine(ctx, machineFlavor(impl.def.Name))
 	if err != nil {
 		return toolErrText(err)
 	}
@@ -764,6 +793,42 @@ func (ss *mcpSession) machineTool(ctx context.Context, impl toolImpl, args map[s
 	out = red.redact(boundOutput(out, lim.MaxOutputBytes))
 	isErr := impl.def.Name == "shell" && !shellSucceeded(out)
 	return toolText(note+out, isErr)
+}
+
+// machineFlavor is the flavor of the session's machine when tool is the first to need it: a browser_*
+// tool needs Chromium (browse only fetches).
+func machineFlavor(tool string) string {
+	if strings.HasPrefix(tool, "browser_") {
+		return "browser"
+	}
+	return ""
+}
+
+// screenshot is browser_screenshot over MCP: the PNG inline as image content, after a line saying what
+// it is.
+func (ss *mcpSession) screenshot(ctx context.Context, args map[string]any) *mcpToolResult {
+	var a struct {
+		Full bool `arg:"fullPage"`
+	}
+	if err := toolArgs(args, &a); err != nil {
+		return toolErrText(err)
+	}
+	id, note, err := ss.machine(ctx, "browser")
+	if err != nil {
+		return toolErrText(err)
+	}
+	png, err := ss.reg.s.computers.BrowserScreenshot(ctx, id, a.Full)
+	if err != nil {
+		r := toolErrText(err)
+		r.Content[0].Text = note + r.Content[0].Text
+		return r
+	}
+	what := "the viewport"
+	if a.Full {
+		what = "the whole page"
+	}
+	return &mcpToolResult{Content: []mcpContent{{Type: "text", Text: fmt.Sprintf("%sa %d-byte PNG screenshot of %s", note, len(png), what)},
+		{Type: "image", Data: png, MIMEType: "image/png"}}}
 }
 
 // shellSucceeded reads the shell tool's closing "[exit code N...]" line: exit 0 and not timed out.

@@ -76,7 +76,7 @@ func TestInteropMCPSDK(t *testing.T) {
 		if err := json.Unmarshal([]byte(strings.TrimSpace(out)), &seen); err != nil {
 			t.Fatalf("%s: output %q: %v", mode, out, err)
 		}
-		if seen.Mode != mode || seen.Server["name"] != "agentd" || len(seen.Tools) != 12 || !strings.Contains(seen.Run, "interop answer") || seen.Progress == 0 {
+		if seen.Mode != mode || seen.Server["name"] != "agentd" || len(seen.Tools) != len(mcpToolList()) || !strings.Contains(seen.Run, "interop answer") || seen.Progress == 0 {
 			t.Fatalf("%s: %+v", mode, seen)
 		}
 	}

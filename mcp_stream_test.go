@@ -16,7 +16,7 @@ func TestMCPStreamInfoAndAgentResources(t *testing.T) {
 	ts := newTestServer(t)
 	var info map[string]any
 	ts.call("GET", "/mcp/info", nil, 200, &info)
-	if info["name"] != "agentd" || info["transport"] != "streamable-http" || info["authRequired"] != false || info["tools"] != 12.0 || info["resources"] != 0.0 {
+	if info["name"] != "agentd" || info["transport"] != "streamable-http" || info["authRequired"] != false || info["tools"] != float64(len(mcpToolList())) || info["resources"] != 0.0 {
 		t.Fatalf("info: %v", info)
 	}
 	c, init := mcpConnect(t, ts, "2025-11-25")

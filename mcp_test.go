@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"sort"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -74,7 +75,9 @@ func (c *mcpHTTP) call(name string, args map[string]any) (string, bool, map[stri
 func mcpText(res map[string]any) string {
 	var b strings.Builder
 	for _, c := range res["content"].([]any) {
-		b.WriteString(c.(map[string]any)["text"].(string))
+		if text, ok := c.(map[string]any)["text"].(string); ok { // an image has none
+			b.WriteString(text)
+		}
 	}
 	return b.String()
 }
@@ -106,8 +109,11 @@ func TestMCPHTTPLifecycleAndErrors(t *testing.T) {
 	}
 	// Tools: names, titles, descriptions, object schemas.
 	tools := c.rpc("tools/list", map[string]any{})["result"].(map[string]any)["tools"].([]any)
-	want := []string{"computer_info", "edit_file", "expose_port", "get_run", "list_agents", "list_computers", "list_dir",
+	want := []string{"browse", "browser_click", "browser_hover", "browser_navigate", "browser_screenshot", "browser_scroll",
+		"browser_select", "browser_snapshot", "browser_status", "browser_tabs", "browser_type", "browser_wait_for", "browser_goto",
+		"computer_info", "edit_file", "expose_port", "get_run", "list_agents", "list_computers", "list_dir",
 		"list_runs", "read_file", "run_agent", "shell", "write_file"}
+	sort.Strings(want)
 	var got []string
 	nameRE := regexp.MustCompile(`^[a-z0-9_]{1,64}$`)
 	for _, x := range tools {
@@ -496,7 +502,7 @@ func TestMCPStdioRelaysToAgentURL(t *testing.T) {
 		byID[m["id"].(float64)] = m
 	}
 	if len(byID) != 4 || byID[1]["result"].(map[string]any)["protocolVersion"] != "2025-11-25" ||
-		len(byID[2]["result"].(map[string]any)["tools"].([]any)) != 12 || rpcCode(byID[4]) != rpcMethodNotFound {
+		len(byID[2]["result"].(map[string]any)["tools"].([]any)) != len(mcpToolList()) || rpcCode(byID[4]) != rpcMethodNotFound {
 		t.Fatalf("answers %s", out)
 	}
 	// Relayed to HTTP: the HTTP rule holds (no machine tools on the local provider).

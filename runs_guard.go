@@ -307,12 +307,13 @@ func (s *streamRedactor) lines(text string) string {
 
 // dangerousTools need approval in `ask` mode and are refused in `readonly` (DESIGN §6).
 var dangerousTools = []string{"shell", "expose_port", "write_file", "edit_file", "move", "delete", "http_request",
-	"browser_click", "browser_type"}
+	"browser_click", "browser_type", "browser_select", "browser_navigate"}
 
 // safeTools are known not to change anything. Anything that is in neither list is treated as dangerous:
 // approvals fail closed.
 var safeTools = []string{"read_file", "list_dir", "search_files", "computer_info", "fetch_url", "web_search",
-	"browse", "browser_goto", "browser_snapshot", "browser_screenshot"}
+	"browse", "browser_goto", "browser_snapshot", "browser_screenshot", "browser_wait_for", "browser_scroll",
+	"browser_hover", "browser_tabs", "browser_status"}
 
 func isDangerous(tool string) bool {
 	return slices.Contains(dangerousTools, tool) || !slices.Contains(safeTools, tool)

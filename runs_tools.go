@@ -5,9 +5,8 @@
 // offers), toolArgs (a call's arguments → a struct). Bundles (docs/API.md tools table): computer = shell,
 // expose_port, computer_info; files = read_file, write_file, edit_file, list_dir, search_files, move,
 // delete; web = fetch_url (+ web_search when BRAVE_API_KEY or TAVILY_API_KEY is set); http = http_request (opt-in). The web
-// and http tools live in runs_tools_web.go, computer_info in runs_tools_info.go; browser = browse,
-// browser_goto, browser_snapshot, browser_click, browser_type, browser_screenshot (opt-in;
-// computers_browser_tools.go).
+// and http tools live in runs_tools_web.go, computer_info in runs_tools_info.go; browser = browse and
+// the browser_* tools (opt-in; computers_browser_tools.go).
 // Rules: tools needing a machine are dropped when computer.enabled is false; unknown names are dropped;
 // every exec goes through the agent's command policy; every file path goes through the computer's jail;
 // the network tools obey the network policy (runs_tools_web.go). A tool failure is an error result for
@@ -68,7 +67,8 @@ var toolBundles = map[string][]string{
 	"files":    {"read_file", "write_file", "edit_file", "list_dir", "search_files", "move", "delete"},
 	"web":      {"fetch_url", "web_search"},
 	"http":     {"http_request"},
-	"browser":  {"browse", "browser_goto", "browser_snapshot", "browser_click", "browser_type", "browser_screenshot"},
+	"browser": {"browse", "browser_goto", "browser_snapshot", "browser_click", "browser_type", "browser_screenshot",
+		"browser_wait_for", "browser_scroll", "browser_select", "browser_hover", "browser_navigate", "browser_tabs", "browser_status"},
 }
 
 // resolveTools expands bundles and drops what cannot work for this spec, keeping the spec's order.

@@ -4,7 +4,7 @@
 //        node sdk-client.mjs http  <url of /mcp>    <agent name> [ok|refused]
 // The last argument says what `shell` should do: run (ok), or be refused as a tool error (refused: the
 // HTTP transport on a host whose only provider is the non-isolated local one).
-// It lists the tools, runs `shell`, gets isError for a failing command, runs `run_agent` with progress;
+// It lists the tools (the browser's among them, with their annotations), runs `shell`, gets isError for a failing command, runs `run_agent` with progress;
 // over HTTP it also reads the agents as resources, creates an agent through /v1 and waits for
 // tools/list_changed and resources/list_changed on the GET stream, and reads /mcp/info. It prints one
 // JSON line of what it saw; any deviation exits 1 with the reason on stderr.
@@ -38,8 +38,15 @@ const seen = { mode, server: client.getServerVersion(), protocol: transport.prot
 const { tools } = await client.listTools();
 seen.tools = tools.map((t) => t.name).sort();
 for (const want of ["shell", "read_file", "write_file", "edit_file", "list_dir", "expose_port", "computer_info",
-  "list_agents", "run_agent", "list_runs", "get_run", "list_computers"]) {
+  "list_agents", "run_agent", "list_runs", "get_run", "list_computers",
+  "browse", "browser_goto", "browser_snapshot", "browser_click", "browser_type", "browser_screenshot", "browser_wait_for",
+  "browser_scroll", "browser_select", "browser_hover", "browser_navigate", "browser_tabs", "browser_status"]) {
   if (!seen.tools.includes(want)) fail(`tools/list lacks ${want}: ${seen.tools}`);
+}
+// The browser tools that change pages say so (annotations, as the SDK parsed them).
+for (const t of tools.filter((t) => t.name.startsWith("browser_"))) {
+  const destructive = ["browser_click", "browser_type", "browser_select", "browser_navigate"].includes(t.name);
+  if (t.annotations?.destructiveHint !== destructive || t.annotations?.readOnlyHint !== !destructive) fail(`annotations of ${t.name}: ${JSON.stringify(t.annotations)}`);
 }
 for (const t of tools) {
   if (!/^[a-z0-9_]{1,64}$/.test(t.name) || !t.title || !t.description || t.inputSchema?.type !== "object") {
