@@ -197,6 +197,22 @@ func withSSH(d *testSSHD) testOption {
 	return func(c *testSetup) { conf := d.conf; c.SSH = &conf }
 }
 
+// withSSHMultiplex sets ssh.multiplex (after withSSH).
+func withSSHMultiplex(on bool) testOption {
+	return func(c *testSetup) { c.SSH.Multiplex = &on }
+}
+
+// sshModes runs f once with a ControlMaster per machine and once with a connection per call.
+func sshModes(t *testing.T, f func(t *testing.T, mux testOption)) {
+	for _, on := range []bool{true, false} {
+		name := "mux"
+		if !on {
+			name = "nomux"
+		}
+		t.Run(name, func(t *testing.T) { f(t, withSSHMultiplex(on)) })
+	}
+}
+
 // checkNoSSHLeaks closes the server (its trial machines end with it) and checks that none of its
 // machines is left on the host.
 func checkNoSSHLeaks(t *testing.T, e *testServer) {
@@ -226,14 +242,21 @@ func settleTrials(t *testing.T, e *testServer) {
 
 // TestSSHDroppedConnection: the server restarts under a running exec: the exec fails saying the
 // connection dropped (500 E_EXEC_FAILED, never a fake exit code), and the next exec works over a
-// rebuilt connection.
-func TestSSHDroppedConnection(t *testing.T) {
+// rebuilt connection (mux), or a new one (nomux: each call its own).
+func TestSSHDroppedConnection(t *testing.T) { sshModes(t, testSSHDroppedConnection) }
+
+func testSSHDroppedConnection(t *testing.T, mux testOption) {
 	d := startSSHD(t)
-	e := newTestServer(t, withHostEnv, withSSH(d))
+	e := newTestServer(t, withHostEnv, withSSH(d), mux)
 	m := e.create(map[string]any{"provider": "ssh", "network": map[string]any{"mode": "full"}, "idleTimeoutSec": 0})
 	if out := e.sh(m.ID, "echo before"); out != "before\n" {
 		t.Fatalf("before: %q", out)
 	}
+	p := e.s.computers.providerByName("ssh").(*sshProvider)
+	if p.mu.Lock(); p.mux != (len(p.masters) == 1) { // nomux: no ControlMaster at all
+		t.Fatalf("multiplex %v with %d masters", p.mux, len(p.masters))
+	}
+	p.mu.Unlock()
 	settleTrials(t, e)
 	type answer struct {
 		res *ExecResult
@@ -266,11 +289,13 @@ func TestSSHDroppedConnection(t *testing.T) {
 
 // TestSSHHostKeys: a changed host key is refused and the error says so; an unknown host is refused
 // unless acceptNewHostKeys, and then recorded; the doctor says which policy holds.
-func TestSSHHostKeys(t *testing.T) {
+func TestSSHHostKeys(t *testing.T) { sshModes(t, testSSHHostKeys) }
+
+func testSSHHostKeys(t *testing.T, mux testOption) {
 	d := startSSHD(t)
 	full := map[string]any{"provider": "ssh", "network": map[string]any{"mode": "full"}}
 	t.Run("changed", func(t *testing.T) {
-		e := newTestServer(t, withHostEnv, withSSH(d))
+		e := newTestServer(t, withHostEnv, withSSH(d), mux)
 		m := e.create(full)
 		settleTrials(t, e)
 		// The host is reinstalled: a new host key, the server restarted.
@@ -301,7 +326,7 @@ func TestSSHHostKeys(t *testing.T) {
 	t.Run("unknown", func(t *testing.T) {
 		kh := filepath.Join(t.TempDir(), "known_hosts")
 		strict := func(c *testSetup) { c.SSH.KnownHosts = kh }
-		e := newTestServer(t, withHostEnv, withSSH(d), strict)
+		e := newTestServer(t, withHostEnv, withSSH(d), mux, strict)
 		env := e.wantError("POST", "/v1/computers", full, 503, codeProviderUnavailable)
 		if msg := env["message"].(string); !strings.Contains(msg, "not in "+kh) || !strings.Contains(msg, "acceptNewHostKeys is off") {
 			t.Fatalf("an unknown host: %v", env)
@@ -309,7 +334,7 @@ func TestSSHHostKeys(t *testing.T) {
 		if p := doctorProviderOf(t, e, "ssh"); !strings.Contains(p.Description, "checked strictly") {
 			t.Fatalf("doctor: %+v", p)
 		}
-		accept := newTestServer(t, withHostEnv, withSSH(d), strict, func(c *testSetup) { c.SSH.AcceptNewHostKeys = true })
+		accept := newTestServer(t, withHostEnv, withSSH(d), mux, strict, func(c *testSetup) { c.SSH.AcceptNewHostKeys = true })
 		m := accept.create(full)
 		if out := accept.sh(m.ID, "echo trusted"); out != "trusted\n" {
 			t.Fatalf("accept-new: %q", out)
@@ -453,6 +478,8 @@ func TestSSHConfigChecked(t *testing.T) {
 		"ssh: {target: me@h, knownHosts: kh}\n":    "ssh.knownHosts",
 		"computerProvider: ssh\n":                  "an ssh: block",
 		"ssh: {target: \"me@h;reboot\"}\n":         "shell characters",
+		"ssh: {target: me@h, multiplx: false}\n":   "ssh.multiplx",
+		"ssh: {target: me@h, multiplex: maybe}\n":  "bool",
 	} {
 		home := t.TempDir()
 		writeConfig(t, home, file)
