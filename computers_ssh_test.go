@@ -415,8 +415,10 @@ func TestSSHConfigTarget(t *testing.T) {
 }
 
 // BenchmarkSSHExec: an exec through agentd over the machine's ControlMaster, beside a plain `ssh host
-// true` (a connection of its own: key exchange and authentication every time) and a bare session over
-// the same master (`ssh -S … true`, agentd's floor), interleaved in one run against the test sshd:
+// true` (a connection of its own: key exchange and authentication every time), a bare session over
+// the same master (`ssh -S … true`, agentd's floor) and an exec through agentd without multiplexing
+// (ssh.multiplex: false, Windows' default: a connection per call), interleaved in one run against the
+// test sshd:
 //
 //	AGENT_TEST_SSH=1 go test -run '^$' -bench SSHExec -benchtime 30x .
 func BenchmarkSSHExec(b *testing.B) {
@@ -424,6 +426,8 @@ func BenchmarkSSHExec(b *testing.B) {
 	e := newTestServer(b, withHostEnv, withSSH(d))
 	m := e.create(map[string]any{"provider": "ssh", "network": map[string]any{"mode": "full"}})
 	p := e.s.computers.providerByName("ssh").(*sshProvider)
+	nomux := newTestServer(b, withHostEnv, withSSH(d), withSSHMultiplex(false))
+	nm := nomux.create(map[string]any{"provider": "ssh", "network": map[string]any{"mode": "full"}})
 	mm, err := p.master(context.Background(), &m)
 	if err != nil {
 		b.Fatal(err)
@@ -435,7 +439,7 @@ func BenchmarkSSHExec(b *testing.B) {
 		}
 		return time.Since(t0)
 	}
-	var api, plain, mux []time.Duration
+	var api, plain, mux, apiNomux []time.Duration
 	b.ResetTimer()
 	for range b.N {
 		t0 := time.Now()
@@ -443,6 +447,11 @@ func BenchmarkSSHExec(b *testing.B) {
 			b.Fatalf("exec: %+v %v", r, err)
 		}
 		api = append(api, time.Since(t0))
+		t0 = time.Now()
+		if r, err := nomux.s.computers.Exec(context.Background(), nm.ID, ExecRequest{Cmd: execCommand{Shell: "true"}}, nil); err != nil || r.ExitCode != 0 {
+			b.Fatalf("exec without multiplexing: %+v %v", r, err)
+		}
+		apiNomux = append(apiNomux, time.Since(t0))
 		plain = append(plain, run(p.cli(context.Background(), muxOpts(""), []string{"-T"}, "true")))
 		mux = append(mux, run(p.cli(context.Background(), muxOpts(mm.sock), []string{"-T"}, "true")))
 	}
@@ -450,6 +459,7 @@ func BenchmarkSSHExec(b *testing.B) {
 	b.ReportMetric(float64(pct(api, 0.5).Microseconds())/1000, "agentd-exec-p50-ms")
 	b.ReportMetric(float64(pct(mux, 0.5).Microseconds())/1000, "mux-true-p50-ms")
 	b.ReportMetric(float64(pct(plain, 0.5).Microseconds())/1000, "plain-ssh-true-p50-ms")
+	b.ReportMetric(float64(pct(apiNomux, 0.5).Microseconds())/1000, "agentd-exec-nomux-p50-ms")
 }
 
 // FuzzSSHTarget: whatever ssh.target holds, an accepted one reaches ssh's argv as a user and a host that
