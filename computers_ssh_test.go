@@ -253,10 +253,13 @@ func testSSHDroppedConnection(t *testing.T, mux testOption) {
 		t.Fatalf("before: %q", out)
 	}
 	p := e.s.computers.providerByName("ssh").(*sshProvider)
-	if p.mu.Lock(); p.mux != (len(p.masters) == 1) { // nomux: no ControlMaster at all
-		t.Fatalf("multiplex %v with %d masters", p.mux, len(p.masters))
-	}
+	p.mu.Lock()
+	_, has := p.masters[m.ID]
+	masters := len(p.masters)
 	p.mu.Unlock()
+	if p.mux != has || !p.mux && masters > 0 { // nomux: no ControlMaster at all
+		t.Fatalf("multiplex %v: %d masters, the machine's %v", p.mux, masters, has)
+	}
 	settleTrials(t, e)
 	type answer struct {
 		res *ExecResult
@@ -523,4 +526,70 @@ func TestSSHStoppedStaysStopped(t *testing.T) {
 	}
 	b.call("DELETE", "/v1/computers/"+m.ID, nil, 204, nil)
 	checkNoSSHLeaks(t, b)
+}
+
+// TestSSHTunnels: without multiplexing a forwarded port is an `ssh -N -L` of its own: it reaches the
+// port on the host's loopback, comes back on the same local address after the server restarted, and is
+// ended (no process, nothing listening) when the machine stops.
+func TestSSHTunnels(t *testing.T) {
+	d := startSSHD(t)
+	e := newTestServer(t, withHostEnv, withSSH(d), withSSHMultiplex(false))
+	m := e.create(map[string]any{"provider": "ssh", "network": map[string]any{"mode": "full"}, "idleTimeoutSec": 0})
+	settleTrials(t, e)
+	guest, err := net.Listen("tcp", "127.0.0.1:0") // the "guest" service: the test's host is the ssh host
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer guest.Close()
+	go func() {
+		for {
+			c, err := guest.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); io.Copy(c, c) }()
+		}
+	}()
+	echoes := func(addr string) bool {
+		c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+		if err != nil {
+			return false
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := c.Write([]byte("ping\n")); err != nil {
+			return false
+		}
+		b := make([]byte, 5)
+		_, err = io.ReadFull(c, b)
+		return err == nil && string(b) == "ping\n"
+	}
+	p := e.s.computers.providerByName("ssh").(*sshProvider)
+	port := guest.Addr().(*net.TCPAddr).Port
+	addr, err := p.guestAddr(context.Background(), &m, port)
+	if err != nil || !echoes(addr) {
+		t.Fatalf("the tunnel at %q: %v", addr, err)
+	}
+	tunnelProcs := func() int { // the provider's ssh -L processes for this address
+		out, _ := exec.Command("pgrep", "-f", "--", "-L "+addr+":").Output()
+		return len(strings.Fields(string(out)))
+	}
+	if n := tunnelProcs(); n != 1 {
+		t.Fatalf("%d ssh -L processes for %s", n, addr)
+	}
+	d.restart()
+	eventually(t, "the tunnel to come back on "+addr, func() bool { return echoes(addr) })
+	if again, err := p.guestAddr(context.Background(), &m, port); err != nil || again != addr {
+		t.Fatalf("after the restart: %q %v (was %q)", again, err, addr)
+	}
+	e.call("POST", "/v1/computers/"+m.ID+"/stop", nil, 200, nil)
+	if n := tunnelProcs(); n != 0 {
+		t.Fatalf("%d ssh -L processes left for %s after stop", n, addr)
+	}
+	if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+		c.Close()
+		t.Fatalf("%s still accepts after stop", addr)
+	}
+	e.call("DELETE", "/v1/computers/"+m.ID, nil, 204, nil)
+	checkNoSSHLeaks(t, e)
 }
