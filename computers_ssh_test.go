@@ -536,6 +536,9 @@ func TestSSHTunnels(t *testing.T) {
 	e := newTestServer(t, withHostEnv, withSSH(d), withSSHMultiplex(false))
 	m := e.create(map[string]any{"provider": "ssh", "network": map[string]any{"mode": "full"}, "idleTimeoutSec": 0})
 	settleTrials(t, e)
+	if p := doctorProviderOf(t, e, "ssh"); !strings.Contains(p.Description, "a connection of its own for every call") {
+		t.Fatalf("the doctor does not say the mode: %+v", p)
+	}
 	guest, err := net.Listen("tcp", "127.0.0.1:0") // the "guest" service: the test's host is the ssh host
 	if err != nil {
 		t.Fatal(err)
