@@ -1065,7 +1065,20 @@ func (c *cli) doctor(args []string) error {
 	if asJSON {
 		return c.printJSON(rep)
 	}
-	fmt.Fprintf(c.stdout, "agentd %s (%s, %s), data in %s\n\n", rep.Version, rep.Node, rep.Platform, rep.AgentHome)
+	fmt.Fprintf(c.stdout, "agentd %s (%s, %s), data in %s\n", rep.Version, rep.Node, rep.Platform, rep.AgentHome)
+	var offers, not []string // what this OS offers, configured or not (doctor.go's hostOffers)
+	for _, o := range rep.Host.Offers {
+		if o.Offered {
+			offers = append(offers, o.Provider)
+		} else {
+			not = append(not, o.Provider+" ("+o.How+")")
+		}
+	}
+	fmt.Fprintf(c.stdout, "this host (%s) offers %s", rep.Host.OS, strings.Join(offers, ", "))
+	if len(not) > 0 {
+		fmt.Fprintf(c.stdout, "; not %s", strings.Join(not, "; "))
+	}
+	fmt.Fprint(c.stdout, "\n\n")
 	rows := [][]string{}
 	for _, p := range rep.Providers {
 		note := strings.TrimSpace(p.Reason + " " + p.Hint)

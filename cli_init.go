@@ -65,7 +65,7 @@ const starterConfig = `# agentd's config.yaml: every setting, commented out at i
 # logFormat: text              # text or json
 # logLevel: info               # debug, info, warn or error
 # kubernetes: {namespace: agentd}   # machines as pods: kubeconfig, context, namespace, runtimeClassName, nodeSelector, tolerations, storageClassName
-# ssh: {target: agent@build-box:22}  # machines as private directories on a Linux host of yours: target, key, knownHosts, acceptNewHostKeys
+# ssh: {target: agent@build-box:22}  # machines as private directories on a Linux host of yours: target, key, knownHosts, acceptNewHostKeys, multiplex
 # fly: {app: my-agentd-machines}     # Fly.io Machines (the token in FLY_API_TOKEN): app, region, image, ports, cpuKind, endpoint
 `
 

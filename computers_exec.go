@@ -412,9 +412,11 @@ func (c *computerService) runProc(ctx context.Context, p provider, m *ComputerIn
 		return res, nil
 	case h.endMarker:
 		// The wrapper never reported: the engine could not run it, or the machine went away.
-		if l, ok := p.(interface{ lostExec(*ComputerInfo) string }); ok { // ssh: the connection dropped under it
-			if why := l.lostExec(m); why != "" {
-				return nil, errorf(codeExecFailed, "exec failed in computer %s: %s", m.ID, why).withHint("run it again if it is safe to repeat").withDetail("computerId", m.ID)
+		if l, ok := p.(interface {
+			lostExec(context.Context, *ComputerInfo, *exec.Cmd) error
+		}); ok { // ssh: the connection dropped under it
+			if err := l.lostExec(context.WithoutCancel(ctx), m, h.cmd); err != nil {
+				return nil, err
 			}
 		}
 		if st, err := p.status(context.WithoutCancel(ctx), m); err == nil && st == "missing" {

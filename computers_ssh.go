@@ -10,7 +10,10 @@
 // strictly unless acceptNewHostKeys) and, when the output is wanted, sshProvider.call, which carries ssh's
 // and the remote shell's stderr into the error. Each machine has ONE ControlMaster connection (its socket
 // in the data directory), opened at create and start, closed at stop and destroy, rebuilt once when it is
-// found dead; every exec and file operation is a session multiplexed over it. A machine is
+// found dead; every exec and file operation is a session multiplexed over it, and a port is the master's
+// own -L. Without multiplexing (ssh.multiplex: false; the default on Windows, whose OpenSSH client has no
+// ControlMaster) every call is a connection of its own with the same options, and each forwarded port is
+// an `ssh -N -L` process of its own (sshTunnel), owned by the provider and ended with the machine. A machine is
 // ~/.agentd/<owner>/<id>/{work,tmp} on the host (mode 0700; <owner> is this data directory's instance id,
 // so two servers sharing a host never reap each other's machines). A process runs there with only PATH,
 // HOME, TMPDIR, the spec's and the exec's environment (env -i) and AGENTD_COMPUTER_ID, which stop, destroy
@@ -31,10 +34,14 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"gopkg.in/yaml.v3"
 )
 
 // sshConfig is config.yaml's `ssh:` block.
@@ -43,6 +50,33 @@ type sshConfig struct {
 	Key               string `yaml:"key"`               // the private key's path; empty: ssh's own defaults (agent, ~/.ssh/id_*)
 	KnownHosts        string `yaml:"knownHosts"`        // the known_hosts file; empty: ~/.ssh/known_hosts
 	AcceptNewHostKeys bool   `yaml:"acceptNewHostKeys"` // a host not yet known is trusted on first use (a changed key is still refused)
+	// Multiplex: one ControlMaster per machine (true), or a connection of its own for every call (false).
+	// Unset: true, but on Windows, whose OpenSSH client has no ControlMaster (sshConfig.multiplex).
+	Multiplex *bool `yaml:"multiplex"`
+}
+
+// multiplex says whether machines get a ControlMaster on a host running goos: what the config says, else
+// everywhere but Windows (Win32-OpenSSH has no ControlMaster or ControlPath).
+func (s sshConfig) multiplex(goos string) bool {
+	if s.Multiplex != nil {
+		return *s.Multiplex
+	}
+	return goos != "windows"
+}
+
+// UnmarshalYAML reads the block strictly, as config.yaml's top level is read: an unknown key is an error
+// naming it (a misspelt `multiplex` must not silently leave the default).
+func (s *sshConfig) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind == yaml.MappingNode {
+		known := []string{"target", "key", "knownHosts", "acceptNewHostKeys", "multiplex"}
+		for i := 0; i < len(n.Content); i += 2 {
+			if k := n.Content[i].Value; !slices.Contains(known, k) {
+				return fmt.Errorf("unknown key ssh.%s (line %d); the ssh block's keys are %s", k, n.Content[i].Line, strings.Join(known, ", "))
+			}
+		}
+	}
+	type plain sshConfig
+	return n.Decode((*plain)(s))
 }
 
 const (
@@ -113,11 +147,13 @@ type sshProvider struct {
 	conf       sshConfig
 	user, host string
 	port       int
-	ctlDir     string // where the ControlMaster sockets live
+	ctlDir     string // where the ControlMaster sockets live (and every ssh process's cwd)
+	mux        bool   // one ControlMaster per machine; false: a connection of its own for every call
 	mu         sync.Mutex
-	masters    map[string]*sshMaster     // machine id → its connection
-	fwd        map[string]map[int]string // machine id → guest port → the local address its master forwards
-	home       string                    // the remote user's physical home directory, learned once
+	masters    map[string]*sshMaster         // machine id → its connection
+	fwd        map[string]map[int]string     // machine id → guest port → the local address its master forwards
+	tunnels    map[string]map[int]*sshTunnel // without multiplexing: machine id → guest port → its `ssh -N -L`
+	home       string                        // the remote user's physical home directory, learned once
 	closed     bool
 }
 
@@ -141,8 +177,8 @@ func (m *sshMaster) alive() bool {
 
 func newSSHProvider(conf sshConfig, c *computerService) *sshProvider {
 	user, host, port, _ := parseSSHTarget(conf.Target) // checked with the config
-	s := &sshProvider{c: c, conf: conf, user: user, host: host, port: port,
-		masters: map[string]*sshMaster{}, fwd: map[string]map[int]string{}}
+	s := &sshProvider{c: c, conf: conf, user: user, host: host, port: port, mux: conf.multiplex(runtime.GOOS),
+		masters: map[string]*sshMaster{}, fwd: map[string]map[int]string{}, tunnels: map[string]map[int]*sshTunnel{}}
 	s.ctlDir = filepath.Join(c.home, "ssh")
 	return s
 }
@@ -166,8 +202,12 @@ func (s *sshProvider) meta() providerMeta {
 	if s.conf.AcceptNewHostKeys {
 		keys = "host keys: a new host is trusted on first use and recorded in " + s.knownHosts() + " (acceptNewHostKeys); a changed key is refused"
 	}
+	conn := "one ControlMaster connection per machine"
+	if !s.mux {
+		conn = "a connection of its own for every call (multiplex off: no ControlMaster)"
+	}
 	return providerMeta{name: "ssh", priority: 5, isolated: true, isolationKind: "machine",
-		description: fmt.Sprintf("a private directory per machine on %s over ssh (another computer, shared by every machine on it); %s", s.target(), keys)}
+		description: fmt.Sprintf("a private directory per machine on %s over ssh (another computer, shared by every machine on it); %s; %s", s.target(), conn, keys)}
 }
 
 // limitsNote: the doctor says what a spec asks that the host does not enforce.
@@ -348,6 +388,20 @@ func (s *sshProvider) liveSock(id string) string {
 	return ""
 }
 
+// connect is the ControlPath a machine's session uses: its live master's (opened when there is none or
+// the old one died), or "" without multiplexing, where every call makes a connection of its own (and
+// says by its own failure that the host does not answer).
+func (s *sshProvider) connect(ctx context.Context, m *ComputerInfo) (string, error) {
+	if !s.mux {
+		return "", nil
+	}
+	mm, err := s.master(ctx, m)
+	if err != nil {
+		return "", err
+	}
+	return mm.sock, nil
+}
+
 // master returns the machine's live master, opening it when there is none or the old one died.
 func (s *sshProvider) master(ctx context.Context, m *ComputerInfo) (*sshMaster, error) {
 	s.mu.Lock()
@@ -447,12 +501,16 @@ func (s *sshProvider) closeMaster(id string) {
 func (s *sshProvider) close() {
 	s.mu.Lock()
 	s.closed = true
-	ids := make([]string, 0, len(s.masters))
+	ids := make([]string, 0, len(s.masters)+len(s.tunnels))
 	for id := range s.masters {
+		ids = append(ids, id)
+	}
+	for id := range s.tunnels {
 		ids = append(ids, id)
 	}
 	s.mu.Unlock()
 	for _, id := range ids {
+		s.dropForwards(id)
 		s.closeMaster(id)
 	}
 }
@@ -560,7 +618,7 @@ func (s *sshProvider) create(ctx context.Context, m *ComputerInfo) error {
 	closed := s.closed // a closed service's provider still makes a machine (over a connection of its own)
 	s.mu.Unlock()
 	if !closed {
-		if _, err := s.master(ctx, m); err != nil {
+		if _, err := s.connect(ctx, m); err != nil {
 			return err
 		}
 	}
@@ -576,7 +634,7 @@ func (s *sshProvider) create(ctx context.Context, m *ComputerInfo) error {
 }
 
 func (s *sshProvider) start(ctx context.Context, m *ComputerInfo) error {
-	if _, err := s.master(ctx, m); err != nil {
+	if _, err := s.connect(ctx, m); err != nil { // without multiplexing the check below connects
 		return err
 	}
 	var out bytes.Buffer
@@ -589,8 +647,8 @@ func (s *sshProvider) start(ctx context.Context, m *ComputerInfo) error {
 	return nil
 }
 
-// stop kills the machine's processes on the host and closes its connection; its directory stays, marked
-// stopped (a restarted server adopts it as stopped, not running).
+// stop kills the machine's processes on the host and closes its connection and its port tunnels; its
+// directory stays, marked stopped (a restarted server adopts it as stopped, not running).
 func (s *sshProvider) stop(ctx context.Context, m *ComputerInfo) error {
 	s.killAll(ctx, m)
 	if err := s.call(ctx, m, nil, nil, `[ ! -d "$1" ] || : > "$1/.stopped"`, s.rel(m)); err != nil {
@@ -751,7 +809,7 @@ func (s *sshProvider) command(ctx context.Context, m *ComputerInfo, p *procSpec)
 	if !ok {
 		return nil, errorf(codeFSDenied, "path is outside the machine's writable area: %s", p.cwd).withHint("use a cwd under /work or /tmp")
 	}
-	mm, err := s.master(ctx, m)
+	sock, err := s.connect(ctx, m)
 	if err != nil {
 		return nil, err
 	}
@@ -759,7 +817,7 @@ func (s *sshProvider) command(ctx context.Context, m *ComputerInfo, p *procSpec)
 	if p.tty || p.term != nil {
 		tty = "-tt"
 	}
-	cmd := s.cli(ctx, muxOpts(mm.sock), []string{tty}, s.execScript(dir, cwd, m, p))
+	cmd := s.cli(ctx, muxOpts(sock), []string{tty}, s.execScript(dir, cwd, m, p))
 	cmd.Cancel = func() error {
 		kctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -784,6 +842,9 @@ func (s *sshProvider) killTree(ctx context.Context, m *ComputerInfo, dir string,
 // host's loopback (`ssh -O forward -L`, the -L of the master: it lives and dies with the connection, and
 // a rebuilt connection forwards the same local port again).
 func (s *sshProvider) guestAddr(ctx context.Context, m *ComputerInfo, port int) (string, error) {
+	if !s.mux {
+		return s.tunnel(ctx, m, port)
+	}
 	mm, err := s.master(ctx, m)
 	if err != nil {
 		return "", err
@@ -821,26 +882,184 @@ func (s *sshProvider) forwardLocked(mm *sshMaster, port int, addr string) error 
 	return nil
 }
 
+// dropForwards forgets a machine's forwards (its master's die with it) and ends its tunnels.
 func (s *sshProvider) dropForwards(id string) {
 	s.mu.Lock()
 	delete(s.fwd, id)
+	ts := s.tunnels[id]
+	delete(s.tunnels, id)
 	s.mu.Unlock()
+	for _, t := range ts {
+		t.close()
+	}
 }
 
-// lostExec explains an exec that ended without its end marker when the cause is the connection: its
-// master died under it (the server restarted, the network dropped). runProc asks it (computers_exec.go).
-func (s *sshProvider) lostExec(m *ComputerInfo) string {
+// sshTunnel is one forwarded port without multiplexing: an `ssh -N -L addr:127.0.0.1:port` process this
+// server owns, kept up by its keeper goroutine (started again on the same local address when the
+// connection drops) until the machine stops, is destroyed, or the service closes (close: cancel, wait).
+type sshTunnel struct {
+	addr   string
+	cancel context.CancelFunc
+	ready  chan struct{} // closed when the first process forwards, or failed (err)
+	err    error         // why the first process did not forward; set before ready closes
+	done   chan struct{} // closed when the keeper has ended and its ssh was reaped
+}
+
+func (t *sshTunnel) close() {
+	t.cancel()
+	<-t.done
+}
+
+// sshTunnelRetry bounds the wait between two attempts of a tunnel whose connection dropped.
+const sshTunnelRetry = 30 * time.Second
+
+// tunnel is the local address of the machine's tunnel to a guest port, started when there is none.
+func (s *sshProvider) tunnel(ctx context.Context, m *ComputerInfo, port int) (string, error) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return "", errorf(codeComputerFailed, "the server is shutting down").withHint("retry after the restart")
+	}
+	t := s.tunnels[m.ID][port]
+	if t == nil {
+		ln, err := net.Listen("tcp", "127.0.0.1:0") // a free port for ssh to listen on
+		if err != nil {
+			s.mu.Unlock()
+			return "", errorf(codeComputerFailed, "cannot find a free host port: %v", err)
+		}
+		tctx, cancel := context.WithCancel(s.c.ctx)
+		t = &sshTunnel{addr: ln.Addr().String(), cancel: cancel, ready: make(chan struct{}), done: make(chan struct{})}
+		ln.Close()
+		if s.tunnels[m.ID] == nil {
+			s.tunnels[m.ID] = map[int]*sshTunnel{}
+		}
+		s.tunnels[m.ID][port] = t
+		go s.keepTunnel(tctx, t, m.ID, port)
+	}
+	s.mu.Unlock()
+	select {
+	case <-t.ready:
+	case <-ctx.Done():
+		return "", errorf(codeComputerFailed, "forwarding port %d was cancelled", port).withHint("retry")
+	}
+	if t.err != nil {
+		s.mu.Lock()
+		if s.tunnels[m.ID][port] == t {
+			delete(s.tunnels[m.ID], port)
+		}
+		s.mu.Unlock()
+		msg := t.err.Error()
+		return "", errorf(codeComputerFailed, "ssh did not forward port %d: %s", port, msg).withHint(s.sshHint(msg) + "; and check AllowTcpForwarding on the host's sshd")
+	}
+	return t.addr, nil
+}
+
+// keepTunnel runs the tunnel's ssh until ctx ends: the first attempt's outcome is the tunnel's (ready),
+// a later drop is followed by a new process on the same address, a second later and then less often.
+func (s *sshProvider) keepTunnel(ctx context.Context, t *sshTunnel, id string, port int) {
+	defer close(t.done)
+	wait := time.Second
+	for first := true; ; first = false {
+		forwarded, err := s.runTunnel(ctx, t, port, first)
+		if first && !forwarded {
+			t.err = err
+			close(t.ready)
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		s.c.log.Warn("computers: an ssh port tunnel dropped; reconnecting", "computer", id, "port", port, "err", err)
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return
+		}
+		wait = min(2*wait, sshTunnelRetry)
+	}
+}
+
+// runTunnel runs one `ssh -N -L` until it ends (first: closing t.ready once it forwards, and saying
+// whether it did). It forwards when its local address accepts: ssh listens only once the connection is
+// authenticated.
+func (s *sshProvider) runTunnel(ctx context.Context, t *sshTunnel, port int, first bool) (bool, error) {
+	cmd := s.cli(ctx, []string{"-o", "ControlMaster=no", "-o", "ControlPath=none", "-o", "ExitOnForwardFailure=yes"},
+		[]string{"-N", "-L", t.addr + ":127.0.0.1:" + strconv.Itoa(port)}, "")
+	var buf bytes.Buffer
+	cmd.Stderr = &limitedBuffer{b: &buf, max: 16 << 10}
+	if err := cmd.Start(); err != nil {
+		return false, fmt.Errorf("cannot start ssh: %v", err)
+	}
+	exited := make(chan struct{})
+	var werr error
+	go func() { defer close(exited); werr = cmd.Wait() }()
+	said := func() error {
+		if msg := strings.TrimSpace(buf.String()); msg != "" {
+			return errors.New(s.explain(msg))
+		}
+		return fmt.Errorf("ssh ended: %v", werr)
+	}
+	if first {
+		deadline := time.NewTimer(sshMasterWait)
+		defer deadline.Stop()
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for up := false; !up; {
+			select {
+			case <-exited:
+				return false, said()
+			case <-deadline.C:
+				cmd.Process.Kill()
+				<-exited
+				return false, fmt.Errorf("ssh to %s did not connect within %s", s.target(), sshMasterWait)
+			case <-tick.C:
+				if c, err := net.DialTimeout("tcp", t.addr, time.Second); err == nil {
+					c.Close()
+					up = true
+				}
+			}
+		}
+		close(t.ready)
+	}
+	<-exited
+	return true, said()
+}
+
+// lostExec explains an exec (cmd, its ssh) that ended without its end marker when the cause is the
+// connection: its master died under it, or without multiplexing its own connection failed (the server
+// restarted, the network dropped, the host key changed). nil: not the connection. runProc asks it
+// (computers_exec.go).
+func (s *sshProvider) lostExec(ctx context.Context, m *ComputerInfo, cmd *exec.Cmd) error {
+	lost := func(ssh string) error {
+		return errorf(codeExecFailed, "exec failed in computer %s: the ssh connection to %s dropped during the command (ssh: %s); it may still be running on the host, and the next call reconnects",
+			m.ID, s.target(), ssh).withHint("run it again if it is safe to repeat").withDetail("computerId", m.ID)
+	}
+	if !s.mux {
+		if cmd.ProcessState == nil || cmd.ProcessState.ExitCode() != 255 {
+			return nil // ssh's own failures are 255 (a cwd in a vanished machine too: the status says which)
+		}
+		st, err := s.status(ctx, m) // over a connection of its own: what is wrong with the host now?
+		var se *sshError
+		switch {
+		case err == nil && st == "missing":
+			return nil // the machine is gone: runProc says so
+		case errors.As(err, &se) && (strings.Contains(se.stderr, "host key") || strings.Contains(se.stderr, "refused the key")):
+			return s.failed("cannot reach the machine", err)
+		case err != nil:
+			return lost(lastSSHLine(err.Error()))
+		}
+		return lost("its connection closed")
+	}
 	s.mu.Lock()
 	mm := s.masters[m.ID]
 	s.mu.Unlock()
 	if mm == nil {
-		return ""
+		return nil
 	}
 	select { // the session ends as its master goes: give the master a moment to be reaped
 	case <-mm.done:
 	case <-time.After(time.Second):
-		return ""
+		return nil
 	}
-	return fmt.Sprintf("the ssh connection to %s dropped during the command (ssh: %s); it may still be running on the host, and the next call reconnects",
-		s.target(), lastSSHLine(strings.TrimSpace(mm.buf.String())))
+	return lost(lastSSHLine(strings.TrimSpace(mm.buf.String())))
 }

@@ -31,7 +31,7 @@ type sshFS struct {
 func (f *sshFS) sh(ctx context.Context, stdin io.Reader, stdout io.Writer, script string, args ...string) error {
 	ctx, cancel := context.WithTimeout(ctx, fsOpTimeout)
 	defer cancel()
-	if _, err := f.s.master(ctx, f.m); err != nil {
+	if _, err := f.s.connect(ctx, f.m); err != nil {
 		return err
 	}
 	return f.s.call(ctx, f.m, stdin, stdout, script, args...)

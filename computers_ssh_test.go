@@ -197,6 +197,22 @@ func withSSH(d *testSSHD) testOption {
 	return func(c *testSetup) { conf := d.conf; c.SSH = &conf }
 }
 
+// withSSHMultiplex sets ssh.multiplex (after withSSH).
+func withSSHMultiplex(on bool) testOption {
+	return func(c *testSetup) { c.SSH.Multiplex = &on }
+}
+
+// sshModes runs f once with a ControlMaster per machine and once with a connection per call.
+func sshModes(t *testing.T, f func(t *testing.T, mux testOption)) {
+	for _, on := range []bool{true, false} {
+		name := "mux"
+		if !on {
+			name = "nomux"
+		}
+		t.Run(name, func(t *testing.T) { f(t, withSSHMultiplex(on)) })
+	}
+}
+
 // checkNoSSHLeaks closes the server (its trial machines end with it) and checks that none of its
 // machines is left on the host.
 func checkNoSSHLeaks(t *testing.T, e *testServer) {
@@ -226,13 +242,23 @@ func settleTrials(t *testing.T, e *testServer) {
 
 // TestSSHDroppedConnection: the server restarts under a running exec: the exec fails saying the
 // connection dropped (500 E_EXEC_FAILED, never a fake exit code), and the next exec works over a
-// rebuilt connection.
-func TestSSHDroppedConnection(t *testing.T) {
+// rebuilt connection (mux), or a new one (nomux: each call its own).
+func TestSSHDroppedConnection(t *testing.T) { sshModes(t, testSSHDroppedConnection) }
+
+func testSSHDroppedConnection(t *testing.T, mux testOption) {
 	d := startSSHD(t)
-	e := newTestServer(t, withHostEnv, withSSH(d))
+	e := newTestServer(t, withHostEnv, withSSH(d), mux)
 	m := e.create(map[string]any{"provider": "ssh", "network": map[string]any{"mode": "full"}, "idleTimeoutSec": 0})
 	if out := e.sh(m.ID, "echo before"); out != "before\n" {
 		t.Fatalf("before: %q", out)
+	}
+	p := e.s.computers.providerByName("ssh").(*sshProvider)
+	p.mu.Lock()
+	_, has := p.masters[m.ID]
+	masters := len(p.masters)
+	p.mu.Unlock()
+	if p.mux != has || !p.mux && masters > 0 { // nomux: no ControlMaster at all
+		t.Fatalf("multiplex %v: %d masters, the machine's %v", p.mux, masters, has)
 	}
 	settleTrials(t, e)
 	type answer struct {
@@ -266,11 +292,13 @@ func TestSSHDroppedConnection(t *testing.T) {
 
 // TestSSHHostKeys: a changed host key is refused and the error says so; an unknown host is refused
 // unless acceptNewHostKeys, and then recorded; the doctor says which policy holds.
-func TestSSHHostKeys(t *testing.T) {
+func TestSSHHostKeys(t *testing.T) { sshModes(t, testSSHHostKeys) }
+
+func testSSHHostKeys(t *testing.T, mux testOption) {
 	d := startSSHD(t)
 	full := map[string]any{"provider": "ssh", "network": map[string]any{"mode": "full"}}
 	t.Run("changed", func(t *testing.T) {
-		e := newTestServer(t, withHostEnv, withSSH(d))
+		e := newTestServer(t, withHostEnv, withSSH(d), mux)
 		m := e.create(full)
 		settleTrials(t, e)
 		// The host is reinstalled: a new host key, the server restarted.
@@ -301,7 +329,7 @@ func TestSSHHostKeys(t *testing.T) {
 	t.Run("unknown", func(t *testing.T) {
 		kh := filepath.Join(t.TempDir(), "known_hosts")
 		strict := func(c *testSetup) { c.SSH.KnownHosts = kh }
-		e := newTestServer(t, withHostEnv, withSSH(d), strict)
+		e := newTestServer(t, withHostEnv, withSSH(d), mux, strict)
 		env := e.wantError("POST", "/v1/computers", full, 503, codeProviderUnavailable)
 		if msg := env["message"].(string); !strings.Contains(msg, "not in "+kh) || !strings.Contains(msg, "acceptNewHostKeys is off") {
 			t.Fatalf("an unknown host: %v", env)
@@ -309,7 +337,7 @@ func TestSSHHostKeys(t *testing.T) {
 		if p := doctorProviderOf(t, e, "ssh"); !strings.Contains(p.Description, "checked strictly") {
 			t.Fatalf("doctor: %+v", p)
 		}
-		accept := newTestServer(t, withHostEnv, withSSH(d), strict, func(c *testSetup) { c.SSH.AcceptNewHostKeys = true })
+		accept := newTestServer(t, withHostEnv, withSSH(d), mux, strict, func(c *testSetup) { c.SSH.AcceptNewHostKeys = true })
 		m := accept.create(full)
 		if out := accept.sh(m.ID, "echo trusted"); out != "trusted\n" {
 			t.Fatalf("accept-new: %q", out)
@@ -390,8 +418,10 @@ func TestSSHConfigTarget(t *testing.T) {
 }
 
 // BenchmarkSSHExec: an exec through agentd over the machine's ControlMaster, beside a plain `ssh host
-// true` (a connection of its own: key exchange and authentication every time) and a bare session over
-// the same master (`ssh -S … true`, agentd's floor), interleaved in one run against the test sshd:
+// true` (a connection of its own: key exchange and authentication every time), a bare session over
+// the same master (`ssh -S … true`, agentd's floor) and an exec through agentd without multiplexing
+// (ssh.multiplex: false, Windows' default: a connection per call), interleaved in one run against the
+// test sshd:
 //
 //	AGENT_TEST_SSH=1 go test -run '^$' -bench SSHExec -benchtime 30x .
 func BenchmarkSSHExec(b *testing.B) {
@@ -399,6 +429,8 @@ func BenchmarkSSHExec(b *testing.B) {
 	e := newTestServer(b, withHostEnv, withSSH(d))
 	m := e.create(map[string]any{"provider": "ssh", "network": map[string]any{"mode": "full"}})
 	p := e.s.computers.providerByName("ssh").(*sshProvider)
+	nomux := newTestServer(b, withHostEnv, withSSH(d), withSSHMultiplex(false))
+	nm := nomux.create(map[string]any{"provider": "ssh", "network": map[string]any{"mode": "full"}})
 	mm, err := p.master(context.Background(), &m)
 	if err != nil {
 		b.Fatal(err)
@@ -410,7 +442,7 @@ func BenchmarkSSHExec(b *testing.B) {
 		}
 		return time.Since(t0)
 	}
-	var api, plain, mux []time.Duration
+	var api, plain, mux, apiNomux []time.Duration
 	b.ResetTimer()
 	for range b.N {
 		t0 := time.Now()
@@ -418,6 +450,11 @@ func BenchmarkSSHExec(b *testing.B) {
 			b.Fatalf("exec: %+v %v", r, err)
 		}
 		api = append(api, time.Since(t0))
+		t0 = time.Now()
+		if r, err := nomux.s.computers.Exec(context.Background(), nm.ID, ExecRequest{Cmd: execCommand{Shell: "true"}}, nil); err != nil || r.ExitCode != 0 {
+			b.Fatalf("exec without multiplexing: %+v %v", r, err)
+		}
+		apiNomux = append(apiNomux, time.Since(t0))
 		plain = append(plain, run(p.cli(context.Background(), muxOpts(""), []string{"-T"}, "true")))
 		mux = append(mux, run(p.cli(context.Background(), muxOpts(mm.sock), []string{"-T"}, "true")))
 	}
@@ -425,6 +462,7 @@ func BenchmarkSSHExec(b *testing.B) {
 	b.ReportMetric(float64(pct(api, 0.5).Microseconds())/1000, "agentd-exec-p50-ms")
 	b.ReportMetric(float64(pct(mux, 0.5).Microseconds())/1000, "mux-true-p50-ms")
 	b.ReportMetric(float64(pct(plain, 0.5).Microseconds())/1000, "plain-ssh-true-p50-ms")
+	b.ReportMetric(float64(pct(apiNomux, 0.5).Microseconds())/1000, "agentd-exec-nomux-p50-ms")
 }
 
 // FuzzSSHTarget: whatever ssh.target holds, an accepted one reaches ssh's argv as a user and a host that
@@ -453,6 +491,8 @@ func TestSSHConfigChecked(t *testing.T) {
 		"ssh: {target: me@h, knownHosts: kh}\n":    "ssh.knownHosts",
 		"computerProvider: ssh\n":                  "an ssh: block",
 		"ssh: {target: \"me@h;reboot\"}\n":         "shell characters",
+		"ssh: {target: me@h, multiplx: false}\n":   "ssh.multiplx",
+		"ssh: {target: me@h, multiplex: maybe}\n":  "bool",
 	} {
 		home := t.TempDir()
 		writeConfig(t, home, file)
@@ -486,4 +526,73 @@ func TestSSHStoppedStaysStopped(t *testing.T) {
 	}
 	b.call("DELETE", "/v1/computers/"+m.ID, nil, 204, nil)
 	checkNoSSHLeaks(t, b)
+}
+
+// TestSSHTunnels: without multiplexing a forwarded port is an `ssh -N -L` of its own: it reaches the
+// port on the host's loopback, comes back on the same local address after the server restarted, and is
+// ended (no process, nothing listening) when the machine stops.
+func TestSSHTunnels(t *testing.T) {
+	d := startSSHD(t)
+	e := newTestServer(t, withHostEnv, withSSH(d), withSSHMultiplex(false))
+	m := e.create(map[string]any{"provider": "ssh", "network": map[string]any{"mode": "full"}, "idleTimeoutSec": 0})
+	settleTrials(t, e)
+	if p := doctorProviderOf(t, e, "ssh"); !strings.Contains(p.Description, "a connection of its own for every call") {
+		t.Fatalf("the doctor does not say the mode: %+v", p)
+	}
+	guest, err := net.Listen("tcp", "127.0.0.1:0") // the "guest" service: the test's host is the ssh host
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer guest.Close()
+	go func() {
+		for {
+			c, err := guest.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); io.Copy(c, c) }()
+		}
+	}()
+	echoes := func(addr string) bool {
+		c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+		if err != nil {
+			return false
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := c.Write([]byte("ping\n")); err != nil {
+			return false
+		}
+		b := make([]byte, 5)
+		_, err = io.ReadFull(c, b)
+		return err == nil && string(b) == "ping\n"
+	}
+	p := e.s.computers.providerByName("ssh").(*sshProvider)
+	port := guest.Addr().(*net.TCPAddr).Port
+	addr, err := p.guestAddr(context.Background(), &m, port)
+	if err != nil || !echoes(addr) {
+		t.Fatalf("the tunnel at %q: %v", addr, err)
+	}
+	tunnelProcs := func() int { // the provider's ssh -L processes for this address
+		out, _ := exec.Command("pgrep", "-f", "--", "-L "+addr+":").Output()
+		return len(strings.Fields(string(out)))
+	}
+	if n := tunnelProcs(); n != 1 {
+		t.Fatalf("%d ssh -L processes for %s", n, addr)
+	}
+	d.restart()
+	eventually(t, "the tunnel to come back on "+addr, func() bool { return echoes(addr) })
+	if again, err := p.guestAddr(context.Background(), &m, port); err != nil || again != addr {
+		t.Fatalf("after the restart: %q %v (was %q)", again, err, addr)
+	}
+	e.call("POST", "/v1/computers/"+m.ID+"/stop", nil, 200, nil)
+	if n := tunnelProcs(); n != 0 {
+		t.Fatalf("%d ssh -L processes left for %s after stop", n, addr)
+	}
+	if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+		c.Close()
+		t.Fatalf("%s still accepts after stop", addr)
+	}
+	e.call("DELETE", "/v1/computers/"+m.ID, nil, 204, nil)
+	checkNoSSHLeaks(t, e)
 }

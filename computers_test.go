@@ -129,12 +129,14 @@ func tarGz(t testing.TB, entries []tar.Header, bodies map[string]string) []byte 
 // TestComputerConformance is THE conformance suite, run against every provider: one machine per provider
 // is shared by the subtests that only use it; those that need machines of their own run in parallel.
 func TestComputerConformance(t *testing.T) {
-	for i, prov := range []string{"local", "docker", "podman", "sandbox", "kubernetes", "ssh"} {
-		t.Run(prov, func(t *testing.T) {
+	// ssh-nomux: ssh with ssh.multiplex false (a connection per call, as on Windows).
+	for i, name := range []string{"local", "docker", "podman", "sandbox", "kubernetes", "ssh", "ssh-nomux"} {
+		t.Run(name, func(t *testing.T) {
 			t.Parallel()
+			prov, variant, _ := strings.Cut(name, "-")
 			c := &conformance{prov: prov, local: prov == "local", hostNet: prov == "local", portBase: 41000 + i*10, opts: []testOption{withHostEnv}}
 			if prov == "ssh" { // a real OpenSSH server on loopback (computers_ssh_test.go)
-				c.opts = append(c.opts, withSSH(startSSHD(t)))
+				c.opts = append(c.opts, withSSH(startSSHD(t)), withSSHMultiplex(variant != "nomux"))
 			} else {
 				requireProvider(t, prov)
 			}

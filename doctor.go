@@ -1,7 +1,7 @@
 // doctor.go — the capability report (GET /v1/doctor, later `agentd doctor --json`).
 //
 // Rules (docs/API.md DoctorReport, DESIGN §8): `node` holds the Go runtime version because the contract names the
-// field so; `platform` is GOOS/GOARCH; `firstRun` is true when this start created the data directory;
+// field so; `platform` is GOOS/GOARCH; `host` (an addition) says what that OS offers (hostOffers); `firstRun` is true when this start created the data directory;
 // warnings are honest: the computer and model services add theirs, this file adds a token-less server and a
 // data directory on a full disk. `?force` is accepted and ignored.
 package main
@@ -30,6 +30,7 @@ type DoctorReport struct {
 	Pool      doctorPool            `json:"pool"`       // addition: the warm pool (computers_pool.go)
 	Browser   doctorBrowser         `json:"browser"`    // addition: Chromium for the machines (computers_browser.go)
 	MCP       []map[string]any      `json:"mcpServers"` // addition: config.yaml's MCP servers and their state (mcp_client.go)
+	Host      doctorHost            `json:"host"`       // addition: what this host's OS offers, configured or not (hostOffers)
 	Warnings  []string              `json:"warnings"`
 }
 
@@ -128,7 +129,7 @@ func (s *server) handleDoctor(w http.ResponseWriter, r *http.Request) error {
 func (s *server) doctor(ctx context.Context) DoctorReport {
 	rep := DoctorReport{
 		Version: version, Node: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH,
-		AgentHome: s.cfg.Home, FirstRun: s.firstRun, Warnings: []string{},
+		AgentHome: s.cfg.Home, FirstRun: s.firstRun, Warnings: []string{}, Host: hostOffers(runtime.GOOS),
 	}
 	providers, sel, images, cw := s.computers.doctor(ctx)
 	rep.Images = images
@@ -178,4 +179,67 @@ func diskWarning(dir string, free func(string) (avail, total uint64, err error))
 		return fmt.Sprintf("the data directory %s is on a full disk: %d MB free (%.1f%%); writes of agents and runs may fail", dir, avail>>20, pct)
 	}
 	return ""
+}
+
+// doctorHost (addition, issue 29) is what this host's operating system offers, provider by provider,
+// whether configured or not (the report's providers are those this server has): how each runs here, or
+// why it cannot. A table of what agentd does on each OS (hostOffers), so it can be tested for all of them.
+type doctorHost struct {
+	OS     string            `json:"os"`
+	Offers []doctorHostOffer `json:"offers"`
+}
+
+type doctorHostOffer struct {
+	Provider string `json:"provider"`
+	Offered  bool   `json:"offered"`
+	How      string `json:"how"` // how it runs on this OS, or why it does not
+}
+
+// The local provider's refusal on Windows (platform_windows.go's localHostRefusal says it at probe).
+const (
+	localWindowsReason = "the local provider needs a POSIX shell and process groups, which Windows does not have"
+	localWindowsHint   = "use provider docker or podman (Docker Desktop or Podman on Windows), or ssh to a Linux box"
+)
+
+// hostOffers is what an agentd built for goos offers.
+func hostOffers(goos string) doctorHost {
+	linux := goos == "linux"
+	engine := "the engine's CLI"
+	channel := "execs and files over the in-machine exec channel (agentd's own binary as the helper)"
+	if !linux {
+		engine = map[string]string{"darwin": "Docker Desktop's or Podman machine's CLI", "windows": "Docker Desktop's or Podman's CLI"}[goos]
+		if engine == "" {
+			engine = "the engine's CLI"
+		}
+		channel = "every exec takes the per-call path (agentd is not a Linux executable here, so it cannot be the machines' helper)"
+	}
+	h := doctorHost{OS: goos}
+	add := func(p string, ok bool, how string) {
+		h.Offers = append(h.Offers, doctorHostOffer{Provider: p, Offered: ok, How: how})
+	}
+	add("docker", true, engine+"; "+channel)
+	add("podman", true, engine+"; "+channel)
+	switch goos {
+	case "linux":
+		add("sandbox", true, "bubblewrap: Linux namespaces, cgroups where delegated")
+	default:
+		add("sandbox", false, "the sandbox needs Linux namespaces")
+	}
+	switch goos {
+	case "windows":
+		add("local", false, localWindowsReason+"; "+localWindowsHint)
+	case "linux":
+		add("local", true, "a guarded directory on this host, not isolated")
+	default:
+		add("local", true, "a guarded directory on this host, not isolated; leftover processes of a previous server are not found (no /proc)")
+	}
+	switch goos {
+	case "windows":
+		add("ssh", true, "the system ssh client without multiplexing (Windows' OpenSSH has no ControlMaster): a connection per call, an ssh -N -L per forwarded port (ssh.multiplex: false is the default here)")
+	default:
+		add("ssh", true, "the system ssh client, one ControlMaster connection per machine (ssh.multiplex: false for a connection per call)")
+	}
+	add("kubernetes", true, "kubectl against the configured cluster")
+	add("fly", true, "Fly's Machines API over HTTPS (FLY_API_TOKEN)")
+	return h
 }

@@ -205,3 +205,68 @@ func TestReconcileLeavesEndedTrialAlone(t *testing.T) {
 		t.Fatalf("orphans %v: the trial machine %s was taken for one", c.orphans, p.id)
 	}
 }
+
+// TestDoctorHostOffers: the doctor says what each host OS offers (issue 29): on Windows docker, podman
+// and ssh without multiplexing, local refused with the reason; on macOS docker, podman, local and ssh;
+// the sandbox only on Linux. The report carries this host's, and the local provider's own refusal on this
+// build agrees with the table.
+func TestDoctorHostOffers(t *testing.T) {
+	offered := func(h doctorHost) (yes, no []string) {
+		for _, o := range h.Offers {
+			if o.How == "" {
+				t.Errorf("%s/%s: no how", h.OS, o.Provider)
+			}
+			if o.Offered {
+				yes = append(yes, o.Provider)
+			} else {
+				no = append(no, o.Provider)
+			}
+		}
+		return yes, no
+	}
+	how := func(h doctorHost, p string) string {
+		for _, o := range h.Offers {
+			if o.Provider == p {
+				return o.How
+			}
+		}
+		return ""
+	}
+	for goos, want := range map[string]string{
+		"windows": "docker podman ssh kubernetes fly | sandbox local",
+		"darwin":  "docker podman local ssh kubernetes fly | sandbox",
+		"linux":   "docker podman sandbox local ssh kubernetes fly | ",
+	} {
+		h := hostOffers(goos)
+		yes, no := offered(h)
+		if got := strings.Join(yes, " ") + " | " + strings.Join(no, " "); got != want || h.OS != goos {
+			t.Errorf("%s offers %q, want %q", goos, got, want)
+		}
+	}
+	win := hostOffers("windows")
+	if !strings.Contains(how(win, "ssh"), "without multiplexing") || !strings.Contains(how(win, "local"), "POSIX shell") ||
+		!strings.Contains(how(win, "docker"), "per-call path") {
+		t.Errorf("windows: %+v", win)
+	}
+	if strings.Contains(how(hostOffers("darwin"), "ssh"), "without multiplexing") || !strings.Contains(how(hostOffers("linux"), "docker"), "exec channel") {
+		t.Errorf("darwin/linux: %+v %+v", hostOffers("darwin"), hostOffers("linux"))
+	}
+	// The ssh provider's default follows the host: no ControlMaster on Windows unless the config says so.
+	on := true
+	if (sshConfig{}).multiplex("windows") || !(sshConfig{}).multiplex("darwin") || !(sshConfig{Multiplex: &on}).multiplex("windows") {
+		t.Error("ssh.multiplex's default does not follow the host")
+	}
+	// This build: the local provider's refusal (platform_*.go) is the table's.
+	reason, _ := localHostRefusal()
+	for _, o := range hostOffers(runtime.GOOS).Offers {
+		if o.Provider == "local" && o.Offered != (reason == "") {
+			t.Errorf("local on %s: table %v, probe refusal %q", runtime.GOOS, o.Offered, reason)
+		}
+	}
+	ts := newTestServer(t)
+	var rep DoctorReport
+	ts.call("GET", "/v1/doctor", nil, 200, &rep)
+	if rep.Host.OS != runtime.GOOS || len(rep.Host.Offers) != len(hostOffers(runtime.GOOS).Offers) {
+		t.Errorf("the report's host: %+v", rep.Host)
+	}
+}

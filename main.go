@@ -84,8 +84,9 @@
 //     keys checked against the configured known_hosts, strictly unless acceptNewHostKeys, only the
 //     configured key, no agent or X11 forwarding), what runs there (computers_ssh.go:(*sshProvider).execScript:
 //     env -i, the machine's private directory, a cwd still inside once its links are followed) and its files
-//     (computers_ssh_fs.go:(*sshFS).resolve: the host's paths resolved there and mapped back into the jail).
-//     [434 lines]
+//     (computers_ssh_fs.go:(*sshFS).resolve: the host's paths resolved there and mapped back into the jail);
+//     without multiplexing each forwarded port's `ssh -N -L` on this host's loopback
+//     (computers_ssh.go:(*sshProvider).runTunnel). [476 lines]
 //  9. Kernel state: iptables (computers_fullnet.go:fullRules, computers_fullnet.go:(*engineProvider).filterFull,
 //     computers_sandboxnet.go:sandboxNetRules), namespaces (computers_sandboxnet.go:(*sandboxProvider).netUp),
 //     cgroups (computers_sandbox_cgroup.go:(cgroupHost).create, computers_sandbox_cgroup.go:(cgroupHost).remove),

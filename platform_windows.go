@@ -44,7 +44,4 @@ func killGroupOf(pid int) int {
 
 // localHostRefusal: the local provider runs commands through /bin/sh with POSIX paths and process
 // groups; Windows has none of them.
-func localHostRefusal() (reason, hint string) {
-	return "the local provider needs a POSIX shell and process groups, which Windows does not have",
-		"use provider docker or podman (Docker Desktop or Podman on Windows), or ssh to a Linux box"
-}
+func localHostRefusal() (reason, hint string) { return localWindowsReason, localWindowsHint }
