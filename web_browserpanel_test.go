@@ -50,14 +50,15 @@ func TestDashboardBrowserPanel(t *testing.T) {
 	p.clickOn(`.browser-panel button[aria-controls="browser-body"]`)
 	p.waitFor("the status", `!document.getElementById('browser-body').hidden && /Chromium/.test(`+state+`) && /not running/.test(`+state+`)`)
 
-	// The address bar: goto, then the snapshot's elements listed with ref, role and name, and the screen.
+	// The address bar (typed without a scheme, as into a browser's): goto, then the snapshot's elements
+	// listed with ref, role and name, and the screen.
 	p.clickOn(`.browser-goto input`)
-	p.typeText(site, true)
+	p.typeText(strings.TrimPrefix(site, "http://"), true)
 	p.waitFor("the page's elements", rows+`.some((tr) => /^e\d+/.test(tr.dataset.key) && tr.innerText.includes('button') && tr.innerText.includes('Change')) && `+
 		rows+`.some((tr) => tr.innerText.includes('textbox') && tr.innerText.includes('Your name'))`)
 	p.waitFor("the screenshot", `(() => { const i = document.querySelector('.browser-panel img.shot'); return i && !i.hidden && i.complete && i.naturalWidth === 1280 && i.naturalHeight === 800; })()`)
-	if !strings.Contains(fmt.Sprint(p.eval(state)), "Shop") {
-		t.Fatalf("the status after goto: %v", p.eval(state))
+	if !strings.Contains(fmt.Sprint(p.eval(state)), "Shop") || p.eval(`document.querySelector('.browser-goto input').value`) != site {
+		t.Fatalf("after goto: the status %v, the address %v", p.eval(state), p.eval(`document.querySelector('.browser-goto input').value`))
 	}
 	refOf := func(role, name string) string {
 		t.Helper()
@@ -143,4 +144,24 @@ func TestDashboardBrowserPanel(t *testing.T) {
 	p.waitFor("closed", `/not running/.test(`+state+`) && !`+rows+`.length`)
 	eventually(t, "no chromium process after Close browser", func() bool { return len(hostBrowserPids(m.ID)) == 0 })
 	p.clean("close")
+}
+
+// A machine without Chromium (docker's base image): the opened panel says what is missing and how to get
+// it, and its controls are off (issue 28: status says what is missing and how to get it).
+func TestDashboardBrowserPanelMissing(t *testing.T) {
+	requireProvider(t, "docker")
+	devtools := launchChromium(t)
+	te := newTestServer(t, withHostEnv)
+	m := te.create(map[string]any{"provider": "docker", "idleTimeoutSec": 0})
+	defer te.call("DELETE", "/v1/computers/"+m.ID, nil, 204, nil)
+	p := openPage(t, devtools)
+	p.viewport(1280, 800)
+	p.navigate(te.url + "/computers/" + m.ID)
+	p.waitFor("the page settled", `document.querySelector('.browser-panel') && document.querySelector('main').innerText.includes('Upload to this folder')`)
+	p.clickOn(`.browser-panel button[aria-controls="browser-body"]`)
+	p.waitFor("what is missing and how to get it", `(() => { const a = document.querySelector('.browser-panel [role=alert]');
+		return a && !a.hidden && a.innerText.includes('no Chromium') && a.innerText.includes('flavor browser') &&
+			/not installed/.test(document.querySelector('.browser-state').innerText) &&
+			document.querySelector('.browser-goto input').disabled && document.querySelector('.browser-goto button[type=submit]').disabled; })()`)
+	p.clean("no chromium")
 }

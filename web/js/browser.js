@@ -29,7 +29,7 @@ export function browserPanel(ctx, id) {
   const body = h('div#browser-body', { hidden: true });
   const missing = h('div.panel.error', { role: 'alert', hidden: true });
 
-  const addr = h('input', { type: 'text', placeholder: 'http://localhost:8000/', 'aria-label': 'Address', autocomplete: 'off', spellcheck: 'false', style: 'flex:1;min-width:12rem' });
+  const addr = h('input', { type: 'text', placeholder: 'localhost:8000/ (the machine\'s own)', 'aria-label': 'Address', autocomplete: 'off', spellcheck: 'false', style: 'flex:1;min-width:12rem' });
   const goBtn = h('button.primary', { type: 'submit' }, 'Go');
   const closeBtn = h('button.danger', { type: 'button', onclick: () => closeBrowser() }, 'Close browser');
   const gotoForm = h('form.row.browser-goto', { onsubmit: (e) => { e.preventDefault(); go(); } }, addr, goBtn, closeBtn);
@@ -173,7 +173,8 @@ export function browserPanel(ctx, id) {
   async function go() {
     let url = addr.value.trim();
     if (!url) return;
-    if (!/^[a-z][a-z0-9+.-]*:/i.test(url)) url = 'http://' + url; // localhost:8000 → http://localhost:8000
+    // No scheme (localhost:8000, //host/x): http, as an address bar does. The page itself loads nothing from it.
+    if (!/^([a-z][a-z0-9+.-]*:\/\/|about:)/i.test(url)) url = 'http:' + (url.startsWith('//') ? '' : '//') + url;
     addr.value = url;
     state.textContent = 'opening ' + url + '…';
     const g = await act(() => post(base + '/goto', { url }));
