@@ -23,9 +23,11 @@ export function browserPanel(ctx, id) {
   const base = '/v1/computers/' + enc(id) + '/browser';
   let open = false, running = false, installed = true, closed = false;
   let timer = 0, inflight = null, again = false, lastAction = Date.now(), nodes = [], lastShot = null;
+  let version = '', page = ''; // the status line: Chromium's version, the page (title or URL)
 
   const toggle = h('button', { type: 'button', 'aria-expanded': 'false', 'aria-controls': 'browser-body' }, 'Open');
   const state = h('span.small.muted.browser-state', { role: 'status' });
+  const progress = h('span.small.muted.browser-progress', { 'aria-live': 'polite' }); // browser_progress events
   const body = h('div#browser-body', { hidden: true });
   const missing = h('div.panel.error', { role: 'alert', hidden: true });
 
@@ -62,10 +64,14 @@ export function browserPanel(ctx, id) {
       h('div', h('div.row', h('h3', 'Screen'), h('span.spacer'), live, refreshBtn, saveBtn), img, shotNote),
       h('div', h('div.row', h('h3', 'Elements'), count, h('span.spacer'), snapBtn), h('div.row', filter), list, typeForm)));
   const panel = h('section.panel.browser-panel', { 'aria-label': 'Browser' },
-    h('div.row', h('h2', 'Browser'), state, h('span.spacer'), toggle), body);
+    h('div.row', h('h2', 'Browser'), state, progress, h('span.spacer'), toggle), body);
 
   const touch = () => { lastAction = Date.now(); };
   const busy = (b) => { for (const c of controls) c.disabled = b || !installed; };
+  const drawState = () => {
+    if (!installed || !version) { state.textContent = installed ? '' : 'not installed'; return; } // no status asked yet, or no Chromium
+    state.textContent = [version, running ? 'running' : 'not running (it starts on the first address)', running ? page : ''].filter(Boolean).join(' · ');
+  };
 
   function setOpen(v) {
     open = v;
@@ -86,9 +92,11 @@ export function browserPanel(ctx, id) {
     missing.hidden = st.installed;
     if (!st.installed) {
       clear(missing, h('strong', 'This machine has no Chromium.'), ' ', st.hint || '');
-      state.textContent = 'not installed';
+      drawState();
     } else {
-      state.textContent = [st.version || 'Chromium', running ? 'running' : 'not running (it starts on the first address)', st.title || st.url].filter(Boolean).join(' · ');
+      version = st.version || 'Chromium';
+      page = st.title || st.url || '';
+      drawState();
       if (st.url && !addr.value) addr.value = st.url;
     }
     busy(false);
@@ -164,7 +172,9 @@ export function browserPanel(ctx, id) {
         nodes = res.nodes; drawNodes();
         if (res.truncated) count.textContent += ' (more not shown)';
       }
+      if (res && res.url && (res.url !== addr.value || res.title)) page = res.title || res.url; // a new page (a snapshot has no title)
       if (res && res.url) addr.value = res.url;
+      drawState();
       shot();
       return res;
     } catch (e) { if (!quiet) fail(e); } finally { busy(false); }
@@ -178,8 +188,9 @@ export function browserPanel(ctx, id) {
     addr.value = url;
     state.textContent = 'opening ' + url + '…';
     const g = await act(() => post(base + '/goto', { url }));
-    if (!g) return;
-    state.textContent = (g.title || g.url) + (g.status ? ' · ' + g.status : '') + (g.loaded ? '' : ' · not loaded');
+    if (!g) { drawState(); return; }
+    page = (g.title || g.url) + (g.status ? ' · ' + g.status : '') + (g.loaded ? '' : ' · not loaded');
+    drawState();
     if (g.error) toast('The page did not load: ' + g.error, true);
     await act(() => post(base + '/snapshot', {}));
   }
@@ -206,9 +217,9 @@ export function browserPanel(ctx, id) {
     const p = ev.payload || {};
     if (ev.topic !== 'computers' || (p.computerId !== id && p.id !== id)) return;
     if (ev.type === 'browser_progress') {
-      if (open) state.textContent = p.message;
-      if (/stopped/i.test(p.message || '')) { running = false; stop(); live.textContent = 'stopped'; }
-    } else if (ev.type === 'computer_destroyed' || (p.state && p.state !== 'running')) { running = false; stop(); }
+      progress.textContent = p.message ? '— ' + p.message : '';
+      if (/stopped/i.test(p.message || '')) { running = false; stop(); live.textContent = 'stopped'; drawState(); }
+    } else if (ev.type === 'computer_destroyed' || (p.state && p.state !== 'running')) { running = false; stop(); drawState(); }
   });
   drawNodes();
   if (sessionStorage.getItem(OPEN_KEY) === '1') setOpen(true);
