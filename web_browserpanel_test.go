@@ -3,9 +3,12 @@
 package main
 
 import (
+	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -82,6 +85,8 @@ func TestDashboardBrowserPanel(t *testing.T) {
 	p.typeText("Ada", false)
 	p.clickOn(`.browser-type button[type=submit]`)
 	p.waitFor("the typed value", rows+`.some((tr) => tr.innerText.includes('Your name') && tr.innerText.includes('"Ada"'))`)
+	p.waitFor("the screen with the typed value", `!`+panel+`.dataset.inflight`)
+	panelPicture(p, screenshotDir(t))
 	p.clickOn(`.browser-panel tr[data-key="` + refOf("button", "Send") + `"] button.click`)
 	// The next snapshot shows the result (the Snapshot button asks for it, as a user would, until it is there).
 	p.waitFor("the result page in a snapshot", `(() => { if (`+rows+`.some((tr) => tr.innerText.includes('Hello, Ada'))) return true;
@@ -164,4 +169,26 @@ func TestDashboardBrowserPanelMissing(t *testing.T) {
 			/not installed/.test(document.querySelector('.browser-state').innerText) &&
 			document.querySelector('.browser-goto input').disabled && document.querySelector('.browser-goto button[type=submit]').disabled; })()`)
 	p.clean("no chromium")
+}
+
+// panelPicture saves the Browser panel as it is (README: docs/screenshots with AGENT_SCREENSHOTS=1).
+func panelPicture(p *cdpPage, dir string) {
+	p.t.Helper()
+	box, _ := p.eval(`(() => { document.getElementById('toasts').replaceChildren(); const b = document.querySelector('.browser-panel').getBoundingClientRect();
+		return [b.x + scrollX, b.y + scrollY, b.width, b.height]; })()`).([]any)
+	if len(box) != 4 {
+		p.t.Fatal("no box for the Browser panel")
+	}
+	var out struct {
+		Data string `json:"data"`
+	}
+	json.Unmarshal(p.call("Page.captureScreenshot", map[string]any{"format": "png", "captureBeyondViewport": true,
+		"clip": map[string]any{"x": box[0], "y": box[1], "width": box[2], "height": box[3], "scale": 1}}), &out)
+	b, err := base64.StdEncoding.DecodeString(out.Data)
+	if err != nil || len(b) < 1000 {
+		p.t.Fatalf("the panel's picture: %v (%d bytes)", err, len(b))
+	}
+	if err := os.WriteFile(filepath.Join(dir, "computer-browser-1280.png"), b, 0o644); err != nil {
+		p.t.Fatal(err)
+	}
 }

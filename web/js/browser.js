@@ -175,6 +175,7 @@ export function browserPanel(ctx, id) {
       if (res && res.url && (res.url !== addr.value || res.title)) page = res.title || res.url; // a new page (a snapshot has no title)
       if (res && res.url) addr.value = res.url;
       drawState();
+      progress.textContent = ''; // starting, ready: told while it happened
       shot();
       return res;
     } catch (e) { if (!quiet) fail(e); } finally { busy(false); }
