@@ -1,10 +1,12 @@
 // computers.js — machines: the list (live through the computers topic) with create, stop/start and
 // destroy; one machine's page with a real terminal (xterm.js, vendored, over WS .../terminal: a shell on a
 // pseudo-terminal where the provider has one, else one command per line edited locally), an exec console streaming stdout/stderr, a file
-// browser (list, enter, download a file or a directory as tar.gz, upload, delete) and exposed ports.
+// browser (list, enter, download a file or a directory as tar.gz, upload, delete), exposed ports, and the
+// Browser panel (browser.js: the machine's Chromium).
 
 import { get, post, api, stream, enc, socketURL } from './api.js';
 import { h, clear, badge, time, table, fail, toast, errorBox, field, download, json, latest } from './ui.js';
+import { browserPanel } from './browser.js';
 
 // workLostOnStop: docker and podman keep a non-persistent machine's /work in memory, kubernetes in the pod
 // a stop deletes (the CLI's workLostOnStop, cli_computers.go, says the same).
@@ -110,6 +112,7 @@ async function detail(root, ctx, id) {
 
   grid.append(execPanel(ctx, id));
   grid.append(filesPanel(ctx, id, c.workdir || '/work'));
+  root.append(browserPanel(ctx, id));
 }
 
 // terminalPanel: xterm.js over the terminal socket. First it asks for a shell on a pseudo-terminal (tty

@@ -1,9 +1,14 @@
 // timeline.js — a run's events as a timeline, built incrementally (the same code renders a stored run
 // and a live stream): steps, assistant text (deltas joined), tool calls with arguments and output,
-// usage and cost, warnings, approvals with approve/deny inline, the end with stop reason and error.
+// usage and cost, warnings, approvals with approve/deny inline, the end with stop reason and error; a
+// browser_screenshot's saved PNG shown as an image, read from the run's computer (computer_ready names it)
+// through the files API.
 
-import { post, enc } from './api.js';
-import { h, badge, cost, dur, json, num, fail, toast } from './ui.js';
+import { api, post, enc } from './api.js';
+import { h, badge, cost, dur, json, num, fail, toast, dataURL } from './ui.js';
+
+// screenshotPath: the /work PNG a browser_screenshot result says it saved ("saved a N-byte PNG screenshot at /work/x.png").
+export const screenshotPath = (out) => (/ at (\/work\/[^\s"']+\.png)\s*$/.exec(out || '') || [])[1] || '';
 
 export class Timeline {
   constructor(onChange) {
@@ -56,6 +61,7 @@ export class Timeline {
         t.out.hidden = false;
         t.out.textContent = ev.output || '';
         if (ev.isError) t.out.classList.add('error');
+        else if (c.name === 'browser_screenshot' && this.computerId && screenshotPath(ev.output)) t.li.append(this.screenshot(this.computerId, screenshotPath(ev.output)));
         t.li.querySelector('.head').append(badge(ev.isError ? 'error' : 'ok'), h('span.muted.small', dur(ev.durationMs)));
         break;
       }
@@ -80,11 +86,26 @@ export class Timeline {
         for (const id of [...this.el.querySelectorAll('[data-approval]')].map((x) => x.dataset.approval)) this.resolveApproval(id);
         break;
       }
+      case 'computer_ready':
+        this.computerId = ev.computerId;
+        this.item('other', 'computer ready', h('a.small', { href: '/computers/' + enc(ev.computerId) }, ev.computerId), ev.provider ? h('span.small.muted', ev.provider) : null);
+        break;
       case 'error': this.item('bad', 'Error', h('span.error', (ev.error && (ev.error.code + ': ' + ev.error.message)) || json(ev))); break;
       default:
         this.item('other', ev.type.replace(/_/g, ' '), h('span.small.muted', ev.reason || ev.computerId || ev.message && String(ev.message) || ''));
     }
     this.onChange(ev);
+  }
+
+  // screenshot: the PNG at path in computer id, fetched with the token and shown inline; a machine that is
+  // gone (or a file deleted since) says so instead.
+  screenshot(id, path) {
+    const fig = h('figure.screenshot', h('figcaption.small.muted', path));
+    api('GET', '/v1/computers/' + enc(id) + '/fs/read?path=' + enc(path), undefined, { blob: true })
+      .then(dataURL)
+      .then((src) => fig.prepend(h('img.shot', { src, alt: 'Screenshot saved by the run at ' + path })))
+      .catch((e) => fig.append(h('span.small.muted', ' (no longer readable: ' + (e.code ? e.code + ': ' : '') + e.message + ')')));
+    return fig;
   }
 
   approval(ev) {

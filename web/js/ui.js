@@ -109,6 +109,17 @@ export function debounce(fn, ms) {
   return (...a) => { clearTimeout(t); t = setTimeout(() => fn(...a), ms); };
 }
 
+// dataURL: a Blob as a data: URL (an image fetched with the token is shown this way: the page's CSP
+// allows data: images, not blob:).
+export function dataURL(blob) {
+  return new Promise((resolve, reject) => {
+    const r = new FileReader();
+    r.onload = () => resolve(r.result);
+    r.onerror = () => reject(r.error);
+    r.readAsDataURL(blob);
+  });
+}
+
 export function download(blob, name) {
   const url = URL.createObjectURL(blob);
   const a = h('a', { href: url, download: name });
