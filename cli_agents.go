@@ -478,12 +478,7 @@ func approvalText(request any) string {
 	if req.Agent != "" {
 		fmt.Fprintf(&out, " (agent %s)", req.Agent)
 	}
-	keys := make([]string, 0, len(req.Args))
-	for k := range req.Args {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
+	for _, k := range sortedKeys(req.Args) {
 		v, isText := req.Args[k].(string)
 		if !isText {
 			v = plainJSON(req.Args[k])

@@ -10,6 +10,7 @@ package main
 import (
 	"cmp"
 	"net/url"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -315,12 +316,7 @@ func modelsOf(p providerDef, ps providerStatus, own bool) []ModelInfo {
 // liveHas reports whether a provider's live list serves a catalog name, also under a dated id
 // (Anthropic lists claude-sonnet-4-5-20250929 for the alias claude-sonnet-4-5).
 func liveHas(live []string, name string) bool {
-	for _, n := range live {
-		if n == name || undated(n) == name {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(live, func(n string) bool { return n == name || undated(n) == name })
 }
 
 // undated strips a trailing -YYYYMMDD from a model id.
