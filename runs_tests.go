@@ -18,6 +18,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -700,7 +701,7 @@ func (s *server) readTestRequest(r *http.Request) (*AgentSpec, []testCase, testR
 	if b.Record && b.Replay != nil {
 		return nil, nil, o, errorf(codeSpecInvalid, "record and replay cannot be used together")
 	}
-	o = testRunOptions{Parallel: firstNonZero(b.Parallel, 2), Record: b.Record}
+	o = testRunOptions{Parallel: cmp.Or(b.Parallel, 2), Record: b.Record}
 	if b.Replay != nil {
 		o.Replay = make(map[string][]modelExchange, len(b.Replay))
 		for _, rc := range b.Replay {
@@ -708,15 +709,6 @@ func (s *server) readTestRequest(r *http.Request) (*AgentSpec, []testCase, testR
 		}
 	}
 	return spec, cases, o, nil
-}
-
-func firstNonZero(v ...int) int {
-	for _, x := range v {
-		if x != 0 {
-			return x
-		}
-	}
-	return 0
 }
 
 // handleTestAgent runs the cases and streams `test_start`, one `case` per case as it finishes, and
