@@ -694,7 +694,6 @@ func writeError(w http.ResponseWriter, err error) {
 
 // ---- decode / encode ----
 
-// writeJSON encodes v with the given status. It is the only JSON writer of the API.
 // reply ends a handler: err (through the adapter), or v as JSON with status.
 func reply(w http.ResponseWriter, status int, v any, err error) error {
 	if err != nil {
@@ -713,6 +712,7 @@ func noContent(w http.ResponseWriter, err error) error {
 	return nil
 }
 
+// writeJSON encodes v with the given status. It is the only JSON writer of the API.
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	body, err := json.Marshal(v)
 	if err != nil {

@@ -253,16 +253,13 @@ func (c *cli) runAgent(args []string) error {
 			fmt.Fprintln(c.stderr)
 		}
 	}
-	if err != nil && c.ctx.Err() != nil {
+	if (err != nil || !done && r.result == nil) && c.ctx.Err() != nil {
 		return c.ctx.Err()
 	}
 	if err != nil {
 		return err
 	}
 	if !done && r.result == nil {
-		if c.ctx.Err() != nil {
-			return c.ctx.Err()
-		}
 		return errors.New("the run's stream ended early")
 	}
 	return r.exit()
@@ -745,10 +742,12 @@ func (c *cli) models(args []string) error {
 	}
 	rows := [][]string{}
 	for _, p := range out.Providers {
-		rows = append(rows, []string{fmt.Sprint(p["id"]), c.availability(p["available"] == true),
-			strings.TrimSpace(fmt.Sprint(p["reason"], " ", p["hint"]))})
+		id, _ := p["id"].(string)
+		reason, _ := p["reason"].(string)
+		hint, _ := p["hint"].(string)
+		rows = append(rows, []string{id, c.availability(p["available"] == true), strings.TrimSpace(reason + " " + hint)})
 	}
-	c.table([]string{"PROVIDER", "STATE", "REASON"}, stripNil(rows))
+	c.table([]string{"PROVIDER", "STATE", "REASON"}, rows)
 	fmt.Fprintln(c.stdout)
 	rows = [][]string{}
 	for _, m := range out.Models {
@@ -760,15 +759,6 @@ func (c *cli) models(args []string) error {
 	}
 	c.table([]string{"MODEL", "CONTEXT", "PRICE (IN / OUT)"}, rows)
 	return nil
-}
-
-func stripNil(rows [][]string) [][]string {
-	for _, r := range rows {
-		for i := range r {
-			r[i] = strings.TrimSpace(strings.ReplaceAll(r[i], "<nil>", ""))
-		}
-	}
-	return rows
 }
 
 func (c *cli) chat(args []string) error {
