@@ -75,8 +75,7 @@ func specFiles(args []string) ([]string, error) {
 }
 
 func (c *cli) apply(args []string) error {
-	var asJSON bool
-	pos, err := c.flags(args, func(fs *flag.FlagSet) { fs.BoolVar(&asJSON, "json", false, "") }, 1, -1)
+	pos, err := c.flags(args, c.jsonFlag, 1, -1)
 	if err != nil {
 		return err
 	}
@@ -99,7 +98,7 @@ func (c *cli) apply(args []string) error {
 			fmt.Fprintf(c.stderr, "%s: %v\n", file, err)
 			continue
 		}
-		if asJSON {
+		if c.asJSON {
 			c.printJSON(sum)
 		} else {
 			fmt.Fprintf(c.stdout, "%s %s\n", verb, sum.Name)
@@ -182,7 +181,7 @@ func (c *cli) readInput(pos []string, at int) (string, error) {
 }
 
 func (c *cli) runAgent(args []string) error {
-	var detach, yes, no, asJSON bool
+	var detach, yes, no bool
 	var model, approve string
 	var maxSteps int
 	var maxCost float64
@@ -191,7 +190,7 @@ func (c *cli) runAgent(args []string) error {
 		fs.BoolVar(&detach, "detach", false, "")
 		fs.BoolVar(&yes, "yes", false, "")
 		fs.BoolVar(&no, "no", false, "")
-		fs.BoolVar(&asJSON, "json", false, "")
+		c.jsonFlag(fs)
 		fs.StringVar(&model, "model", "", "")
 		fs.Var(vars, "var", "")
 		fs.IntVar(&maxSteps, "max-steps", 0, "")
@@ -232,7 +231,7 @@ func (c *cli) runAgent(args []string) error {
 		if err := c.call("POST", "/v1/agents/"+name+"/run?detach=true", body, &out); err != nil {
 			return err
 		}
-		if asJSON {
+		if c.asJSON {
 			return c.printJSON(out)
 		}
 		fmt.Fprintln(c.stdout, out.RunID)
@@ -244,7 +243,7 @@ func (c *cli) runAgent(args []string) error {
 	} else if no {
 		answer = "n"
 	}
-	r := &runPrinter{c: c, json: asJSON, answer: answer}
+	r := &runPrinter{c: c, answer: answer}
 	done, err := c.stream("POST", "/v1/agents/"+name+"/run/stream", body, r.event)
 	if r.asking != nil {
 		select {
@@ -303,7 +302,6 @@ func (c *cli) runBody(model, approve string, vars kvFlag, maxSteps int, maxCost 
 // (`logs`) it only shows them: watching a run never answers its approvals, past or live.
 type runPrinter struct {
 	c      *cli
-	json   bool
 	watch  bool
 	answer string
 	result *RunResult
@@ -348,7 +346,7 @@ func (r *runPrinter) event(ev cliEvent) error {
 		}
 	}
 	out := r.c.stdout
-	if r.json {
+	if r.c.asJSON {
 		fmt.Fprintf(out, "%s\n", ev.data)
 		return nil
 	}
@@ -532,12 +530,12 @@ func indent(s, pre string) string { return pre + strings.ReplaceAll(s, "\n", "\n
 func (c *cli) runs(args []string) error {
 	var agent, status string
 	var limit int
-	var asJSON, quiet bool
+	var quiet bool
 	if _, err := c.flags(args, func(fs *flag.FlagSet) {
 		fs.StringVar(&agent, "agent", "", "")
 		fs.StringVar(&status, "status", "", "")
 		fs.IntVar(&limit, "limit", 50, "")
-		fs.BoolVar(&asJSON, "json", false, "")
+		c.jsonFlag(fs)
 		fs.BoolVar(&quiet, "q", false, "")
 	}, 0, 0); err != nil {
 		return err
@@ -585,7 +583,7 @@ func (c *cli) runs(args []string) error {
 		out.Runs = []json.RawMessage{}
 	}
 	switch {
-	case asJSON:
+	case c.asJSON:
 		return c.printJSON(out)
 	case quiet:
 		for _, r := range sums {
@@ -608,16 +606,16 @@ func (c *cli) runs(args []string) error {
 }
 
 func (c *cli) logs(args []string) error {
-	var follow, asJSON bool
+	var follow bool
 	pos, err := c.flags(args, func(fs *flag.FlagSet) {
 		fs.BoolVar(&follow, "f", false, "")
-		fs.BoolVar(&asJSON, "json", false, "")
+		c.jsonFlag(fs)
 	}, 1, 1)
 	if err != nil {
 		return err
 	}
 	id := url.PathEscape(pos[0])
-	r := &runPrinter{c: c, json: asJSON, watch: true}
+	r := &runPrinter{c: c, watch: true}
 	if !follow {
 		var out struct {
 			Events []json.RawMessage `json:"events"`
@@ -669,8 +667,7 @@ func (c *cli) logs(args []string) error {
 }
 
 func (c *cli) cancel(args []string) error {
-	var asJSON bool
-	pos, err := c.flags(args, func(fs *flag.FlagSet) { fs.BoolVar(&asJSON, "json", false, "") }, 1, 1)
+	pos, err := c.flags(args, c.jsonFlag, 1, 1)
 	if err != nil {
 		return err
 	}
@@ -678,7 +675,7 @@ func (c *cli) cancel(args []string) error {
 	if err := c.call("POST", "/v1/runs/"+url.PathEscape(pos[0])+"/cancel", nil, &out); err != nil {
 		return err
 	}
-	if asJSON {
+	if c.asJSON {
 		return c.printJSON(out)
 	}
 	fmt.Fprintf(c.stdout, "%s %v\n", pos[0], out["status"])
@@ -704,12 +701,12 @@ func (c *cli) approvals(args []string) error {
 }
 
 func (c *cli) answer(args []string, approve bool) error {
-	var remember, asJSON bool
+	var remember bool
 	pos, err := c.flags(args, func(fs *flag.FlagSet) {
 		if approve {
 			fs.BoolVar(&remember, "remember", false, "")
 		}
-		fs.BoolVar(&asJSON, "json", false, "")
+		c.jsonFlag(fs)
 	}, 1, 1)
 	if err != nil {
 		return err
@@ -718,7 +715,7 @@ func (c *cli) answer(args []string, approve bool) error {
 	if err := c.call("POST", "/v1/approvals/"+url.PathEscape(pos[0]), map[string]any{"approve": approve, "remember": remember}, &out); err != nil {
 		return err
 	}
-	if asJSON {
+	if c.asJSON {
 		return c.printJSON(out)
 	}
 	word := "denied"
@@ -763,10 +760,9 @@ func (c *cli) models(args []string) error {
 
 func (c *cli) chat(args []string) error {
 	var model string
-	var asJSON bool
 	pos, err := c.flags(args, func(fs *flag.FlagSet) {
 		fs.StringVar(&model, "m", "auto", "")
-		fs.BoolVar(&asJSON, "json", false, "")
+		c.jsonFlag(fs)
 	}, 0, -1)
 	if err != nil {
 		return err
@@ -777,7 +773,7 @@ func (c *cli) chat(args []string) error {
 	}
 	body := map[string]any{"model": model, "messages": []any{map[string]any{"role": "user", "content": prompt}}}
 	_, err = c.stream("POST", "/v1/models/chat/stream", body, func(ev cliEvent) error {
-		if asJSON {
+		if c.asJSON {
 			fmt.Fprintf(c.stdout, "%s\n", ev.data)
 			return nil
 		}
@@ -862,10 +858,9 @@ func (c *cli) importBody(arg, source string) (map[string]any, error) {
 
 func (c *cli) importSession(args []string) error {
 	var source string
-	var asJSON bool
 	pos, err := c.flags(args, func(fs *flag.FlagSet) {
 		fs.StringVar(&source, "source", "", "")
-		fs.BoolVar(&asJSON, "json", false, "")
+		c.jsonFlag(fs)
 	}, 1, 1)
 	if err != nil {
 		return err
@@ -880,7 +875,7 @@ func (c *cli) importSession(args []string) error {
 	if err := c.call("POST", "/v1/sessions/import", body, &out); err != nil {
 		return err
 	}
-	if asJSON {
+	if c.asJSON {
 		return c.printJSON(out)
 	}
 	t := out.Transcript
@@ -891,10 +886,9 @@ func (c *cli) importSession(args []string) error {
 
 func (c *cli) distill(args []string) error {
 	var model string
-	var asJSON bool
 	pos, err := c.flags(args, func(fs *flag.FlagSet) {
 		fs.StringVar(&model, "model", "", "")
-		fs.BoolVar(&asJSON, "json", false, "")
+		c.jsonFlag(fs)
 	}, 1, 1)
 	if err != nil {
 		return err
@@ -952,7 +946,7 @@ func (c *cli) distill(args []string) error {
 	if yamlText == "" {
 		return errors.New("the distill stream ended without a spec")
 	}
-	if asJSON { // DESIGN §8: {distilled, spec, yaml}
+	if c.asJSON { // DESIGN §8: {distilled, spec, yaml}
 		return c.printJSON(doneFrame)
 	}
 	fmt.Fprint(c.stdout, yamlText)
@@ -1021,8 +1015,7 @@ func (c *cli) dialSocket(path string) (*websocket.Conn, error) {
 }
 
 func (c *cli) doctor(args []string) error {
-	var asJSON bool
-	if _, err := c.flags(args, func(fs *flag.FlagSet) { fs.BoolVar(&asJSON, "json", false, "") }, 0, 0); err != nil {
+	if _, err := c.flags(args, c.jsonFlag, 0, 0); err != nil {
 		return err
 	}
 	var rep DoctorReport
@@ -1047,7 +1040,7 @@ func (c *cli) doctor(args []string) error {
 	if err != nil {
 		return err
 	}
-	if asJSON {
+	if c.asJSON {
 		return c.printJSON(rep)
 	}
 	fmt.Fprintf(c.stdout, "agentd %s (%s, %s), data in %s\n\n", rep.Version, rep.Node, rep.Platform, rep.AgentHome)
