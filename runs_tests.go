@@ -27,7 +27,6 @@ import (
 	"path"
 	"regexp"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -192,11 +191,7 @@ func (p *testParser) fields(n *yaml.Node, at string, known map[string]func(*yaml
 		read, ok := known[k.Value]
 		switch {
 		case !ok:
-			names := make([]string, 0, len(known))
-			for name := range known {
-				names = append(names, name)
-			}
-			sort.Strings(names)
+			names := sortedKeys(known)
 			msg := fmt.Sprintf("Unrecognized key %q (accepted: %s)", k.Value, strings.Join(names, ", "))
 			if near := nearest(k.Value, names); near != "" {
 				msg = fmt.Sprintf("Unrecognized key %q; did you mean %s?", k.Value, near)
@@ -473,12 +468,7 @@ func (c testCase) check(res *RunResult, files func(path string) (string, error))
 	if m := c.Expect.MaxCostUSD; m != nil && res.Usage.CostUSD > *m+1e-12 {
 		why = append(why, fmt.Sprintf("the run cost $%.4f, at most $%.4f expected", res.Usage.CostUSD, *m))
 	}
-	paths := make([]string, 0, len(c.Expect.Files))
-	for p := range c.Expect.Files {
-		paths = append(paths, p)
-	}
-	sort.Strings(paths)
-	for _, p := range paths {
+	for _, p := range sortedKeys(c.Expect.Files) {
 		got, err := files(p)
 		switch {
 		case err != nil:
