@@ -243,10 +243,8 @@ var catalog = []ModelInfo{
 
 // lookupModel finds a catalog entry by full id ("provider/name").
 func lookupModel(id string) (ModelInfo, bool) {
-	for _, mi := range catalog {
-		if mi.ID == id {
-			return mi, true
-		}
+	if i := slices.IndexFunc(catalog, func(mi ModelInfo) bool { return mi.ID == id }); i >= 0 {
+		return catalog[i], true
 	}
 	return ModelInfo{}, false
 }
