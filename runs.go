@@ -870,11 +870,7 @@ func (s *server) handleCancelRun(w http.ResponseWriter, r *http.Request) error {
 	if errors.Is(err, errNotFound) {
 		return errRunNotFound(id)
 	}
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusAccepted, map[string]any{"runId": id, "cancelled": false, "status": status})
-	return nil
+	return reply(w, http.StatusAccepted, map[string]any{"runId": id, "cancelled": false, "status": status}, err)
 }
 
 func (s *server) handleDeleteRun(w http.ResponseWriter, r *http.Request) error {
