@@ -694,7 +694,6 @@ func writeError(w http.ResponseWriter, err error) {
 
 // ---- decode / encode ----
 
-// writeJSON encodes v with the given status. It is the only JSON writer of the API.
 // reply ends a handler: err (through the adapter), or v as JSON with status.
 func reply(w http.ResponseWriter, status int, v any, err error) error {
 	if err != nil {
@@ -713,6 +712,7 @@ func noContent(w http.ResponseWriter, err error) error {
 	return nil
 }
 
+// writeJSON encodes v with the given status. It is the only JSON writer of the API.
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	body, err := json.Marshal(v)
 	if err != nil {
@@ -787,60 +787,32 @@ func decodeJSON(b []byte, v any, strict bool) error {
 // duplicateKey returns the dotted path of the first key an object of a (valid) JSON document repeats.
 func duplicateKey(b []byte) string {
 	dec := json.NewDecoder(bytes.NewReader(b))
-	type level struct {
-		keys   map[string]bool // nil for an array
-		path   string
-		index  int
-		expect bool // an object awaits a key
-	}
-	var stack []*level
-	child := func() string { // the path of the value about to be read
-		if len(stack) == 0 {
-			return ""
-		}
-		top := stack[len(stack)-1]
-		if top.keys == nil {
-			top.index++
-			return joinPath(top.path, strconv.Itoa(top.index-1))
-		}
-		return top.path
-	}
-	var pending string // an object's key just read: its value's path
-	for {
+	var walk func(path string) string // reads one value, and a container's values under it
+	walk = func(path string) string {
 		tok, err := dec.Token()
 		if err != nil {
 			return ""
 		}
-		if len(stack) > 0 && stack[len(stack)-1].keys != nil && stack[len(stack)-1].expect {
-			top := stack[len(stack)-1]
-			if k, ok := tok.(string); ok {
-				if top.keys[k] {
-					return joinPath(top.path, k)
+		seen := map[string]bool{}
+		for i := 0; (tok == json.Delim('{') || tok == json.Delim('[')) && dec.More(); i++ {
+			key := strconv.Itoa(i)
+			if tok == json.Delim('{') {
+				k, _ := dec.Token()
+				if key, _ = k.(string); seen[key] {
+					return joinPath(path, key)
 				}
-				top.keys[k], top.expect, pending = true, false, joinPath(top.path, k)
-				continue
+				seen[key] = true
+			}
+			if p := walk(joinPath(path, key)); p != "" {
+				return p
 			}
 		}
-		path := pending
-		if pending == "" {
-			path = child()
+		if tok == json.Delim('{') || tok == json.Delim('[') {
+			dec.Token() // its closing delimiter
 		}
-		pending = ""
-		if len(stack) > 0 && stack[len(stack)-1].keys != nil {
-			stack[len(stack)-1].expect = true
-		}
-		switch tok {
-		case json.Delim('{'):
-			stack = append(stack, &level{keys: map[string]bool{}, path: path, expect: true})
-		case json.Delim('['):
-			stack = append(stack, &level{path: path})
-		case json.Delim('}'), json.Delim(']'):
-			stack = stack[:len(stack)-1]
-			if len(stack) > 0 && stack[len(stack)-1].keys != nil {
-				stack[len(stack)-1].expect = true
-			}
-		}
+		return ""
 	}
+	return walk("")
 }
 
 // exactKeys refuses top-level keys that encoding/json matched only by folding case ("Input" for "input"):

@@ -25,13 +25,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"regexp"
 	"slices"
-	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -98,6 +98,7 @@ type cli struct {
 	client         *http.Client
 	cmd            cliCommand
 	help           bool          // --help: the first c.flags prints the usage and ends the command
+	asJSON         bool          // --json (jsonFlag): print the API's own shapes
 	fs             *flag.FlagSet // the command's flags once parsed, for its usage
 }
 
@@ -418,6 +419,9 @@ func (c *cli) flags(args []string, define func(fs *flag.FlagSet), minArgs, maxAr
 	return pos, nil
 }
 
+// jsonFlag defines --json, the one flag of that meaning, on a command's flags.
+func (c *cli) jsonFlag(fs *flag.FlagSet) { fs.BoolVar(&c.asJSON, "json", false, "") }
+
 func (c *cli) usage(format string, a ...any) error {
 	return usageError{msg: fmt.Sprintf("%s: %s", c.cmd.name, fmt.Sprintf(format, a...)), usage: commandUsage(c.cmd, c.fs)}
 }
@@ -653,14 +657,13 @@ func (c *cli) stream(method, path string, body any, fn func(ev cliEvent) error) 
 // listing starts a command whose one flag is --json: it GETs path into out and, with --json, prints
 // it; done is true when nothing is left for the command to do.
 func (c *cli) listing(args []string, path string, out any) (done bool, err error) {
-	var asJSON bool
-	if _, err := c.flags(args, func(fs *flag.FlagSet) { fs.BoolVar(&asJSON, "json", false, "") }, 0, 0); err != nil {
+	if _, err := c.flags(args, c.jsonFlag, 0, 0); err != nil {
 		return true, err
 	}
 	if err := c.call("GET", path, nil, out); err != nil {
 		return true, err
 	}
-	if asJSON {
+	if c.asJSON {
 		return true, c.printJSON(out)
 	}
 	return false, nil
@@ -699,10 +702,5 @@ func queryOf(kv ...string) string {
 }
 
 func sortedKeys[M ~map[string]V, V any](m M) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
+	return slices.Sorted(maps.Keys(m))
 }

@@ -75,8 +75,7 @@ func specFiles(args []string) ([]string, error) {
 }
 
 func (c *cli) apply(args []string) error {
-	var asJSON bool
-	pos, err := c.flags(args, func(fs *flag.FlagSet) { fs.BoolVar(&asJSON, "json", false, "") }, 1, -1)
+	pos, err := c.flags(args, c.jsonFlag, 1, -1)
 	if err != nil {
 		return err
 	}
@@ -99,7 +98,7 @@ func (c *cli) apply(args []string) error {
 			fmt.Fprintf(c.stderr, "%s: %v\n", file, err)
 			continue
 		}
-		if asJSON {
+		if c.asJSON {
 			c.printJSON(sum)
 		} else {
 			fmt.Fprintf(c.stdout, "%s %s\n", verb, sum.Name)
@@ -182,7 +181,7 @@ func (c *cli) readInput(pos []string, at int) (string, error) {
 }
 
 func (c *cli) runAgent(args []string) error {
-	var detach, yes, no, asJSON bool
+	var detach, yes, no bool
 	var model, approve string
 	var maxSteps int
 	var maxCost float64
@@ -191,7 +190,7 @@ func (c *cli) runAgent(args []string) error {
 		fs.BoolVar(&detach, "detach", false, "")
 		fs.BoolVar(&yes, "yes", false, "")
 		fs.BoolVar(&no, "no", false, "")
-		fs.BoolVar(&asJSON, "json", false, "")
+		c.jsonFlag(fs)
 		fs.StringVar(&model, "model", "", "")
 		fs.Var(vars, "var", "")
 		fs.IntVar(&maxSteps, "max-steps", 0, "")
@@ -232,7 +231,7 @@ func (c *cli) runAgent(args []string) error {
 		if err := c.call("POST", "/v1/agents/"+name+"/run?detach=true", body, &out); err != nil {
 			return err
 		}
-		if asJSON {
+		if c.asJSON {
 			return c.printJSON(out)
 		}
 		fmt.Fprintln(c.stdout, out.RunID)
@@ -244,7 +243,7 @@ func (c *cli) runAgent(args []string) error {
 	} else if no {
 		answer = "n"
 	}
-	r := &runPrinter{c: c, json: asJSON, answer: answer}
+	r := &runPrinter{c: c, answer: answer}
 	done, err := c.stream("POST", "/v1/agents/"+name+"/run/stream", body, r.event)
 	if r.asking != nil {
 		select {
@@ -253,16 +252,13 @@ func (c *cli) runAgent(args []string) error {
 			fmt.Fprintln(c.stderr)
 		}
 	}
-	if err != nil && c.ctx.Err() != nil {
+	if (err != nil || !done && r.result == nil) && c.ctx.Err() != nil {
 		return c.ctx.Err()
 	}
 	if err != nil {
 		return err
 	}
 	if !done && r.result == nil {
-		if c.ctx.Err() != nil {
-			return c.ctx.Err()
-		}
 		return errors.New("the run's stream ended early")
 	}
 	return r.exit()
@@ -306,7 +302,6 @@ func (c *cli) runBody(model, approve string, vars kvFlag, maxSteps int, maxCost 
 // (`logs`) it only shows them: watching a run never answers its approvals, past or live.
 type runPrinter struct {
 	c      *cli
-	json   bool
 	watch  bool
 	answer string
 	result *RunResult
@@ -351,7 +346,7 @@ func (r *runPrinter) event(ev cliEvent) error {
 		}
 	}
 	out := r.c.stdout
-	if r.json {
+	if r.c.asJSON {
 		fmt.Fprintf(out, "%s\n", ev.data)
 		return nil
 	}
@@ -478,12 +473,7 @@ func approvalText(request any) string {
 	if req.Agent != "" {
 		fmt.Fprintf(&out, " (agent %s)", req.Agent)
 	}
-	keys := make([]string, 0, len(req.Args))
-	for k := range req.Args {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
+	for _, k := range sortedKeys(req.Args) {
 		v, isText := req.Args[k].(string)
 		if !isText {
 			v = plainJSON(req.Args[k])
@@ -540,12 +530,12 @@ func indent(s, pre string) string { return pre + strings.ReplaceAll(s, "\n", "\n
 func (c *cli) runs(args []string) error {
 	var agent, status string
 	var limit int
-	var asJSON, quiet bool
+	var quiet bool
 	if _, err := c.flags(args, func(fs *flag.FlagSet) {
 		fs.StringVar(&agent, "agent", "", "")
 		fs.StringVar(&status, "status", "", "")
 		fs.IntVar(&limit, "limit", 50, "")
-		fs.BoolVar(&asJSON, "json", false, "")
+		c.jsonFlag(fs)
 		fs.BoolVar(&quiet, "q", false, "")
 	}, 0, 0); err != nil {
 		return err
@@ -593,7 +583,7 @@ func (c *cli) runs(args []string) error {
 		out.Runs = []json.RawMessage{}
 	}
 	switch {
-	case asJSON:
+	case c.asJSON:
 		return c.printJSON(out)
 	case quiet:
 		for _, r := range sums {
@@ -616,16 +606,16 @@ func (c *cli) runs(args []string) error {
 }
 
 func (c *cli) logs(args []string) error {
-	var follow, asJSON bool
+	var follow bool
 	pos, err := c.flags(args, func(fs *flag.FlagSet) {
 		fs.BoolVar(&follow, "f", false, "")
-		fs.BoolVar(&asJSON, "json", false, "")
+		c.jsonFlag(fs)
 	}, 1, 1)
 	if err != nil {
 		return err
 	}
 	id := url.PathEscape(pos[0])
-	r := &runPrinter{c: c, json: asJSON, watch: true}
+	r := &runPrinter{c: c, watch: true}
 	if !follow {
 		var out struct {
 			Events []json.RawMessage `json:"events"`
@@ -677,8 +667,7 @@ func (c *cli) logs(args []string) error {
 }
 
 func (c *cli) cancel(args []string) error {
-	var asJSON bool
-	pos, err := c.flags(args, func(fs *flag.FlagSet) { fs.BoolVar(&asJSON, "json", false, "") }, 1, 1)
+	pos, err := c.flags(args, c.jsonFlag, 1, 1)
 	if err != nil {
 		return err
 	}
@@ -686,7 +675,7 @@ func (c *cli) cancel(args []string) error {
 	if err := c.call("POST", "/v1/runs/"+url.PathEscape(pos[0])+"/cancel", nil, &out); err != nil {
 		return err
 	}
-	if asJSON {
+	if c.asJSON {
 		return c.printJSON(out)
 	}
 	fmt.Fprintf(c.stdout, "%s %v\n", pos[0], out["status"])
@@ -712,12 +701,12 @@ func (c *cli) approvals(args []string) error {
 }
 
 func (c *cli) answer(args []string, approve bool) error {
-	var remember, asJSON bool
+	var remember bool
 	pos, err := c.flags(args, func(fs *flag.FlagSet) {
 		if approve {
 			fs.BoolVar(&remember, "remember", false, "")
 		}
-		fs.BoolVar(&asJSON, "json", false, "")
+		c.jsonFlag(fs)
 	}, 1, 1)
 	if err != nil {
 		return err
@@ -726,7 +715,7 @@ func (c *cli) answer(args []string, approve bool) error {
 	if err := c.call("POST", "/v1/approvals/"+url.PathEscape(pos[0]), map[string]any{"approve": approve, "remember": remember}, &out); err != nil {
 		return err
 	}
-	if asJSON {
+	if c.asJSON {
 		return c.printJSON(out)
 	}
 	word := "denied"
@@ -750,10 +739,12 @@ func (c *cli) models(args []string) error {
 	}
 	rows := [][]string{}
 	for _, p := range out.Providers {
-		rows = append(rows, []string{fmt.Sprint(p["id"]), c.availability(p["available"] == true),
-			strings.TrimSpace(fmt.Sprint(p["reason"], " ", p["hint"]))})
+		id, _ := p["id"].(string)
+		reason, _ := p["reason"].(string)
+		hint, _ := p["hint"].(string)
+		rows = append(rows, []string{id, c.availability(p["available"] == true), strings.TrimSpace(reason + " " + hint)})
 	}
-	c.table([]string{"PROVIDER", "STATE", "REASON"}, stripNil(rows))
+	c.table([]string{"PROVIDER", "STATE", "REASON"}, rows)
 	fmt.Fprintln(c.stdout)
 	rows = [][]string{}
 	for _, m := range out.Models {
@@ -767,21 +758,11 @@ func (c *cli) models(args []string) error {
 	return nil
 }
 
-func stripNil(rows [][]string) [][]string {
-	for _, r := range rows {
-		for i := range r {
-			r[i] = strings.TrimSpace(strings.ReplaceAll(r[i], "<nil>", ""))
-		}
-	}
-	return rows
-}
-
 func (c *cli) chat(args []string) error {
 	var model string
-	var asJSON bool
 	pos, err := c.flags(args, func(fs *flag.FlagSet) {
 		fs.StringVar(&model, "m", "auto", "")
-		fs.BoolVar(&asJSON, "json", false, "")
+		c.jsonFlag(fs)
 	}, 0, -1)
 	if err != nil {
 		return err
@@ -792,7 +773,7 @@ func (c *cli) chat(args []string) error {
 	}
 	body := map[string]any{"model": model, "messages": []any{map[string]any{"role": "user", "content": prompt}}}
 	_, err = c.stream("POST", "/v1/models/chat/stream", body, func(ev cliEvent) error {
-		if asJSON {
+		if c.asJSON {
 			fmt.Fprintf(c.stdout, "%s\n", ev.data)
 			return nil
 		}
@@ -877,10 +858,9 @@ func (c *cli) importBody(arg, source string) (map[string]any, error) {
 
 func (c *cli) importSession(args []string) error {
 	var source string
-	var asJSON bool
 	pos, err := c.flags(args, func(fs *flag.FlagSet) {
 		fs.StringVar(&source, "source", "", "")
-		fs.BoolVar(&asJSON, "json", false, "")
+		c.jsonFlag(fs)
 	}, 1, 1)
 	if err != nil {
 		return err
@@ -895,7 +875,7 @@ func (c *cli) importSession(args []string) error {
 	if err := c.call("POST", "/v1/sessions/import", body, &out); err != nil {
 		return err
 	}
-	if asJSON {
+	if c.asJSON {
 		return c.printJSON(out)
 	}
 	t := out.Transcript
@@ -906,10 +886,9 @@ func (c *cli) importSession(args []string) error {
 
 func (c *cli) distill(args []string) error {
 	var model string
-	var asJSON bool
 	pos, err := c.flags(args, func(fs *flag.FlagSet) {
 		fs.StringVar(&model, "model", "", "")
-		fs.BoolVar(&asJSON, "json", false, "")
+		c.jsonFlag(fs)
 	}, 1, 1)
 	if err != nil {
 		return err
@@ -967,7 +946,7 @@ func (c *cli) distill(args []string) error {
 	if yamlText == "" {
 		return errors.New("the distill stream ended without a spec")
 	}
-	if asJSON { // DESIGN §8: {distilled, spec, yaml}
+	if c.asJSON { // DESIGN §8: {distilled, spec, yaml}
 		return c.printJSON(doneFrame)
 	}
 	fmt.Fprint(c.stdout, yamlText)
@@ -1036,8 +1015,7 @@ func (c *cli) dialSocket(path string) (*websocket.Conn, error) {
 }
 
 func (c *cli) doctor(args []string) error {
-	var asJSON bool
-	if _, err := c.flags(args, func(fs *flag.FlagSet) { fs.BoolVar(&asJSON, "json", false, "") }, 0, 0); err != nil {
+	if _, err := c.flags(args, c.jsonFlag, 0, 0); err != nil {
 		return err
 	}
 	var rep DoctorReport
@@ -1062,7 +1040,7 @@ func (c *cli) doctor(args []string) error {
 	if err != nil {
 		return err
 	}
-	if asJSON {
+	if c.asJSON {
 		return c.printJSON(rep)
 	}
 	fmt.Fprintf(c.stdout, "agentd %s (%s, %s), data in %s\n", rep.Version, rep.Node, rep.Platform, rep.AgentHome)

@@ -27,10 +27,10 @@ import (
 )
 
 func (c *cli) ps(args []string) error {
-	var all, asJSON, quiet bool
+	var all, quiet bool
 	if _, err := c.flags(args, func(fs *flag.FlagSet) {
 		fs.BoolVar(&all, "a", false, "")
-		fs.BoolVar(&asJSON, "json", false, "")
+		c.jsonFlag(fs)
 		fs.BoolVar(&quiet, "q", false, "")
 	}, 0, 0); err != nil {
 		return err
@@ -46,7 +46,7 @@ func (c *cli) ps(args []string) error {
 		return err
 	}
 	switch {
-	case asJSON:
+	case c.asJSON:
 		return c.printJSON(out)
 	case quiet:
 		for _, m := range out.Computers {
@@ -70,7 +70,7 @@ func (c *cli) ps(args []string) error {
 func (c *cli) up(args []string) error {
 	var flavor, provider, name, image, memory, disk, network string
 	var cpus float64
-	var asJSON, persist bool
+	var persist bool
 	var allow, packages listFlag
 	env := kvFlag{}
 	if _, err := c.flags(args, func(fs *flag.FlagSet) {
@@ -78,7 +78,7 @@ func (c *cli) up(args []string) error {
 		fs.StringVar(&provider, "provider", "", "")
 		fs.StringVar(&name, "name", "", "")
 		fs.StringVar(&image, "image", "", "")
-		fs.BoolVar(&asJSON, "json", false, "")
+		c.jsonFlag(fs)
 		fs.Float64Var(&cpus, "cpus", 0, "")
 		fs.StringVar(&memory, "memory", "", "")
 		fs.StringVar(&disk, "disk", "", "")
@@ -138,7 +138,7 @@ func (c *cli) up(args []string) error {
 	if err := c.call("POST", "/v1/computers", body, &m); err != nil {
 		return err
 	}
-	if asJSON {
+	if c.asJSON {
 		return c.printJSON(m)
 	}
 	fmt.Fprintln(c.stdout, m.ID)
@@ -234,10 +234,9 @@ func (c *cli) exec(args []string) error {
 // eachComputer makes one lifecycle call per id, printing each id done; with --json (stop, start: the API
 // answers a ComputerInfo) it prints each answer instead, one JSON object per line.
 func (c *cli) eachComputer(args []string, method, suffix string, withJSON bool) error {
-	var asJSON bool
 	ids, err := c.flags(args, func(fs *flag.FlagSet) {
 		if withJSON {
-			fs.BoolVar(&asJSON, "json", false, "")
+			c.jsonFlag(fs)
 		}
 	}, 1, -1)
 	if err != nil {
@@ -256,7 +255,7 @@ func (c *cli) eachComputer(args []string, method, suffix string, withJSON bool) 
 		if suffix == "/stop" && json.Unmarshal(out, &m) == nil && workLostOnStop(m) {
 			fmt.Fprintf(c.stderr, "agentd: %s: its /work was in memory (persist: false) and is now empty: `agentd start` gives it back empty; create machines with persist: true to keep files across a stop\n", id)
 		}
-		if !asJSON {
+		if !c.asJSON {
 			fmt.Fprintln(c.stdout, id)
 			continue
 		}
@@ -280,8 +279,7 @@ func (c *cli) stop(args []string) error  { return c.eachComputer(args, "POST", "
 func (c *cli) start(args []string) error { return c.eachComputer(args, "POST", "/start", true) }
 
 func (c *cli) port(args []string) error {
-	var asJSON bool
-	pos, err := c.flags(args, func(fs *flag.FlagSet) { fs.BoolVar(&asJSON, "json", false, "") }, 2, 2)
+	pos, err := c.flags(args, c.jsonFlag, 2, 2)
 	if err != nil {
 		return err
 	}
@@ -293,7 +291,7 @@ func (c *cli) port(args []string) error {
 	if err := c.call("POST", "/v1/computers/"+url.PathEscape(pos[0])+"/ports", map[string]any{"port": port}, &pb); err != nil {
 		return err
 	}
-	if asJSON {
+	if c.asJSON {
 		return c.printJSON(pb)
 	}
 	fmt.Fprintln(c.stdout, pb["url"])

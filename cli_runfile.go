@@ -13,8 +13,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -62,14 +60,13 @@ func (c *cli) runInProcess(file string) (name string, stop func(), err error) {
 			return "", nil, err
 		}
 	}
-	token := make([]byte, 24)
-	rand.Read(token)
+	token := randomChars(40) // 200 random bits
 	env := func(k string) string {
 		switch k {
 		case "AGENT_HOME", "AGENT_HOST", "AGENT_PORT", "AGENT_URL":
 			return ""
 		case "AGENT_TOKEN":
-			return hex.EncodeToString(token)
+			return token
 		}
 		return c.getenv(k)
 	}

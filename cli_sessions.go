@@ -16,10 +16,10 @@ import (
 
 func (c *cli) sessions(args []string) error {
 	var limit int
-	var asJSON, quiet bool
+	var quiet bool
 	if _, err := c.flags(args, func(fs *flag.FlagSet) {
 		fs.IntVar(&limit, "limit", 100, "at most this many transcripts (1-500)")
-		fs.BoolVar(&asJSON, "json", false, "print the API's {sessions} body")
+		c.jsonFlag(fs)
 		fs.BoolVar(&quiet, "q", false, "print only the transcript ids")
 	}, 0, 0); err != nil {
 		return err
@@ -28,7 +28,7 @@ func (c *cli) sessions(args []string) error {
 	if err := c.call("GET", "/v1/sessions"+queryOf("limit", strconv.Itoa(limit)), nil, &raw); err != nil {
 		return err
 	}
-	if asJSON {
+	if c.asJSON {
 		return c.printJSON(raw)
 	}
 	var out struct{ Sessions []TranscriptSummary }

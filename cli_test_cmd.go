@@ -148,11 +148,10 @@ func (c *cli) fileTarget(file string) (testTarget, bool) {
 }
 
 func (c *cli) test(args []string) error {
-	var asJSON bool
 	var parallel int
 	var junit, record, replay string
 	pos, err := c.flags(args, func(fs *flag.FlagSet) {
-		fs.BoolVar(&asJSON, "json", false, "")
+		c.jsonFlag(fs)
 		fs.IntVar(&parallel, "parallel", 2, "")
 		fs.StringVar(&junit, "junit", "", "")
 		fs.StringVar(&record, "record", "", "")
@@ -174,7 +173,7 @@ func (c *cli) test(args []string) error {
 	var outcomes []testOutcome
 	passed, failed := 0, 0
 	for _, t := range targets {
-		o := c.testOne(t, parallel, record, replay, asJSON)
+		o := c.testOne(t, parallel, record, replay)
 		outcomes = append(outcomes, o)
 		passed += o.Passed
 		failed += o.Failed
@@ -182,7 +181,7 @@ func (c *cli) test(args []string) error {
 			bad++
 		}
 	}
-	if asJSON {
+	if c.asJSON {
 		c.printJSON(map[string]any{"passed": passed, "failed": failed, "agents": outcomes})
 	} else {
 		fmt.Fprintf(c.stdout, "%d passed, %d failed\n", passed, failed)
@@ -203,7 +202,7 @@ func (c *cli) test(args []string) error {
 }
 
 // testOne tests one agent on the server, printing a line per case as it finishes.
-func (c *cli) testOne(t testTarget, parallel int, record, replay string, quiet bool) testOutcome {
+func (c *cli) testOne(t testTarget, parallel int, record, replay string) testOutcome {
 	o := testOutcome{Agent: t.agent, File: t.specFile, Cases: []caseResult{}}
 	start := time.Now()
 	defer func() { o.DurationMS = time.Since(start).Milliseconds() }()
@@ -251,7 +250,7 @@ func (c *cli) testOne(t testTarget, parallel int, record, replay string, quiet b
 		} else {
 			o.Failed++
 		}
-		if !quiet {
+		if !c.asJSON {
 			c.printCase(t.agent, f.Case)
 		}
 		return nil

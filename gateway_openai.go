@@ -659,12 +659,7 @@ func wireToolCalls(calls []ToolCall) []oaToolCall {
 	out := make([]oaToolCall, 0, len(calls))
 	for _, c := range calls {
 		tc := oaToolCall{ID: c.ID, Type: "function"}
-		tc.Function.Name = c.Name
-		args, _ := json.Marshal(c.Args)
-		if c.Args == nil {
-			args = []byte("{}")
-		}
-		tc.Function.Arguments = string(args)
+		tc.Function.Name, tc.Function.Arguments = c.Name, argsJSON(c.Args)
 		out = append(out, tc)
 	}
 	return out

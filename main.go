@@ -27,7 +27,7 @@
 //     descriptor-hungry clients (api_conns.go:(*connLimiter).Accept, api_conns.go:(*connLimiter).victimLocked,
 //     api.go:(*progressBody).Read); one strict decoder for every JSON body, duplicate keys refused
 //     (api.go:decodeJSON, api.go:duplicateKey, api.go:exactKeys); one error map, unclassified errors logged
-//     under the request id and never answered (api.go:(*server).publicError). [370 lines]
+//     under the request id and never answered (api.go:(*server).publicError). [342 lines]
 //  2. Webhook signatures and replays: triggers.go:verifyWebhook (GitHub HMAC, Standard Webhooks with its
 //     timestamp; constant-time compares), triggers.go:signedPromptOnly (on a signed webhook the prompt is
 //     the signed body), api_idempotency.go:(*replayBook).begin (a GitHub-signed body once per window),

@@ -467,8 +467,12 @@ type providerView struct {
 func (m *modelService) doctor(ctx context.Context) (providers []doctorModelProvider, model, reason string, warnings []string) {
 	st := m.statuses(ctx)
 	providers = []doctorModelProvider{}
+	var reachable []string
 	for _, p := range providerTable {
 		ps := st[p.ID]
+		if ps.Available {
+			reachable = append(reachable, p.ID)
+		}
 		d := doctorModelProvider{ID: p.ID, DisplayName: p.DisplayName, Priority: p.Priority,
 			Available: ps.Available, EnvKey: p.envKey(), Models: []string{}, Reason: ps.Reason, Hint: ps.Hint}
 		if ps.Answered {
@@ -482,12 +486,6 @@ func (m *modelService) doctor(ctx context.Context) (providers []doctorModelProvi
 			d.Models = append(d.Models, ids...)
 		}
 		providers = append(providers, d)
-	}
-	var reachable []string
-	for _, p := range providerTable {
-		if st[p.ID].Available {
-			reachable = append(reachable, p.ID)
-		}
 	}
 	cands, err := m.autoCandidates(st, "auto")
 	if err != nil || len(cands) == 0 {

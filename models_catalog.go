@@ -10,7 +10,7 @@ package main
 import (
 	"cmp"
 	"net/url"
-	"sort"
+	"slices"
 	"strings"
 )
 
@@ -242,10 +242,8 @@ var catalog = []ModelInfo{
 
 // lookupModel finds a catalog entry by full id ("provider/name").
 func lookupModel(id string) (ModelInfo, bool) {
-	for _, mi := range catalog {
-		if mi.ID == id {
-			return mi, true
-		}
+	if i := slices.IndexFunc(catalog, func(mi ModelInfo) bool { return mi.ID == id }); i >= 0 {
+		return catalog[i], true
 	}
 	return ModelInfo{}, false
 }
@@ -283,31 +281,21 @@ func catalogNames(provider string) []string {
 	return out
 }
 
-// modelsOf lists a provider's models for GET /v1/models: the live list when the probe returned one
-// (catalog entries first, in catalog order), else the catalog.
+// modelsOf lists a provider's models for GET /v1/models: the live list when the probe returned one (the
+// probe orders it: orderNames, catalog entries first), else the catalog. A catalog name is its catalog
+// entry; another is what the provider said of it, else infoFor's.
 func modelsOf(p providerDef, ps providerStatus, own bool) []ModelInfo {
-	live := ps.Models
-	var out []ModelInfo
-	seen := map[string]bool{}
-	for _, mi := range catalog {
-		if mi.Provider == p.ID && (len(live) == 0 || liveHas(live, mi.Name)) {
-			out = append(out, mi)
-			seen[mi.Name] = true
-		}
+	names := ps.Models
+	if len(names) == 0 {
+		names = catalogNames(p.ID)
 	}
-	rest := []string{}
-	for _, n := range live {
-		if !seen[n] && !seen[undated(n)] && chatModel(n) {
-			rest = append(rest, n)
+	out := make([]ModelInfo, 0, len(names))
+	for _, n := range names {
+		mi, told := ps.Infos[n]
+		if _, inCatalog := lookupModel(p.ID + "/" + n); inCatalog || !told {
+			mi = infoFor(&p, n, own)
 		}
-	}
-	sort.Strings(rest)
-	for _, n := range rest {
-		if mi, ok := ps.Infos[n]; ok {
-			out = append(out, mi)
-			continue
-		}
-		out = append(out, infoFor(&p, n, own))
+		out = append(out, mi)
 	}
 	return out
 }
@@ -315,12 +303,7 @@ func modelsOf(p providerDef, ps providerStatus, own bool) []ModelInfo {
 // liveHas reports whether a provider's live list serves a catalog name, also under a dated id
 // (Anthropic lists claude-sonnet-4-5-20250929 for the alias claude-sonnet-4-5).
 func liveHas(live []string, name string) bool {
-	for _, n := range live {
-		if n == name || undated(n) == name {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(live, func(n string) bool { return n == name || undated(n) == name })
 }
 
 // undated strips a trailing -YYYYMMDD from a model id.

@@ -66,10 +66,7 @@ func ollamaBody(c candidate, req ChatRequest, stream bool) map[string]any {
 			case "tool_call":
 				names[p.ID] = p.Name
 				var tc olToolCall
-				tc.Function.Name, tc.Function.Arguments = p.Name, p.Args
-				if tc.Function.Arguments == nil {
-					tc.Function.Arguments = map[string]any{}
-				}
+				tc.Function.Name, tc.Function.Arguments = p.Name, argsOrEmpty(p.Args)
 				om.ToolCalls = append(om.ToolCalls, tc)
 			case "tool_result":
 				msgs = append(msgs, olMessage{Role: "tool", Content: toolResultText(p), ToolName: names[p.ToolCallID]})

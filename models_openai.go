@@ -18,6 +18,7 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"slices"
 	"strings"
 )
 
@@ -272,12 +273,7 @@ func groqParsesReasoning(model string) bool {
 }
 
 func hasResults(msg ModelMessage) bool {
-	for _, p := range msg.Content {
-		if p.Type == "tool_result" {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(msg.Content, func(p ContentPart) bool { return p.Type == "tool_result" })
 }
 
 func (m *modelService) openaiHeaders(c candidate) map[string]string {

@@ -386,26 +386,17 @@ func prepareRun(spec *AgentSpec, b runBody) (*runParams, error) {
 	return p, nil
 }
 
-// effectiveLimits fills zero values with the contract's defaults (stored specs already carry them).
+// effectiveLimits fills zero values with the contract's defaults (defaultSpec's; stored specs already
+// carry them).
 func effectiveLimits(l Limits) Limits {
-	if l.MaxSteps <= 0 {
-		l.MaxSteps = 24
+	d := defaultSpec().Limits
+	for _, f := range [][2]*int{{&l.MaxSteps, &d.MaxSteps}, {&l.MaxTokens, &d.MaxTokens}, {&l.TimeoutSec, &d.TimeoutSec},
+		{&l.ExecTimeoutSec, &d.ExecTimeoutSec}, {&l.MaxOutputBytes, &d.MaxOutputBytes}} {
+		if *f[0] <= 0 {
+			*f[0] = *f[1]
+		}
 	}
-	if l.MaxTokens <= 0 {
-		l.MaxTokens = 200000
-	}
-	if l.TimeoutSec <= 0 {
-		l.TimeoutSec = 300
-	}
-	if l.ExecTimeoutSec <= 0 {
-		l.ExecTimeoutSec = 120
-	}
-	if l.MaxOutputBytes <= 0 {
-		l.MaxOutputBytes = 262144
-	}
-	if l.MaxCostUSD < 0 {
-		l.MaxCostUSD = 0
-	}
+	l.MaxCostUSD = max(l.MaxCostUSD, 0)
 	return l
 }
 
@@ -879,11 +870,7 @@ func (s *server) handleCancelRun(w http.ResponseWriter, r *http.Request) error {
 	if errors.Is(err, errNotFound) {
 		return errRunNotFound(id)
 	}
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusAccepted, map[string]any{"runId": id, "cancelled": false, "status": status})
-	return nil
+	return reply(w, http.StatusAccepted, map[string]any{"runId": id, "cancelled": false, "status": status}, err)
 }
 
 func (s *server) handleDeleteRun(w http.ResponseWriter, r *http.Request) error {

@@ -137,12 +137,7 @@ func (r *redactor) redact(s string) string {
 }
 
 func containsAny(s string, subs []string) bool {
-	for _, sub := range subs {
-		if strings.Contains(s, sub) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(subs, func(sub string) bool { return strings.Contains(s, sub) })
 }
 
 // containsAnyFold is containsAny ignoring ASCII case, without allocating a lowered copy of s.

@@ -164,17 +164,7 @@ func turnStarts(msgs []ModelMessage) []int {
 	return idx
 }
 
-func isToolResultMessage(m ModelMessage) bool {
-	if m.Role == "tool" {
-		return true
-	}
-	for _, p := range m.Content {
-		if p.Type == "tool_result" {
-			return true
-		}
-	}
-	return false
-}
+func isToolResultMessage(m ModelMessage) bool { return m.Role == "tool" || hasResults(m) }
 
 // windowCut finds the middle to drop: the first user message is kept, and the last windowTurns turns.
 // It returns ok=false when everything fits.

@@ -137,10 +137,8 @@ func (m *replayModels) Stream(ctx context.Context, req ChatRequest, opts chatOpt
 			withHint("the agent's requests changed since the recording; record again (agentd test --record DIR) if the change is intended")
 	}
 	resp := ex.Response
-	if emit != nil {
-		if resp.Text != "" {
-			emit(StreamEvent{Type: "text_delta", Text: resp.Text})
-		}
+	if emit != nil && resp.Text != "" {
+		emit(StreamEvent{Type: "text_delta", Text: resp.Text})
 	}
 	if len(resp.Message.Content) == 0 {
 		resp.Message = resp.assistantMessage()

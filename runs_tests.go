@@ -18,6 +18,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -26,7 +27,6 @@ import (
 	"path"
 	"regexp"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -191,11 +191,7 @@ func (p *testParser) fields(n *yaml.Node, at string, known map[string]func(*yaml
 		read, ok := known[k.Value]
 		switch {
 		case !ok:
-			names := make([]string, 0, len(known))
-			for name := range known {
-				names = append(names, name)
-			}
-			sort.Strings(names)
+			names := sortedKeys(known)
 			msg := fmt.Sprintf("Unrecognized key %q (accepted: %s)", k.Value, strings.Join(names, ", "))
 			if near := nearest(k.Value, names); near != "" {
 				msg = fmt.Sprintf("Unrecognized key %q; did you mean %s?", k.Value, near)
@@ -472,12 +468,7 @@ func (c testCase) check(res *RunResult, files func(path string) (string, error))
 	if m := c.Expect.MaxCostUSD; m != nil && res.Usage.CostUSD > *m+1e-12 {
 		why = append(why, fmt.Sprintf("the run cost $%.4f, at most $%.4f expected", res.Usage.CostUSD, *m))
 	}
-	paths := make([]string, 0, len(c.Expect.Files))
-	for p := range c.Expect.Files {
-		paths = append(paths, p)
-	}
-	sort.Strings(paths)
-	for _, p := range paths {
+	for _, p := range sortedKeys(c.Expect.Files) {
 		got, err := files(p)
 		switch {
 		case err != nil:
@@ -700,7 +691,7 @@ func (s *server) readTestRequest(r *http.Request) (*AgentSpec, []testCase, testR
 	if b.Record && b.Replay != nil {
 		return nil, nil, o, errorf(codeSpecInvalid, "record and replay cannot be used together")
 	}
-	o = testRunOptions{Parallel: firstNonZero(b.Parallel, 2), Record: b.Record}
+	o = testRunOptions{Parallel: cmp.Or(b.Parallel, 2), Record: b.Record}
 	if b.Replay != nil {
 		o.Replay = make(map[string][]modelExchange, len(b.Replay))
 		for _, rc := range b.Replay {
@@ -708,15 +699,6 @@ func (s *server) readTestRequest(r *http.Request) (*AgentSpec, []testCase, testR
 		}
 	}
 	return spec, cases, o, nil
-}
-
-func firstNonZero(v ...int) int {
-	for _, x := range v {
-		if x != 0 {
-			return x
-		}
-	}
-	return 0
 }
 
 // handleTestAgent runs the cases and streams `test_start`, one `case` per case as it finishes, and

@@ -760,11 +760,7 @@ func (s *server) handleImportSession(w http.ResponseWriter, r *http.Request) err
 	default:
 		return errImport("import needs path or content")
 	}
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"transcript": t})
-	return nil
+	return reply(w, http.StatusOK, map[string]any{"transcript": t}, err)
 }
 
 // handleListSessions lists stored transcripts, newest first (an addition the contract leaves room for).

@@ -11,6 +11,7 @@ package main
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -18,10 +19,7 @@ import (
 
 // knownToolNames is every name `tools` accepts: the bundles and the tools of the catalog.
 func knownToolNames() []string {
-	var names []string
-	for n := range toolBundles {
-		names = append(names, n)
-	}
+	names := slices.Collect(maps.Keys(toolBundles))
 	for n := range toolCatalog() {
 		if !slices.Contains(names, n) {
 			names = append(names, n)
@@ -60,10 +58,7 @@ func toolWarnings(spec *AgentSpec) []string {
 // model (model, fallbackModels) that no reachable provider serves.
 func (s *server) specWarnings(spec *AgentSpec) []string {
 	out := toolWarnings(spec)
-	var servers []string
-	for n := range s.cfg.MCPServers {
-		servers = append(servers, n)
-	}
+	servers := slices.Collect(maps.Keys(s.cfg.MCPServers))
 	for i, t := range spec.Tools {
 		name, ok := strings.CutPrefix(t, "mcp:")
 		if name, _, _ = strings.Cut(name, "/"); ok && !slices.Contains(servers, name) {
@@ -74,7 +69,7 @@ func (s *server) specWarnings(spec *AgentSpec) []string {
 		if m.name == "" {
 			continue
 		}
-		if why := s.modelUnreachable(m.name); why != "" {
+		if why := s.models.unreachable(m.name); why != "" {
 			hint := ""
 			if !modelNameKnown(m.name) {
 				hint = didYouMean(m.name, knownModelNames())
@@ -85,11 +80,9 @@ func (s *server) specWarnings(spec *AgentSpec) []string {
 	return out
 }
 
-// modelUnreachable is "" when a provider this server reaches serves name, else why not. It resolves the
-// name the way a run's first call would (aliases, strategies, keys, probes of local providers) without
+// unreachable is "" when a provider this server reaches serves name, else why not. It resolves the name
+// the way a run's first call would (aliases, strategies, keys, probes of local providers) without
 // calling any model.
-func (s *server) modelUnreachable(name string) string { return s.models.unreachable(name) }
-
 func (m *modelService) unreachable(name string) string {
 	if m == nil {
 		return "no model service"
@@ -139,10 +132,7 @@ func modelNameKnown(name string) bool {
 }
 
 func knownModelNames() []string {
-	names := []string{"auto", "free", "local"}
-	for a := range builtinAliases {
-		names = append(names, a)
-	}
+	names := append([]string{"auto", "free", "local"}, slices.Collect(maps.Keys(builtinAliases))...)
 	for _, mi := range catalog {
 		names = append(names, mi.Name, mi.ID)
 	}

@@ -205,6 +205,14 @@ func queryRows[T any](ctx context.Context, db *sql.DB, scan func(*sql.Rows) (T, 
 	return out, rows.Err()
 }
 
+// noRow is errNotFound for a read that found no row.
+func noRow(err error) error {
+	if errors.Is(err, sql.ErrNoRows) {
+		return errNotFound
+	}
+	return err
+}
+
 // oneRow is errNotFound when a write touched no row.
 func oneRow(res sql.Result, err error) error {
 	if err != nil {
@@ -264,10 +272,7 @@ func (st *store) GetAgent(ctx context.Context, name string) (agentRow, error) {
 	var a agentRow
 	err := st.db.QueryRowContext(ctx, `SELECT name, yaml, spec, created_at, updated_at FROM agents WHERE name = ?`, name).
 		Scan(&a.Name, &a.YAML, &a.SpecJSON, &a.CreatedAt, &a.UpdatedAt)
-	if errors.Is(err, sql.ErrNoRows) {
-		return a, errNotFound
-	}
-	return a, err
+	return a, noRow(err)
 }
 
 func (st *store) ListAgents(ctx context.Context) ([]agentRow, error) {
@@ -342,10 +347,7 @@ func (st *store) PutAgentTestReport(ctx context.Context, agent string, report []
 func (st *store) AgentTestReport(ctx context.Context, agent string) ([]byte, error) {
 	var report string
 	err := st.db.QueryRowContext(ctx, `SELECT report FROM agent_tests WHERE agent = ?`, agent).Scan(&report)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, errNotFound
-	}
-	return []byte(report), err
+	return []byte(report), noRow(err)
 }
 
 // RunCountOf returns the number of recorded runs of one agent (an index lookup, not a scan).
@@ -420,10 +422,7 @@ func (st *store) TouchComputer(ctx context.Context, id, lastUsedAt string) error
 
 func (st *store) GetComputer(ctx context.Context, id string) (ComputerInfo, error) {
 	m, err := scanComputer(st.db.QueryRowContext(ctx, `SELECT `+computerColumns+` FROM computers WHERE id = ?`, id))
-	if errors.Is(err, sql.ErrNoRows) {
-		return m, errNotFound
-	}
-	return m, err
+	return m, noRow(err)
 }
 
 // ListComputers returns every record that is neither destroyed nor a warm-pool machine (state pooled,
@@ -539,10 +538,7 @@ func (st *store) ListRuns(ctx context.Context, agent string, limit int, before i
 func (st *store) GetRun(ctx context.Context, id string) (status string, summary, result []byte, err error) {
 	var res string
 	err = st.db.QueryRowContext(ctx, `SELECT status, summary, result FROM runs WHERE id = ?`, id).Scan(&status, &summary, &res)
-	if errors.Is(err, sql.ErrNoRows) {
-		return "", nil, nil, errNotFound
-	}
-	return status, summary, []byte(res), err
+	return status, summary, []byte(res), noRow(err)
 }
 
 // RunEvents returns a run's stored events in order.
