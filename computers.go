@@ -149,12 +149,10 @@ type providerMeta struct {
 }
 
 type probeResult struct {
-	available     bool
-	version       string
-	reason, hint  string
-	at            time.Time
-	probedOnce    bool
-	unavailableAt time.Time
+	available    bool
+	version      string
+	reason, hint string
+	at           time.Time
 }
 
 // machineRT is the in-memory state of one machine: activity, lifecycle lock, forwarders.
