@@ -596,3 +596,37 @@ func TestSSHTunnels(t *testing.T) {
 	e.call("DELETE", "/v1/computers/"+m.ID, nil, 204, nil)
 	checkNoSSHLeaks(t, e)
 }
+
+// TestSSHExecChannel: with the exec channel on, an exec on the ssh provider runs under the machine's own
+// `machine-helper` (copied once to the host), not under an ssh session of its own; its process group is
+// recorded in the machine's directory (a shared /tmp would let one machine's helper kill another's
+// processes), and its environment is still only the machine's.
+func TestSSHExecChannel(t *testing.T) { sshModes(t, testSSHExecChannel) }
+
+func testSSHExecChannel(t *testing.T, mux testOption) {
+	if os.Getenv("AGENT_TEST_CHANNEL") == "0" {
+		t.Skip("the exec channel is off here (AGENT_TEST_CHANNEL=0)")
+	}
+	d := startSSHD(t)
+	e := newTestServer(t, withHostEnv, withSSH(d), mux)
+	m := e.create(map[string]any{"provider": "ssh", "network": map[string]any{"mode": "full"}, "env": map[string]any{"SPEC_VAR": "x"}})
+	parent := e.sh(m.ID, `tr '\0' ' ' < /proc/$PPID/cmdline`)
+	if !strings.Contains(parent, "machine-helper --pid-files") {
+		t.Fatalf("the exec's parent is %q, not the machine's helper", parent)
+	}
+	if out := e.sh(m.ID, `ls "$HOME"/../.chan-*.pid | wc -l; env | cut -d= -f1 | sort | tr '\n' ' '`); !strings.HasPrefix(out, "1\n") ||
+		!strings.Contains(out, "AGENTD_COMPUTER_ID") || !strings.Contains(out, "SPEC_VAR") || strings.Contains(out, "SSH_CONNECTION") {
+		t.Fatalf("pid file in the machine's directory and only the machine's environment: %q", out)
+	}
+	if out := e.sh(m.ID, `mkdir -p sub && cd sub && pwd`); out != "/work/sub\n" && !strings.HasSuffix(out, "/work/sub\n") {
+		t.Fatalf("cwd: %q", out)
+	}
+	p := e.s.computers.providerByName("ssh").(*sshProvider)
+	if p.helperBin == "" || !strings.Contains(p.helperBin, "/.agentd/bin/agentd-") {
+		t.Fatalf("helper on the host: %q (%s)", p.helperBin, p.helperOff)
+	}
+	if st, err := os.Stat(p.helperBin); err != nil || st.Mode().Perm() != 0o700 {
+		t.Fatalf("the copied helper: %v %v", st, err)
+	}
+	checkNoSSHLeaks(t, e)
+}
