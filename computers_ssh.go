@@ -3,15 +3,16 @@
 // presented as /work and /tmp, and the jail, the exec semantics and the file operations are the same.
 //
 // Entry points: newSSHProvider (only when config.yaml has an `ssh:` block), sshConfig.check (the config's
-// validation); the file operations are in computers_ssh_fs.go.
+// validation); the file operations are in computers_ssh_fs.go, the exec channel in computers_ssh_chan.go.
 //
 // Rules: every call to the host goes through sshProvider.cli (exec.CommandContext, WaitDelay, explicit
 // argv: BatchMode, a connect timeout, keep-alives, the configured key and known_hosts, host keys checked
 // strictly unless acceptNewHostKeys) and, when the output is wanted, sshProvider.call, which carries ssh's
 // and the remote shell's stderr into the error. Each machine has ONE ControlMaster connection (its socket
 // in the data directory), opened at create and start, closed at stop and destroy, rebuilt once when it is
-// found dead; every exec and file operation is a session multiplexed over it, and a port is the master's
-// own -L. Without multiplexing (ssh.multiplex: false; the default on Windows, whose OpenSSH client has no
+// found dead; every file operation, and every exec the exec channel does not carry (computers_ssh_chan.go:
+// one helper per machine over one long session), is a session multiplexed over it, and a port is the
+// master's own -L. Without multiplexing (ssh.multiplex: false; the default on Windows, whose OpenSSH client has no
 // ControlMaster) every call is a connection of its own with the same options, and each forwarded port is
 // an `ssh -N -L` process of its own (sshTunnel), owned by the provider and ended with the machine. A machine is
 // ~/.agentd/<owner>/<id>/{work,tmp} on the host (mode 0700; <owner> is this data directory's instance id,

@@ -102,10 +102,19 @@ func (s *sshProvider) remoteHelper(ctx context.Context, m *ComputerInfo) string 
 
 // helperCmd is the helper's ssh process: into the machine's directory, then, with only the machine's
 // environment, the copied binary with the machine's own pid files.
+// A channel opened by another caller (the browser's loopback) copies the helper first; a host that
+// cannot run it gives a command that fails to start, saying why.
 func (s *sshProvider) helperCmd(ctx context.Context, m *ComputerInfo) *exec.Cmd {
-	s.helperMu.Lock()
-	bin := s.helperBin
-	s.helperMu.Unlock()
+	bin := s.remoteHelper(ctx, m)
+	if bin == "" {
+		why := s.channelOff()
+		if why == "" {
+			why = "it could not be copied there (see the log)"
+		}
+		cmd := exec.CommandContext(ctx, "ssh")
+		cmd.Err = errors.New("the exec channel's helper cannot run on the ssh host: " + why)
+		return cmd
+	}
 	s.mu.Lock()
 	dir := path.Join(s.home, s.rel(m))
 	s.mu.Unlock()
@@ -147,4 +156,11 @@ func (s *sshProvider) channelCommand(ctx context.Context, m *ComputerInfo, dir, 
 	}
 	env["AGENTD_COMPUTER_ID"] = m.ID // the helper's own; the request's cannot override it
 	return &procHandle{remote: ch, req: chanStart{Argv: p.argv, Cwd: real, Env: env, Token: p.token}}, nil
+}
+
+// channelOff says why the host cannot run the helper ("": it can, or it is not known yet).
+func (s *sshProvider) channelOff() string {
+	s.helperMu.Lock()
+	defer s.helperMu.Unlock()
+	return s.helperOff
 }

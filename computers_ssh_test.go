@@ -628,5 +628,39 @@ func testSSHExecChannel(t *testing.T, mux testOption) {
 	if st, err := os.Stat(p.helperBin); err != nil || st.Mode().Perm() != 0o700 {
 		t.Fatalf("the copied helper: %v %v", st, err)
 	}
+	// A port goes over the channel too: a forwarder of agentd's, no -L of the master, no ssh -N -L.
+	guest, err := net.Listen("tcp", "127.0.0.1:0") // the test's host is the ssh host
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer guest.Close()
+	go func() {
+		for {
+			c, err := guest.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); io.Copy(c, c) }()
+		}
+	}()
+	var b PortBinding
+	e.call("POST", "/v1/computers/"+m.ID+"/ports", map[string]any{"port": guest.Addr().(*net.TCPAddr).Port}, 200, &b)
+	c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", b.HostPort), 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	c.Write([]byte("ping\n"))
+	got := make([]byte, 5)
+	if _, err := io.ReadFull(c, got); err != nil || string(got) != "ping\n" {
+		t.Fatalf("the port over the channel: %q %v", got, err)
+	}
+	c.Close()
+	p.mu.Lock()
+	fwd, tun := len(p.fwd[m.ID]), len(p.tunnels[m.ID])
+	p.mu.Unlock()
+	if fwd+tun != 0 {
+		t.Fatalf("the port was forwarded by ssh (%d -L, %d tunnels), not over the channel", fwd, tun)
+	}
 	checkNoSSHLeaks(t, e)
 }
