@@ -417,21 +417,25 @@ func TestSSHConfigTarget(t *testing.T) {
 	}
 }
 
-// BenchmarkSSHExec: an exec through agentd over the machine's ControlMaster, beside a plain `ssh host
-// true` (a connection of its own: key exchange and authentication every time), a bare session over
-// the same master (`ssh -S … true`, agentd's floor) and an exec through agentd without multiplexing
-// (ssh.multiplex: false, Windows' default: a connection per call), interleaved in one run against the
-// test sshd:
+// BenchmarkSSHExec: an exec through agentd over the machine's exec channel (computers_ssh_chan.go) and
+// one over its ControlMaster without the channel (a session per call), beside a plain `ssh host true` (a
+// connection of its own: key exchange and authentication every time), a bare session over the same
+// master (`ssh -S … true`, the per-call path's floor) and an exec through agentd without multiplexing nor
+// channel (ssh.multiplex: false, Windows' default: a connection per call), interleaved in one run against
+// the test sshd:
 //
 //	AGENT_TEST_SSH=1 go test -run '^$' -bench SSHExec -benchtime 30x .
 func BenchmarkSSHExec(b *testing.B) {
 	d := startSSHD(b)
-	e := newTestServer(b, withHostEnv, withSSH(d))
+	perCall := func(c *testSetup) { c.ExecChannel = new(bool); c.helperBinary = "" }
+	e := newTestServer(b, withHostEnv, withSSH(d)) // the exec channel on (unless AGENT_TEST_CHANNEL=0)
 	m := e.create(map[string]any{"provider": "ssh", "network": map[string]any{"mode": "full"}})
-	p := e.s.computers.providerByName("ssh").(*sshProvider)
-	nomux := newTestServer(b, withHostEnv, withSSH(d), withSSHMultiplex(false))
+	pc := newTestServer(b, withHostEnv, withSSH(d), perCall)
+	pm := pc.create(map[string]any{"provider": "ssh", "network": map[string]any{"mode": "full"}})
+	p := pc.s.computers.providerByName("ssh").(*sshProvider)
+	nomux := newTestServer(b, withHostEnv, withSSH(d), withSSHMultiplex(false), perCall)
 	nm := nomux.create(map[string]any{"provider": "ssh", "network": map[string]any{"mode": "full"}})
-	mm, err := p.master(context.Background(), &m)
+	mm, err := p.master(context.Background(), &pm)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -442,24 +446,26 @@ func BenchmarkSSHExec(b *testing.B) {
 		}
 		return time.Since(t0)
 	}
-	var api, plain, mux, apiNomux []time.Duration
-	b.ResetTimer()
-	for range b.N {
+	exe := func(ts *testServer, id string) time.Duration {
 		t0 := time.Now()
-		if r, err := e.s.computers.Exec(context.Background(), m.ID, ExecRequest{Cmd: execCommand{Shell: "true"}}, nil); err != nil || r.ExitCode != 0 {
+		if r, err := ts.s.computers.Exec(context.Background(), id, ExecRequest{Cmd: execCommand{Shell: "true"}}, nil); err != nil || r.ExitCode != 0 {
 			b.Fatalf("exec: %+v %v", r, err)
 		}
-		api = append(api, time.Since(t0))
-		t0 = time.Now()
-		if r, err := nomux.s.computers.Exec(context.Background(), nm.ID, ExecRequest{Cmd: execCommand{Shell: "true"}}, nil); err != nil || r.ExitCode != 0 {
-			b.Fatalf("exec without multiplexing: %+v %v", r, err)
-		}
-		apiNomux = append(apiNomux, time.Since(t0))
+		return time.Since(t0)
+	}
+	exe(e, m.ID) // the helper copied and the channel opened before the clock starts
+	var api, perc, plain, mux, apiNomux []time.Duration
+	b.ResetTimer()
+	for range b.N {
+		api = append(api, exe(e, m.ID))
+		perc = append(perc, exe(pc, pm.ID))
+		apiNomux = append(apiNomux, exe(nomux, nm.ID))
 		plain = append(plain, run(p.cli(context.Background(), muxOpts(""), []string{"-T"}, "true")))
 		mux = append(mux, run(p.cli(context.Background(), muxOpts(mm.sock), []string{"-T"}, "true")))
 	}
 	b.StopTimer()
-	b.ReportMetric(float64(pct(api, 0.5).Microseconds())/1000, "agentd-exec-p50-ms")
+	b.ReportMetric(float64(pct(api, 0.5).Microseconds())/1000, "agentd-exec-channel-p50-ms")
+	b.ReportMetric(float64(pct(perc, 0.5).Microseconds())/1000, "agentd-exec-percall-p50-ms")
 	b.ReportMetric(float64(pct(mux, 0.5).Microseconds())/1000, "mux-true-p50-ms")
 	b.ReportMetric(float64(pct(plain, 0.5).Microseconds())/1000, "plain-ssh-true-p50-ms")
 	b.ReportMetric(float64(pct(apiNomux, 0.5).Microseconds())/1000, "agentd-exec-nomux-p50-ms")
