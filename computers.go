@@ -485,7 +485,11 @@ func (c *computerService) doctor(ctx context.Context) (providers []doctorProvide
 		}
 		if _, host := p.(channelHost); host {
 			dp.ExecChannel = &doctorExecChannel{Enabled: c.helper != "", Reason: c.helperNote}
-			if c.helper == "" && pr.ok {
+			if sp, ok := p.(*sshProvider); ok { // computers_ssh_chan.go: the host may not run the helper
+				if why := sp.channelOff(); c.helper != "" && why != "" {
+					dp.ExecChannel = &doctorExecChannel{Reason: why + "; execs take one ssh session each"}
+				}
+			} else if c.helper == "" && pr.ok {
 				// network.mode egress leaves through the proxy over the channel (computers_egress.go).
 				dp.ExecChannel.Reason += "; without it, machines in network.mode egress have no network at all (they fail closed) and no ports: turn execChannel on, or use mode full"
 			}

@@ -15,6 +15,7 @@
 // Rules: the helper runs as the machine's user and starts nothing the host did not ask for (the command
 // policy and the path jail are applied on the host, before a request is sent, exactly as for the
 // per-call path). Each process leads its own session; its group is recorded in /tmp/.agentd-chan-<token>.pid
+// (on ssh, in the machine's own directory: --pid-files, since the host's /tmp is shared)
 // and killed on frameKill. When the host goes away (stdin EOF), every process group is killed and the
 // helper exits. A helper that was killed cannot do that, so a new one first kills the groups its
 // predecessor recorded (and the restart reconcile does the same): nothing outlives the channel for long.
@@ -76,8 +77,13 @@ func (h *helper) send(id uint32, kind byte, payload []byte) error {
 const helperPidFiles = "/tmp/.agentd-chan-"
 
 // runMachineHelper serves one channel until stdin ends; then it kills what it started and returns.
-func runMachineHelper(stdin io.Reader, stdout io.Writer) error {
-	return serveHelper(stdin, stdout, helperPidFiles)
+// pidFiles is the prefix of its pid files ("": helperPidFiles; the ssh provider gives each machine its
+// own, since every machine on an ssh host shares its /tmp).
+func runMachineHelper(stdin io.Reader, stdout io.Writer, pidFiles string) error {
+	if pidFiles == "" {
+		pidFiles = helperPidFiles
+	}
+	return serveHelper(stdin, stdout, pidFiles)
 }
 
 func serveHelper(stdin io.Reader, stdout io.Writer, pidFiles string) error {

@@ -3,8 +3,8 @@
 // Entry points: computerService.ExposePort (the run loop's expose_port tool) and handleExposePort.
 // Rules (DESIGN §4): a forwarder on 127.0.0.1:<ephemeral> whose every connection is a stream over the
 // machine's exec channel to 127.0.0.1:<port> inside it (computers_stream.go), on docker, podman,
-// kubernetes and a sandbox with a network of its own (ssh: the forward of its own connection, the one
-// provider without a channel: forwarding); a machine without the channel gets
+// kubernetes, ssh and a sandbox with a network of its own (ssh without its channel: the forward of its
+// own connection: forwarding); a machine without the channel gets
 // E_COMPUTER_FAILED saying why, network none E_COMPUTER_FAILED. local, and a sandbox in mode full
 // without root (the host's network), answer the port themselves. Exposing a port twice returns the
 // same binding; forwarders close on stop and destroy (and with the server).
@@ -171,7 +171,7 @@ func (c *computerService) ExposePort(ctx context.Context, id string, port int) (
 		b = PortBinding{HostPort: port, URL: fmt.Sprintf("http://127.0.0.1:%d", port)}
 	case fw != nil:
 		b = PortBinding{HostPort: fw.port(), URL: fmt.Sprintf("http://127.0.0.1:%d", fw.port())}
-	case isForwarding(p):
+	case isForwarding(p) && !c.channelCarries(ctx, p, m):
 		hp, err := forwardedPort(ctx, p, m, port)
 		if err != nil {
 			return nil, err
@@ -242,6 +242,13 @@ type forwarding interface {
 }
 
 func isForwarding(p provider) bool { _, ok := p.(forwarding); return ok }
+
+// channelCarries: a forwarding provider that also has an exec channel (ssh, computers_ssh_chan.go) takes
+// its ports over the channel like the others while the channel can be opened; its own forward is the fallback.
+func (c *computerService) channelCarries(ctx context.Context, p provider, m *ComputerInfo) bool {
+	host, ok := p.(channelHost)
+	return ok && c.channel(ctx, host, m) != nil
+}
 
 func forwardedPort(ctx context.Context, p provider, m *ComputerInfo, port int) (int, error) {
 	addr, err := p.(forwarding).guestAddr(ctx, m, port)

@@ -590,9 +590,10 @@ func (s *sandboxProvider) hostNetwork(m *ComputerInfo) bool {
 // killLeftovers: nothing of a previous server's sandbox survives it (its bwrap died with it).
 func (s *sandboxProvider) killLeftovers(ctx context.Context, m *ComputerInfo) int { return 0 }
 
-// machineHelperMain is `agentd machine-helper [--limits k=v,...] [--max-procs N] [--become uid:gid]`: the
+// machineHelperMain is `agentd machine-helper [--limits k=v,...] [--max-procs N] [--become uid:gid] [--pid-files PREFIX]`: the
 // sandbox passes its limits (and, as root, the user to become, which executes the helper once more with
-// --became: helperBecome); docker and podman pass nothing (the engine applies theirs).
+// --became: helperBecome); docker and podman pass nothing (the engine applies theirs); ssh passes the
+// machine's own --pid-files (computers_ssh_chan.go).
 func machineHelperMain(args []string, stdin io.Reader, stdout io.Writer) error {
 	fl := flag.NewFlagSet("machine-helper", flag.ContinueOnError)
 	fl.SetOutput(io.Discard)
@@ -600,6 +601,7 @@ func machineHelperMain(args []string, stdin io.Reader, stdout io.Writer) error {
 	maxProcs := fl.Int("max-procs", 0, "kill everything when the pid namespace holds more processes")
 	become := fl.String("become", "", "uid:gid to drop to (from 0, with bwrap's capabilities) before anything runs")
 	became := fl.String("became", "", "uid:gid the helper dropped to before it executed itself again (checked)")
+	pidFiles := fl.String("pid-files", "", "the prefix of the files recording process groups (default /tmp/.agentd-chan-)")
 	if err := fl.Parse(args); err != nil {
 		return errorf(codeSpecInvalid, "machine-helper: %v", err)
 	}
@@ -628,5 +630,5 @@ func machineHelperMain(args []string, stdin io.Reader, stdout io.Writer) error {
 		go func() { defer close(done); watchProcesses(*maxProcs, stop) }()
 		defer func() { close(stop); <-done }()
 	}
-	return runMachineHelper(stdin, stdout)
+	return runMachineHelper(stdin, stdout, *pidFiles)
 }

@@ -3,15 +3,16 @@
 // presented as /work and /tmp, and the jail, the exec semantics and the file operations are the same.
 //
 // Entry points: newSSHProvider (only when config.yaml has an `ssh:` block), sshConfig.check (the config's
-// validation); the file operations are in computers_ssh_fs.go.
+// validation); the file operations are in computers_ssh_fs.go, the exec channel in computers_ssh_chan.go.
 //
 // Rules: every call to the host goes through sshProvider.cli (exec.CommandContext, WaitDelay, explicit
 // argv: BatchMode, a connect timeout, keep-alives, the configured key and known_hosts, host keys checked
 // strictly unless acceptNewHostKeys) and, when the output is wanted, sshProvider.call, which carries ssh's
 // and the remote shell's stderr into the error. Each machine has ONE ControlMaster connection (its socket
 // in the data directory), opened at create and start, closed at stop and destroy, rebuilt once when it is
-// found dead; every exec and file operation is a session multiplexed over it, and a port is the master's
-// own -L. Without multiplexing (ssh.multiplex: false; the default on Windows, whose OpenSSH client has no
+// found dead; every file operation, and every exec the exec channel does not carry (computers_ssh_chan.go:
+// one helper per machine over one long session), is a session multiplexed over it, and a port is the
+// master's own -L. Without multiplexing (ssh.multiplex: false; the default on Windows, whose OpenSSH client has no
 // ControlMaster) every call is a connection of its own with the same options, and each forwarded port is
 // an `ssh -N -L` process of its own (sshTunnel), owned by the provider and ended with the machine. A machine is
 // ~/.agentd/<owner>/<id>/{work,tmp} on the host (mode 0700; <owner> is this data directory's instance id,
@@ -154,6 +155,9 @@ type sshProvider struct {
 	fwd        map[string]map[int]string     // machine id → guest port → the local address its master forwards
 	tunnels    map[string]map[int]*sshTunnel // without multiplexing: machine id → guest port → its `ssh -N -L`
 	home       string                        // the remote user's physical home directory, learned once
+	helperMu   sync.Mutex                    // held while the helper is copied (computers_ssh_chan.go)
+	helperBin  string                        // the helper's absolute path on the host, once copied and run
+	helperOff  string                        // why the host cannot run the helper ("": not known yet, or it can)
 	closed     bool
 }
 
@@ -780,21 +784,28 @@ func (s *sshProvider) execScript(dir, cwd string, m *ComputerInfo, p *procSpec) 
 	pf := shellQuote(s.pidFile(dir, p))
 	wrapper := p.sizeFirst() + `echo $$ > ` + pf + `; "$@"; rc=$?; rm -f ` + pf +
 		`; printf '` + mk + `%03d\036' "$rc"; printf '` + mk + `%03d\036' "$rc" >&2; exit $rc`
+	d := shellQuote(dir)
+	env := sshEnv(dir, m, p.env, p.tty || p.term != nil)
+	return `cd -P -- ` + shellQuote(cwd) + ` 2>/dev/null || { [ -d ` + d + `/work ] || exit 255; echo "agentd: cwd ` + shellQuote(p.cwd) + ` does not exist in the machine" >&2; exit 1; }; ` +
+		`case "$(pwd -P)" in ` + d + `/work|` + d + `/work/*|` + d + `/tmp|` + d + `/tmp/*) ;; *) echo "agentd: cwd resolves outside the workspace through a symlink" >&2; exit 1;; esac; ` +
+		`exec env -i ` + strings.Join(env, " ") + ` /bin/sh -c ` + shellQuote(wrapper) + ` agentd ` + shellJoin(p.argv)
+}
+
+// sshEnv is the environment a machine's process starts with under `env -i`, quoted for the remote shell:
+// PATH, HOME, TMPDIR (TERM with a terminal), the spec's, then extra, then AGENTD_COMPUTER_ID (last: the
+// reaper finds the machine's processes by it, so nothing may override it).
+func sshEnv(dir string, m *ComputerInfo, extra map[string]string, term bool) []string {
 	env := []string{`PATH="$PATH"`, "HOME=" + shellQuote(dir+"/work"), "TMPDIR=" + shellQuote(dir+"/tmp")}
-	if p.tty || p.term != nil {
+	if term {
 		env = append(env, `TERM="${TERM:-xterm}"`)
 	}
 	for k, v := range m.Spec.Env {
 		env = append(env, shellQuote(k+"="+v))
 	}
-	for k, v := range p.env {
+	for k, v := range extra {
 		env = append(env, shellQuote(k+"="+v))
 	}
-	env = append(env, shellQuote("AGENTD_COMPUTER_ID="+m.ID))
-	d := shellQuote(dir)
-	return `cd -P -- ` + shellQuote(cwd) + ` 2>/dev/null || { [ -d ` + d + `/work ] || exit 255; echo "agentd: cwd ` + shellQuote(p.cwd) + ` does not exist in the machine" >&2; exit 1; }; ` +
-		`case "$(pwd -P)" in ` + d + `/work|` + d + `/work/*|` + d + `/tmp|` + d + `/tmp/*) ;; *) echo "agentd: cwd resolves outside the workspace through a symlink" >&2; exit 1;; esac; ` +
-		`exec env -i ` + strings.Join(env, " ") + ` /bin/sh -c ` + shellQuote(wrapper) + ` agentd ` + shellJoin(p.argv)
+	return append(env, shellQuote("AGENTD_COMPUTER_ID="+m.ID))
 }
 
 func (s *sshProvider) command(ctx context.Context, m *ComputerInfo, p *procSpec) (*procHandle, error) {
@@ -808,6 +819,9 @@ func (s *sshProvider) command(ctx context.Context, m *ComputerInfo, p *procSpec)
 	cwd, ok := guestHost(dir, p.cwd)
 	if !ok {
 		return nil, errorf(codeFSDenied, "path is outside the machine's writable area: %s", p.cwd).withHint("use a cwd under /work or /tmp")
+	}
+	if h, err := s.channelCommand(ctx, m, dir, cwd, p); h != nil || err != nil { // computers_ssh_chan.go
+		return h, err
 	}
 	sock, err := s.connect(ctx, m)
 	if err != nil {

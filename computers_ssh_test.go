@@ -279,7 +279,10 @@ func testSSHDroppedConnection(t *testing.T, mux testOption) {
 		t.Fatal("the exec did not end when its connection dropped")
 	}
 	var ae *apiError
-	if !errors.As(a.err, &ae) || ae.Code != codeExecFailed || !strings.Contains(ae.Message, "ssh connection") || !strings.Contains(ae.Message, "dropped") {
+	said := func(m string) bool { // a session of its own, or the exec channel's session (computers_ssh_chan.go)
+		return strings.Contains(m, "ssh connection") && strings.Contains(m, "dropped") || strings.Contains(m, "exec channel broke mid-call")
+	}
+	if !errors.As(a.err, &ae) || ae.Code != codeExecFailed || !said(ae.Message) {
 		t.Fatalf("an exec whose connection dropped: %+v, %v", a.res, a.err)
 	}
 	if out := e.sh(m.ID, "echo after"); out != "after\n" {
@@ -417,21 +420,25 @@ func TestSSHConfigTarget(t *testing.T) {
 	}
 }
 
-// BenchmarkSSHExec: an exec through agentd over the machine's ControlMaster, beside a plain `ssh host
-// true` (a connection of its own: key exchange and authentication every time), a bare session over
-// the same master (`ssh -S … true`, agentd's floor) and an exec through agentd without multiplexing
-// (ssh.multiplex: false, Windows' default: a connection per call), interleaved in one run against the
-// test sshd:
+// BenchmarkSSHExec: an exec through agentd over the machine's exec channel (computers_ssh_chan.go) and
+// one over its ControlMaster without the channel (a session per call), beside a plain `ssh host true` (a
+// connection of its own: key exchange and authentication every time), a bare session over the same
+// master (`ssh -S … true`, the per-call path's floor) and an exec through agentd without multiplexing nor
+// channel (ssh.multiplex: false, Windows' default: a connection per call), interleaved in one run against
+// the test sshd:
 //
 //	AGENT_TEST_SSH=1 go test -run '^$' -bench SSHExec -benchtime 30x .
 func BenchmarkSSHExec(b *testing.B) {
 	d := startSSHD(b)
-	e := newTestServer(b, withHostEnv, withSSH(d))
+	perCall := func(c *testSetup) { c.ExecChannel = new(bool); c.helperBinary = "" }
+	e := newTestServer(b, withHostEnv, withSSH(d)) // the exec channel on (unless AGENT_TEST_CHANNEL=0)
 	m := e.create(map[string]any{"provider": "ssh", "network": map[string]any{"mode": "full"}})
-	p := e.s.computers.providerByName("ssh").(*sshProvider)
-	nomux := newTestServer(b, withHostEnv, withSSH(d), withSSHMultiplex(false))
+	pc := newTestServer(b, withHostEnv, withSSH(d), perCall)
+	pm := pc.create(map[string]any{"provider": "ssh", "network": map[string]any{"mode": "full"}})
+	p := pc.s.computers.providerByName("ssh").(*sshProvider)
+	nomux := newTestServer(b, withHostEnv, withSSH(d), withSSHMultiplex(false), perCall)
 	nm := nomux.create(map[string]any{"provider": "ssh", "network": map[string]any{"mode": "full"}})
-	mm, err := p.master(context.Background(), &m)
+	mm, err := p.master(context.Background(), &pm)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -442,24 +449,26 @@ func BenchmarkSSHExec(b *testing.B) {
 		}
 		return time.Since(t0)
 	}
-	var api, plain, mux, apiNomux []time.Duration
-	b.ResetTimer()
-	for range b.N {
+	exe := func(ts *testServer, id string) time.Duration {
 		t0 := time.Now()
-		if r, err := e.s.computers.Exec(context.Background(), m.ID, ExecRequest{Cmd: execCommand{Shell: "true"}}, nil); err != nil || r.ExitCode != 0 {
+		if r, err := ts.s.computers.Exec(context.Background(), id, ExecRequest{Cmd: execCommand{Shell: "true"}}, nil); err != nil || r.ExitCode != 0 {
 			b.Fatalf("exec: %+v %v", r, err)
 		}
-		api = append(api, time.Since(t0))
-		t0 = time.Now()
-		if r, err := nomux.s.computers.Exec(context.Background(), nm.ID, ExecRequest{Cmd: execCommand{Shell: "true"}}, nil); err != nil || r.ExitCode != 0 {
-			b.Fatalf("exec without multiplexing: %+v %v", r, err)
-		}
-		apiNomux = append(apiNomux, time.Since(t0))
+		return time.Since(t0)
+	}
+	exe(e, m.ID) // the helper copied and the channel opened before the clock starts
+	var api, perc, plain, mux, apiNomux []time.Duration
+	b.ResetTimer()
+	for range b.N {
+		api = append(api, exe(e, m.ID))
+		perc = append(perc, exe(pc, pm.ID))
+		apiNomux = append(apiNomux, exe(nomux, nm.ID))
 		plain = append(plain, run(p.cli(context.Background(), muxOpts(""), []string{"-T"}, "true")))
 		mux = append(mux, run(p.cli(context.Background(), muxOpts(mm.sock), []string{"-T"}, "true")))
 	}
 	b.StopTimer()
-	b.ReportMetric(float64(pct(api, 0.5).Microseconds())/1000, "agentd-exec-p50-ms")
+	b.ReportMetric(float64(pct(api, 0.5).Microseconds())/1000, "agentd-exec-channel-p50-ms")
+	b.ReportMetric(float64(pct(perc, 0.5).Microseconds())/1000, "agentd-exec-percall-p50-ms")
 	b.ReportMetric(float64(pct(mux, 0.5).Microseconds())/1000, "mux-true-p50-ms")
 	b.ReportMetric(float64(pct(plain, 0.5).Microseconds())/1000, "plain-ssh-true-p50-ms")
 	b.ReportMetric(float64(pct(apiNomux, 0.5).Microseconds())/1000, "agentd-exec-nomux-p50-ms")
@@ -594,5 +603,73 @@ func TestSSHTunnels(t *testing.T) {
 		t.Fatalf("%s still accepts after stop", addr)
 	}
 	e.call("DELETE", "/v1/computers/"+m.ID, nil, 204, nil)
+	checkNoSSHLeaks(t, e)
+}
+
+// TestSSHExecChannel: with the exec channel on, an exec on the ssh provider runs under the machine's own
+// `machine-helper` (copied once to the host), not under an ssh session of its own; its process group is
+// recorded in the machine's directory (a shared /tmp would let one machine's helper kill another's
+// processes), and its environment is still only the machine's.
+func TestSSHExecChannel(t *testing.T) { sshModes(t, testSSHExecChannel) }
+
+func testSSHExecChannel(t *testing.T, mux testOption) {
+	if os.Getenv("AGENT_TEST_CHANNEL") == "0" {
+		t.Skip("the exec channel is off here (AGENT_TEST_CHANNEL=0)")
+	}
+	d := startSSHD(t)
+	e := newTestServer(t, withHostEnv, withSSH(d), mux)
+	m := e.create(map[string]any{"provider": "ssh", "network": map[string]any{"mode": "full"}, "env": map[string]any{"SPEC_VAR": "x"}})
+	parent := e.sh(m.ID, `tr '\0' ' ' < /proc/$PPID/cmdline`)
+	if !strings.Contains(parent, "machine-helper --pid-files") {
+		t.Fatalf("the exec's parent is %q, not the machine's helper", parent)
+	}
+	if out := e.sh(m.ID, `ls "$HOME"/../.chan-*.pid | wc -l; env | cut -d= -f1 | sort | tr '\n' ' '`); !strings.HasPrefix(out, "1\n") ||
+		!strings.Contains(out, "AGENTD_COMPUTER_ID") || !strings.Contains(out, "SPEC_VAR") || strings.Contains(out, "SSH_CONNECTION") {
+		t.Fatalf("pid file in the machine's directory and only the machine's environment: %q", out)
+	}
+	if out := e.sh(m.ID, `mkdir -p sub && cd sub && pwd`); out != "/work/sub\n" && !strings.HasSuffix(out, "/work/sub\n") {
+		t.Fatalf("cwd: %q", out)
+	}
+	p := e.s.computers.providerByName("ssh").(*sshProvider)
+	if p.helperBin == "" || !strings.Contains(p.helperBin, "/.agentd/bin/agentd-") {
+		t.Fatalf("helper on the host: %q (%s)", p.helperBin, p.helperOff)
+	}
+	if st, err := os.Stat(p.helperBin); err != nil || st.Mode().Perm() != 0o700 {
+		t.Fatalf("the copied helper: %v %v", st, err)
+	}
+	// A port goes over the channel too: a forwarder of agentd's, no -L of the master, no ssh -N -L.
+	guest, err := net.Listen("tcp", "127.0.0.1:0") // the test's host is the ssh host
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer guest.Close()
+	go func() {
+		for {
+			c, err := guest.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); io.Copy(c, c) }()
+		}
+	}()
+	var b PortBinding
+	e.call("POST", "/v1/computers/"+m.ID+"/ports", map[string]any{"port": guest.Addr().(*net.TCPAddr).Port}, 200, &b)
+	c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", b.HostPort), 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	c.Write([]byte("ping\n"))
+	got := make([]byte, 5)
+	if _, err := io.ReadFull(c, got); err != nil || string(got) != "ping\n" {
+		t.Fatalf("the port over the channel: %q %v", got, err)
+	}
+	c.Close()
+	p.mu.Lock()
+	fwd, tun := len(p.fwd[m.ID]), len(p.tunnels[m.ID])
+	p.mu.Unlock()
+	if fwd+tun != 0 {
+		t.Fatalf("the port was forwarded by ssh (%d -L, %d tunnels), not over the channel", fwd, tun)
+	}
 	checkNoSSHLeaks(t, e)
 }

@@ -14,7 +14,7 @@
 //
 // # Audit map
 //
-// Every place agentd's trust boundary is crossed, in the order a request meets it (about 3,671 lines
+// Every place agentd's trust boundary is crossed, in the order a request meets it (about 3,769 lines
 // in the functions named; each stop names its file.go:Func, and TestAuditMapIsTrue fails when one no
 // longer exists or a stop outgrows its stated size):
 //
@@ -83,10 +83,13 @@
 //     process (computers_ssh.go:(*sshProvider).opts, computers_ssh.go:(*sshProvider).cli: BatchMode, host
 //     keys checked against the configured known_hosts, strictly unless acceptNewHostKeys, only the
 //     configured key, no agent or X11 forwarding), what runs there (computers_ssh.go:(*sshProvider).execScript:
-//     env -i, the machine's private directory, a cwd still inside once its links are followed) and its files
+//     env -i, the machine's private directory, a cwd still inside once its links are followed; over the exec
+//     channel: computers_ssh_chan.go:(*sshProvider).remoteHelper, the binary copied there once, and
+//     computers_ssh_chan.go:(*sshProvider).helperCmd, the helper under env -i with the machine's own pid
+//     files, computers_ssh_chan.go:(*sshProvider).channelCommand, the cwd resolved there) and its files
 //     (computers_ssh_fs.go:(*sshFS).resolve: the host's paths resolved there and mapped back into the jail);
 //     without multiplexing each forwarded port's `ssh -N -L` on this host's loopback
-//     (computers_ssh.go:(*sshProvider).runTunnel). [476 lines]
+//     (computers_ssh.go:(*sshProvider).runTunnel). [574 lines]
 //  9. Kernel state: iptables (computers_fullnet.go:fullRules, computers_fullnet.go:(*engineProvider).filterFull,
 //     computers_sandboxnet.go:sandboxNetRules), namespaces (computers_sandboxnet.go:(*sandboxProvider).netUp),
 //     cgroups (computers_sandbox_cgroup.go:(cgroupHost).create, computers_sandbox_cgroup.go:(cgroupHost).remove),
