@@ -643,14 +643,16 @@ func FuzzClientHelloSNI(f *testing.F) {
 		if len(read) > maxHelloBytes || !bytes.HasPrefix(b, read) {
 			t.Fatalf("read %d bytes, not a prefix of the input (%d)", len(read), len(b))
 		}
-		// Read as it arrives, a byte at a time: the same answer, the same bytes.
+		// Read as it arrives, a byte at a time: the same answer, and exactly the hello's bytes. Read whole,
+		// crypto/tls may also take bytes that arrived with the hello's last record (the gate forwards
+		// every byte it read once the name passes, so that loses nothing): the hello is a prefix of them.
 		sniP, readP, errP := clientHelloSNI(iotest.OneByteReader(bytes.NewReader(b)))
-		if sniP != sni || (errP == nil) != (err == nil) || (err == nil && string(readP) != string(read)) {
+		if sniP != sni || (errP == nil) != (err == nil) || (err == nil && !bytes.HasPrefix(read, readP)) {
 			t.Fatalf("in pieces: %q %d %v; whole: %q %d %v", sniP, len(readP), errP, sni, len(read), err)
 		}
 		if err == nil { // more bytes after a whole hello change nothing, and are not read
-			sni2, read2, err2 := clientHelloSNI(iotest.OneByteReader(bytes.NewReader(append(b[:len(read):len(read)], 0x17, 3, 3, 0, 1, 0))))
-			if sni2 != sni || err2 != nil || string(read2) != string(read) {
+			sni2, read2, err2 := clientHelloSNI(iotest.OneByteReader(bytes.NewReader(append(b[:len(readP):len(readP)], 0x17, 3, 3, 0, 1, 0))))
+			if sni2 != sni || err2 != nil || string(read2) != string(readP) {
 				t.Fatalf("trailing bytes changed the answer: %q/%q %v", sni, sni2, err2)
 			}
 		}
