@@ -624,12 +624,21 @@ func (f *engineFS) write(ctx context.Context, p string, r io.Reader) error {
 
 func (f *engineFS) list(ctx context.Context, p string) ([]DirEntry, error) {
 	var out bytes.Buffer
-	script := `if [ -d "$1" ]; then exec find "$1" -mindepth 1 -maxdepth 1 -printf '%y\t%s\t%T@\t%m\t%f\0'; else exec find "$1" -maxdepth 0 -printf '%y\t%s\t%T@\t%m\t%f\0'; fi`
-	if err := f.do(ctx, "list", nil, &out, script, p); err != nil {
+	if err := f.do(ctx, "list", nil, &out, findListScript, p); err != nil {
 		return nil, fsFail("list", p, err)
 	}
+	return parseFindList(out.String(), p), nil
+}
+
+// findListScript lists "$1" (a directory's entries, else the one file) as parseFindList reads them: the
+// one listing of the shell-script file operations (engineFS here, sshFS on a remote host).
+const findListScript = `if [ -d "$1" ]; then exec find "$1" -mindepth 1 -maxdepth 1 -printf '%y\t%s\t%T@\t%m\t%f\0'; else exec find "$1" -maxdepth 0 -printf '%y\t%s\t%T@\t%m\t%f\0'; fi`
+
+// parseFindList reads findListScript's records (type, size, mtime, mode, name; NUL-ended) as entries
+// of the guest directory dir.
+func parseFindList(out, dir string) []DirEntry {
 	ents := []DirEntry{}
-	for _, rec := range strings.Split(out.String(), "\x00") {
+	for _, rec := range strings.Split(out, "\x00") {
 		fl := strings.SplitN(rec, "\t", 5)
 		if len(fl) != 5 {
 			continue
@@ -641,11 +650,10 @@ func (f *engineFS) list(ctx context.Context, p string) ([]DirEntry, error) {
 		size, _ := strconv.ParseInt(fl[1], 10, 64)
 		secs, _ := strconv.ParseFloat(fl[2], 64)
 		mode, _ := strconv.ParseUint(fl[3], 8, 32)
-		ep := joinGuest(p, fl[4])
-		ents = append(ents, DirEntry{Name: fl[4], Path: ep, Type: t, Size: size,
+		ents = append(ents, DirEntry{Name: fl[4], Path: joinGuest(dir, fl[4]), Type: t, Size: size,
 			ModifiedAt: timestamp(time.Unix(0, int64(secs*1e9))), Mode: fmt.Sprintf("%04o", mode)})
 	}
-	return ents, nil
+	return ents
 }
 
 func (f *engineFS) remove(ctx context.Context, p string, recursive bool) error {

@@ -13,11 +13,9 @@ package main
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"io"
 	"strconv"
 	"strings"
-	"time"
 )
 
 func (s *sshProvider) fs(m *ComputerInfo) machineFS { return &sshFS{s: s, m: m} }
@@ -137,27 +135,10 @@ func (f *sshFS) list(ctx context.Context, g string) ([]DirEntry, error) {
 		return nil, err
 	}
 	var out bytes.Buffer
-	script := `if [ -d "$1" ]; then exec find "$1" -mindepth 1 -maxdepth 1 -printf '%y\t%s\t%T@\t%m\t%f\0'; else exec find "$1" -maxdepth 0 -printf '%y\t%s\t%T@\t%m\t%f\0'; fi`
-	if err := f.sh(ctx, nil, &out, script, h); err != nil {
+	if err := f.sh(ctx, nil, &out, findListScript, h); err != nil {
 		return nil, f.fail("list", g, dir, err)
 	}
-	ents := []DirEntry{}
-	for _, rec := range strings.Split(out.String(), "\x00") {
-		fl := strings.SplitN(rec, "\t", 5)
-		if len(fl) != 5 {
-			continue
-		}
-		t := map[string]string{"f": "file", "d": "dir", "l": "symlink"}[fl[0]]
-		if t == "" {
-			t = "other"
-		}
-		size, _ := strconv.ParseInt(fl[1], 10, 64)
-		secs, _ := strconv.ParseFloat(fl[2], 64)
-		mode, _ := strconv.ParseUint(fl[3], 8, 32)
-		ents = append(ents, DirEntry{Name: fl[4], Path: joinGuest(g, fl[4]), Type: t, Size: size,
-			ModifiedAt: timestamp(time.Unix(0, int64(secs*1e9))), Mode: fmt.Sprintf("%04o", mode)})
-	}
-	return ents, nil
+	return parseFindList(out.String(), g), nil
 }
 
 func (f *sshFS) remove(ctx context.Context, g string, recursive bool) error {
