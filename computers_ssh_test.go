@@ -623,7 +623,9 @@ func testSSHExecChannel(t *testing.T, mux testOption) {
 	if !strings.Contains(parent, "machine-helper --pid-files") {
 		t.Fatalf("the exec's parent is %q, not the machine's helper", parent)
 	}
-	if out := e.sh(m.ID, `ls "$HOME"/../.chan-*.pid | wc -l; env | cut -d= -f1 | sort | tr '\n' ' '`); !strings.HasPrefix(out, "1\n") ||
+	// The helper records the group just after it starts the command, so the command polls for it (at most 5 s).
+	if out := e.sh(m.ID, `for i in $(seq 100); do ls "$HOME"/../.chan-*.pid >/dev/null 2>&1 && break; sleep 0.05; done
+ls "$HOME"/../.chan-*.pid | wc -l; env | cut -d= -f1 | sort | tr '\n' ' '`); !strings.HasPrefix(out, "1\n") ||
 		!strings.Contains(out, "AGENTD_COMPUTER_ID") || !strings.Contains(out, "SPEC_VAR") || strings.Contains(out, "SSH_CONNECTION") {
 		t.Fatalf("pid file in the machine's directory and only the machine's environment: %q", out)
 	}
