@@ -17,6 +17,13 @@ func TestDashboardEventsView(t *testing.T) {
 	p.viewport(1280, 800)
 	p.navigate(te.url + "/events")
 	p.waitFor("the events view", `document.querySelector('.view[data-ready]') && document.querySelector('main h1').innerText === 'Events' && document.querySelector('nav a[href="/events"][aria-current]')`)
+	// The page opens its event socket only after its first call (app.js), possibly after the view is
+	// ready: an event published before the socket subscribed is not a live one, so wait for it.
+	eventually(t, "the page's event socket subscribed", func() bool {
+		te.s.hub.mu.Lock()
+		defer te.s.hub.mu.Unlock()
+		return len(te.s.hub.subs) > 0
+	})
 	// Two topics: an agent saved (triggers), a machine made (computers).
 	te.createAgent(map[string]any{"name": "watched", "computer": map[string]any{"enabled": false}, "tools": []string{}})
 	m := te.create(map[string]any{"provider": "local", "name": "events-box"})
