@@ -396,7 +396,7 @@ func TestFlyLifecycleWireFormat(t *testing.T) {
 	if r := e.exec(m.ID, map[string]any{"cmd": []string{"cat"}, "stdin": in}); r.Stdout != in || r.ExitCode != 0 {
 		t.Fatalf("stdin: %+v", r)
 	}
-	x := fake.requests("POST", "/exec")
+	x := fake.requests("POST", fid+"/exec") // this machine's: the proof's trial machine execs beside the test
 	last := x[len(x)-1].body
 	if cmd := last["command"].([]any); cmd[0] != "/bin/sh" || cmd[len(cmd)-1] != "cat" || last["stdin"] == nil || last["timeout"].(float64) < 100 {
 		t.Fatalf("exec request: %v", last)
