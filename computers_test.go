@@ -193,7 +193,7 @@ type conformance struct {
 	prov     string
 	local    bool
 	hostNet  bool        // the machine's ports are the host's (local; the sandbox only in mode full, not the suite's)
-	portBase int         // spreads ports and sleep markers between the providers running at once
+	portBase int         // spreads the sleep markers between the providers running at once
 	e        *testServer // the provider's server
 	id       string      // the shared machine
 	opts     []testOption
@@ -698,9 +698,9 @@ func (c *conformance) ports(t *testing.T) {
 		if _, err := exec.LookPath("python3"); (c.local || c.prov == "sandbox" || c.prov == "ssh") && err != nil { // ssh: the test's host is this one
 			t.Skip("the " + c.prov + " port test serves with the host's python3, which this host lacks")
 		}
-		port := c.portBase + 1
-		if !c.hostNet && c.prov != "ssh" { // an ssh machine's ports are its host's
-			port = 8000
+		port := 8000
+		if c.hostNet || c.prov == "ssh" { // an ssh machine's ports are its host's: one free now, not a fixed one in the range the kernel hands out
+			port = freePort(t)
 		}
 		if os.Getenv("AGENT_TEST_CHANNEL") == "0" && !c.hostNet && c.prov != "ssh" { // a guest port is a stream over the channel, off here (ssh has none: its master forwards)
 			if env := e.wantError("POST", ports, map[string]any{"port": port}, 500, codeComputerFailed); !strings.Contains(env["message"].(string), "exec channel") {
