@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -459,18 +460,28 @@ func TestTriggerSpecValidation(t *testing.T) {
 	}
 }
 
-// A cron trigger fires a real run through the server's own scheduler: the server's clock is set a
-// little before a minute boundary, so the first firing comes within about a second.
+// A cron trigger fires a real run through the server's own scheduler: once the job is scheduled, the
+// server's clock is set a little before its first firing (a minute boundary), so it comes within about a
+// second. (Set before the setup, the clock could pass the boundary while the server starts and the agent
+// is created on a loaded host: the job, scheduled from then, would fire a minute later.)
 func TestCronTriggerFiresARun(t *testing.T) {
-	real := time.Now()
-	offset := real.Truncate(time.Minute).Add(time.Minute - 700*time.Millisecond).Sub(real)
-	te := newE2E(t, echoModel(t), "", withClock(func() time.Time { return time.Now().Add(offset) }),
+	var offset atomic.Int64 // the server's clock is time.Now()+offset
+	te := newE2E(t, echoModel(t), "", withClock(func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }),
 		func(c *testSetup) { c.ComputerProvider = "local" })
 	s := te.s
 	sub, _ := s.hub.subscribe()
 	defer s.hub.unsubscribe(sub)
 	te.createAgent(noComputer(map[string]any{"name": "reporter", "triggers": []any{
 		map[string]any{"type": "cron", "schedule": "* * * * *", "prompt": "daily report"}}}))
+	first := s.triggers.cron.earliest()
+	if first.IsZero() {
+		t.Fatal("the cron job is not scheduled")
+	}
+	offset.Store(int64(max(first.Add(-700*time.Millisecond).Sub(time.Now()), 0)))
+	select { // the scheduler's timer was set by the old clock: it sets it again on a wake
+	case s.triggers.cron.wake <- struct{}{}:
+	default:
+	}
 	deadline := time.After(10 * time.Second)
 	for {
 		select {
