@@ -926,7 +926,13 @@ func (c *conformance) reaper(t *testing.T) {
 		keep := r.create(c.spec(map[string]any{"provider": c.prov, "idleTimeoutSec": 0}))
 		sub, _ := r.s.hub.subscribe()
 		defer r.s.hub.unsubscribe(sub)
-		base, cs := time.Now(), r.s.computers
+		// The clock counts from life's creation, not from now: keep's create may take long on a loaded
+		// host, and life would be past its lifetime at the first sweep.
+		base, err := time.Parse(time.RFC3339Nano, life.CreatedAt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cs := r.s.computers
 		cs.setNow(func() time.Time { return base.Add(10 * time.Second) })
 		if got := cs.sweep(context.Background()); got[idle.ID] != "idle" || len(got) != 1 {
 			t.Fatalf("first sweep: %v", got)
