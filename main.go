@@ -597,14 +597,15 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
+	// SIGHUP re-reads config.yaml (main_reload.go); the server's reload goroutine ends with it. Routed
+	// before the line saying the server listens: until then SIGHUP's default action ends the process,
+	// and whoever waits for that line may send one at once.
+	signal.Notify(s.reloads, syscall.SIGHUP)
+	defer signal.Stop(s.reloads)
 	fmt.Fprintf(stderr, "agentd %s listening on http://%s\n", version, ln.Addr())
 	if k, ok := s.computers.providerByName("kubernetes").(*kubeProvider); ok && cfg.ComputerProvider == "kubernetes" {
 		k.startNetCheck() // in the background: the doctor has the answer by the time it is asked
 	}
-
-	// SIGHUP re-reads config.yaml (main_reload.go); the server's reload goroutine ends with it.
-	signal.Notify(s.reloads, syscall.SIGHUP)
-	defer signal.Stop(s.reloads)
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- hs.Serve(ln) }()
