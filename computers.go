@@ -305,6 +305,12 @@ func (c *computerService) Close() {
 		c.closeChannel(rt)
 		c.flushLastUsed(context.Background(), id)
 	}
+	// One last removal of the machines no record keeps whose removal failed (a loaded engine; the trials
+	// and the pool have ended above): the reaper's retry will not come, and a server that is not started
+	// again would leave them running. One that fails again is an orphan at the next start.
+	ctx, cancel := context.WithTimeout(context.Background(), lifecycleTimout)
+	c.reapOrphans(ctx, map[string]string{})
+	cancel()
 	for _, p := range c.providers { // kubernetes: its pod watch and network check; sandbox: cgroups, namespaces
 		if cl, ok := p.(interface{ close() }); ok {
 			cl.close()

@@ -116,3 +116,32 @@ func TestTrialCreateOutlivesClose(t *testing.T) {
 		t.Fatalf("the trial machine is %s after the trial", st)
 	}
 }
+
+// TestCloseRemovesOrphans: a machine whose removal failed is removed at the server's Close when the
+// reaper has not retried it yet (CI saw a podman machine of a closed test server left running).
+func TestCloseRemovesOrphans(t *testing.T) {
+	ts := newTestServer(t, withHostEnv, func(c *testSetup) { c.ComputerProvider = "local" })
+	c := ts.s.computers
+	<-c.scanned
+	eventually(t, "the local provider's proof (its trial machine made and removed)", func() bool {
+		r, _ := c.proofOf(c.providerByName("local"))
+		return r.ok
+	})
+	i := slices.IndexFunc(c.providers, func(p provider) bool { return p.meta().name == "local" })
+	stub := &stubbornProvider{provider: c.providers[i], fails: 1}
+	c.providers[i] = stub
+	ts.wantError("POST", "/v1/computers", map[string]any{"name": "doomed"}, 500, codeComputerFailed)
+	c.mu.Lock()
+	var id string
+	for k := range c.orphans {
+		id, _ = strings.CutPrefix(k, "local/")
+	}
+	c.mu.Unlock()
+	if id == "" {
+		t.Fatal("the machine whose removal failed is not an orphan")
+	}
+	ts.close()
+	if st, _ := stub.provider.status(context.Background(), &ComputerInfo{ID: id}); st != "missing" {
+		t.Fatalf("after Close the orphan is %s", st)
+	}
+}

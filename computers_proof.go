@@ -191,8 +191,6 @@ func (c *computerService) trial(ctx context.Context, p provider) proofResult {
 	c.proof.mu.Lock()
 	c.proof.trials[m.ID] = true
 	c.proof.mu.Unlock()
-	tctx, cancel := context.WithTimeout(ctx, proofTimeout)
-	defer cancel()
 	defer func() {
 		dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), lifecycleTimout)
 		defer dcancel()
@@ -218,8 +216,14 @@ func (c *computerService) trial(ctx context.Context, p provider) proofResult {
 		return failed("could not start", err)
 	}
 	m.State = stateRunning
-	res, err := c.run(tctx, p, m, &procSpec{argv: []string{"/bin/sh", "-c", "echo " + proofWord}}, time.Minute)
+	// The echo is not cut short by Close either: an engine's exec killed half-way can hold the machine
+	// (podman's lock) while the removal right after it runs, and the machine is left.
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer rcancel()
+	res, err := c.run(rctx, p, m, &procSpec{argv: []string{"/bin/sh", "-c", "echo " + proofWord}}, time.Minute)
 	switch {
+	case ctx.Err() != nil:
+		return failed("was interrupted", errorf(codeComputerFailed, "the server is closing"))
 	case err != nil:
 		return failed("started but could not run a command", err)
 	case res.ExitCode != 0 || strings.TrimSpace(res.Stdout) != proofWord:

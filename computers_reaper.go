@@ -8,7 +8,8 @@
 // machine idle for idleTimeoutSec (no exec; a running exec counts as activity; 0 = never) or older than
 // maxLifetimeSec (regardless of activity; 0 = never) is destroyed with a `reaper` event
 // {computerId, name, reason: idle|lifetime|orphan}. Containers of this owner without a record (found at
-// start) are removed on the first sweep. The pod sweep runs in the same goroutine, whenever the pod watch
+// start, or whose removal failed: destroyOrOrphan) are removed on the next sweep, and once more by Close
+// (reapOrphans), so a server that is not started again leaves none running. The pod sweep runs in the same goroutine, whenever the pod watch
 // saw a machine's pod go or (re)started: it is the watch's only consumer.
 package main
 
@@ -69,6 +70,13 @@ func (c *computerService) sweep(ctx context.Context) map[string]string {
 		}
 		reaped[m.ID] = reason
 	}
+	c.reapOrphans(ctx, reaped)
+	return reaped
+}
+
+// reapOrphans removes the machines of this owner that no record keeps (found at reconcile, or whose
+// removal failed: destroyOrOrphan), adding each to reaped; one that fails again stays for the next try.
+func (c *computerService) reapOrphans(ctx context.Context, reaped map[string]string) {
 	c.mu.Lock()
 	orphans := c.orphans
 	c.orphans = map[string]string{}
@@ -88,7 +96,6 @@ func (c *computerService) sweep(ctx context.Context) map[string]string {
 		c.log.Info("computer reaped", "computer", id, "reason", "orphan")
 		c.hub.publish("reaper", "computer_reaped", map[string]any{"computerId": id, "name": "", "reason": "orphan"})
 	}
-	return reaped
 }
 
 // destroyOrOrphan removes a machine that no record will keep (a failed create, a proof's trial), with a
