@@ -37,10 +37,12 @@ func (s *stubbornProvider) destroy(ctx context.Context, m *ComputerInfo) error {
 	return s.provider.destroy(ctx, m)
 }
 
-func TestFailedCreateLeavesNoMachine(t *testing.T) {
+// serverWithStubbornLocal is a server long up (its start's scan, which would also find the machine, and
+// the local provider's proof are over) whose local provider is a stubbornProvider failing one destroy.
+func serverWithStubbornLocal(t *testing.T) (*testServer, *stubbornProvider) {
 	ts := newTestServer(t, withHostEnv, func(c *testSetup) { c.ComputerProvider = "local" })
 	c := ts.s.computers
-	<-c.scanned // the start's scan would also find the machine: this test is about a server long up
+	<-c.scanned
 	eventually(t, "the local provider's proof (its trial machine made and removed)", func() bool {
 		r, _ := c.proofOf(c.providerByName("local"))
 		return r.ok
@@ -48,7 +50,12 @@ func TestFailedCreateLeavesNoMachine(t *testing.T) {
 	i := slices.IndexFunc(c.providers, func(p provider) bool { return p.meta().name == "local" })
 	stub := &stubbornProvider{provider: c.providers[i], fails: 1}
 	c.providers[i] = stub
+	return ts, stub
+}
 
+func TestFailedCreateLeavesNoMachine(t *testing.T) {
+	ts, stub := serverWithStubbornLocal(t)
+	c := ts.s.computers
 	ts.wantError("POST", "/v1/computers", map[string]any{"name": "doomed"}, 500, codeComputerFailed)
 	var orphans []string
 	c.mu.Lock()
@@ -120,16 +127,8 @@ func TestTrialCreateOutlivesClose(t *testing.T) {
 // TestCloseRemovesOrphans: a machine whose removal failed is removed at the server's Close when the
 // reaper has not retried it yet (CI saw a podman machine of a closed test server left running).
 func TestCloseRemovesOrphans(t *testing.T) {
-	ts := newTestServer(t, withHostEnv, func(c *testSetup) { c.ComputerProvider = "local" })
+	ts, stub := serverWithStubbornLocal(t)
 	c := ts.s.computers
-	<-c.scanned
-	eventually(t, "the local provider's proof (its trial machine made and removed)", func() bool {
-		r, _ := c.proofOf(c.providerByName("local"))
-		return r.ok
-	})
-	i := slices.IndexFunc(c.providers, func(p provider) bool { return p.meta().name == "local" })
-	stub := &stubbornProvider{provider: c.providers[i], fails: 1}
-	c.providers[i] = stub
 	ts.wantError("POST", "/v1/computers", map[string]any{"name": "doomed"}, 500, codeComputerFailed)
 	c.mu.Lock()
 	var id string
