@@ -182,7 +182,7 @@ func checkNoLeaks(t *testing.T) {
 		}
 		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 			if f := strings.Fields(line); len(f) >= 2 && strings.HasPrefix(f[1], testOwnerPrefix()) {
-				t.Errorf("%s: leaked container: %s", eng, line)
+				t.Errorf("%s: leaked container: %s\n%s", eng, line, origin(f[1]))
 			}
 		}
 	}

@@ -109,9 +109,13 @@ func newTestServer(t testing.TB, opts ...testOption) *testServer {
 	if _, err := os.Stat(c.Home + "/instance-id"); err != nil {
 		os.WriteFile(c.Home+"/instance-id", []byte(testOwnerPrefix()+randomChars(4)+"\n"), 0o600)
 	}
-	logger := slog.New(slog.DiscardHandler)
+	warns := &syncBuffer{} // the server's warnings: the leak check names where a leaked machine came from
+	logger := slog.New(slog.NewTextHandler(warns, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	if c.log != nil {
 		logger = slog.New(slog.NewTextHandler(c.log, nil))
+	}
+	if owner, err := os.ReadFile(c.Home + "/instance-id"); err == nil {
+		testServers.Store(strings.TrimSpace(string(owner)), testServerOrigin{test: t.Name(), warns: warns})
 	}
 	s, err := newServer(c.config, logger, c.now)
 	if err != nil {
@@ -143,6 +147,25 @@ func newTestServer(t testing.TB, opts ...testOption) *testServer {
 	}
 	t.Cleanup(ts.close)
 	return ts
+}
+
+// testServers maps each test server's owner id to where it came from, for checkNoLeaks: a leaked
+// machine carries only its owner, and the test that made it has long ended when the leak is found.
+var testServers sync.Map // owner → testServerOrigin
+
+type testServerOrigin struct {
+	test  string
+	warns *syncBuffer // the server's warnings (a failed removal says why)
+}
+
+// origin says which test's server owns a machine, and what that server warned of.
+func origin(owner string) string {
+	v, ok := testServers.Load(owner)
+	if !ok {
+		return "made by no test server of this process"
+	}
+	o := v.(testServerOrigin)
+	return fmt.Sprintf("made by %s's server, which warned:\n%s", o.test, lastLines(o.warns.String(), 20))
 }
 
 // close shuts the server down now (it is also done at cleanup).
