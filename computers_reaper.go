@@ -9,8 +9,9 @@
 // maxLifetimeSec (regardless of activity; 0 = never) is destroyed with a `reaper` event
 // {computerId, name, reason: idle|lifetime|orphan}. Containers of this owner without a record (found at
 // start, or whose removal failed: destroyOrOrphan) are removed on the next sweep, and once more by Close
-// (reapOrphans), so a server that is not started again leaves none running. The pod sweep runs in the same goroutine, whenever the pod watch
-// saw a machine's pod go or (re)started: it is the watch's only consumer.
+// (reapOrphans), so a server that is not started again leaves none running. The pod sweep runs in the
+// same goroutine, whenever the pod watch saw a machine's pod go or (re)started: it is the watch's only
+// consumer.
 package main
 
 import (
