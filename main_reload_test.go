@@ -46,10 +46,12 @@ func TestConfigReloadOnHUP(t *testing.T) {
 	if c := s.conf(); c.MaxCostUSD != 0.25 || !slices.Equal(c.CORSOrigins, []string{"https://reloaded.example"}) || c.Port != startPort {
 		t.Errorf("server settings after the reload: maxCost %v cors %v port %d (start %d)", c.MaxCostUSD, c.CORSOrigins, c.Port, startPort)
 	}
-	if l := logs.String(); !regexp.MustCompile(`config.yaml reloaded.*applied=\S*images`).MatchString(l) ||
-		!regexp.MustCompile(`take effect only after a restart.*restart=\S*port`).MatchString(l) {
-		t.Errorf("log of the reload:\n%s", l)
-	}
+	// Two lines (what was applied, what needs a restart), written one after the other: reload() saw the first.
+	eventually(t, "the reload's log lines: images applied, port needing a restart", func() bool {
+		l := logs.String()
+		return regexp.MustCompile(`config.yaml reloaded.*applied=\S*images`).MatchString(l) &&
+			regexp.MustCompile(`take effect only after a restart.*restart=\S*port`).MatchString(l)
+	})
 	// The quota follows the reloaded limit.
 	ts.call("POST", "/v1/computers", map[string]any{"provider": "local"}, 201, nil)
 	ts.call("POST", "/v1/computers", map[string]any{"provider": "local"}, 201, nil)
