@@ -410,8 +410,10 @@ func TestTriggerListingFollowsAgents(t *testing.T) {
 		map[string]any{"type": "webhook", "path": "/open"},
 		map[string]any{"type": "cron", "schedule": "CRON_TZ=UTC */5 * * * *", "prompt": "report"},
 		map[string]any{"type": "discord"}, map[string]any{"type": "cli"}}})
+	before := time.Now() // the job's next firing is after this, and at most 5 minutes after the listing
 	te.createAgent(spec)
 	tr, cr := listing()
+	listed := time.Now()
 	b, _ := json.Marshal(map[string]any{"t": tr, "c": cr})
 	if len(tr) != 3 || strings.Contains(string(b), "topsecret") || strings.Contains(string(b), "discord") {
 		t.Fatalf("mounted: %s", b)
@@ -426,7 +428,7 @@ func TestTriggerListingFollowsAgents(t *testing.T) {
 	c := cr[0].(map[string]any)
 	next, err := time.Parse(time.RFC3339, c["nextAt"].(string))
 	if len(cr) != 1 || c["schedule"] != "CRON_TZ=UTC */5 * * * *" || c["prompt"] != "report" || c["agent"] != "ops" ||
-		!strings.HasPrefix(c["jobId"].(string), "cron_") || err != nil || !next.After(time.Now()) || next.Minute()%5 != 0 ||
+		!strings.HasPrefix(c["jobId"].(string), "cron_") || err != nil || !next.After(before) || next.After(listed.Add(5*time.Minute)) || next.Minute()%5 != 0 ||
 		!strings.HasSuffix(c["nextAt"].(string), "Z") {
 		t.Fatalf("cron %v", c)
 	}
