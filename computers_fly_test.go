@@ -79,14 +79,6 @@ func newFakeFly(t *testing.T) *fakeFly {
 	return f
 }
 
-func flyTestdata(t *testing.T, name string) []byte {
-	b, err := os.ReadFile(filepath.Join("testdata", "fly", name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
 func (f *fakeFly) reply(w http.ResponseWriter, status int, file string) {
 	w.Header().Set("Content-Type", "application/json")
 	if strings.HasSuffix(file, ".html") {

@@ -184,20 +184,6 @@ func (s *sandboxProvider) sweepNets(ctx context.Context, ids []string, dirs map[
 	}
 }
 
-// guestNetAddr is the machine's address in its namespace ("" when it has none).
-func (s *sandboxProvider) guestNetAddr(ctx context.Context, m *ComputerInfo) string {
-	out, err := exec.CommandContext(ctx, "ip", "-n", s.netns(m.ID), "-o", "-4", "addr", "show", "dev", "eth0").Output()
-	if err != nil {
-		return ""
-	}
-	for _, f := range strings.Fields(string(out)) {
-		if ip, _, err := net.ParseCIDR(f); err == nil {
-			return ip.String()
-		}
-	}
-	return ""
-}
-
 // freeSandboxSlot is the lowest /30 of 10.233.0.0/16 that no host address is in and was not tried.
 func freeSandboxSlot(tried map[int]bool) (int, error) {
 	addrs, err := net.InterfaceAddrs()

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
 	"os/exec"
 	"strings"
 	"sync"
@@ -55,4 +56,18 @@ func TestSandboxNetSlots(t *testing.T) {
 	if id, ok := addrs[squatGuest]; ok {
 		t.Fatalf("machine %s took the slot whose link name %s was taken", id, squat)
 	}
+}
+
+// guestNetAddr is the machine's address in its namespace ("" when it has none); only tests ask.
+func (s *sandboxProvider) guestNetAddr(ctx context.Context, m *ComputerInfo) string {
+	out, err := exec.CommandContext(ctx, "ip", "-n", s.netns(m.ID), "-o", "-4", "addr", "show", "dev", "eth0").Output()
+	if err != nil {
+		return ""
+	}
+	for _, f := range strings.Fields(string(out)) {
+		if ip, _, err := net.ParseCIDR(f); err == nil {
+			return ip.String()
+		}
+	}
+	return ""
 }
