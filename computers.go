@@ -677,11 +677,16 @@ func (c *computerService) list(ctx context.Context, all bool) ([]ComputerInfo, e
 // ---- lifecycle ----
 
 // create makes a machine from a validated spec (defaults applied). Creation is not tied to the caller's
-// context: a client that goes away mid-create leaves a consistent record, not a half machine.
-func (c *computerService) create(ctx context.Context, sp ComputerSpec) (*ComputerInfo, error) {
+// context: a client that goes away mid-create leaves a consistent record, not a half machine. pol judges
+// the spec's setup before anything exists (every creation passes here: the API, an agent's machine, a
+// test case's, MCP's; the warm pool's machines have no setup and are taken only through here).
+func (c *computerService) create(ctx context.Context, sp ComputerSpec, pol commandPolicy) (*ComputerInfo, error) {
 	applyComputerDefaults(&sp)
 	if err := checkEngineArgs(sp, c.imageFor(sp)); err != nil {
 		return nil, err
+	}
+	if ae := setupRefused(sp.Setup, pol); ae != nil {
+		return nil, ae
 	}
 	if err := c.checkHostLimits(sp); err != nil {
 		return nil, err
@@ -759,7 +764,8 @@ func (c *computerService) create(ctx context.Context, sp ComputerSpec) (*Compute
 	return c.decorate(m), nil
 }
 
-// provision installs packages (as root) and runs setup (as the machine's user), once after create.
+// provision installs packages (as root) and runs setup (as the machine's user), once after create. The
+// setup passed the command policy in create (setupRefused) before the machine existed.
 func (c *computerService) provision(ctx context.Context, p provider, m *ComputerInfo) (string, error) {
 	if len(m.Spec.Packages) > 0 {
 		script := `set -e; export DEBIAN_FRONTEND=noninteractive
@@ -938,9 +944,9 @@ func (c *computerService) markGone(ctx context.Context, m *ComputerInfo) error {
 		withHint("create a new computer")
 }
 
-// EnsureForAgent returns the running computer named after the agent, creating it from spec if needed.
-// Concurrent runs of one agent share it.
-func (c *computerService) EnsureForAgent(ctx context.Context, agent string, spec ComputerSpec) (*ComputerInfo, error) {
+// EnsureForAgent returns the running computer named after the agent, creating it from spec if needed
+// (its setup judged by pol, the agent's guardrails). Concurrent runs of one agent share it.
+func (c *computerService) EnsureForAgent(ctx context.Context, agent string, spec ComputerSpec, pol commandPolicy) (*ComputerInfo, error) {
 	defer c.agents.lock(agent)()
 
 	all, err := c.store.ListComputers(ctx)
@@ -978,7 +984,7 @@ func (c *computerService) EnsureForAgent(ctx context.Context, agent string, spec
 	}
 	spec.Name = agent
 	spec.Enabled = nil
-	return c.create(ctx, spec)
+	return c.create(ctx, spec, pol)
 }
 
 // keyedMutex serialises callers per key (one agent's computer is ensured by one caller at a time). An
@@ -1131,7 +1137,7 @@ func (s *server) handleCreateComputer(w http.ResponseWriter, r *http.Request) er
 		return specIssuesError("computer spec", issues)
 	}
 	applyComputerDefaults(sp)
-	m, err := s.computers.create(r.Context(), *sp)
+	m, err := s.computers.create(r.Context(), *sp, commandPolicy{})
 	return reply(w, http.StatusCreated, m, err)
 }
 

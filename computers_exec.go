@@ -1,8 +1,8 @@
 // computers_exec.go — running commands in machines: the exec semantics shared by every provider, the sync and
 // SSE endpoints, and the one head-and-tail truncator (exec output and tool results).
 //
-// Entry points: computerService.Exec (API, terminal, agent tool), run (internal, no policy: provisioning
-// and the engine's file operations), handleExec, handleExecStream. runProc also runs a terminal
+// Entry points: computerService.Exec (API, terminal, agent tool), run (internal, no policy: provisioning,
+// whose setup create judged already with setupRefused, and the engine's file operations), handleExec, handleExecStream. runProc also runs a terminal
 // session's process on a host pseudo-terminal (procSpec.term; ExecTTY in computers_terminal.go).
 //
 // Rules (docs/API.md Exec, DESIGN §4): every exec passes the one command policy first (403 E_EXEC_DENIED);

@@ -1,7 +1,10 @@
-// computers_policy.go — the one command policy, evaluated for every exec (API, terminal, agent tool).
+// computers_policy.go — the one command policy, evaluated for every exec (API, terminal, agent tool, MCP)
+// and for a computer spec's setup snippet before its machine is created.
 //
-// Entry point: commandPolicy{Allow, Deny}.check(cmd) → nil or 403 E_EXEC_DENIED `refused: <reason>`
-// with details.rule. Order (DESIGN §4): allow patterns → allowed; deny patterns → denied; built-in deny
+// Entry points: commandPolicy{Allow, Deny}.check(cmd) → nil or 403 E_EXEC_DENIED `refused: <reason>`
+// with details.rule; setupRefused(setup, policy), the same check on a setup (it runs as `/bin/sh -c setup`,
+// so it is judged as that exec would be), used by every creation (computerService.create) and by agent
+// spec validation (`computer.setup`); Guardrails.policy, an agent's allowCommands/denyCommands. Order (DESIGN §4): allow patterns → allowed; deny patterns → denied; built-in deny
 // list → denied. A pattern is a regular expression, or a substring when it does not compile.
 //
 // The built-in list matches only at command position (start, after `;`, `&`, `&&`, `||`, `|`, `$(`,
@@ -37,6 +40,34 @@ type commandPolicy struct {
 	Allow []string
 	Deny  []string
 	Seen  bool
+}
+
+// policy is an agent's guardrails as a command policy (no call approved: Seen false).
+func (g Guardrails) policy() commandPolicy {
+	return commandPolicy{Allow: g.AllowCommands, Deny: g.DenyCommands}
+}
+
+// setupRefused judges a spec's setup snippet before its machine exists, as an exec of it would be judged
+// (no human approves a setup, so what the policy cannot see stays refused): nil, or 403 E_EXEC_DENIED
+// `setup: refused: <reason>` with details.rule and details.field "setup". pol is the caller's: an agent's
+// guardrails, or none at all (POST /v1/computers: the built-in list only).
+func setupRefused(setup string, pol commandPolicy) *apiError {
+	if strings.TrimSpace(setup) == "" {
+		return nil
+	}
+	pol.Seen = false
+	ae := pol.check(setup)
+	if ae == nil {
+		return nil
+	}
+	ae.Message = "setup: " + ae.Message
+	switch r, _ := ae.Details["rule"].(string); r {
+	case "computed-command", "stdin-script":
+		ae.Hint = "write out what runs: no human approves a setup, so what the policy cannot see is refused"
+	case "pipe-to-shell": // allowCommands vouch for a simple command only, never for a pipe
+		ae.Hint = "download, then run the file: curl -fsSLo /tmp/install.sh URL && sh /tmp/install.sh"
+	}
+	return ae.withDetail("field", "setup")
 }
 
 // check returns nil when cmd may run, else a 403 E_EXEC_DENIED `refused: <reason>` with details.rule.

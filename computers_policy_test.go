@@ -1,6 +1,11 @@
 package main
 
-import "testing"
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+)
 
 func TestPolicyBuiltinDenyList(t *testing.T) {
 	denied := map[string]string{
@@ -340,5 +345,76 @@ func TestPolicySeenWaivesOnlyOpaque(t *testing.T) {
 	}
 	if err := (commandPolicy{Deny: []string{"curl"}, Seen: true}).check("$(echo curl) x"); err == nil {
 		t.Error("denyCommands still apply to what is seen")
+	}
+}
+
+// TestComputerSetupPolicy: a spec's setup snippet runs in the machine as `/bin/sh -c setup`, so the command
+// policy judges it as it would judge that exec, before anything is created: 403 E_EXEC_DENIED naming setup,
+// no record, nothing on the engine, and a warm pool's machine not taken.
+func TestComputerSetupPolicy(t *testing.T) {
+	for _, prov := range []string{"local", "docker", "podman"} {
+		t.Run(prov, func(t *testing.T) {
+			requireProvider(t, prov)
+			opts := []testOption{withHostEnv}
+			if prov != "local" { // the pool runs only on an isolated provider
+				opts = append(opts, withWarmPool(map[string]int{"base": 1}), func(c *testSetup) { c.ComputerProvider = prov })
+			}
+			e := newTestServer(t, opts...)
+			var pooled []string
+			if prov != "local" {
+				eventually(t, "the pool to fill", func() bool { return e.poolReady("base") == 1 })
+				pooled = e.pooledIDs()
+			}
+			for setup, rule := range map[string]string{
+				"echo ready\nsudo -n true": "sudo",
+				"echo true | sh":           "pipe-to-shell",
+			} {
+				env := e.wantError("POST", "/v1/computers", map[string]any{"provider": prov, "setup": setup}, 403, codeExecDenied)
+				msg, _ := env["message"].(string)
+				details, _ := env["details"].(map[string]any)
+				if !strings.HasPrefix(msg, "setup: refused") || details["rule"] != rule || details["field"] != "setup" {
+					t.Errorf("setup %q: %v, want a refusal naming setup and rule %s", setup, env, rule)
+				}
+			}
+			var list struct{ Computers []ComputerInfo }
+			if e.call("GET", "/v1/computers?all=true", nil, 200, &list); len(list.Computers) != 0 {
+				t.Errorf("a refused setup left records: %+v", list.Computers)
+			}
+			if got := e.pooledIDs(); !slices.Equal(got, pooled) {
+				t.Errorf("the pool is %v, was %v: a refused setup took its machine", got, pooled)
+			}
+			// Only the pool's machine stays on the engine (a provider's proof trial, which has no record,
+			// may come and go meanwhile).
+			eventually(t, "no machine but the pool's on "+prov, func() bool {
+				owned, err := e.s.computers.providerByName(prov).owned(context.Background())
+				return err == nil && len(owned) == len(pooled) && (len(pooled) == 0 || owned[pooled[0]])
+			})
+		})
+	}
+	t.Cleanup(func() { checkNoLeaks(t) })
+}
+
+// TestEnsureForAgentSetupGuardrails: an agent's machine's setup is judged by that agent's guardrails:
+// its denyCommands refuse, its allowCommands vouch (`sh` with no operand reads its program from stdin,
+// which the built-in list refuses).
+func TestEnsureForAgentSetupGuardrails(t *testing.T) {
+	e := newTestServer(t, withHostEnv)
+	c := e.s.computers
+	ctx := context.Background()
+	_, err := c.EnsureForAgent(ctx, "setup-deny", ComputerSpec{Provider: "local", Setup: "make build"},
+		commandPolicy{Deny: []string{`^make\b`}})
+	if ae := asAPIError(err); ae.Code != codeExecDenied || !strings.Contains(ae.Message, "setup") || !strings.Contains(ae.Message, "denyCommands") {
+		t.Fatalf("denyCommands: %v", err)
+	}
+	_, err = c.EnsureForAgent(ctx, "setup-builtin", ComputerSpec{Provider: "local", Setup: "sh"}, commandPolicy{})
+	if ae := asAPIError(err); ae.Code != codeExecDenied || ae.Details["rule"] != "stdin-script" {
+		t.Fatalf("built-in list: %v", err)
+	}
+	if list, _ := c.list(ctx, true); len(list) != 0 {
+		t.Fatalf("a refused setup left records: %+v", list)
+	}
+	m, err := c.EnsureForAgent(ctx, "setup-allow", ComputerSpec{Provider: "local", Setup: "sh"}, commandPolicy{Allow: []string{`^sh$`}})
+	if err != nil || m.State != stateRunning {
+		t.Fatalf("allowCommands: %+v %v", m, err)
 	}
 }

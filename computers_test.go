@@ -1187,7 +1187,7 @@ func TestEnsureForAgent(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			m, err := c.EnsureForAgent(context.Background(), "helper-agent", ComputerSpec{Flavor: "base", IdleTimeoutSec: 900})
+			m, err := c.EnsureForAgent(context.Background(), "helper-agent", ComputerSpec{Flavor: "base", IdleTimeoutSec: 900}, commandPolicy{})
 			if err != nil {
 				t.Error(err)
 				return
@@ -1207,7 +1207,7 @@ func TestEnsureForAgent(t *testing.T) {
 	if _, err := c.stop(context.Background(), ids[0]); err != nil {
 		t.Fatal(err)
 	}
-	m, err := c.EnsureForAgent(context.Background(), "helper-agent", ComputerSpec{})
+	m, err := c.EnsureForAgent(context.Background(), "helper-agent", ComputerSpec{}, commandPolicy{})
 	if err != nil || m.ID != ids[0] || m.State != "running" {
 		t.Fatalf("restart: %+v %v", m, err)
 	}
@@ -1499,7 +1499,7 @@ type racingLocal struct {
 
 func (r *racingLocal) owned(ctx context.Context) (map[string]bool, error) {
 	r.once.Do(func() {
-		m, err := r.c.create(ctx, ComputerSpec{Provider: "local"})
+		m, err := r.c.create(ctx, ComputerSpec{Provider: "local"}, commandPolicy{})
 		if err != nil {
 			panic(err)
 		}

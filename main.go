@@ -14,7 +14,7 @@
 //
 // # Audit map
 //
-// Every place agentd's trust boundary is crossed, in the order a request meets it (about 3,769 lines
+// Every place agentd's trust boundary is crossed, in the order a request meets it (about 3,787 lines
 // in the functions named; each stop names its file.go:Func, and TestAuditMapIsTrue fails when one no
 // longer exists or a stop outgrows its stated size):
 //
@@ -37,7 +37,8 @@
 //     computers_policy.go:interpreterDenied, computers_policy.go:hasExpansion,
 //     computers_policy.go:splitCommand, computers_policy.go:firstWord, computers_policy.go:normalizePaths
 //     (what it cannot see is refused; a person's tty session is judged like a human-approved call:
-//     computers_terminal.go:(*computerService).ExecTTY). [447 lines]
+//     computers_terminal.go:(*computerService).ExecTTY); a spec's setup, judged before its machine exists
+//     (every creation, and agent spec validation: computers_policy.go:setupRefused). [465 lines]
 //  4. The file jail and archives: computers_files.go:lexicalJail, computers_files.go:(*computerService).jail
 //     (only /work and /tmp, resolved inside the machine, still inside), computers_helper.go:canonicalPath
 //     and computers_helper.go:openChecked (the same check where the file is opened, in the machine),

@@ -749,7 +749,7 @@ func (ss *mcpSession) machine(ctx context.Context, flavor string) (id, note stri
 		return "", "", errorf(codeExecDenied, "the machine tools over HTTP run only on an isolated provider, and the only one available is %q (%s)", meta.name, meta.description).
 			withHint("install Docker or Podman (or set computerProvider to one), or use `agentd mcp` over stdio on this host, which may use the local provider")
 	}
-	info, err := c.create(ctx, ComputerSpec{Name: ss.machineName(), Provider: meta.name, Flavor: flavor})
+	info, err := c.create(ctx, ComputerSpec{Name: ss.machineName(), Provider: meta.name, Flavor: flavor}, commandPolicy{})
 	if err != nil {
 		return "", "", err
 	}

@@ -34,7 +34,7 @@ type runModels interface {
 
 // runComputers is what the tools need from the computer service (computerService satisfies it).
 type runComputers interface {
-	EnsureForAgent(ctx context.Context, agent string, spec ComputerSpec) (*ComputerInfo, error)
+	EnsureForAgent(ctx context.Context, agent string, spec ComputerSpec, pol commandPolicy) (*ComputerInfo, error)
 	Get(ctx context.Context, idOrName string) (*ComputerInfo, error)
 	Exec(ctx context.Context, id string, req ExecRequest, onOutput func(stream, data string)) (*ExecResult, error)
 	ReadFile(ctx context.Context, id, path string) ([]byte, error)

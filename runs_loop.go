@@ -855,7 +855,7 @@ func (ar *activeRun) computer(ctx context.Context) (string, error) {
 	if ar.p.ComputerID != "" {
 		info, err = rs.computers.Get(ctx, ar.p.ComputerID)
 	} else {
-		info, err = rs.computers.EnsureForAgent(ctx, ar.agent, ar.spec.Computer) // it serialises per agent
+		info, err = rs.computers.EnsureForAgent(ctx, ar.agent, ar.spec.Computer, ar.spec.Guardrails.policy()) // it serialises per agent
 	}
 	if err == nil && info == nil {
 		err = errorf(codeComputerFailed, "the computer service returned no computer")

@@ -108,7 +108,7 @@ func (f *fakeComputer) Resolve(ctx context.Context, id, p string, keepLast bool)
 	return lexicalJail(p)
 }
 
-func (f *fakeComputer) EnsureForAgent(ctx context.Context, agent string, spec ComputerSpec) (*ComputerInfo, error) {
+func (f *fakeComputer) EnsureForAgent(ctx context.Context, agent string, spec ComputerSpec, pol commandPolicy) (*ComputerInfo, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.ensures++

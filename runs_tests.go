@@ -548,7 +548,7 @@ func (s *server) runCase(ctx context.Context, spec *AgentSpec, c testCase, o tes
 		sp.Name = spec.Name + "-test-" + strings.ToLower(randomChars(6))
 		sp.Labels = map[string]string{"agentd-test": spec.Name}
 		applyComputerDefaults(&sp)
-		info, err := s.computers.create(ctx, sp)
+		info, err := s.computers.create(ctx, sp, spec.Guardrails.policy())
 		if err != nil {
 			res.Reasons = append(res.Reasons, "the case's computer could not be created: "+asAPIError(err).Message)
 			return res

@@ -58,8 +58,9 @@ func (e *toolEnv) jailed(ctx context.Context, p string) (id, jailedPath string, 
 func isBinary(b []byte) bool { return bytes.IndexByte(b[:min(len(b), 8192)], 0) >= 0 }
 
 func (e *toolEnv) policy() commandPolicy {
-	g := e.ar.spec.Guardrails
-	return commandPolicy{Allow: g.AllowCommands, Deny: g.DenyCommands, Seen: e.seen}
+	p := e.ar.spec.Guardrails.policy()
+	p.Seen = e.seen
+	return p
 }
 
 var toolBundles = map[string][]string{

@@ -570,6 +570,10 @@ func validateSpecTree(tree any, err error) (*AgentSpec, []string) {
 			spec.Origin = &or
 		}
 	}
+	// The setup runs as its machine's first exec: judged now by the same policy, with these guardrails.
+	if ae := setupRefused(spec.Computer.Setup, spec.Guardrails.policy()); ae != nil {
+		c.add("computer.setup", strings.TrimPrefix(ae.Message, "setup: ")+" ("+ae.Hint+")")
+	}
 	if len(c.issues) > 0 {
 		return nil, c.issues
 	}
