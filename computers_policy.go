@@ -4,8 +4,9 @@
 // Entry points: commandPolicy{Allow, Deny}.check(cmd) → nil or 403 E_EXEC_DENIED `refused: <reason>`
 // with details.rule; setupRefused(setup, policy), the same check on a setup (it runs as `/bin/sh -c setup`,
 // so it is judged as that exec would be), used by every creation (computerService.create) and by agent
-// spec validation (`computer.setup`); Guardrails.policy, an agent's allowCommands/denyCommands. Order (DESIGN §4): allow patterns → allowed; deny patterns → denied; built-in deny
-// list → denied. A pattern is a regular expression, or a substring when it does not compile.
+// spec validation (`computer.setup`); Guardrails.policy, an agent's allowCommands/denyCommands.
+// Order (DESIGN §4): allow patterns → allowed; deny patterns → denied; built-in deny list → denied. A
+// pattern is a regular expression, or a substring when it does not compile.
 //
 // The built-in list matches only at command position (start, after `;`, `&`, `&&`, `||`, `|`, `$(`,
 // backticks, `(`, `{`, newlines, and after the keywords then/do/else/if/while/until/!), so that
