@@ -141,11 +141,111 @@ var (
 // assignmentPrefix and wrapperPrefix are stripped from a segment before rules match.
 var (
 	assignmentPrefix = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*=(?:'[^']*'|"[^"]*"|\S*)\s+`)
-	wrapperPrefix    = regexp.MustCompile(`^(?:exec(?:\s+-a\s*\S+|\s+-[cl]+)*|nohup|time(?:\s+-p)*|command(?:\s+-p)*|builtin|eval|busybox|setsid(?:\s+-\S+)*|stdbuf(?:\s+-\S+)*|xargs(?:\s+-\S+)*|nice(?:\s+-n\s*-?\d+|\s+-\d+)?|env(?:\s+(?:-u\s*|--unset[= ])\S+|\s+-\S+)*|timeout(?:\s+(?:-[sk]\s*|--signal[= ]|--kill-after[= ])\S+|\s+-\S+)*\s+\d\S*|then|do|else|elif|if|while|until|!|\{|\()\s+`)
-	braceWord        = regexp.MustCompile(`^\{([^{}\s]*,[^{}\s]*)\}(\s|$)`)
+	// wrapperPrefix: the shell's own keywords and builtins, and env (whose -S splits its value into the
+	// command); the programs that run their operand are in execWrappers.
+	wrapperPrefix = regexp.MustCompile(`^(?:exec(?:\s+-a\s*\S+|\s+-[cl]+)*(?:\s+--)?|time(?:\s+-p)*|command(?:\s+-p)*(?:\s+--)?|builtin|eval|env(?:\s+(?:-u\s*|--unset[= ])\S+|\s+-\S+)*|then|do|else|elif|if|while|until|!|\{|\()\s+`)
+	braceWord     = regexp.MustCompile(`^\{([^{}\s]*,[^{}\s]*)\}(\s|$)`)
 	// redirectPrefix: bash accepts redirections before the command word (`>/dev/null sudo id`).
 	redirectPrefix = regexp.MustCompile(`^(?:\d*|&)(?:>>|>&|<&|&>|>\||<>|>|<)\s*\S+\s+`)
 )
+
+// execWrapper: how a program that runs its operand as a command takes its own arguments. short: the short
+// options that take a value (`-o file`, `-ofile`); long: the long ones (`--output file`; `--x=v` always
+// carries its value); operands: words before the command (chroot's NEWROOT, flock's file, timeout's
+// duration, taskset's mask, chrt's priority); script: the option whose value is a shell script (flock
+// -c, script -c), judged as `sh -c`; scriptOnly: nothing else runs (script's operand is its log file).
+type execWrapper struct {
+	short, long string
+	operands    int
+	script      string
+	scriptOnly  bool
+}
+
+// execWrappers is a constant table (never mutated). Long options abbreviated (`--out x`) are not known.
+var execWrappers = map[string]execWrapper{
+	"nohup": {}, "busybox": {}, "setsid": {}, "unbuffer": {}, "catchsegv": {},
+	"nice":    {short: "n", long: "adjustment"},
+	"stdbuf":  {short: "ioe", long: "input output error"},
+	"timeout": {short: "sk", long: "signal kill-after", operands: 1},
+	"xargs":   {short: "adEILnPs", long: "arg-file delimiter max-lines max-args max-procs max-chars process-slot-var"},
+	"strace": {short: "abeEIoOpPsSuUX", long: "output attach env signal status string-limit summary-sort-by summary-columns " +
+		"user trace trace-path trace-fds columns abbrev verbose raw read write fault inject kvm const-print-style"},
+	"ltrace":   {short: "aADeFlnopsuwx", long: "align config indent library output"},
+	"chroot":   {long: "userspec groups", operands: 1},
+	"taskset":  {operands: 1},
+	"ionice":   {short: "cnpPu", long: "class classdata pid pgid uid"},
+	"unshare":  {short: "SGRw", long: "setuid setgid root wd propagation setgroups map-user map-group map-users map-groups monotonic boottime"},
+	"flock":    {short: "wEc", long: "wait timeout conflict-exit-code command", operands: 1, script: "c command"},
+	"chrt":     {short: "TPD", long: "sched-runtime sched-period sched-deadline", operands: 1},
+	"prlimit":  {short: "p", long: "pid"},
+	"nsenter":  {short: "tSG", long: "target setuid setgid"},
+	"setpriv":  {long: "reuid regid ruid euid rgid egid groups inh-caps ambient-caps bounding-set securebits pdeathsig selinux-label apparmor-profile"},
+	"fakeroot": {short: "lsib", long: "lib faked"},
+	"watch":    {short: "nq", long: "interval equexit"},
+	"script":   {short: "cEIOTBm", long: "command echo log-in log-out log-timing log-io logging-format", script: "c command", scriptOnly: true},
+}
+
+// stripWrapper returns the command an execWrappers program at the start of s runs (`strace -o log sudo id`
+// runs `sudo id`; `flock f -c 'x'` runs `sh -c 'x'`), or s when it runs none or is not one.
+func stripWrapper(s string) string {
+	name, ok := rawWord(s)
+	spec, known := execWrappers[unquoteWords(name)]
+	if !ok || !known {
+		return s
+	}
+	rest := strings.TrimLeft(s, " \t\n")[len(name):]
+	options, operands := true, spec.operands
+	takes := func(o string) bool { return slices.Contains(strings.Fields(spec.long), o) }
+	for {
+		w, ok := rawWord(rest)
+		if !ok {
+			return s
+		}
+		u, next := unquoteWords(w), strings.TrimLeft(rest, " \t\n")[len(w):]
+		switch {
+		case options && u == "--":
+			options = false
+		case options && strings.HasPrefix(u, "--") && len(u) > 2:
+			o, _, hasValue := strings.Cut(u[2:], "=")
+			if spec.script != "" && slices.Contains(strings.Fields(spec.script)[1:], o) {
+				if hasValue { // --command=x: cut it into -c x
+					return "sh -c " + shellQuote(u[len(o)+3:]) + next
+				}
+				return "sh -c" + next
+			}
+			if !hasValue && takes(o) {
+				if _, ok := rawWord(next); ok {
+					v, _ := rawWord(next)
+					next = strings.TrimLeft(next, " \t\n")[len(v):]
+				}
+			}
+		case options && len(u) > 1 && u[0] == '-':
+			for i := 1; i < len(u); i++ {
+				if !strings.ContainsRune(spec.short, rune(u[i])) {
+					continue
+				}
+				if spec.script != "" && u[i] == spec.script[0] {
+					if i+1 < len(u) {
+						return "sh -c " + shellQuote(u[i+1:]) + next
+					}
+					return "sh -c" + next
+				}
+				if i+1 == len(u) { // the value is the next word
+					if v, ok := rawWord(next); ok {
+						next = strings.TrimLeft(next, " \t\n")[len(v):]
+					}
+				}
+				break
+			}
+		case spec.scriptOnly:
+		case operands > 0:
+			operands--
+		default:
+			return rest
+		}
+		rest = next
+	}
+}
 
 // Rules for what the policy cannot see. Both are "opaque": in `ask` mode a human who saw the call may
 // let it run (runs_tools.go); everywhere else they refuse.
@@ -264,15 +364,19 @@ func interpreterDenied(raw string, depth int) *denyRule {
 		return nil
 	}
 	// Judge wrappers and assignments on the unquoted words (`"env" "sh" -c ...`), then line the stripped
-	// words up with the raw ones: stripping removes whole words from the front.
+	// words up with the raw ones: stripping removes whole words from the front. A wrapper's script option
+	// becomes `sh -c` (`flock f --command x`); where the words then differ, the canonical ones are judged.
 	canon := make([]string, len(rw))
 	for i, w := range rw {
 		canon[i] = canonWord(w)
 	}
 	stripped := rawWords(stripPrefixes(strings.Join(canon, " ")))
-	off := len(rw) - len(stripped)
-	if len(stripped) == 0 || off < 0 {
+	if len(stripped) == 0 {
 		return nil
+	}
+	off := max(len(rw)-len(stripped), 0)
+	if off+len(stripped) != len(rw) || !slices.Equal(stripped[1:], canon[off+1:]) {
+		rw = append(canon[:off+1:off+1], stripped[1:]...)
 	}
 	name := path.Base(unquoteWords(stripped[0]))
 	isShell := shellName.MatchString(name)
@@ -559,6 +663,7 @@ func stripPrefixes(s string) string {
 		if loc := wrapperPrefix.FindStringIndex(t); loc != nil {
 			t = t[loc[1]:]
 		}
+		t = stripWrapper(t)
 		if loc := redirectPrefix.FindStringIndex(t); loc != nil {
 			t = t[loc[1]:]
 		}

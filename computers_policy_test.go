@@ -342,3 +342,56 @@ func TestPolicySeenWaivesOnlyOpaque(t *testing.T) {
 		t.Error("denyCommands still apply to what is seen")
 	}
 }
+
+// A program that runs its operand as a command (strace, chroot DIR, flock FILE, taskset MASK, ...) is
+// judged by the command it runs, through its own options (`strace -o log -f`, `ionice -c 3`,
+// `flock -w 5 f`); flock's and script's -c run their value as a shell script.
+func TestPolicyWrappersRunTheirOperand(t *testing.T) {
+	refused := map[string]string{
+		// the forms found
+		"strace sudo id": "sudo", "ltrace sudo id": "sudo", "chroot / sudo id": "sudo", "setsid sudo id": "sudo",
+		"stdbuf -oL sudo id": "sudo", "taskset 1 sudo id": "sudo", "ionice -c3 sudo id": "sudo", "unshare -r sudo id": "sudo",
+		"flock /tmp/l sudo id": "sudo", "timeout 5 sudo id": "sudo", "nohup sudo id": "sudo", "time sudo id": "sudo",
+		"command sudo id": "sudo", "exec sudo id": "sudo", "builtin sudo id": "sudo",
+		// their options
+		"strace -f sudo id": "sudo", "strace -o /tmp/x sudo id": "sudo", "strace -e trace=open sudo id": "sudo",
+		"strace -fo x sudo id": "sudo", "strace -s 100 -f -- sudo id": "sudo", "strace --output x sudo id": "sudo",
+		"strace --output=x -u nobody sudo id": "sudo", "ltrace -o x -S sudo id": "sudo", "ltrace -n 2 sudo id": "sudo",
+		"chroot --userspec=a:b / sudo id": "sudo", "chroot --groups a /srv sudo id": "sudo", "setsid -f sudo id": "sudo",
+		"stdbuf -o L sudo id": "sudo", "stdbuf --output L -e0 sudo id": "sudo", "taskset -c 0 sudo id": "sudo",
+		"ionice -c 3 sudo id": "sudo", "ionice -c 2 -n 7 sudo id": "sudo", "unshare --map-root-user sudo id": "sudo",
+		"unshare -S 0 -m sudo id": "sudo", "flock -n /tmp/l sudo id": "sudo", "flock -w 5 /tmp/l sudo id": "sudo",
+		"flock /tmp/l -c 'sudo id'": "sudo", "flock -x /tmp/l --command 'reboot'": "power", "timeout -k 1 5 sudo id": "sudo",
+		"nohup -- sudo id": "sudo", "exec -- sudo id": "sudo", "xargs -n 1 sudo < list": "sudo", "xargs -P 4 -I {} sudo {} < l": "sudo",
+		"nice -n 5 sudo id": "sudo", "chrt -f 5 sudo id": "sudo", "chrt 5 sudo id": "sudo", "nsenter -t 1 -m sudo id": "sudo",
+		"prlimit --nofile=10 sudo id": "sudo", "setpriv --reuid=1 sudo id": "sudo", "fakeroot sudo id": "sudo",
+		"watch -n 1 sudo id": "sudo", "unbuffer sudo id": "sudo", "script -q -c 'sudo id' /dev/null": "sudo",
+		// nested, spelled as paths or quoted, and what they run
+		"nice -n5 strace -f timeout 5 sudo id": "sudo", "/usr/bin/strace -f sudo id": "sudo", `"strace" -f sudo id`: "sudo",
+		"strace rm -rf /": "rm-root", "chroot / rm -rf /": "rm-root", "flock /tmp/l bash -c 'sudo id'": "sudo",
+		"strace -f bash /dev/stdin": "stdin-script", "flock /tmp/l -c \"$CMD\"": "computed-command", "strace $X id": "computed-command",
+		"taskset 1 reboot": "power", "ionice -c3 mkfs /dev/sda": "mkfs", "script -c'sudo id' log": "sudo",
+		"flock f --command='sudo id'": "sudo", "flock -c'reboot' f": "power", "xargs -n1 sudo < l": "sudo",
+	}
+	for cmd, rule := range refused {
+		err := commandPolicy{}.check(cmd)
+		if err == nil {
+			t.Errorf("%q was allowed, want refused by %s", cmd, rule)
+			continue
+		}
+		if got := err.Details["rule"]; got != rule {
+			t.Errorf("%q: rule %v, want %s", cmd, got, rule)
+		}
+	}
+	for _, cmd := range []string{
+		"strace -f make", "strace -o trace.txt ls", "strace -p 1234", "strace -c -f go test ./...", "ltrace -c ls",
+		"chroot /srv/root ls", "taskset -c 0 make", "ionice -c3 make", "flock /tmp/l make", "flock -n /tmp/l -c 'make test'",
+		"unshare -r id", "stdbuf -oL make | tee log", "timeout 5 make", "time make", "watch -n 1 ls", "script -c 'make' log",
+		"flock /tmp/sudo.lock make", "strace -o sudo.log ls", "nohup ./server &", "setsid -f python3 -m http.server",
+		"chrt -p 1234", "xargs -n 1 echo < list", "strace -e trace=sudo ls",
+	} {
+		if err := (commandPolicy{}).check(cmd); err != nil {
+			t.Errorf("%q was refused: %v", cmd, err)
+		}
+	}
+}
