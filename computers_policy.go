@@ -96,7 +96,9 @@ type denyRule struct {
 }
 
 // opaque: the rule refuses what the policy cannot see (rather than something it sees is forbidden).
-func (r *denyRule) opaque() bool { return r.name == "computed-command" || r.name == "stdin-script" }
+func (r *denyRule) opaque() bool {
+	return r.name == "computed-command" || r.name == "stdin-script" || r.name == "rm-root-unset"
+}
 
 // builtinRules is a constant table (compiled once; never mutated).
 var builtinRules = []denyRule{
@@ -256,6 +258,8 @@ var (
 		reason: "the script of a shell's -c is built when the line runs ($VAR, $(...) or backticks outside single quotes), or is not on the line; write it out in single quotes"}
 	ruleStdinScript = denyRule{name: "stdin-script",
 		reason: "a shell or interpreter reading its program from stdin (a pipe, a here-document, /dev/stdin, /dev/fd/N or the exec's stdin), so the policy cannot see what would run; save the script to a file and run the file"}
+	ruleRmUnset = denyRule{name: "rm-root-unset",
+		reason: "a recursive delete of / or the home when an expansion in its target is empty or unset (rm -rf \"$DIR\"/* is rm -rf /*); write the path out, or guard the variable: ${DIR:?}"}
 	ruleTooDeep = denyRule{name: "computed-command",
 		reason: "shells nested more than 4 deep; the policy does not look further"}
 )
@@ -289,14 +293,12 @@ func builtinDenied(cmd string, depth int) *denyRule {
 		visible(&ruleComputed)
 	}
 	ifsTouched := ifsWord.MatchString(cmd)
+	if r := visible(rmEmptyTarget(cmd)); r != nil {
+		return r
+	}
 	vars := map[string]string{} // NAME=word assignments seen so far in this line
 	for _, sg := range splitCommand(cmd) {
-		if v := assignmentOnly.FindStringSubmatch(sg.text); v != nil {
-			if v[2] == "" { // x=$(...) or x=`...`: the value is computed, so unknown
-				delete(vars, v[1])
-			} else {
-				vars[v[1]] = unquoteWords(v[2])
-			}
+		if noteAssignment(vars, sg.text) {
 			continue
 		}
 		full, raw := sg.text, stripPrefixes(sg.text)
@@ -343,6 +345,181 @@ func builtinDenied(cmd string, depth int) *denyRule {
 		}
 	}
 	return opaque
+}
+
+// noteAssignment records a segment that only assigns (`X=/tmp/x`) in vars, NAME → its unquoted value;
+// a value computed when the line runs (`x=$(...)`, cut off by the split) makes NAME unknown again.
+func noteAssignment(vars map[string]string, seg string) bool {
+	v := assignmentOnly.FindStringSubmatch(seg)
+	if v == nil {
+		return false
+	}
+	if v[2] == "" {
+		delete(vars, v[1])
+	} else {
+		vars[v[1]] = unquoteWords(v[2])
+	}
+	return true
+}
+
+// rmEmptyTarget judges every recursive delete in the line (rm -r, find -delete) with its expansions taken
+// as empty, as an unset variable or a failed substitution leaves them: `rm -rf "$DIR"/*` is `rm -rf /*`.
+// A variable assigned a literal earlier in the line counts as that literal; `${X:-w}` as w, `${X:?}` as
+// not empty. Landing on / or the home is rm-root when every expansion was known, else the opaque
+// rm-root-unset. Substitutions count as empty too (judged once more with them cut out of the line).
+func rmEmptyTarget(cmd string) *denyRule {
+	var unsure *denyRule
+	for _, line := range slices.Compact([]string{cmd, dropSubstitutions(cmd)}) {
+		vars := map[string]string{}
+		for _, sg := range splitCommand(line) {
+			if noteAssignment(vars, sg.text) {
+				continue
+			}
+			words, known, expanded := rawWords(stripPrefixes(sg.text)), true, false
+			for i, w := range words {
+				if hasExpansion(w) {
+					words[i], expanded = emptyExpansions(w, vars, &known), true
+				} else {
+					words[i] = unquoteWords(w)
+				}
+			}
+			if !expanded { // judged as written by builtinDenied
+				continue
+			}
+			text := normalizePaths(stripPrefixes(strings.Join(strings.Fields(strings.Join(words, " ")), " ")))
+			for i := range builtinRules {
+				if r := &builtinRules[i]; r.name == "rm-root" && r.seg.MatchString(text) {
+					if known {
+						return r
+					}
+					unsure = cmp.Or(unsure, &ruleRmUnset)
+				}
+			}
+		}
+	}
+	return unsure
+}
+
+// emptyExpansions writes the raw word w unquoted with each expansion replaced by its value in vars, or
+// by nothing (known turns false) when the value is not a literal the line assigned.
+func emptyExpansions(w string, vars map[string]string, known *bool) string {
+	var b strings.Builder
+	value := func(name string) string {
+		v, ok := vars[name]
+		if !ok || strings.ContainsAny(v, "$`") {
+			*known = false
+			return ""
+		}
+		return v
+	}
+	var q byte
+	for i := 0; i < len(w); i++ {
+		c := w[i]
+		switch {
+		case q == '\'':
+			if c == '\'' {
+				q = 0
+			} else {
+				b.WriteByte(c)
+			}
+		case c == '\\' && i+1 < len(w):
+			i++
+			b.WriteByte(w[i])
+		case q == 0 && c == '$' && i+1 < len(w) && w[i+1] == '\'':
+			i = ansiC(w, i+2, &b)
+		case c == '"':
+			q = map[byte]byte{0: '"', '"': 0}[q]
+		case c == '\'' && q == 0:
+			q = '\''
+		case c == '$' && i+1 < len(w) && w[i+1] == '{':
+			end := strings.IndexByte(w[i:], '}')
+			if end < 0 {
+				end = len(w) - i
+			}
+			inner := w[i+2 : min(i+end, len(w))]
+			i += end
+			m := paramForm.FindStringSubmatch(inner)
+			switch {
+			case m == nil:
+				*known = false
+			case m[2] == "" && m[3] == "":
+				b.WriteString(value(m[1]))
+			case m[2] == ":-" || m[2] == ":=":
+				if v := value(m[1]); v != "" {
+					b.WriteString(v)
+				} else {
+					b.WriteString(emptyExpansions(m[3], vars, known))
+				}
+			case m[2] == ":?":
+				b.WriteString(cmp.Or(value(m[1]), "set")) // the shell stops the line when it is empty
+			default: // ${X:+w}, ${X#p}, ${X/a/b}...: may be empty
+				*known = false
+			}
+		case c == '$' && i+1 < len(w) && strings.IndexByte("?#$", w[i+1]) >= 0:
+			i++
+			b.WriteByte('0') // never empty
+		case c == '$' && i+1 < len(w) && hasExpansion(w[i:i+2]):
+			n := varName.FindString(w[i+1:])
+			i += max(len(n), 1)
+			if n != "" {
+				b.WriteString(value(n))
+			} else {
+				*known = false // $1, $@, $*, $!, $-
+			}
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
+
+var (
+	varName   = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*`)
+	paramForm = regexp.MustCompile(`^([A-Za-z_][A-Za-z0-9_]*)(?:(:[-=?]|)(.*))?$`)
+)
+
+// dropSubstitutions replaces each $(...) and backtick substitution outside single quotes with an empty
+// expansion, `${}`, so the words around it stay one word: `rm -rf "$(mktemp -d)"/*` is `rm -rf "${}"/*`.
+func dropSubstitutions(s string) string {
+	var b strings.Builder
+	var q byte
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case q == '\'':
+			q = map[bool]byte{true: 0, false: '\''}[c == '\'']
+		case c == '\\' && i+1 < len(s):
+			b.WriteByte(c)
+			i++
+		case c == '\'' && q == 0:
+			q = '\''
+		case c == '"':
+			q = map[byte]byte{0: '"', '"': 0}[q]
+		case c == '`':
+			end := strings.IndexByte(s[i+1:], '`')
+			if end < 0 {
+				end = len(s) - i - 1
+			}
+			i += end + 1
+			b.WriteString("${}")
+			continue
+		case c == '$' && i+1 < len(s) && s[i+1] == '(':
+			depth := 0
+			for i++; i < len(s); i++ {
+				if s[i] == '(' {
+					depth++
+				} else if s[i] == ')' {
+					if depth--; depth == 0 {
+						break
+					}
+				}
+			}
+			b.WriteString("${}")
+			continue
+		}
+		b.WriteByte(c)
+	}
+	return b.String()
 }
 
 var (
