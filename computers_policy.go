@@ -8,14 +8,19 @@
 // backticks, `(`, `{`, newlines, and after the keywords then/do/else/if/while/until/!), so that
 // `grep -r sudo .` and `echo shutdown >> notes` run. The scanner is quote-aware; `find -exec` and a
 // shell's `-c` script (whatever flags come with it: -ce, -xc, -o pipefail -c, --) are checked recursively.
-// What the policy cannot see is refused (issue 25; rules computed-command and stdin-script, "opaque"):
+// Wrappers are stripped: the shell's (exec, command, time, eval, env) and the programs that run their
+// operand, through their options (execWrappers: strace -o f, chroot DIR, flock FILE, timeout N, taskset
+// MASK, ionice -c 3, ...; flock -c and script -c as `sh -c`). Long options abbreviated are not known.
+// What the policy cannot see is refused (issue 25; rules computed-command, stdin-script and
+// rm-root-unset, "opaque"): a recursive delete (rm -r, find -delete) that is rm-root once its expansions
+// and substitutions are empty (`rm -rf "$DIR"/*`; a literal assigned earlier in the line counts);
 // an expansion or substitution anywhere in a command word (`s${EMPTY}udo`, `"$(echo sudo)"`, `$@`) unless
 // it is a variable assigned earlier in the line (and IFS left alone); a -c script the outer shell builds
 // (`bash -c "$(echo sudo) id"`) or takes from elsewhere (xargs -I); a shell or interpreter reading its
 // program from stdin (a pipe, a here-document, `/dev/stdin`, `/dev/fd/N`, `-`, no operand at all); in
 // `ask` mode a human who approved the very call waives these (commandPolicy.Seen), and so does a person's
-// interactive terminal session (ExecTTY: `agentd shell`, `exec -it`), nothing else. An
-// expansion in an argument is fine (`echo $HOME`), and so are a script file (`bash build.sh`,
+// interactive terminal session (ExecTTY: `agentd shell`, `exec -it`), nothing else. Any other
+// expansion in an argument is fine (`echo $HOME`, `rm -rf "$d/cache"`), and so are a script file (`bash build.sh`,
 // `bash < build.sh`) and another language's inline code (`python3 -c`): the caller's own code, which
 // the policy does not read. Paths are judged as they resolve (`//`, `'/'`, `/usr/..` are `/`; `~//` is
 // `~`). allowCommands allow only a simple command: `^git status` does not allow `git status; rm -rf /`.
@@ -249,7 +254,7 @@ func stripWrapper(s string) string {
 	}
 }
 
-// Rules for what the policy cannot see. Both are "opaque": in `ask` mode a human who saw the call may
+// Rules for what the policy cannot see. All are "opaque": in `ask` mode a human who saw the call may
 // let it run (runs_tools.go); everywhere else they refuse.
 var (
 	ruleComputed = denyRule{name: "computed-command",
