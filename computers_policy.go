@@ -150,7 +150,7 @@ var (
 	assignmentPrefix = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*=(?:'[^']*'|"[^"]*"|\S*)\s+`)
 	// wrapperPrefix: the shell's own keywords and builtins, and env (whose -S splits its value into the
 	// command); the programs that run their operand are in execWrappers.
-	wrapperPrefix = regexp.MustCompile(`^(?:exec(?:\s+-a\s*\S+|\s+-[cl]+)*(?:\s+--)?|time(?:\s+-p)*|command(?:\s+-p)*(?:\s+--)?|builtin|eval|env(?:\s+(?:-u\s*|--unset[= ])\S+|\s+-\S+)*|then|do|else|elif|if|while|until|!|\{|\()\s+`)
+	wrapperPrefix = regexp.MustCompile(`^(?:exec(?:\s+-a\s*\S+|\s+-[cl]+)*(?:\s+--)?|time(?:\s+-p)*|command(?:\s+-p)*(?:\s+--)?|builtin|eval|env(?:\s+(?:-[uC]\s*|--unset[= ]|--chdir[= ])\S+|\s+-\S+)*|then|do|else|elif|if|while|until|!|\{|\()\s+`)
 	braceWord     = regexp.MustCompile(`^\{([^{}\s]*,[^{}\s]*)\}(\s|$)`)
 	// redirectPrefix: bash accepts redirections before the command word (`>/dev/null sudo id`).
 	redirectPrefix = regexp.MustCompile(`^(?:\d*|&)(?:>>|>&|<&|&>|>\||<>|>|<)\s*\S+\s+`)
@@ -220,11 +220,8 @@ func stripWrapper(s string) string {
 				}
 				return "sh -c" + next
 			}
-			if !hasValue && takes(o) {
-				if _, ok := rawWord(next); ok {
-					v, _ := rawWord(next)
-					next = strings.TrimLeft(next, " \t\n")[len(v):]
-				}
+			if v, ok := rawWord(next); ok && !hasValue && takes(o) {
+				next = strings.TrimLeft(next, " \t\n")[len(v):]
 			}
 		case options && len(u) > 1 && u[0] == '-':
 			for i := 1; i < len(u); i++ {

@@ -375,6 +375,7 @@ func TestPolicyWrappersRunTheirOperand(t *testing.T) {
 		"strace -f bash /dev/stdin": "stdin-script", "flock /tmp/l -c \"$CMD\"": "computed-command", "strace $X id": "computed-command",
 		"taskset 1 reboot": "power", "ionice -c3 mkfs /dev/sda": "mkfs", "script -c'sudo id' log": "sudo",
 		"flock f --command='sudo id'": "sudo", "flock -c'reboot' f": "power", "xargs -n1 sudo < l": "sudo",
+		"env -C /tmp sudo id": "sudo", "env --chdir /tmp sudo id": "sudo", "env -u X -C/tmp reboot": "power",
 	}
 	for cmd, rule := range refused {
 		err := commandPolicy{}.check(cmd)
