@@ -12,14 +12,19 @@
 // backticks, `(`, `{`, newlines, and after the keywords then/do/else/if/while/until/!), so that
 // `grep -r sudo .` and `echo shutdown >> notes` run. The scanner is quote-aware; `find -exec` and a
 // shell's `-c` script (whatever flags come with it: -ce, -xc, -o pipefail -c, --) are checked recursively.
-// What the policy cannot see is refused (issue 25; rules computed-command and stdin-script, "opaque"):
+// Wrappers are stripped: the shell's (exec, command, time, eval, env) and the programs that run their
+// operand, through their options (execWrappers: strace -o f, chroot DIR, flock FILE, timeout N, taskset
+// MASK, ionice -c 3, ...; flock -c and script -c as `sh -c`). Long options abbreviated are not known.
+// What the policy cannot see is refused (issue 25; rules computed-command, stdin-script and
+// rm-root-unset, "opaque"): a recursive delete (rm -r, find -delete) that is rm-root once its expansions
+// and substitutions are empty (`rm -rf "$DIR"/*`; a literal assigned earlier in the line counts);
 // an expansion or substitution anywhere in a command word (`s${EMPTY}udo`, `"$(echo sudo)"`, `$@`) unless
 // it is a variable assigned earlier in the line (and IFS left alone); a -c script the outer shell builds
 // (`bash -c "$(echo sudo) id"`) or takes from elsewhere (xargs -I); a shell or interpreter reading its
 // program from stdin (a pipe, a here-document, `/dev/stdin`, `/dev/fd/N`, `-`, no operand at all); in
 // `ask` mode a human who approved the very call waives these (commandPolicy.Seen), and so does a person's
-// interactive terminal session (ExecTTY: `agentd shell`, `exec -it`), nothing else. An
-// expansion in an argument is fine (`echo $HOME`), and so are a script file (`bash build.sh`,
+// interactive terminal session (ExecTTY: `agentd shell`, `exec -it`), nothing else. Any other
+// expansion in an argument is fine (`echo $HOME`, `rm -rf "$d/cache"`), and so are a script file (`bash build.sh`,
 // `bash < build.sh`) and another language's inline code (`python3 -c`): the caller's own code, which
 // the policy does not read. Paths are judged as they resolve (`//`, `'/'`, `/usr/..` are `/`; `~//` is
 // `~`). allowCommands allow only a simple command: `^git status` does not allow `git status; rm -rf /`.
@@ -128,7 +133,9 @@ type denyRule struct {
 }
 
 // opaque: the rule refuses what the policy cannot see (rather than something it sees is forbidden).
-func (r *denyRule) opaque() bool { return r.name == "computed-command" || r.name == "stdin-script" }
+func (r *denyRule) opaque() bool {
+	return r.name == "computed-command" || r.name == "stdin-script" || r.name == "rm-root-unset"
+}
 
 // builtinRules is a constant table (compiled once; never mutated).
 var builtinRules = []denyRule{
@@ -173,13 +180,110 @@ var (
 // assignmentPrefix and wrapperPrefix are stripped from a segment before rules match.
 var (
 	assignmentPrefix = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*=(?:'[^']*'|"[^"]*"|\S*)\s+`)
-	wrapperPrefix    = regexp.MustCompile(`^(?:exec(?:\s+-a\s*\S+|\s+-[cl]+)*|nohup|time(?:\s+-p)*|command(?:\s+-p)*|builtin|eval|busybox|setsid(?:\s+-\S+)*|stdbuf(?:\s+-\S+)*|xargs(?:\s+-\S+)*|nice(?:\s+-n\s*-?\d+|\s+-\d+)?|env(?:\s+(?:-u\s*|--unset[= ])\S+|\s+-\S+)*|timeout(?:\s+(?:-[sk]\s*|--signal[= ]|--kill-after[= ])\S+|\s+-\S+)*\s+\d\S*|then|do|else|elif|if|while|until|!|\{|\()\s+`)
-	braceWord        = regexp.MustCompile(`^\{([^{}\s]*,[^{}\s]*)\}(\s|$)`)
+	// wrapperPrefix: the shell's own keywords and builtins, and env (whose -S splits its value into the
+	// command); the programs that run their operand are in execWrappers.
+	wrapperPrefix = regexp.MustCompile(`^(?:exec(?:\s+-a\s*\S+|\s+-[cl]+)*(?:\s+--)?|time(?:\s+-p)*|command(?:\s+-p)*(?:\s+--)?|builtin|eval|env(?:\s+(?:-[uC]\s*|--unset[= ]|--chdir[= ])\S+|\s+-\S+)*|then|do|else|elif|if|while|until|!|\{|\()\s+`)
+	braceWord     = regexp.MustCompile(`^\{([^{}\s]*,[^{}\s]*)\}(\s|$)`)
 	// redirectPrefix: bash accepts redirections before the command word (`>/dev/null sudo id`).
 	redirectPrefix = regexp.MustCompile(`^(?:\d*|&)(?:>>|>&|<&|&>|>\||<>|>|<)\s*\S+\s+`)
 )
 
-// Rules for what the policy cannot see. Both are "opaque": in `ask` mode a human who saw the call may
+// execWrapper: how a program that runs its operand as a command takes its own arguments. short: the short
+// options that take a value (`-o file`, `-ofile`); long: the long ones (`--output file`; `--x=v` always
+// carries its value); operands: words before the command (chroot's NEWROOT, flock's file, timeout's
+// duration, taskset's mask, chrt's priority); script: the option whose value is a shell script (flock
+// -c, script -c), judged as `sh -c`; scriptOnly: nothing else runs (script's operand is its log file).
+type execWrapper struct {
+	short, long string
+	operands    int
+	script      string
+	scriptOnly  bool
+}
+
+// execWrappers is a constant table (never mutated). Long options abbreviated (`--out x`) are not known.
+var execWrappers = map[string]execWrapper{
+	"nohup": {}, "busybox": {}, "setsid": {}, "unbuffer": {}, "catchsegv": {},
+	"nice":    {short: "n", long: "adjustment"},
+	"stdbuf":  {short: "ioe", long: "input output error"},
+	"timeout": {short: "sk", long: "signal kill-after", operands: 1},
+	"xargs":   {short: "adEILnPs", long: "arg-file delimiter max-lines max-args max-procs max-chars process-slot-var"},
+	"strace": {short: "abeEIoOpPsSuUX", long: "output attach env signal status string-limit summary-sort-by summary-columns " +
+		"user trace trace-path trace-fds columns abbrev verbose raw read write fault inject kvm const-print-style"},
+	"ltrace":   {short: "aADeFlnopsuwx", long: "align config indent library output"},
+	"chroot":   {long: "userspec groups", operands: 1},
+	"taskset":  {operands: 1},
+	"ionice":   {short: "cnpPu", long: "class classdata pid pgid uid"},
+	"unshare":  {short: "SGRw", long: "setuid setgid root wd propagation setgroups map-user map-group map-users map-groups monotonic boottime"},
+	"flock":    {short: "wEc", long: "wait timeout conflict-exit-code command", operands: 1, script: "c command"},
+	"chrt":     {short: "TPD", long: "sched-runtime sched-period sched-deadline", operands: 1},
+	"prlimit":  {short: "p", long: "pid"},
+	"nsenter":  {short: "tSG", long: "target setuid setgid"},
+	"setpriv":  {long: "reuid regid ruid euid rgid egid groups inh-caps ambient-caps bounding-set securebits pdeathsig selinux-label apparmor-profile"},
+	"fakeroot": {short: "lsib", long: "lib faked"},
+	"watch":    {short: "nq", long: "interval equexit"},
+	"script":   {short: "cEIOTBm", long: "command echo log-in log-out log-timing log-io logging-format", script: "c command", scriptOnly: true},
+}
+
+// stripWrapper returns the command an execWrappers program at the start of s runs (`strace -o log sudo id`
+// runs `sudo id`; `flock f -c 'x'` runs `sh -c 'x'`), or s when it runs none or is not one.
+func stripWrapper(s string) string {
+	name, ok := rawWord(s)
+	spec, known := execWrappers[unquoteWords(name)]
+	if !ok || !known {
+		return s
+	}
+	rest := strings.TrimLeft(s, " \t\n")[len(name):]
+	options, operands := true, spec.operands
+	takes := func(o string) bool { return slices.Contains(strings.Fields(spec.long), o) }
+	for {
+		w, ok := rawWord(rest)
+		if !ok {
+			return s
+		}
+		u, next := unquoteWords(w), strings.TrimLeft(rest, " \t\n")[len(w):]
+		switch {
+		case options && u == "--":
+			options = false
+		case options && strings.HasPrefix(u, "--") && len(u) > 2:
+			o, _, hasValue := strings.Cut(u[2:], "=")
+			if spec.script != "" && slices.Contains(strings.Fields(spec.script)[1:], o) {
+				if hasValue { // --command=x: cut it into -c x
+					return "sh -c " + shellQuote(u[len(o)+3:]) + next
+				}
+				return "sh -c" + next
+			}
+			if v, ok := rawWord(next); ok && !hasValue && takes(o) {
+				next = strings.TrimLeft(next, " \t\n")[len(v):]
+			}
+		case options && len(u) > 1 && u[0] == '-':
+			for i := 1; i < len(u); i++ {
+				if !strings.ContainsRune(spec.short, rune(u[i])) {
+					continue
+				}
+				if spec.script != "" && u[i] == spec.script[0] {
+					if i+1 < len(u) {
+						return "sh -c " + shellQuote(u[i+1:]) + next
+					}
+					return "sh -c" + next
+				}
+				if i+1 == len(u) { // the value is the next word
+					if v, ok := rawWord(next); ok {
+						next = strings.TrimLeft(next, " \t\n")[len(v):]
+					}
+				}
+				break
+			}
+		case spec.scriptOnly:
+		case operands > 0:
+			operands--
+		default:
+			return rest
+		}
+		rest = next
+	}
+}
+
+// Rules for what the policy cannot see. All are "opaque": in `ask` mode a human who saw the call may
 // let it run (runs_tools.go); everywhere else they refuse.
 var (
 	ruleComputed = denyRule{name: "computed-command",
@@ -188,6 +292,8 @@ var (
 		reason: "the script of a shell's -c is built when the line runs ($VAR, $(...) or backticks outside single quotes), or is not on the line; write it out in single quotes"}
 	ruleStdinScript = denyRule{name: "stdin-script",
 		reason: "a shell or interpreter reading its program from stdin (a pipe, a here-document, /dev/stdin, /dev/fd/N or the exec's stdin), so the policy cannot see what would run; save the script to a file and run the file"}
+	ruleRmUnset = denyRule{name: "rm-root-unset",
+		reason: "a recursive delete of / or the home when an expansion in its target is empty or unset (rm -rf \"$DIR\"/* is rm -rf /*); write the path out, or guard the variable: ${DIR:?}"}
 	ruleTooDeep = denyRule{name: "computed-command",
 		reason: "shells nested more than 4 deep; the policy does not look further"}
 )
@@ -221,14 +327,12 @@ func builtinDenied(cmd string, depth int) *denyRule {
 		visible(&ruleComputed)
 	}
 	ifsTouched := ifsWord.MatchString(cmd)
+	if r := visible(rmEmptyTarget(cmd)); r != nil {
+		return r
+	}
 	vars := map[string]string{} // NAME=word assignments seen so far in this line
 	for _, sg := range splitCommand(cmd) {
-		if v := assignmentOnly.FindStringSubmatch(sg.text); v != nil {
-			if v[2] == "" { // x=$(...) or x=`...`: the value is computed, so unknown
-				delete(vars, v[1])
-			} else {
-				vars[v[1]] = unquoteWords(v[2])
-			}
+		if noteAssignment(vars, sg.text) {
 			continue
 		}
 		full, raw := sg.text, stripPrefixes(sg.text)
@@ -277,6 +381,181 @@ func builtinDenied(cmd string, depth int) *denyRule {
 	return opaque
 }
 
+// noteAssignment records a segment that only assigns (`X=/tmp/x`) in vars, NAME → its unquoted value;
+// a value computed when the line runs (`x=$(...)`, cut off by the split) makes NAME unknown again.
+func noteAssignment(vars map[string]string, seg string) bool {
+	v := assignmentOnly.FindStringSubmatch(seg)
+	if v == nil {
+		return false
+	}
+	if v[2] == "" {
+		delete(vars, v[1])
+	} else {
+		vars[v[1]] = unquoteWords(v[2])
+	}
+	return true
+}
+
+// rmEmptyTarget judges every recursive delete in the line (rm -r, find -delete) with its expansions taken
+// as empty, as an unset variable or a failed substitution leaves them: `rm -rf "$DIR"/*` is `rm -rf /*`.
+// A variable assigned a literal earlier in the line counts as that literal; `${X:-w}` as w, `${X:?}` as
+// not empty. Landing on / or the home is rm-root when every expansion was known, else the opaque
+// rm-root-unset. Substitutions count as empty too (judged once more with them cut out of the line).
+func rmEmptyTarget(cmd string) *denyRule {
+	var unsure *denyRule
+	for _, line := range slices.Compact([]string{cmd, dropSubstitutions(cmd)}) {
+		vars := map[string]string{}
+		for _, sg := range splitCommand(line) {
+			if noteAssignment(vars, sg.text) {
+				continue
+			}
+			words, known, expanded := rawWords(stripPrefixes(sg.text)), true, false
+			for i, w := range words {
+				if hasExpansion(w) {
+					words[i], expanded = emptyExpansions(w, vars, &known), true
+				} else {
+					words[i] = unquoteWords(w)
+				}
+			}
+			if !expanded { // judged as written by builtinDenied
+				continue
+			}
+			text := normalizePaths(stripPrefixes(strings.Join(strings.Fields(strings.Join(words, " ")), " ")))
+			for i := range builtinRules {
+				if r := &builtinRules[i]; r.name == "rm-root" && r.seg.MatchString(text) {
+					if known {
+						return r
+					}
+					unsure = cmp.Or(unsure, &ruleRmUnset)
+				}
+			}
+		}
+	}
+	return unsure
+}
+
+// emptyExpansions writes the raw word w unquoted with each expansion replaced by its value in vars, or
+// by nothing (known turns false) when the value is not a literal the line assigned.
+func emptyExpansions(w string, vars map[string]string, known *bool) string {
+	var b strings.Builder
+	value := func(name string) string {
+		v, ok := vars[name]
+		if !ok || strings.ContainsAny(v, "$`") {
+			*known = false
+			return ""
+		}
+		return v
+	}
+	var q byte
+	for i := 0; i < len(w); i++ {
+		c := w[i]
+		switch {
+		case q == '\'':
+			if c == '\'' {
+				q = 0
+			} else {
+				b.WriteByte(c)
+			}
+		case c == '\\' && i+1 < len(w):
+			i++
+			b.WriteByte(w[i])
+		case q == 0 && c == '$' && i+1 < len(w) && w[i+1] == '\'':
+			i = ansiC(w, i+2, &b)
+		case c == '"':
+			q = map[byte]byte{0: '"', '"': 0}[q]
+		case c == '\'' && q == 0:
+			q = '\''
+		case c == '$' && i+1 < len(w) && w[i+1] == '{':
+			end := strings.IndexByte(w[i:], '}')
+			if end < 0 {
+				end = len(w) - i
+			}
+			inner := w[i+2 : min(i+end, len(w))]
+			i += end
+			m := paramForm.FindStringSubmatch(inner)
+			switch {
+			case m == nil:
+				*known = false
+			case m[2] == "" && m[3] == "":
+				b.WriteString(value(m[1]))
+			case m[2] == ":-" || m[2] == ":=":
+				if v := value(m[1]); v != "" {
+					b.WriteString(v)
+				} else {
+					b.WriteString(emptyExpansions(m[3], vars, known))
+				}
+			case m[2] == ":?":
+				b.WriteString(cmp.Or(value(m[1]), "set")) // the shell stops the line when it is empty
+			default: // ${X:+w}, ${X#p}, ${X/a/b}...: may be empty
+				*known = false
+			}
+		case c == '$' && i+1 < len(w) && strings.IndexByte("?#$", w[i+1]) >= 0:
+			i++
+			b.WriteByte('0') // never empty
+		case c == '$' && i+1 < len(w) && hasExpansion(w[i:i+2]):
+			n := varName.FindString(w[i+1:])
+			i += max(len(n), 1)
+			if n != "" {
+				b.WriteString(value(n))
+			} else {
+				*known = false // $1, $@, $*, $!, $-
+			}
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
+
+var (
+	varName   = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*`)
+	paramForm = regexp.MustCompile(`^([A-Za-z_][A-Za-z0-9_]*)(?:(:[-=?]|)(.*))?$`)
+)
+
+// dropSubstitutions replaces each $(...) and backtick substitution outside single quotes with an empty
+// expansion, `${}`, so the words around it stay one word: `rm -rf "$(mktemp -d)"/*` is `rm -rf "${}"/*`.
+func dropSubstitutions(s string) string {
+	var b strings.Builder
+	var q byte
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case q == '\'':
+			q = map[bool]byte{true: 0, false: '\''}[c == '\'']
+		case c == '\\' && i+1 < len(s):
+			b.WriteByte(c)
+			i++
+		case c == '\'' && q == 0:
+			q = '\''
+		case c == '"':
+			q = map[byte]byte{0: '"', '"': 0}[q]
+		case c == '`':
+			end := strings.IndexByte(s[i+1:], '`')
+			if end < 0 {
+				end = len(s) - i - 1
+			}
+			i += end + 1
+			b.WriteString("${}")
+			continue
+		case c == '$' && i+1 < len(s) && s[i+1] == '(':
+			depth := 0
+			for i++; i < len(s); i++ {
+				if s[i] == '(' {
+					depth++
+				} else if s[i] == ')' {
+					if depth--; depth == 0 {
+						break
+					}
+				}
+			}
+			b.WriteString("${}")
+			continue
+		}
+		b.WriteByte(c)
+	}
+	return b.String()
+}
+
 var (
 	shellName  = regexp.MustCompile(`^(?:sh|bash|rbash|zsh|dash|ksh|mksh|pdksh|ash|yash|posh|fish)$`)
 	interpName = regexp.MustCompile(`^(?:python[0-9.]*|pypy[0-9.]*|perl[0-9.]*|ruby[0-9.]*|node|nodejs|php[0-9.]*|lua[0-9.]*|luajit|tclsh[0-9.]*|osascript|deno|bun|Rscript|awk|gawk|mawk)$`)
@@ -296,15 +575,19 @@ func interpreterDenied(raw string, depth int) *denyRule {
 		return nil
 	}
 	// Judge wrappers and assignments on the unquoted words (`"env" "sh" -c ...`), then line the stripped
-	// words up with the raw ones: stripping removes whole words from the front.
+	// words up with the raw ones: stripping removes whole words from the front. A wrapper's script option
+	// becomes `sh -c` (`flock f --command x`); where the words then differ, the canonical ones are judged.
 	canon := make([]string, len(rw))
 	for i, w := range rw {
 		canon[i] = canonWord(w)
 	}
 	stripped := rawWords(stripPrefixes(strings.Join(canon, " ")))
-	off := len(rw) - len(stripped)
-	if len(stripped) == 0 || off < 0 {
+	if len(stripped) == 0 {
 		return nil
+	}
+	off := max(len(rw)-len(stripped), 0)
+	if off+len(stripped) != len(rw) || !slices.Equal(stripped[1:], canon[off+1:]) {
+		rw = append(canon[:off+1:off+1], stripped[1:]...)
 	}
 	name := path.Base(unquoteWords(stripped[0]))
 	isShell := shellName.MatchString(name)
@@ -591,6 +874,7 @@ func stripPrefixes(s string) string {
 		if loc := wrapperPrefix.FindStringIndex(t); loc != nil {
 			t = t[loc[1]:]
 		}
+		t = stripWrapper(t)
 		if loc := redirectPrefix.FindStringIndex(t); loc != nil {
 			t = t[loc[1]:]
 		}

@@ -132,6 +132,9 @@ func FuzzPolicyCheck(f *testing.F) {
 		"s${EMPTY}udo id", "IFS=,; x=sudo,id; $x", `"$(echo sudo)" id`, "sh -ce 'sudo id'", `bash -c "$(echo sudo) id"`,
 		"echo sudo id | bash /dev/stdin", "echo sudo id | sh /dev/stdin", "rm -rf '//'", "bash -o pipefail -c 'x'",
 		"bash <<< 'x'", "bash <(x)", "xargs -I{} sh -c {}", `sh -c '"$0"' x`, "$'\\x73'", "rm -rf ~//", "2>&1 <", "sh -o",
+		// empty expansions in a recursive delete, and wrappers
+		`rm -rf "$BUILD"/*`, "rm -rf ${X:-/}${Y#a}/", "rm -rf /$(a $(b))`c`", "strace -fo x -- sudo id", "flock f --command='x'",
+		"script -c'x' l", "chroot --userspec=a / x",
 	} {
 		f.Add(s)
 	}
@@ -416,5 +419,101 @@ func TestEnsureForAgentSetupGuardrails(t *testing.T) {
 	m, err := c.EnsureForAgent(ctx, "setup-allow", ComputerSpec{Provider: "local", Setup: "sh"}, commandPolicy{Allow: []string{`^sh$`}})
 	if err != nil || m.State != stateRunning {
 		t.Fatalf("allowCommands: %+v %v", m, err)
+	}
+}
+
+// A program that runs its operand as a command (strace, chroot DIR, flock FILE, taskset MASK, ...) is
+// judged by the command it runs, through its own options (`strace -o log -f`, `ionice -c 3`,
+// `flock -w 5 f`); flock's and script's -c run their value as a shell script.
+func TestPolicyWrappersRunTheirOperand(t *testing.T) {
+	refused := map[string]string{
+		// the forms found
+		"strace sudo id": "sudo", "ltrace sudo id": "sudo", "chroot / sudo id": "sudo", "setsid sudo id": "sudo",
+		"stdbuf -oL sudo id": "sudo", "taskset 1 sudo id": "sudo", "ionice -c3 sudo id": "sudo", "unshare -r sudo id": "sudo",
+		"flock /tmp/l sudo id": "sudo", "timeout 5 sudo id": "sudo", "nohup sudo id": "sudo", "time sudo id": "sudo",
+		"command sudo id": "sudo", "exec sudo id": "sudo", "builtin sudo id": "sudo",
+		// their options
+		"strace -f sudo id": "sudo", "strace -o /tmp/x sudo id": "sudo", "strace -e trace=open sudo id": "sudo",
+		"strace -fo x sudo id": "sudo", "strace -s 100 -f -- sudo id": "sudo", "strace --output x sudo id": "sudo",
+		"strace --output=x -u nobody sudo id": "sudo", "ltrace -o x -S sudo id": "sudo", "ltrace -n 2 sudo id": "sudo",
+		"chroot --userspec=a:b / sudo id": "sudo", "chroot --groups a /srv sudo id": "sudo", "setsid -f sudo id": "sudo",
+		"stdbuf -o L sudo id": "sudo", "stdbuf --output L -e0 sudo id": "sudo", "taskset -c 0 sudo id": "sudo",
+		"ionice -c 3 sudo id": "sudo", "ionice -c 2 -n 7 sudo id": "sudo", "unshare --map-root-user sudo id": "sudo",
+		"unshare -S 0 -m sudo id": "sudo", "flock -n /tmp/l sudo id": "sudo", "flock -w 5 /tmp/l sudo id": "sudo",
+		"flock /tmp/l -c 'sudo id'": "sudo", "flock -x /tmp/l --command 'reboot'": "power", "timeout -k 1 5 sudo id": "sudo",
+		"nohup -- sudo id": "sudo", "exec -- sudo id": "sudo", "xargs -n 1 sudo < list": "sudo", "xargs -P 4 -I {} sudo {} < l": "sudo",
+		"nice -n 5 sudo id": "sudo", "chrt -f 5 sudo id": "sudo", "chrt 5 sudo id": "sudo", "nsenter -t 1 -m sudo id": "sudo",
+		"prlimit --nofile=10 sudo id": "sudo", "setpriv --reuid=1 sudo id": "sudo", "fakeroot sudo id": "sudo",
+		"watch -n 1 sudo id": "sudo", "unbuffer sudo id": "sudo", "script -q -c 'sudo id' /dev/null": "sudo",
+		// nested, spelled as paths or quoted, and what they run
+		"nice -n5 strace -f timeout 5 sudo id": "sudo", "/usr/bin/strace -f sudo id": "sudo", `"strace" -f sudo id`: "sudo",
+		"strace rm -rf /": "rm-root", "chroot / rm -rf /": "rm-root", "flock /tmp/l bash -c 'sudo id'": "sudo",
+		"strace -f bash /dev/stdin": "stdin-script", "flock /tmp/l -c \"$CMD\"": "computed-command", "strace $X id": "computed-command",
+		"taskset 1 reboot": "power", "ionice -c3 mkfs /dev/sda": "mkfs", "script -c'sudo id' log": "sudo",
+		"flock f --command='sudo id'": "sudo", "flock -c'reboot' f": "power", "xargs -n1 sudo < l": "sudo",
+		"env -C /tmp sudo id": "sudo", "env --chdir /tmp sudo id": "sudo", "env -u X -C/tmp reboot": "power",
+	}
+	for cmd, rule := range refused {
+		err := commandPolicy{}.check(cmd)
+		if err == nil {
+			t.Errorf("%q was allowed, want refused by %s", cmd, rule)
+			continue
+		}
+		if got := err.Details["rule"]; got != rule {
+			t.Errorf("%q: rule %v, want %s", cmd, got, rule)
+		}
+	}
+	for _, cmd := range []string{
+		"strace -f make", "strace -o trace.txt ls", "strace -p 1234", "strace -c -f go test ./...", "ltrace -c ls",
+		"chroot /srv/root ls", "taskset -c 0 make", "ionice -c3 make", "flock /tmp/l make", "flock -n /tmp/l -c 'make test'",
+		"unshare -r id", "stdbuf -oL make | tee log", "timeout 5 make", "time make", "watch -n 1 ls", "script -c 'make' log",
+		"flock /tmp/sudo.lock make", "strace -o sudo.log ls", "nohup ./server &", "setsid -f python3 -m http.server",
+		"chrt -p 1234", "xargs -n 1 echo < list", "strace -e trace=sudo ls",
+	} {
+		if err := (commandPolicy{}).check(cmd); err != nil {
+			t.Errorf("%q was refused: %v", cmd, err)
+		}
+	}
+}
+
+// A recursive delete whose target is / or the home once an expansion in it is empty (the Steam
+// installer's `rm -rf "$STEAMROOT/"*`) is refused as what the policy cannot see (rm-root-unset, waived
+// by a human in ask mode). A variable assigned a literal earlier in the line counts as its value.
+func TestPolicyRmEmptyExpansion(t *testing.T) {
+	refused := []string{
+		"rm -rf /$EMPTY", "rm -rf $DIR/", `rm -rf "$BUILD"/*`, "rm -rf ${X}/", "rm -r $X/.", `rm --recursive "$A$B/"`,
+		"rm -rf ~/$X", "rm -rf $HOME/$X", `rm -rf "$(mktemp -d)"/*`, "find $D/ -delete",
+		`sh -c 'rm -rf "$D"/*'`, "timeout 5 rm -rf $D/*", "X=; rm -rf /$X", "rm -rf ${X:+/tmp}/", "rm -rf ${X#foo}/",
+		"cd /tmp && rm -rf $D/", "x=$(pwd); rm -rf $x/*", "echo $(rm -rf /$X)", "rm -rf $X/ /tmp/y", "rm -rf $X/../",
+		"strace rm -rf $D/*", "rm -Rf -- $1/", `rm -rf "$@"/`, "X=foo; rm -rf ${X#foo}/", "rm -rf $X/ /tmp/$Y",
+		"X=/tmp; rm -rf $X/ $Y/", "find . $D/ -name x -delete", "rm -rf ${X:-/}",
+	}
+	for _, cmd := range refused {
+		err := commandPolicy{}.check(cmd)
+		if err == nil || err.Details["rule"] != "rm-root-unset" {
+			t.Errorf("%q: %v, want refused by rm-root-unset", cmd, err)
+			continue
+		}
+		if err := (commandPolicy{Seen: true}).check(cmd); err != nil {
+			t.Errorf("%q approved by a human: %v", cmd, err)
+		}
+	}
+	// A substitution right after / cuts the word there, and the cut word is judged as written (as before).
+	for cmd, rule := range map[string]string{"X=/; rm -rf $X": "rm-root", "rm -rf $HOME": "rm-root", "rm -rf $X/ /": "rm-root",
+		"rm -fr /$(cat f)": "rm-root", "rm -rf /`cat f`": "rm-root"} {
+		if err := (commandPolicy{Seen: true}).check(cmd); err == nil || err.Details["rule"] != rule {
+			t.Errorf("%q approved by a human: %v, want refused by %s", cmd, err, rule)
+		}
+	}
+	for _, cmd := range []string{
+		"rm -rf $HOME/build", "rm -rf ./$X", "rm -rf /tmp/$X", `rm -rf "$d/cache"`, "rm -rf build/$X", "echo $HOME",
+		"rm $X/", "rm -f /$X", "X=/tmp/x; rm -rf $X/", `X=build; rm -rf "$X"/*`, `rm -rf "${DIR:?}"/*`, "rm -rf ${X:-build}/",
+		"rm -rf $X", `rm -rf "$X"`, "find $D -name x -delete", "ls $X/", `for f in *.o; do rm -rf "$f"; done`,
+		"rm -rf '$X'/", "rm -rf \\$X/", "echo rm -rf $X/", `rm -rf "$TMPDIR/agentd-test"`,
+		"X=foo; rm -rf ${X:-/}", `rm -rf "$(mktemp -d)/x"`, "rm -rf $$/",
+	} {
+		if err := (commandPolicy{}).check(cmd); err != nil {
+			t.Errorf("%q was refused: %v", cmd, err)
+		}
 	}
 }

@@ -35,10 +35,13 @@
 //  3. The command policy, one function for every exec (API, terminal, agent tool, MCP):
 //     computers_policy.go:(commandPolicy).check, computers_policy.go:builtinDenied,
 //     computers_policy.go:interpreterDenied, computers_policy.go:hasExpansion,
-//     computers_policy.go:splitCommand, computers_policy.go:firstWord, computers_policy.go:normalizePaths
+//     computers_policy.go:splitCommand, computers_policy.go:firstWord, computers_policy.go:normalizePaths,
+//     computers_policy.go:stripWrapper (strace, chroot DIR, flock FILE ... run their operand),
+//     computers_policy.go:rmEmptyTarget, computers_policy.go:emptyExpansions,
+//     computers_policy.go:dropSubstitutions (a recursive delete judged with its expansions empty)
 //     (what it cannot see is refused; a person's tty session is judged like a human-approved call:
 //     computers_terminal.go:(*computerService).ExecTTY); a spec's setup, judged before its machine exists
-//     (every creation, and agent spec validation: computers_policy.go:setupRefused). [465 lines]
+//     (every creation, and agent spec validation: computers_policy.go:setupRefused). [651 lines]
 //  4. The file jail and archives: computers_files.go:lexicalJail, computers_files.go:(*computerService).jail
 //     (only /work and /tmp, resolved inside the machine, still inside), computers_helper.go:canonicalPath
 //     and computers_helper.go:openChecked (the same check where the file is opened, in the machine),
