@@ -1,7 +1,9 @@
 // app.js — the dashboard's entry: History API routing over the views (DESIGN §9 URLs; reload and back
 // work), the shared event socket, the nav (active link, phone menu, pending-approval count).
 // Each view module exports render(root, ctx, ...params) and may return a cleanup function; ctx.on(fn)
-// subscribes to live events until the view is left, ctx.go(path) navigates.
+// subscribes to live events until the view is left; ctx.onReconnect(fn) calls fn each time the event
+// socket (re)opens (events.js), and at once if it opened while the view loaded, so fn reloads what the
+// view fetched before its events could reach it; ctx.go(path) navigates.
 
 import { EventSocket } from './events.js';
 import { get } from './api.js';
@@ -51,10 +53,16 @@ async function render() {
   }
   const [re, name, load, mode] = route;
   const params = re.exec(path).slice(1).map(decodeURIComponent);
+  const opens = events.opens; // before the view's first fetch
   const ctx = {
     go,
     on: (fn) => { const off = events.on(fn); cleanup.push(off); return off; },
-    onReconnect: (fn) => { const off = events.onReconnect(fn); cleanup.push(off); return off; },
+    onReconnect: (fn) => {
+      const off = events.onReconnect(fn);
+      cleanup.push(off);
+      if (events.opens !== opens) fn(); // the socket opened during the view's load: events may have come before it listened
+      return off;
+    },
     cleanup: (fn) => cleanup.push(fn),
     alive: () => my === seq,
     events,
