@@ -2,17 +2,20 @@
 
 package main
 
-// The dashboard's live views never keep a status that changed before the page's event socket opened.
-// A view fetches its state over REST at once, while the page's one WS /v1/events opens only after the
-// first call (app.js), so what changes in between reaches the page over neither. The test puts a proxy
+// The dashboard's live views never keep a status that changed before the page's event socket opened,
+// or before the view listened. A view fetches its state over REST at once, while the page's one
+// WS /v1/events opens only after the first call (app.js), so what changes in between reaches the page
+// over neither; and a view listens only once its first answer is drawn. The test puts a proxy
 // (holdProxy) between a real Chromium and a real server that holds the socket's upgrade, and the list's
-// answer, until the test releases them; it changes a machine's state meanwhile and waits (polling the
-// DOM with a deadline) for the page to show the true state.
+// answer, until the test releases them; it stops a machine or lets a run finish meanwhile and waits
+// (polling the DOM with a deadline) for the page to show the true state.
 //
 // Entry point: TestDashboardLiveBeforeSocket.
 
 import (
 	"context"
+	"io"
+	"log"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -66,6 +69,7 @@ func newHoldProxy(t *testing.T, target string) *holdProxy {
 	}
 	hp := &holdProxy{}
 	rp := httputil.NewSingleHostReverseProxy(u) // keeps Host: the page's origin stays its own
+	rp.ErrorLog = log.New(io.Discard, "", 0)    // a closed tab cancels what was in flight
 	rp.ModifyResponse = func(res *http.Response) error {
 		if res.Request.Method == "GET" && res.Request.URL.Path == "/v1/computers" {
 			hp.mu.Lock()
@@ -103,15 +107,20 @@ func newHoldProxy(t *testing.T, target string) *holdProxy {
 	return hp
 }
 
-// hold sets fresh gates: the socket's always, the list's answer when list is set.
-func (hp *holdProxy) hold(list bool) (socket, listGate *gate) {
+// holdSocket holds the event socket's upgrades from now on, until the gate it returns opens.
+func (hp *holdProxy) holdSocket() *gate {
 	hp.mu.Lock()
 	defer hp.mu.Unlock()
 	hp.socket = newGate()
-	if list {
-		hp.list = newGate()
-	}
-	return hp.socket, hp.list
+	return hp.socket
+}
+
+// holdList holds the answer of the next GET /v1/computers until the gate it returns opens.
+func (hp *holdProxy) holdList() *gate {
+	hp.mu.Lock()
+	defer hp.mu.Unlock()
+	hp.list = newGate()
+	return hp.list
 }
 
 func TestDashboardLiveBeforeSocket(t *testing.T) {
@@ -123,16 +132,16 @@ func TestDashboardLiveBeforeSocket(t *testing.T) {
 	srv := newE2E(t, so, "")
 	srv.createAgent(noComputer(map[string]any{"name": "slow"}))
 	hp := newHoldProxy(t, srv.url)
-	// start makes local machines, sets the proxy's gates (the list's answer too with list) and opens a tab.
-	start := func(t *testing.T, list bool, names ...string) (te *testServer, ids []string, socket, listGate *gate, p *cdpPage) {
+	// start makes local machines, holds the event socket and opens a tab.
+	start := func(t *testing.T, names ...string) (te *testServer, ids []string, socket *gate, p *cdpPage) {
 		te = srv.with(t)
 		for _, n := range names {
 			ids = append(ids, te.create(map[string]any{"provider": "local", "name": n}).ID)
 		}
-		socket, listGate = hp.hold(list)
+		socket = hp.holdSocket()
 		p = openPage(t, devtools)
 		t.Cleanup(p.close)
-		return te, ids, socket, listGate, p
+		return te, ids, socket, p
 	}
 	stop := func(te *testServer, id string) { te.call("POST", "/v1/computers/"+id+"/stop", nil, 200, nil) }
 	// The table's rows, each row's text with its status in it.
@@ -145,10 +154,20 @@ func TestDashboardLiveBeforeSocket(t *testing.T) {
 		return shows(keep, "running") + ` && !` + rows + `.some((r) => r.includes(` + jsString(held) + `))`
 	}
 	live := `document.getElementById('conn').textContent === 'live'`
+	// stopWhileHeld stops a machine while the list's answer is held, waits for the stop's event to reach
+	// the page, then lets the (stale) answer through: the list must end up without the machine.
+	stopWhileHeld := func(t *testing.T, te *testServer, p *cdpPage, list *gate, id, keep, held string) {
+		t.Helper()
+		stop(te, id)
+		eventually(t, "the stop's event in the page", func() bool { return p.sawFrame(`"computer_stopped"`, id) })
+		list.open()
+		p.waitFor("the view drawn", `document.querySelector('main .view[data-ready]') && `+shows(keep, "running"))
+		p.waitFor("the stopped machine gone from the running list", gone(keep, held))
+	}
 
 	// The list loaded, then a machine stops, then the socket opens: the list must drop it.
 	t.Run("list loaded before the socket opens", func(t *testing.T) {
-		te, ids, socket, _, p := start(t, false, "keep-a", "held-a")
+		te, ids, socket, p := start(t, "keep-a", "held-a")
 		p.navigate(hp.url + "/computers")
 		p.waitFor("both machines running", shows("keep-a", "running")+` && `+shows("held-a", "running"))
 		socket.waitArrived(t, "the page's event socket")
@@ -161,7 +180,7 @@ func TestDashboardLiveBeforeSocket(t *testing.T) {
 
 	// One machine's page: its State must say stopped.
 	t.Run("machine page loaded before the socket opens", func(t *testing.T) {
-		te, ids, socket, _, p := start(t, false, "held-b")
+		te, ids, socket, p := start(t, "held-b")
 		// The terminal panel reconnects to a machine that stopped: the server answers its upgrade
 		// E_COMPUTER_FAILED (500), which the browser logs.
 		p.mu.Lock()
@@ -181,23 +200,34 @@ func TestDashboardLiveBeforeSocket(t *testing.T) {
 	// The list's own answer is held past the socket's opening and the stop's event: the event comes
 	// before the view listens, the answer is stale, so the view must reload once it is drawn.
 	t.Run("list's load spans the socket's opening", func(t *testing.T) {
-		te, ids, socket, list, p := start(t, true, "keep-c", "held-c")
+		te, ids, socket, p := start(t, "keep-c", "held-c")
+		list := hp.holdList()
 		p.call("Page.navigate", map[string]any{"url": hp.url + "/computers"})
 		list.waitArrived(t, "the list's GET /v1/computers")
 		socket.waitArrived(t, "the page's event socket")
 		socket.open()
 		eventually(t, "the socket's hello in the page", func() bool { return p.sawFrame(`"hello"`) })
-		stop(te, ids[1])
-		eventually(t, "the stop's event in the page", func() bool { return p.sawFrame(`"computer_stopped"`, ids[1]) })
-		list.open()
-		p.waitFor("the view drawn", `document.querySelector('main .view[data-ready]') && `+shows("keep-c", "running"))
-		p.waitFor("the stopped machine gone from the running list", gone("keep-c", "held-c"))
+		stopWhileHeld(t, te, p, list, ids[1], "keep-c", "held-c")
 		p.clean("list spanning")
+	})
+
+	// The socket is live, the list's answer is held while a machine stops: the event comes before the
+	// view listens, so the view must take it once it does.
+	t.Run("an event while the list loads, the socket live", func(t *testing.T) {
+		te, ids, socket, p := start(t, "keep-d", "held-d")
+		socket.open()
+		p.navigate(hp.url + "/approvals")
+		eventually(t, "the socket's hello in the page", func() bool { return p.sawFrame(`"hello"`) })
+		list := hp.holdList()
+		p.clickOn(`nav a[href="/computers"]`)
+		list.waitArrived(t, "the list's GET /v1/computers")
+		stopWhileHeld(t, te, p, list, ids[1], "keep-d", "held-d")
+		p.clean("list, socket live")
 	})
 
 	// The runs list shows a run running; it finishes before the socket opens: the row must say complete.
 	t.Run("runs list loaded before the socket opens", func(t *testing.T) {
-		te, _, socket, _, p := start(t, false)
+		te, _, socket, p := start(t)
 		var started map[string]string
 		te.call("POST", "/v1/agents/slow/run?detach=true", map[string]any{"input": "take your time"}, 202, &started)
 		run := started["runId"]
