@@ -26,6 +26,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -119,6 +120,8 @@ type cdpPage struct {
 	bytes    map[string]float64
 	problems []string
 	allow    func(problem string) bool // problems the current step expects (the token prompt's 401)
+	frames   []string                  // the text of every WebSocket frame the page received
+	closeURL string                    // DevTools' URL that closes the tab
 }
 
 // openPage opens a new tab and attaches to it.
@@ -129,6 +132,7 @@ func openPage(t *testing.T, devtools string) *cdpPage {
 		t.Fatalf("new tab: %v", err)
 	}
 	var target struct {
+		ID                   string `json:"id"`
 		WebSocketDebuggerURL string `json:"webSocketDebuggerUrl"`
 	}
 	json.NewDecoder(res.Body).Decode(&target)
@@ -138,7 +142,7 @@ func openPage(t *testing.T, devtools string) *cdpPage {
 		t.Fatalf("attach to the tab: %v", err)
 	}
 	ws.MaxPayloadBytes = 64 << 20
-	p := &cdpPage{t: t, ws: ws, pending: map[int]chan cdpMsg{}, urls: map[string]string{}, bytes: map[string]float64{}}
+	p := &cdpPage{t: t, ws: ws, closeURL: devtools + "/json/close/" + target.ID, pending: map[int]chan cdpMsg{}, urls: map[string]string{}, bytes: map[string]float64{}}
 	t.Cleanup(func() { ws.Close() })
 	go p.read()
 	for _, m := range []string{"Runtime.enable", "Network.enable", "Page.enable", "Log.enable"} {
@@ -196,8 +200,9 @@ func (p *cdpPage) event(method string, params json.RawMessage) {
 			URL string `json:"url"`
 		} `json:"request"`
 		Response struct {
-			URL    string `json:"url"`
-			Status int    `json:"status"`
+			URL         string `json:"url"`
+			Status      int    `json:"status"`
+			PayloadData string `json:"payloadData"` // Network.webSocketFrameReceived: the frame's text
 		} `json:"response"`
 		ErrorText         string  `json:"errorText"`
 		Canceled          bool    `json:"canceled"`
@@ -235,6 +240,8 @@ func (p *cdpPage) event(method string, params json.RawMessage) {
 		if ev.Response.Status >= 400 {
 			problem = fmt.Sprintf("HTTP %d for %s", ev.Response.Status, ev.Response.URL)
 		}
+	case "Network.webSocketFrameReceived":
+		p.frames = append(p.frames, ev.Response.PayloadData)
 	case "Network.loadingFinished":
 		p.bytes[p.urls[ev.RequestID]] += ev.EncodedDataLength
 	case "Network.loadingFailed":
@@ -370,6 +377,25 @@ func (p *cdpPage) screenshot(dir, name string) {
 		}
 	}
 	p.viewport(1280, 800)
+}
+
+// close closes the tab (its sockets and requests end with it).
+func (p *cdpPage) close() {
+	p.t.Helper()
+	res, err := http.Get(p.closeURL)
+	if err != nil {
+		p.t.Fatalf("close the tab: %v", err)
+	}
+	res.Body.Close()
+}
+
+// sawFrame reports whether the page received a WebSocket frame containing every one of parts.
+func (p *cdpPage) sawFrame(parts ...string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.ContainsFunc(p.frames, func(f string) bool {
+		return !slices.ContainsFunc(parts, func(s string) bool { return !strings.Contains(f, s) })
+	})
 }
 
 func (p *cdpPage) takeProblems() []string {

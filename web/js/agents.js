@@ -47,6 +47,7 @@ async function list(root, ctx) {
   }
   await load();
   ctx.on((ev) => { if (ev.topic === 'triggers' || ev.type === 'run_finished') load().catch(() => {}); });
+  ctx.onReconnect(() => load().catch(() => {}));
 }
 
 async function edit(root, ctx, name) {

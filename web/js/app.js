@@ -1,7 +1,11 @@
 // app.js — the dashboard's entry: History API routing over the views (DESIGN §9 URLs; reload and back
 // work), the shared event socket, the nav (active link, phone menu, pending-approval count).
 // Each view module exports render(root, ctx, ...params) and may return a cleanup function; ctx.on(fn)
-// subscribes to live events until the view is left, ctx.go(path) navigates.
+// subscribes to live events until the view is left (fn first gets the events that came since the view
+// began loading: a view listens once its first answer is drawn, and what changed meanwhile is in them);
+// ctx.onReconnect(fn) calls fn each time the event socket (re)opens (events.js), and at once if it
+// opened while the view loaded, so fn reloads what the view fetched before its events could reach it;
+// ctx.go(path) navigates.
 
 import { EventSocket } from './events.js';
 import { get } from './api.js';
@@ -51,10 +55,24 @@ async function render() {
   }
   const [re, name, load, mode] = route;
   const params = re.exec(path).slice(1).map(decodeURIComponent);
+  const opens = events.opens; // before the view's first fetch
+  const early = []; // the events since then, until the view is ready
+  const stopEarly = events.on((ev) => early.push(ev));
+  cleanup.push(stopEarly);
   const ctx = {
     go,
-    on: (fn) => { const off = events.on(fn); cleanup.push(off); return off; },
-    onReconnect: (fn) => { const off = events.onReconnect(fn); cleanup.push(off); return off; },
+    on: (fn) => {
+      const off = events.on(fn);
+      cleanup.push(off);
+      for (const ev of early) { try { fn(ev); } catch (e) { console.warn('event listener', e); } }
+      return off;
+    },
+    onReconnect: (fn) => {
+      const off = events.onReconnect(fn);
+      cleanup.push(off);
+      if (events.opens !== opens) fn(); // the socket opened during the view's load: events may have come before it listened
+      return off;
+    },
     cleanup: (fn) => cleanup.push(fn),
     alive: () => my === seq,
     events,
@@ -66,10 +84,12 @@ async function render() {
     if (my !== seq) return;
     const done = await mod.render(root, ctx, ...params);
     if (typeof done === 'function') cleanup.push(done);
+    stopEarly(); early.length = 0;
     root.dataset.ready = 'true';
     performance.mark('view:' + name); // read by the browser test (time to first render)
   } catch (e) {
     if (my !== seq) return;
+    stopEarly(); early.length = 0;
     root.append(errorBox(e));
     root.dataset.ready = 'true';
   }

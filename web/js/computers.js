@@ -103,10 +103,21 @@ async function detail(root, ctx, id) {
       e.preventDefault();
       try { const b = await post('/v1/computers/' + enc(id) + '/ports', { port: +portIn.value }); toast('Exposed at ' + b.url); c = await get('/v1/computers/' + enc(id)); drawInfo(); } catch (er) { fail(er); }
     } }, portIn, h('button', { type: 'submit' }, 'Expose port'))));
+  // An event carries the machine's whole state and is newer than a reload still in flight (turn).
+  const turn = latest();
   ctx.on((ev) => {
     if (ev.topic === 'computers' && ev.payload && (ev.payload.id === id || ev.payload.computerId === id)) {
-      if (ev.type === 'computer_destroyed') { c.state = 'destroyed'; drawInfo(); return; }
-      if (ev.payload.state) { c = ev.payload; drawInfo(); }
+      if (ev.type === 'computer_destroyed') { turn(); c.state = 'destroyed'; drawInfo(); return; }
+      if (ev.payload.state) { turn(); c = ev.payload; drawInfo(); }
+    }
+  });
+  ctx.onReconnect(async () => {
+    const mine = turn();
+    try {
+      const fresh = await get('/v1/computers/' + enc(id));
+      if (ctx.alive() && mine()) { c = fresh; drawInfo(); }
+    } catch (e) {
+      if (e.status === 404 && ctx.alive() && mine()) { c.state = 'destroyed'; drawInfo(); }
     }
   });
 

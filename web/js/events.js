@@ -1,7 +1,9 @@
 // events.js — the one WS /v1/events connection of the page: every topic, dispatched to the views that
 // listen; reconnects with exponential backoff (0.5 s doubling to 15 s, with jitter), pings every 20 s
-// and treats a missing pong as a dead socket; shows live/offline in the header and tells the views when
-// the connection comes back so they can reload what they missed.
+// and treats a missing pong as a dead socket; shows live/offline in the header. Each time the server's
+// hello arrives (it subscribed: every later event reaches the page) — the first open as much as a
+// reconnect — it counts the open (opens) and tells the reconnect listeners, so the views reload what
+// they fetched before it: what changed while the page had no socket reaches it over neither.
 
 import { socketURL } from './api.js';
 
@@ -12,7 +14,7 @@ export class EventSocket {
     this.reconnectListeners = new Set();
     this.backoff = 500;
     this.activeRuns = [];
-    this.everOpen = false;
+    this.opens = 0; // hellos received (app.js: did one come while a view loaded?)
   }
 
   on(fn) { this.listeners.add(fn); return () => this.listeners.delete(fn); }
@@ -31,11 +33,8 @@ export class EventSocket {
     this.ws = ws;
     let pongDue = 0;
     ws.onopen = () => {
-      const wasDown = this.everOpen;
-      this.everOpen = true;
       this.backoff = 500;
       this.state('live', 'live');
-      if (wasDown) for (const fn of this.reconnectListeners) fn();
       this.pinger = setInterval(() => {
         if (pongDue && Date.now() > pongDue) { ws.close(); return; }
         pongDue = Date.now() + 10000;
@@ -45,7 +44,13 @@ export class EventSocket {
     ws.onmessage = (m) => {
       let ev; try { ev = JSON.parse(m.data); } catch { return; }
       if (ev.type === 'pong') { pongDue = 0; return; }
-      if (ev.type === 'hello') { this.activeRuns = (ev.payload && ev.payload.activeRuns) || []; }
+      if (ev.type === 'hello') {
+        this.activeRuns = (ev.payload && ev.payload.activeRuns) || [];
+        this.opens++;
+        for (const fn of this.reconnectListeners) {
+          try { fn(); } catch (e) { console.warn('reconnect listener', e); }
+        }
+      }
       for (const fn of this.listeners) {
         try { fn(ev); } catch (e) { console.warn('event listener', e); }
       }

@@ -99,4 +99,5 @@ export async function render(root, ctx) {
 
   await load();
   ctx.on((ev) => { if (ev.topic === 'providers' && ev.type === 'provider_changed') load().catch(() => {}); });
+  ctx.onReconnect(() => load().catch(() => {}));
 }

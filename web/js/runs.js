@@ -42,6 +42,8 @@ async function list(root, ctx) {
   agentSel.value = q.get('agent') || '';
 
   let rows = [], cursor = '', tbody = null;
+  let epoch = 0; // bumped by a reset (the agent filter): answers to an older one are dropped
+  let evs = 0; const lastEv = new Map(); // live events counted, and the count at each run's last one
   const visible = (r) => (!statusSel.value || r.status === statusSel.value) && (!agentSel.value || r.agent === agentSel.value);
 
   function draw() {
@@ -52,13 +54,33 @@ async function list(root, ctx) {
     tbody = t.querySelector('tbody');
     more.hidden = !cursor;
   }
-  async function page(reset) {
+  const query = (more) => {
     const p = new URLSearchParams({ limit: '200' });
     if (agentSel.value) p.set('agent', agentSel.value);
-    if (!reset && cursor) p.set('cursor', cursor);
-    const res = await get('/v1/runs?' + p);
+    if (more && cursor) p.set('cursor', cursor);
+    return '/v1/runs?' + p;
+  };
+  async function page(reset) {
+    const mine = reset ? ++epoch : epoch;
+    const res = await get(query(!reset));
+    if (mine !== epoch) return;
     rows = reset ? res.runs : rows.concat(res.runs);
     cursor = res.nextCursor || '';
+    draw();
+  }
+  // refresh (the event socket (re)opened): the first page again, merged over the rows shown so that the
+  // pages loaded stay; a run a live event drew while the page was fetched keeps that newer row. A page
+  // that does not meet the rows shown (more new runs than a page) replaces them.
+  async function refresh() {
+    const mine = epoch, at = evs;
+    const res = await get(query(false));
+    if (mine !== epoch) return;
+    const now = new Map(rows.map((r) => [r.runId, r]));
+    const fresh = res.runs.map((r) => (lastEv.get(r.runId) || 0) > at ? now.get(r.runId) || r : r);
+    const inPage = new Set(fresh.map((r) => r.runId));
+    const first = rows.findIndex((r) => inPage.has(r.runId));
+    const out = (r) => !inPage.has(r.runId);
+    if (first < 0) { rows = fresh; cursor = res.nextCursor || ''; } else rows = rows.slice(0, first).filter(out).concat(fresh, rows.slice(first).filter(out));
     draw();
   }
   function filters() {
@@ -76,6 +98,7 @@ async function list(root, ctx) {
   ctx.on((ev) => {
     if (ev.topic !== 'runs' || (ev.type !== 'run_started' && ev.type !== 'run_finished')) return;
     const r = ev.payload;
+    lastEv.set(r.runId, ++evs);
     const i = rows.findIndex((x) => x.runId === r.runId);
     if (i >= 0) rows[i] = r; else rows.unshift(r);
     if (!tbody) { draw(); return; }
@@ -84,7 +107,7 @@ async function list(root, ctx) {
     const tr = tableRow(columns, r, { onRow: (x) => ctx.go('/runs/' + enc(x.runId)), key: (x) => x.runId });
     if (old) old.replaceWith(tr); else tbody.prepend(tr);
   });
-  ctx.onReconnect(() => page(true).catch(() => {}));
+  ctx.onReconnect(() => refresh().catch(() => {}));
 }
 
 async function detail(root, ctx, id) {

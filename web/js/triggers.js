@@ -36,5 +36,6 @@ export async function render(root, ctx) {
     fired.prepend(h('li', time(ev.at), ' ', h('code', ev.type), ' ', p.agent || p.name || '', p.runId ? [' → ', h('a', { href: '/runs/' + enc(p.runId) }, p.runId)] : null));
     load().catch(() => {});
   });
+  ctx.onReconnect(() => load().catch(() => {}));
   if (!fired.children.length) fired.append(h('li.muted', 'Live: cron firings and trigger changes appear here.'));
 }
