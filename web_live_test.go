@@ -55,11 +55,14 @@ func (g *gate) waitArrived(t *testing.T, what string) {
 }
 
 // holdProxy forwards everything to a server; with socket set it holds every WS /v1/events upgrade until
-// that gate opens, with list set it holds the answer of the next GET /v1/computers.
+// that gate opens, with list set it holds the answer of the next GET /v1/computers. dropSockets ends the
+// event sockets it carries (as a network cut would); terminals counts the terminal upgrades asked.
 type holdProxy struct {
 	url          string
 	mu           sync.Mutex
 	socket, list *gate
+	cuts         []context.CancelFunc // one per event socket carried
+	terminals    int
 }
 
 func newHoldProxy(t *testing.T, target string) *holdProxy {
@@ -90,6 +93,18 @@ func newHoldProxy(t *testing.T, target string) *holdProxy {
 			if g != nil {
 				g.wait(r.Context())
 			}
+			// The proxy closes an upgraded connection when its request's context ends.
+			ctx, cut := context.WithCancel(r.Context())
+			defer cut()
+			hp.mu.Lock()
+			hp.cuts = append(hp.cuts, cut)
+			hp.mu.Unlock()
+			r = r.WithContext(ctx)
+		}
+		if strings.HasSuffix(r.URL.Path, "/terminal") {
+			hp.mu.Lock()
+			hp.terminals++
+			hp.mu.Unlock()
 		}
 		rp.ServeHTTP(w, r)
 	}))
@@ -113,6 +128,23 @@ func (hp *holdProxy) holdSocket() *gate {
 	defer hp.mu.Unlock()
 	hp.socket = newGate()
 	return hp.socket
+}
+
+// dropSockets ends every event socket carried so far.
+func (hp *holdProxy) dropSockets() {
+	hp.mu.Lock()
+	defer hp.mu.Unlock()
+	for _, cut := range hp.cuts {
+		cut()
+	}
+	hp.cuts = nil
+}
+
+// terminalUpgrades is how many terminal sockets the page asked for so far.
+func (hp *holdProxy) terminalUpgrades() int {
+	hp.mu.Lock()
+	defer hp.mu.Unlock()
+	return hp.terminals
 }
 
 // holdList holds the answer of the next GET /v1/computers until the gate it returns opens.

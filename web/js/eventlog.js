@@ -1,8 +1,15 @@
-// eventlog.js — the Events view: the live events of WS /v1/events as they come, newest first, filtered
-// by topic, paused and resumed (events that arrive while paused are kept and counted, then shown), and
-// copied as JSON (the events shown, in the socket's own shape). Keeps the last 500.
+// eventlog.js — the Events view: the recent history and the live events of WS /v1/events, newest
+// first (by their time), filtered by topic, paused and resumed (events that arrive while paused are kept
+// and counted, then shown), and copied as JSON (the events shown, in the socket's own shape). Keeps the
+// last 500.
+// Rules: the view has a socket of its own while it is shown (events.js with topics: it subscribes to
+// every topic, and the server replays its buffered history after `subscribed`), opened once the page's
+// shared socket has (the token is known by then). Not the shared socket: a replay there would reach every
+// view as if it were live, with nothing to tell it apart. A reconnect replays the history again: an event
+// already held (same at, topic, type and payload — the server encodes each event once) is not shown twice.
 
 import { h, clear, time, toast } from './ui.js';
+import { EventSocket } from './events.js';
 
 const TOPICS = ['runs', 'computers', 'triggers', 'providers', 'adapters', 'reaper'];
 const KEEP = 500;
@@ -10,6 +17,8 @@ const KEEP = 500;
 export function render(root, ctx) {
   const events = []; // newest first
   const held = []; // arrived while paused
+  const seen = new Set(); // identities of the events in events and held
+  const identity = (ev) => JSON.stringify([ev.at, ev.topic, ev.type, ev.payload]);
   const shown = new Set(TOPICS);
   let paused = false;
 
@@ -49,9 +58,12 @@ export function render(root, ctx) {
     draw();
   }
 
+  // add puts ev in time order (a replay after live events, or after a reconnect, lands below newer ones);
+  // of events at the same time, the one that came last is on top.
   function add(ev) {
-    events.unshift(ev);
-    if (events.length > KEEP) events.length = KEEP;
+    const i = events.findIndex((e) => e.at <= ev.at);
+    if (i < 0) events.push(ev); else events.splice(i, 0, ev);
+    for (const old of events.splice(KEEP)) seen.delete(identity(old));
   }
 
   async function copy() {
@@ -69,11 +81,19 @@ export function render(root, ctx) {
     root.dataset.copied = text; // read by the browser test
   }
 
-  ctx.on((ev) => {
+  const socket = new EventSocket(null, TOPICS);
+  socket.on((ev) => {
     if (!ev.topic || ev.type === 'hello' || ev.type === 'pong') return;
-    if (paused) { held.push(ev); if (held.length > KEEP) held.shift(); draw(); return; }
+    const id = identity(ev);
+    if (seen.has(id)) return; // replayed, and already here
+    seen.add(id);
+    if (paused) { held.push(ev); if (held.length > KEEP) seen.delete(identity(held.shift())); draw(); return; }
     add(ev);
     draw();
   });
+  let started = false;
+  const start = () => { if (!started) { started = true; socket.connect(); } };
+  if (ctx.events.opens) start(); else ctx.onReconnect(start);
+  ctx.cleanup(() => socket.close());
   draw();
 }

@@ -1,0 +1,60 @@
+//go:build linux
+
+package main
+
+// What the dashboard shows across a lost event socket and a stopped machine, in a real Chromium behind a
+// test proxy (holdProxy, web_live_test.go: it cuts the event sockets and holds their reconnection, and
+// counts the terminal sockets asked for): the Events view shows the server's recent history when it opens
+// and what came while the page had no socket once it is back, each event once.
+//
+// Entry point: TestDashboardEventsHistory.
+
+import (
+	"fmt"
+	"testing"
+)
+
+const pageLive = `document.getElementById('conn').textContent === 'live'`
+
+// cutSocket cuts the page's event sockets and holds their reconnection: the gate it returns lets them
+// through.
+func cutSocket(t *testing.T, hp *holdProxy, p *cdpPage) *gate {
+	t.Helper()
+	socket := hp.holdSocket()
+	hp.dropSockets()
+	p.waitFor("the page offline", `document.getElementById('conn').textContent.startsWith('offline')`)
+	socket.waitArrived(t, "the page's event socket, reconnecting")
+	return socket
+}
+
+func TestDashboardEventsHistory(t *testing.T) {
+	devtools := launchChromium(t)
+	te := newTestServer(t, withHostEnv)
+	hp := newHoldProxy(t, te.url)
+	m := te.create(map[string]any{"provider": "local", "name": "history-box"}) // before the page: history
+	p := openPage(t, devtools)
+	t.Cleanup(p.close)
+	p.navigate(hp.url + "/events")
+	// rows: how many rows of the view are this machine's events of a type.
+	rows := func(typ string) string {
+		return fmt.Sprintf(`[...document.querySelectorAll('li.event')].filter((li) => li.querySelector('strong').innerText === %s && li.innerText.includes(%s)).length`,
+			jsString(typ), jsString(m.ID))
+	}
+	p.waitFor("the machine's creation, from before the page opened", rows("computer_created")+` === 1`)
+	p.waitFor("the socket live", pageLive)
+
+	// The socket is cut; the machine stops meanwhile; once it is back, the view shows the stop, and
+	// the history replayed again is not shown twice.
+	socket := cutSocket(t, hp, p)
+	te.call("POST", "/v1/computers/"+m.ID+"/stop", nil, 200, nil)
+	socket.open()
+	p.waitFor("the socket live again", pageLive)
+	p.waitFor("the stop that came while offline", rows("computer_stopped")+` === 1`)
+	if n := p.eval(rows("computer_created")); n != 1.0 {
+		t.Fatalf("after the reconnect the machine's creation is shown %v times, want once: %v", n, p.eval(`document.querySelector('ol.events').innerText`))
+	}
+	// Live events still come, once each.
+	te.call("POST", "/v1/computers/"+m.ID+"/start", nil, 200, nil)
+	p.waitFor("a live event after the reconnect", rows("computer_started")+` === 1`)
+	p.clean("events history")
+}
