@@ -5,9 +5,10 @@ package main
 // What the dashboard shows across a lost event socket and a stopped machine, in a real Chromium behind a
 // test proxy (holdProxy, web_live_test.go: it cuts the event sockets and holds their reconnection, and
 // counts the terminal sockets asked for): the Events view shows the server's recent history when it opens
-// and what came while the page had no socket once it is back, each event once.
+// and what came while the page had no socket once it is back, each event once; the Browser panel's
+// status line is asked afresh when the socket comes back.
 //
-// Entry point: TestDashboardEventsHistory.
+// Entry points: TestDashboardEventsHistory, TestDashboardBrowserPanelReconnect.
 
 import (
 	"fmt"
@@ -57,4 +58,35 @@ func TestDashboardEventsHistory(t *testing.T) {
 	te.call("POST", "/v1/computers/"+m.ID+"/start", nil, 200, nil)
 	p.waitFor("a live event after the reconnect", rows("computer_started")+` === 1`)
 	p.clean("events history")
+}
+
+// The Browser panel's status line says Chromium runs; the socket is cut and the browser closed meanwhile
+// (its "Chromium stopped" event is lost): once the socket is back the line must say it is not running.
+func TestDashboardBrowserPanelReconnect(t *testing.T) {
+	requireBrowser(t, "sandbox")
+	devtools := launchChromium(t)
+	te := newTestServer(t, withHostEnv)
+	m := te.create(map[string]any{"provider": "sandbox", "flavor": "browser", "idleTimeoutSec": 0, "memoryMb": 2048})
+	defer te.call("DELETE", "/v1/computers/"+m.ID, nil, 204, nil)
+	te.call("POST", "/v1/computers/"+m.ID+"/browser/goto", map[string]any{"url": "about:blank"}, 200, nil)
+	hp := newHoldProxy(t, te.url)
+	p := openPage(t, devtools)
+	t.Cleanup(p.close)
+	p.navigate(hp.url + "/computers/" + m.ID)
+	state := `document.querySelector('.browser-state').innerText`
+	toggle := `.browser-panel button[aria-controls="browser-body"]`
+	p.waitFor("the page settled", `document.querySelector('.browser-panel') && document.querySelector('main').innerText.includes('Upload to this folder')`)
+	p.clickOn(toggle)
+	p.waitFor("the status: running", `/Chromium/.test(`+state+`) && / running/.test(`+state+`) && !/not running/.test(`+state+`)`)
+	// Hidden, the panel takes no screenshots (which would start Chromium again): only its line shows.
+	p.clickOn(toggle)
+	p.waitFor("the panel hidden", `document.getElementById('browser-body').hidden && !document.querySelector('.browser-panel').dataset.inflight`)
+	p.waitFor("the socket live", pageLive)
+
+	socket := cutSocket(t, hp, p)
+	te.call("DELETE", "/v1/computers/"+m.ID+"/browser", nil, 204, nil)
+	socket.open()
+	p.waitFor("the socket live again", pageLive)
+	p.waitFor("the status: not running", `/not running/.test(`+state+`)`)
+	p.clean("browser panel reconnect")
 }

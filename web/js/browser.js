@@ -9,7 +9,8 @@
 // and the browser runs, one request at a time, and pauses after LIVE_FOR without a hand on the panel (a
 // page left open must not keep the machine's Chromium from idling out); the PNG is fetched with the token
 // (api.js) and shown as a data: URL (the page's CSP allows data: images, not blob:). The open/closed choice
-// is kept for the tab (sessionStorage), like the token.
+// is kept for the tab (sessionStorage), like the token. The status line follows the machine's events, and
+// is asked afresh when the page's event socket reopens (ctx.onReconnect).
 
 import { api, get, post, enc } from './api.js';
 import { h, clear, fail, table, toast, download, dataURL } from './ui.js';
@@ -100,7 +101,7 @@ export function browserPanel(ctx, id) {
       if (st.url && !addr.value) addr.value = st.url;
     }
     busy(false);
-    if (running) { if (!nodes.length) act(() => post(base + '/snapshot', {}), true); else shot(); }
+    if (running && open) { if (!nodes.length) act(() => post(base + '/snapshot', {}), true); else shot(); }
   }
 
   function stop() { clearTimeout(timer); timer = 0; }
@@ -222,6 +223,10 @@ export function browserPanel(ctx, id) {
       if (/stopped/i.test(p.message || '')) { running = false; stop(); live.textContent = 'stopped'; drawState(); }
     } else if (ev.type === 'computer_destroyed' || (p.state && p.state !== 'running')) { running = false; stop(); drawState(); }
   });
+  // The status line is kept by events (browser_progress, the machine's state): once the status was asked
+  // (the panel opened), each (re)open of the event socket asks it afresh, for what changed while the page
+  // had no socket.
+  ctx.onReconnect(() => { if (version && !closed) status().catch((e) => { state.textContent = 'status failed: ' + e.message; }); });
   drawNodes();
   if (sessionStorage.getItem(OPEN_KEY) === '1') setOpen(true);
   return panel;
