@@ -6,12 +6,15 @@ package main
 // test proxy (holdProxy, web_live_test.go: it cuts the event sockets and holds their reconnection, and
 // counts the terminal sockets asked for): the Events view shows the server's recent history when it opens
 // and what came while the page had no socket once it is back, each event once; the Browser panel's
-// status line is asked afresh when the socket comes back.
+// status line is asked afresh when the socket comes back; the terminal of a stopped machine says so
+// (with Start) and asks for no socket until the machine runs.
 //
-// Entry points: TestDashboardEventsHistory, TestDashboardBrowserPanelReconnect.
+// Entry points: TestDashboardEventsHistory, TestDashboardBrowserPanelReconnect,
+// TestDashboardTerminalStopped.
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 )
 
@@ -89,4 +92,48 @@ func TestDashboardBrowserPanelReconnect(t *testing.T) {
 	p.waitFor("the socket live again", pageLive)
 	p.waitFor("the status: not running", `/not running/.test(`+state+`)`)
 	p.clean("browser panel reconnect")
+}
+
+// A stopped machine's page: the terminal says the machine is stopped, offers Start and asks for no socket
+// (the server would refuse it with E_COMPUTER_FAILED), nor does the file browser ask for the files; Start
+// connects it and lists them. Stopped again while connected, it says so again without asking; started
+// through the API (its event), it connects again.
+func TestDashboardTerminalStopped(t *testing.T) {
+	devtools := launchChromium(t)
+	te := newTestServer(t, withHostEnv)
+	hp := newHoldProxy(t, te.url)
+	m := te.create(map[string]any{"provider": "local", "name": "term-box"})
+	te.call("POST", "/v1/computers/"+m.ID+"/stop", nil, 200, nil)
+	p := openPage(t, devtools)
+	t.Cleanup(p.close)
+	p.navigate(hp.url + "/computers/" + m.ID)
+	const note = `document.querySelector('.term-note')`
+	const status = `document.querySelector('.term').closest('section').querySelector('.row > span:last-child').innerText`
+	stopped := note + ` && !` + note + `.hidden && ` + note + `.innerText.includes('stopped')`
+	p.waitFor("the terminal saying the machine is stopped, with Start", stopped+` && !`+note+`.querySelector('button').hidden && `+note+`.querySelector('button').innerText === 'Start'`)
+	p.waitFor("the socket live", pageLive)
+	// The file browser does not ask either (a 500 in the console would fail p.clean).
+	p.waitFor("the files saying the machine is stopped", `document.querySelector('main').innerText.includes('its files are listed once it runs')`)
+	if n := hp.terminalUpgrades(); n != 0 {
+		t.Fatalf("the terminal of a stopped machine asked for %d sockets", n)
+	}
+	p.clickOn(`.term-note button`)
+	p.waitFor("the terminal connected after Start", status+` === 'connected' && `+note+`.hidden`)
+	p.waitFor("the files listed after Start", `document.querySelector('main .crumbs a') && !document.querySelector('main').innerText.includes('its files are listed once it runs')`)
+	if n := hp.terminalUpgrades(); n != 1 {
+		t.Fatalf("Start: %d terminal sockets asked for, want 1", n)
+	}
+	p.clean("start")
+
+	te.call("POST", "/v1/computers/"+m.ID+"/stop", nil, 200, nil)
+	p.waitFor("the terminal saying the machine is stopped again", stopped)
+	te.call("POST", "/v1/computers/"+m.ID+"/start", nil, 200, nil)
+	p.waitFor("the terminal connected again", status+` === 'connected' && `+note+`.hidden`)
+	if n := hp.terminalUpgrades(); n != 2 {
+		t.Fatalf("stop then start: %d terminal sockets asked for in all, want 2", n)
+	}
+	if text := fmt.Sprint(p.eval(`document.querySelector('.term').innerText`)); !strings.Contains(text, "[the machine is stopped]") {
+		t.Fatalf("the terminal did not say the machine stopped: %q", text)
+	}
+	p.clean("stop and start")
 }

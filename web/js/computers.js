@@ -2,7 +2,9 @@
 // destroy; one machine's page with a real terminal (xterm.js, vendored, over WS .../terminal: a shell on a
 // pseudo-terminal where the provider has one, else one command per line edited locally), an exec console streaming stdout/stderr, a file
 // browser (list, enter, download a file or a directory as tar.gz, upload, delete), exposed ports, and the
-// Browser panel (browser.js: the machine's Chromium).
+// Browser panel (browser.js: the machine's Chromium). The page feeds the machine's state (its load, its
+// events, its reloads) to the terminal and the file browser, which ask nothing of a machine not running
+// (it would refuse) and say so — a stopped one with Start — then connect and list once it runs.
 
 import { get, post, api, stream, enc, socketURL } from './api.js';
 import { h, clear, badge, time, table, fail, toast, errorBox, field, download, json, latest } from './ui.js';
@@ -84,20 +86,23 @@ async function list(root, ctx) {
 }
 
 async function detail(root, ctx, id) {
-  let c;
+  let c, drawInfo;
   try { c = await get('/v1/computers/' + enc(id)); } catch (e) { root.append(h('a', { href: '/computers' }, '← Computers'), errorBox(e)); return; }
   const info = h('div');
-  const drawInfo = () => clear(info, h('dl.kv',
+  const drawDetails = () => clear(info, h('dl.kv',
     h('dt', 'State'), h('dd', badge(c.state, c.state + ' machine'), c.error ? h('span.error', ' ' + c.error) : null),
     h('dt', 'Provider'), h('dd', `${c.provider} (${c.isolated ? 'isolated' : 'not isolated'}: ${c.isolationKind})`),
     h('dt', 'Image'), h('dd', c.image || ''), h('dt', 'Workdir'), h('dd', h('code', c.workdir)),
     h('dt', 'Created'), h('dd', time(c.createdAt)), c.expiresAt ? [h('dt', 'Expires'), h('dd', time(c.expiresAt))] : null,
     h('dt', 'Ports'), h('dd', Object.keys(c.ports || {}).length ? Object.entries(c.ports).map(([p, b]) => h('div', p, ' → ', h('a', { href: b.url, target: '_blank', rel: 'noopener' }, b.url))) : h('span.muted', 'none'))));
+  const terminal = terminalPanel(ctx, id, c.state, () => reload());
+  const files = filesPanel(ctx, id, c.workdir || '/work');
+  drawInfo = () => { drawDetails(); terminal.machine(c.state); files.machine(c.state); };
   drawInfo();
   const portIn = h('input', { type: 'number', min: 1, max: 65535, placeholder: '8080', style: 'width:7rem', 'aria-label': 'Port' });
   root.append(h('div.row', h('a', { href: '/computers' }, '← Computers')), h('h1', 'Machine ', h('code', c.name || c.id)));
   const grid = h('div.grid');
-  root.append(terminalPanel(ctx, id), grid);
+  root.append(terminal.panel, grid);
   grid.append(h('section.panel', h('h2', 'Machine'), info,
     h('form.row', { style: 'margin-top:.6rem', onsubmit: async (e) => {
       e.preventDefault();
@@ -109,9 +114,12 @@ async function detail(root, ctx, id) {
     if (ev.topic === 'computers' && ev.payload && (ev.payload.id === id || ev.payload.computerId === id)) {
       if (ev.type === 'computer_destroyed') { turn(); c.state = 'destroyed'; drawInfo(); return; }
       if (ev.payload.state) { turn(); c = ev.payload; drawInfo(); }
+      else if (ev.type === 'computer_stopped') { turn(); c.state = 'stopped'; drawInfo(); } // kubernetes' pod sweep: no state in it
     }
   });
-  ctx.onReconnect(async () => {
+  // reload asks the machine afresh: on each (re)open of the event socket, and when the terminal's socket
+  // ended (was it stopped?).
+  async function reload() {
     const mine = turn();
     try {
       const fresh = await get('/v1/computers/' + enc(id));
@@ -119,10 +127,11 @@ async function detail(root, ctx, id) {
     } catch (e) {
       if (e.status === 404 && ctx.alive() && mine()) { c.state = 'destroyed'; drawInfo(); }
     }
-  });
+  }
+  ctx.onReconnect(() => reload());
 
   grid.append(execPanel(ctx, id));
-  grid.append(filesPanel(ctx, id, c.workdir || '/work'));
+  grid.append(files.panel);
   root.append(browserPanel(ctx, id));
 }
 
@@ -130,13 +139,43 @@ async function detail(root, ctx, id) {
 // frames: keystrokes as stdin, the panel's size as resize); where the provider has none (local, sandbox:
 // E_NOT_IMPLEMENTED) each line typed is one command (the socket runs one command per message); history
 // with ↑/↓, Ctrl+C clears the line, Ctrl+L clears the screen.
-function terminalPanel(ctx, id) {
+// The socket is asked for only while the machine runs (its page tells: machine(state), from its load, its
+// events and its reloads): a machine not running refuses it (E_COMPUTER_FAILED), so the panel says so,
+// with Start for a stopped one, and connects when it runs again. A socket that ends makes the page ask the
+// machine afresh (refresh); while it runs, the panel reconnects after 2 s, doubling to 15 s.
+// Returns { panel, machine(state) }.
+function terminalPanel(ctx, id, state0, refresh) {
   const box = h('div.term', { 'aria-label': 'Terminal' });
   const status = h('span.small.muted', 'connecting…');
-  const panel = h('section.panel', h('div.row', h('h2', 'Terminal'), h('span.spacer'), status), box);
+  const startBtn = h('button', { type: 'button', onclick: async () => {
+    startBtn.disabled = true;
+    try { await post('/v1/computers/' + enc(id) + '/start'); toast('start: ' + id); await refresh(); } catch (e) { fail(e); } finally { startBtn.disabled = false; }
+  } }, 'Start');
+  const noteText = h('span');
+  const note = h('div.row.term-note', { role: 'status', hidden: true }, noteText, startBtn);
+  const panel = h('section.panel', h('div.row', h('h2', 'Terminal'), h('span.spacer'), status), note, box);
   if (!document.querySelector('link[href="/vendor/xterm/xterm.css"]')) document.head.append(h('link', { rel: 'stylesheet', href: '/vendor/xterm/xterm.css' }));
   let ws = null, term = null, closed = false;
-  ctx.cleanup(() => { closed = true; ws?.close(); term?.dispose(); });
+  let machineState = state0, connect = null, retry = 0, fails = 0;
+  ctx.cleanup(() => { closed = true; clearTimeout(retry); ws?.close(); term?.dispose(); });
+  // want connects when the machine runs and no socket is open or on its way; else it says why not.
+  const want = () => {
+    if (closed) return;
+    const up = machineState === 'running';
+    note.hidden = up || machineState === 'creating';
+    if (!up) {
+      clearTimeout(retry); retry = 0;
+      if (ws) { const old = ws; ws = null; old.close(); term?.write('\r\n\x1b[33m[the machine is ' + machineState + ']\x1b[0m\r\n'); }
+      status.textContent = machineState === 'creating' ? 'waiting for the machine…' : 'machine ' + machineState; status.className = 'small muted';
+      noteText.textContent = machineState === 'stopped' ? 'The machine is stopped: the terminal connects once it runs again. ' :
+        `The machine is ${machineState}: there is no terminal to connect to.`;
+      startBtn.hidden = machineState !== 'stopped';
+      return;
+    }
+    if (!connect || ws || retry) return;
+    retry = setTimeout(() => { retry = 0; if (!closed && machineState === 'running' && !ws) connect(); },
+      fails ? Math.min(2000 * 2 ** (fails - 1), 15000) : 0);
+  };
   import('/vendor/xterm/xterm.mjs').then(({ Terminal }) => {
     if (closed) return;
     const dark = matchMedia('(prefers-color-scheme: dark)').matches;
@@ -164,11 +203,13 @@ function terminalPanel(ctx, id) {
       mode = 'pending';
       ws.send(JSON.stringify({ type: 'exec', cmd: ['/bin/sh', '-c', 'if command -v bash >/dev/null 2>&1; then exec bash -l; else exec sh -l; fi'], tty: true, cols: term.cols, rows: term.rows }));
     };
-    const connect = () => {
-      ws = new WebSocket(socketURL('/v1/computers/' + enc(id) + '/terminal'));
+    connect = () => {
+      const sock = new WebSocket(socketURL('/v1/computers/' + enc(id) + '/terminal'));
+      ws = sock;
+      status.textContent = 'connecting…'; status.className = 'small muted';
       ws.onmessage = (m) => {
         let f; try { f = JSON.parse(m.data); } catch { return; }
-        if (f.type === 'ready') { workdir = f.workdir || ''; status.textContent = 'connected'; status.className = 'small ok'; fit(); shell(); }
+        if (f.type === 'ready') { fails = 0; workdir = f.workdir || ''; status.textContent = 'connected'; status.className = 'small ok'; fit(); shell(); }
         else if (f.type === 'started') { mode = 'tty'; term.options.convertEol = false; } // a pty sends its own \r\n
         else if (mode === 'pending' && f.type === 'error') { mode = 'line'; term.options.convertEol = true; prompt(); } // no tty here: one command per line
         else if (mode === 'tty' && f.type === 'exit') { mode = 'ended'; term.write(`\r\n\x1b[33m[the shell exited${f.exitCode ? ' (' + f.exitCode + ')' : ''}: press Enter for a new one]\x1b[0m\r\n`); }
@@ -178,14 +219,16 @@ function terminalPanel(ctx, id) {
         else if (f.type === 'error') { busy = false; term.write('\x1b[31m' + (f.error && (f.error.code + ': ' + f.error.message) || 'error') + '\x1b[0m\r\n'); prompt(); }
       };
       ws.onclose = () => {
-        if (closed) return;
+        if (closed || ws !== sock) return; // left, or closed by want (the machine is not running)
+        ws = null; fails++;
         status.textContent = 'disconnected — reconnecting'; status.className = 'small error';
         term.write('\r\n\x1b[31m[disconnected]\x1b[0m\r\n');
-        setTimeout(() => { if (!closed) connect(); }, 2000);
+        refresh().finally(want); // stopped meanwhile? then it waits for the machine to run
       };
     };
-    connect();
+    want();
     term.onData((d) => {
+      if (!ws || ws.readyState !== 1) return; // not connected: nothing to send to
       if (mode === 'tty') { ws.send(JSON.stringify({ type: 'stdin', data: d })); return; }
       if (mode === 'ended') { if (d.includes('\r')) shell(); return; }
       if (mode === 'pending' || busy) return;
@@ -214,7 +257,7 @@ function terminalPanel(ctx, id) {
       }
     });
   }).catch((e) => { status.textContent = 'terminal failed: ' + e.message; });
-  return panel;
+  return { panel, machine: (st) => { machineState = st; want(); } };
 }
 
 function execPanel(ctx, id) {
@@ -243,8 +286,11 @@ function execPanel(ctx, id) {
   return h('section.panel', h('h2', 'Exec'), form, out);
 }
 
+// filesPanel: the file browser. It lists only while the machine runs (machine(state), as the terminal: a
+// machine not running refuses its files with E_COMPUTER_FAILED) and lists again once it runs.
+// Returns { panel, machine(state) }.
 function filesPanel(ctx, id, start) {
-  let dir = start;
+  let dir = start, running = false;
   const crumbs = h('div.crumbs');
   const body = h('div');
   const up = h('input', { type: 'file', multiple: true, id: 'upload-' + id, 'aria-label': 'Upload files' });
@@ -286,7 +332,15 @@ function filesPanel(ctx, id, start) {
     up.value = '';
     load(dir).catch(fail);
   });
-  load(start).catch((e) => body.append(errorBox(e)));
-  ctx.on((ev) => { if (ev.type === 'uploaded' && ev.payload.computerId === id) load(dir).catch(() => {}); });
-  return panel;
+  ctx.on((ev) => { if (running && ev.type === 'uploaded' && ev.payload.computerId === id) load(dir).catch(() => {}); });
+  const machine = (st) => {
+    if (st === 'running') {
+      if (!running) { running = true; load(dir).catch((e) => clear(body, errorBox(e))); }
+      return;
+    }
+    running = false; turn(); // an answer on its way is stale
+    clear(crumbs);
+    clear(body, h('p.muted', `The machine is ${st}: its files are listed once it runs.`));
+  };
+  return { panel, machine };
 }
