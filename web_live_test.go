@@ -213,8 +213,9 @@ func TestDashboardLiveBeforeSocket(t *testing.T) {
 	// One machine's page: its State must say stopped.
 	t.Run("machine page loaded before the socket opens", func(t *testing.T) {
 		te, ids, socket, p := start(t, "held-b")
-		// The terminal panel reconnects to a machine that stopped: the server answers its upgrade
-		// E_COMPUTER_FAILED (500), which the browser logs.
+		// A terminal socket asked for after the stop but before the page learns of it is refused
+		// E_COMPUTER_FAILED (500), which the browser logs; the panel then asks the machine and waits
+		// (TestDashboardTerminalStopped).
 		p.mu.Lock()
 		p.allow = func(s string) bool { return strings.Contains(s, "/terminal' failed") }
 		p.mu.Unlock()
