@@ -8,7 +8,8 @@ package main
 // over neither; and a view listens only once its first answer is drawn. The test puts a proxy
 // (holdProxy) between a real Chromium and a real server that holds the socket's upgrade, and the list's
 // answer, until the test releases them; it stops a machine or lets a run finish meanwhile and waits
-// (polling the DOM with a deadline) for the page to show the true state.
+// (polling the DOM with a deadline) for the page to show the true state. The same proxy cuts the event
+// sockets and counts the terminal sockets for web_reconnect_test.go.
 //
 // Entry point: TestDashboardLiveBeforeSocket.
 

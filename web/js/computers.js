@@ -168,7 +168,7 @@ function terminalPanel(ctx, id, state0, refresh) {
       if (ws) { const old = ws; ws = null; old.close(); term?.write('\r\n\x1b[33m[the machine is ' + machineState + ']\x1b[0m\r\n'); }
       status.textContent = machineState === 'creating' ? 'waiting for the machine…' : 'machine ' + machineState; status.className = 'small muted';
       noteText.textContent = machineState === 'stopped' ? 'The machine is stopped: the terminal connects once it runs again. ' :
-        `The machine is ${machineState}: there is no terminal to connect to.`;
+        `The machine is not running (${machineState}): there is no terminal to connect to.`;
       startBtn.hidden = machineState !== 'stopped';
       return;
     }
@@ -340,7 +340,7 @@ function filesPanel(ctx, id, start) {
     }
     running = false; turn(); // an answer on its way is stale
     clear(crumbs);
-    clear(body, h('p.muted', `The machine is ${st}: its files are listed once it runs.`));
+    clear(body, h('p.muted', `The machine is ${st === 'stopped' ? st : 'not running (' + st + ')'}: its files are listed once it runs.`));
   };
   return { panel, machine };
 }
