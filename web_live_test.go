@@ -3,7 +3,7 @@
 package main
 
 // The dashboard's live views never keep a status that changed before the page's event socket opened,
-// or before the view listened. A view fetches its state over REST at once, while the page's one
+// or before the view listened. A view fetches its state over REST at once, while the page's shared
 // WS /v1/events opens only after the first call (app.js), so what changes in between reaches the page
 // over neither; and a view listens only once its first answer is drawn. The test puts a proxy
 // (holdProxy) between a real Chromium and a real server that holds the socket's upgrade, and the list's
