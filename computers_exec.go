@@ -2,8 +2,9 @@
 // SSE endpoints, and the one head-and-tail truncator (exec output and tool results).
 //
 // Entry points: computerService.Exec (API, terminal, agent tool), run (internal, no policy: provisioning,
-// whose setup create judged already with setupRefused, and the engine's file operations), handleExec, handleExecStream. runProc also runs a terminal
-// session's process on a host pseudo-terminal (procSpec.term; ExecTTY in computers_terminal.go).
+// whose setup create judged already with setupRefused, and the engine's file operations), handleExec,
+// handleExecStream. runProc also runs a terminal session's process on a host pseudo-terminal
+// (procSpec.term; ExecTTY in computers_terminal.go).
 //
 // Rules (docs/API.md Exec, DESIGN §4): every exec passes the one command policy first (403 E_EXEC_DENIED);
 // a string cmd runs under /bin/sh -c, an array directly; timeoutSec 1-3600 (default 120) kills the whole

@@ -461,10 +461,10 @@ func emptyExpansions(w string, vars map[string]string, known *bool) string {
 			b.WriteByte(w[i])
 		case q == 0 && c == '$' && i+1 < len(w) && w[i+1] == '\'':
 			i = ansiC(w, i+2, &b)
-		case c == '"':
-			q = map[byte]byte{0: '"', '"': 0}[q]
-		case c == '\'' && q == 0:
-			q = '\''
+		case c == '"' && q == 0, c == '\'' && q == 0:
+			q = c
+		case c == '"': // q is '"'
+			q = 0
 		case c == '$' && i+1 < len(w) && w[i+1] == '{':
 			end := strings.IndexByte(w[i:], '}')
 			if end < 0 {
@@ -521,14 +521,16 @@ func dropSubstitutions(s string) string {
 		c := s[i]
 		switch {
 		case q == '\'':
-			q = map[bool]byte{true: 0, false: '\''}[c == '\'']
+			if c == '\'' {
+				q = 0
+			}
 		case c == '\\' && i+1 < len(s):
 			b.WriteByte(c)
 			i++
-		case c == '\'' && q == 0:
-			q = '\''
-		case c == '"':
-			q = map[byte]byte{0: '"', '"': 0}[q]
+		case c == '"' && q == 0, c == '\'' && q == 0:
+			q = c
+		case c == '"': // q is '"'
+			q = 0
 		case c == '`':
 			end := strings.IndexByte(s[i+1:], '`')
 			if end < 0 {

@@ -14,7 +14,7 @@
 //
 // # Audit map
 //
-// Every place agentd's trust boundary is crossed, in the order a request meets it (about 3,988 lines
+// Every place agentd's trust boundary is crossed, in the order a request meets it (about 3,990 lines
 // in the functions named; each stop names its file.go:Func, and TestAuditMapIsTrue fails when one no
 // longer exists or a stop outgrows its stated size):
 //
@@ -41,7 +41,7 @@
 //     computers_policy.go:dropSubstitutions (a recursive delete judged with its expansions empty)
 //     (what it cannot see is refused; a person's tty session is judged like a human-approved call:
 //     computers_terminal.go:(*computerService).ExecTTY); a spec's setup, judged before its machine exists
-//     (every creation, and agent spec validation: computers_policy.go:setupRefused). [666 lines]
+//     (every creation, and agent spec validation: computers_policy.go:setupRefused). [668 lines]
 //  4. The file jail and archives: computers_files.go:lexicalJail, computers_files.go:(*computerService).jail
 //     (only /work and /tmp, resolved inside the machine, still inside), computers_helper.go:canonicalPath
 //     and computers_helper.go:openChecked (the same check where the file is opened, in the machine),

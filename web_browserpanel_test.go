@@ -14,6 +14,17 @@ import (
 	"time"
 )
 
+// browserPanelMachine: Chromium for the dashboard's page, a server, and a sandbox machine of the
+// browser flavor that is destroyed when the test ends (the Browser panel's tests).
+func browserPanelMachine(t *testing.T) (devtools string, te *testServer, m ComputerInfo) {
+	requireBrowser(t, "sandbox")
+	devtools = launchChromium(t)
+	te = newTestServer(t, withHostEnv)
+	m = te.create(map[string]any{"provider": "sandbox", "flavor": "browser", "idleTimeoutSec": 0, "memoryMb": 2048})
+	t.Cleanup(func() { te.call("DELETE", "/v1/computers/"+m.ID, nil, 204, nil) })
+	return devtools, te, m
+}
+
 // The machine page's Browser panel (issue 28) in a real Chromium, against a real server whose sandbox
 // machine runs the host's Chromium: the panel opens on the status (installed, version), goes to a page the
 // machine serves itself through the address bar, lists the snapshot's elements, clicks a button and types
@@ -22,11 +33,7 @@ import (
 // hidden; a run's browser_screenshot is shown as an image on the run's page (read through the files API);
 // Close browser stops it (no process left).
 func TestDashboardBrowserPanel(t *testing.T) {
-	requireBrowser(t, "sandbox")
-	devtools := launchChromium(t)
-	te := newTestServer(t, withHostEnv)
-	m := te.create(map[string]any{"provider": "sandbox", "flavor": "browser", "idleTimeoutSec": 0, "memoryMb": 2048})
-	defer te.call("DELETE", "/v1/computers/"+m.ID, nil, 204, nil)
+	devtools, te, m := browserPanelMachine(t)
 	l, err := net.Listen("tcp", "127.0.0.1:0") // a free port: the sandbox may share the host's network
 	if err != nil {
 		t.Fatal(err)

@@ -66,11 +66,7 @@ func TestDashboardEventsHistory(t *testing.T) {
 // The Browser panel's status line says Chromium runs; the socket is cut and the browser closed meanwhile
 // (its "Chromium stopped" event is lost): once the socket is back the line must say it is not running.
 func TestDashboardBrowserPanelReconnect(t *testing.T) {
-	requireBrowser(t, "sandbox")
-	devtools := launchChromium(t)
-	te := newTestServer(t, withHostEnv)
-	m := te.create(map[string]any{"provider": "sandbox", "flavor": "browser", "idleTimeoutSec": 0, "memoryMb": 2048})
-	defer te.call("DELETE", "/v1/computers/"+m.ID, nil, 204, nil)
+	devtools, te, m := browserPanelMachine(t)
 	te.call("POST", "/v1/computers/"+m.ID+"/browser/goto", map[string]any{"url": "about:blank"}, 200, nil)
 	hp := newHoldProxy(t, te.url)
 	p := openPage(t, devtools)
